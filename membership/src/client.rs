@@ -1,0 +1,482 @@
+//! A small etcd client for membership work.
+//!
+//! * TLS comes from three PEM files (`ETCDCTL_CACERT`, `ETCDCTL_CERT`, `ETCDCTL_KEY`): all three
+//!   or none, each read and checked up front so a wrong path fails with the variable's name.
+//! * Every call is bounded by `tokio::time::timeout`: over TLS, etcd-client calls to a member that
+//!   is not serving yet can hang past the client's own timeouts.
+//! * Calls try each endpoint in turn and report every endpoint's failure when none answers.
+//! * Before anything a learner rejects (member list and changes, writes, linearizable reads), the
+//!   endpoint is asked for its status (which learners serve) and skipped if it is a learner.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use etcd_client::{
+    Certificate, Client, ConnectOptions, Identity, MemberAddOptions, TlsOptions,
+};
+use tokio::sync::Mutex;
+
+use crate::{Member, MemberId, MemberUrl};
+
+/// Paths of the client TLS material.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl TlsFiles {
+    /// Builds from the three `ETCDCTL_*` values: all three set (non-empty), or none.
+    pub fn from_parts(
+        ca: Option<String>,
+        cert: Option<String>,
+        key: Option<String>,
+    ) -> Result<Option<Self>, ClientError> {
+        let parts = [("ETCDCTL_CACERT", ca), ("ETCDCTL_CERT", cert), ("ETCDCTL_KEY", key)];
+        let (set, unset): (Vec<_>, Vec<_>) = parts
+            .into_iter()
+            .map(|(name, v)| (name, v.filter(|s| !s.is_empty())))
+            .partition(|(_, v)| v.is_some());
+        if set.is_empty() {
+            return Ok(None);
+        }
+        if !unset.is_empty() {
+            return Err(ClientError::PartialTls {
+                set: set.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "),
+                unset: unset.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "),
+            });
+        }
+        let mut paths = set.into_iter().filter_map(|(_, v)| v.map(PathBuf::from));
+        match (paths.next(), paths.next(), paths.next()) {
+            (Some(ca), Some(cert), Some(key)) => Ok(Some(Self { ca, cert, key })),
+            _ => Ok(None),
+        }
+    }
+
+    fn load(&self) -> Result<TlsOptions, ClientError> {
+        let ca = read_pem("ETCDCTL_CACERT", &self.ca, "CERTIFICATE")?;
+        let cert = read_pem("ETCDCTL_CERT", &self.cert, "CERTIFICATE")?;
+        let key = read_pem("ETCDCTL_KEY", &self.key, "PRIVATE KEY")?;
+        Ok(TlsOptions::new()
+            .ca_certificate(Certificate::from_pem(ca))
+            .identity(Identity::from_pem(cert, key)))
+    }
+}
+
+fn read_pem(var: &'static str, path: &Path, label: &str) -> Result<Vec<u8>, ClientError> {
+    let bytes = std::fs::read(path).map_err(|source| ClientError::ReadTls {
+        var,
+        path: path.to_owned(),
+        source,
+    })?;
+    let text = String::from_utf8_lossy(&bytes);
+    if !text.contains("-----BEGIN ") || !text.contains(label) {
+        return Err(ClientError::NotPem {
+            var,
+            path: path.to_owned(),
+            label: label.to_owned(),
+        });
+    }
+    Ok(bytes)
+}
+
+/// How to reach etcd.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// Client URLs, tried in this order.
+    pub endpoints: Vec<MemberUrl>,
+    pub tls: Option<TlsFiles>,
+    /// Upper bound for one call to one endpoint, connection included.
+    pub call_timeout: Duration,
+}
+
+/// What went wrong talking to etcd.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(
+        "TLS must be configured with all three of ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY or none: {set} set but {unset} not"
+    )]
+    PartialTls { set: String, unset: String },
+    #[error("{var}: cannot read {path}: {source}")]
+    ReadTls {
+        var: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{var}: {path} is not a PEM file holding a {label}")]
+    NotPem {
+        var: &'static str,
+        path: PathBuf,
+        label: String,
+    },
+    #[error("no etcd endpoints configured")]
+    NoEndpoints,
+    #[error("https endpoint {0} needs TLS material (ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY)")]
+    HttpsWithoutTls(MemberUrl),
+    #[error("no etcd endpoint answered {op}: {}", join_failures(.failures))]
+    NoEndpointAnswered {
+        op: &'static str,
+        failures: Vec<EndpointFailure>,
+    },
+    #[error("{0}")]
+    Endpoint(EndpointFailure),
+    #[error("etcd returned an unusable answer from {endpoint}: {reason}")]
+    BadAnswer { endpoint: MemberUrl, reason: String },
+}
+
+impl ClientError {
+    /// The gRPC failures of the endpoints, if the error came from etcd answering.
+    pub fn failures(&self) -> &[EndpointFailure] {
+        match self {
+            ClientError::NoEndpointAnswered { failures, .. } => failures,
+            ClientError::Endpoint(f) => std::slice::from_ref(f),
+            _ => &[],
+        }
+    }
+
+    /// True when some endpoint answered with `text` in its message (e.g. etcd's
+    /// "can only promote a learner member which is in sync with leader").
+    pub fn mentions(&self, text: &str) -> bool {
+        self.failures().iter().any(|f| f.message.contains(text))
+    }
+}
+
+fn join_failures(failures: &[EndpointFailure]) -> String {
+    failures
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// One endpoint's failure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointFailure {
+    pub endpoint: MemberUrl,
+    pub kind: FailureKind,
+    pub message: String,
+}
+
+/// Class of an endpoint failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    /// No answer within the call timeout.
+    Timeout,
+    /// Could not connect or the transport broke.
+    Unreachable,
+    /// The endpoint is a learner and the call is one learners reject; not sent.
+    Learner,
+    /// etcd answered with an error.
+    Rejected,
+}
+
+impl fmt::Display for EndpointFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.endpoint, self.message)
+    }
+}
+
+/// The live member list and who reported it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveMembers {
+    pub cluster_id: u64,
+    pub members: Vec<Member>,
+    pub answered_by: MemberUrl,
+}
+
+/// One endpoint's status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointStatus {
+    pub endpoint: MemberUrl,
+    pub cluster_id: u64,
+    pub member_id: u64,
+    pub leader: u64,
+    pub raft_index: u64,
+    pub raft_term: u64,
+    pub is_learner: bool,
+    pub db_size: i64,
+    pub version: String,
+}
+
+/// A bounded, endpoint-by-endpoint etcd client.
+pub struct EtcdClient {
+    endpoints: Vec<MemberUrl>,
+    options: ConnectOptions,
+    call_timeout: Duration,
+    connections: Mutex<BTreeMap<MemberUrl, Client>>,
+}
+
+impl fmt::Debug for EtcdClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdClient")
+            .field("endpoints", &self.endpoints)
+            .field("call_timeout", &self.call_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+type EtcdResult<T> = Result<T, etcd_client::Error>;
+
+impl EtcdClient {
+    /// Validates the configuration and loads TLS material; connects lazily.
+    pub fn new(config: ClientConfig) -> Result<Self, ClientError> {
+        if config.endpoints.is_empty() {
+            return Err(ClientError::NoEndpoints);
+        }
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(config.call_timeout)
+            .with_timeout(config.call_timeout);
+        match &config.tls {
+            Some(tls) => options = options.with_tls(tls.load()?),
+            None => {
+                if let Some(url) = config.endpoints.iter().find(|u| u.is_tls()) {
+                    return Err(ClientError::HttpsWithoutTls(url.clone()));
+                }
+            }
+        }
+        Ok(Self {
+            endpoints: config.endpoints,
+            options,
+            call_timeout: config.call_timeout,
+            connections: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// The configured endpoints in the order they are tried.
+    pub fn endpoints(&self) -> &[MemberUrl] {
+        &self.endpoints
+    }
+
+    async fn connection(&self, endpoint: &MemberUrl) -> Result<Client, EndpointFailure> {
+        if let Some(client) = self.connections.lock().await.get(endpoint) {
+            return Ok(client.clone());
+        }
+        let connect = Client::connect([endpoint.as_str()], Some(self.options.clone()));
+        let client = self.bounded(endpoint, connect).await?;
+        self.connections
+            .lock()
+            .await
+            .insert(endpoint.clone(), client.clone());
+        Ok(client)
+    }
+
+    async fn bounded<T>(
+        &self,
+        endpoint: &MemberUrl,
+        call: impl Future<Output = EtcdResult<T>>,
+    ) -> Result<T, EndpointFailure> {
+        match tokio::time::timeout(self.call_timeout, call).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(classify(endpoint, e)),
+            Err(_) => Err(EndpointFailure {
+                endpoint: endpoint.clone(),
+                kind: FailureKind::Timeout,
+                message: format!("no answer within {:?}", self.call_timeout),
+            }),
+        }
+    }
+
+    /// Runs `call` on one endpoint, forgetting the connection if the transport failed.
+    async fn on<T, F, Fut>(&self, endpoint: &MemberUrl, call: F) -> Result<T, EndpointFailure>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = EtcdResult<T>>,
+    {
+        let client = self.connection(endpoint).await?;
+        let result = self.bounded(endpoint, call(client)).await;
+        if let Err(f) = &result
+            && f.kind != FailureKind::Rejected
+        {
+            self.connections.lock().await.remove(endpoint);
+        }
+        result
+    }
+
+    /// Status of one endpoint (served by learners too).
+    pub async fn status_of(&self, endpoint: &MemberUrl) -> Result<EndpointStatus, ClientError> {
+        let resp = self
+            .on(endpoint, |mut c| async move { c.status().await })
+            .await
+            .map_err(ClientError::Endpoint)?;
+        let header = resp.header();
+        Ok(EndpointStatus {
+            endpoint: endpoint.clone(),
+            cluster_id: header.map_or(0, |h| h.cluster_id()),
+            member_id: header.map_or(0, |h| h.member_id()),
+            leader: resp.leader(),
+            raft_index: resp.raft_index(),
+            raft_term: resp.raft_term(),
+            is_learner: resp.is_learner(),
+            db_size: resp.db_size(),
+            version: resp.version().to_owned(),
+        })
+    }
+
+    /// Runs `call` on the first endpoint that is reachable and not a learner.
+    async fn on_any_voter<T, F, Fut>(&self, op: &'static str, call: F) -> Result<(T, MemberUrl), ClientError>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: Future<Output = EtcdResult<T>>,
+    {
+        let mut failures = Vec::new();
+        for endpoint in &self.endpoints {
+            match self.status_of(endpoint).await {
+                Ok(s) if s.is_learner => {
+                    failures.push(EndpointFailure {
+                        endpoint: endpoint.clone(),
+                        kind: FailureKind::Learner,
+                        message: format!("is a learner (member {:x}); {op} not sent", s.member_id),
+                    });
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    failures.extend(e.failures().iter().cloned());
+                    continue;
+                }
+            }
+            match self.on(endpoint, &call).await {
+                Ok(v) => return Ok((v, endpoint.clone())),
+                Err(f) => {
+                    tracing::debug!(endpoint = %endpoint, error = %f.message, op, "etcd call failed");
+                    failures.push(f)
+                }
+            }
+        }
+        Err(ClientError::NoEndpointAnswered { op, failures })
+    }
+
+    /// The member list from the first voter that answers (served from that member's local view;
+    /// in etcd 3.4 it needs no quorum).
+    pub async fn member_list(&self) -> Result<LiveMembers, ClientError> {
+        let (resp, answered_by) = self
+            .on_any_voter("member list", |mut c| async move { c.member_list().await })
+            .await?;
+        let cluster_id = resp.header().map_or(0, |h| h.cluster_id());
+        let members = convert_members(&answered_by, resp.members())?;
+        Ok(LiveMembers {
+            cluster_id,
+            members,
+            answered_by,
+        })
+    }
+
+    /// Adds `peer_url` as a learner; returns the new member.
+    pub async fn add_learner(&self, peer_url: &MemberUrl) -> Result<Member, ClientError> {
+        let url = peer_url.as_str().to_owned();
+        let (resp, by) = self
+            .on_any_voter("member add (learner)", |mut c| {
+                let url = url.clone();
+                async move {
+                    c.member_add([url], Some(MemberAddOptions::new().with_is_learner()))
+                        .await
+                }
+            })
+            .await?;
+        let member = resp.member().ok_or_else(|| ClientError::BadAnswer {
+            endpoint: by.clone(),
+            reason: "member add returned no member".into(),
+        })?;
+        convert_members(&by, std::slice::from_ref(member))?
+            .pop()
+            .ok_or_else(|| ClientError::BadAnswer {
+                endpoint: by,
+                reason: "member add returned member id 0".into(),
+            })
+    }
+
+    /// Promotes a learner to voter. etcd refuses until the learner has caught up.
+    pub async fn promote(&self, id: MemberId) -> Result<(), ClientError> {
+        self.on_any_voter("member promote", |mut c| async move {
+            c.member_promote(id.get()).await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Removes a member.
+    pub async fn remove(&self, id: MemberId) -> Result<(), ClientError> {
+        self.on_any_voter("member remove", |mut c| async move {
+            c.member_remove(id.get()).await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Writes one key (linearizable; voters only).
+    pub async fn put(&self, key: &str, value: Vec<u8>) -> Result<i64, ClientError> {
+        let (resp, _) = self
+            .on_any_voter("put", |mut c| {
+                let (key, value) = (key.to_owned(), value.clone());
+                async move { c.put(key, value, None).await }
+            })
+            .await?;
+        Ok(resp.header().map_or(0, |h| h.revision()))
+    }
+
+    /// Reads one key (linearizable; voters only).
+    pub async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, ClientError> {
+        let (resp, _) = self
+            .on_any_voter("get", |mut c| {
+                let key = key.to_owned();
+                async move { c.get(key, None).await }
+            })
+            .await?;
+        Ok(resp.kvs().first().map(|kv| kv.value().to_vec()))
+    }
+}
+
+fn classify(endpoint: &MemberUrl, error: etcd_client::Error) -> EndpointFailure {
+    let (kind, message) = match &error {
+        etcd_client::Error::GRpcStatus(status) => match status.code() {
+            tonic::Code::Unavailable if status.message().contains("connect") => {
+                (FailureKind::Unreachable, format!("unreachable: {}", status.message()))
+            }
+            _ => (
+                FailureKind::Rejected,
+                format!("{:?}: {}", status.code(), status.message()),
+            ),
+        },
+        etcd_client::Error::TransportError(e) => (FailureKind::Unreachable, format!("transport: {e}")),
+        other => (FailureKind::Unreachable, other.to_string()),
+    };
+    EndpointFailure {
+        endpoint: endpoint.clone(),
+        kind,
+        message,
+    }
+}
+
+fn convert_members(
+    endpoint: &MemberUrl,
+    members: &[etcd_client::Member],
+) -> Result<Vec<Member>, ClientError> {
+    let bad = |reason: String| ClientError::BadAnswer {
+        endpoint: endpoint.clone(),
+        reason,
+    };
+    let urls = |id: u64, list: &[String]| -> Result<Vec<MemberUrl>, ClientError> {
+        list.iter()
+            .map(|u| {
+                u.parse()
+                    .map_err(|e| bad(format!("member {id:x} has URL {u:?}: {e}")))
+            })
+            .collect()
+    };
+    members
+        .iter()
+        .map(|m| {
+            let id = MemberId::new(m.id()).ok_or_else(|| bad("a member has id 0".into()))?;
+            Ok(Member {
+                id,
+                name: m.name().to_owned(),
+                peer_urls: urls(m.id(), m.peer_urls())?,
+                client_urls: urls(m.id(), m.client_urls())?,
+                is_learner: m.is_learner(),
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,32 @@
+//! # membership
+//!
+//! Everything the other crates need to know about etcd membership, and nothing about Kubernetes:
+//!
+//! * the member model ([`Member`], [`MemberId`], [`MemberUrl`]) as etcd's member list reports it;
+//! * the two membership env vars of the static-pod contract ([`InitialCluster`] for
+//!   `ETCD_INITIAL_CLUSTER`, [`MemberIds`] for `ETCD_MEMBER_IDS`), parsed strictly and formatted
+//!   canonically so that rendering never churns;
+//! * quorum math ([`quorum`], [`fault_tolerance`]) where learners never count;
+//! * [`EtcdClient`], a small etcd client that loads TLS from the `ETCDCTL_*` files, bounds every
+//!   call with a timeout (etcd-client calls over TLS can hang past their own timeouts), tries each
+//!   endpoint in turn, and never sends a learner what a learner rejects.
+//!
+//! Invariants: member ids print as lowercase hex without `0x`; every parsed URL is canonical
+//! `scheme://host:port`; formatting a parsed value gives back the same text.
+
+mod client;
+mod env;
+mod id;
+mod member;
+mod peer_url;
+mod quorum;
+
+pub use client::{ClientConfig, ClientError, EndpointFailure, EtcdClient, LiveMembers, TlsFiles};
+pub use env::{
+    EntryProblem, EnvFormatError, INITIAL_CLUSTER_VAR, InitialCluster, MEMBER_IDS_VAR, MemberIds,
+    MemberIdsDiff,
+};
+pub use id::{IdError, MemberId};
+pub use member::Member;
+pub use peer_url::{MemberUrl, UrlError};
+pub use quorum::{fault_tolerance, is_quorate, quorum, voters};

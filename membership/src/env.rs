@@ -309,7 +309,11 @@ mod tests {
         );
         assert_eq!(
             ic("n1=10.0.0.1:2380"),
-            "ETCD_INITIAL_CLUSTER: entry 1 (\"n1=10.0.0.1:2380\"): URL \"10.0.0.1:2380\" must use scheme http or https"
+            "ETCD_INITIAL_CLUSTER: entry 1 (\"n1=10.0.0.1:2380\"): URL \"10.0.0.1:2380\" is not an absolute URL: relative URL without a base"
+        );
+        assert_eq!(
+            ic("n1=ftp://10.0.0.1:2380"),
+            "ETCD_INITIAL_CLUSTER: entry 1 (\"n1=ftp://10.0.0.1:2380\"): URL \"ftp://10.0.0.1:2380\" must use scheme http or https"
         );
         assert_eq!(
             ids("abc=https://10.0.0.1:2380,xyz=https://10.0.0.2:2380"),

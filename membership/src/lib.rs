@@ -15,13 +15,18 @@
 //! `scheme://host:port`; formatting a parsed value gives back the same text.
 
 mod client;
+mod duration;
 mod env;
 mod id;
 mod member;
 mod peer_url;
 mod quorum;
 
-pub use client::{ClientConfig, ClientError, EndpointFailure, EtcdClient, LiveMembers, TlsFiles};
+pub use client::{
+    ClientConfig, ClientError, EndpointFailure, EndpointStatus, EtcdClient, FailureKind, LiveMembers,
+    TlsFiles,
+};
+pub use duration::{DurationError, parse_duration};
 pub use env::{
     EntryProblem, EnvFormatError, INITIAL_CLUSTER_VAR, InitialCluster, MEMBER_IDS_VAR, MemberIds,
     MemberIdsDiff,

@@ -1,0 +1,26 @@
+//! # etcd-verify
+//!
+//! `etcd-verify membership` runs as the init container of every etcd static pod and decides
+//! whether etcd may start on this node, from three things only: the revision's env contract
+//! (`ETCD_INITIAL_CLUSTER`, `ETCD_MEMBER_IDS`, ...), the data dir on disk (identified by etcd's
+//! own WAL metadata), and the live member list. The decision table lives in [`decide`]; it is a
+//! pure function, and the loop in [`run`] only observes, archives and retries.
+//!
+//! ```text
+//!   env ──► VerifyConfig ─┐
+//!   data dir ─► WAL ids ──┼─► decide() ─► Start | Wait (archive?) | Block
+//!   etcd ─► member list ──┘        ▲                  │
+//!                                  └──── retry ◄──────┘ (until --timeout)
+//! ```
+//!
+//! Invariants: exit 0 only for "start"; nothing is ever deleted (a data dir is archived by
+//! rename); a revision whose `ETCD_MEMBER_IDS` disagrees with the live membership never starts.
+
+pub mod config;
+pub mod datadir;
+pub mod decide;
+pub mod run;
+pub mod wal;
+
+#[cfg(test)]
+mod decide_tests;

@@ -1,1 +1,106 @@
-fn main() {}
+//! `etcd-verify`: node-side checks for etcd static pods. `etcd-verify membership` is the init
+//! container that gates etcd's start (see the crate docs of `etcd_verify`).
+//!
+//! Exit codes: 0 = etcd may start; 1 = blocked (decided); 2 = invalid input (env or flags).
+//! Stdout carries only the JSON result; logs and the one-line reason go to stderr.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use etcd_verify::config::VerifyConfig;
+use etcd_verify::run::{Timing, VerifyResult, client_for, run};
+
+/// Default bound on the whole run. The etcd pod's startup budget is 180 s (startup probe:
+/// 30 s initial delay + 30 x 5 s); the gate gives up well before so the kubelet's restart and
+/// the operator's view of the termination message happen inside that budget.
+const DEFAULT_TIMEOUT: &str = "120s";
+const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
+
+#[derive(Parser, Debug)]
+#[command(name = "etcd-verify", version, about = "Node-side checks for etcd static pods")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Decide whether etcd may start, from the pod's env, the data dir and the live membership.
+    Membership(MembershipArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct MembershipArgs {
+    /// Bound on the whole run, retries included (e.g. 120s, 2m).
+    #[arg(long, default_value = DEFAULT_TIMEOUT, value_parser = membership::parse_duration)]
+    timeout: Duration,
+    /// Pause between attempts while waiting.
+    #[arg(long, default_value = "1s", value_parser = membership::parse_duration)]
+    retry_interval: Duration,
+    /// Bound on one call to one etcd endpoint.
+    #[arg(long, default_value = "3s", value_parser = membership::parse_duration)]
+    call_timeout: Duration,
+    /// Where the JSON result is also written for the kubelet (the container's
+    /// terminationMessagePath). The default is written only when it exists, as it does in a pod.
+    #[arg(long)]
+    termination_log: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ETCD_VERIFY_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let Command::Membership(args) = cli.command;
+    let (result, code) = match membership_gate(&args) {
+        Ok(result) if result.may_start() => (result, ExitCode::SUCCESS),
+        Ok(result) => (result, ExitCode::from(1)),
+        Err(reason) => (VerifyResult::block(reason, None, None), ExitCode::from(2)),
+    };
+    report(&result, args.termination_log.as_ref());
+    code
+}
+
+fn membership_gate(args: &MembershipArgs) -> Result<VerifyResult, String> {
+    let config = VerifyConfig::from_process_env().map_err(|e| format!("invalid input: {e}"))?;
+    let client = client_for(&config, args.call_timeout).map_err(|e| format!("invalid input: {e}"))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let timing = Timing {
+        timeout: args.timeout,
+        retry_interval: args.retry_interval,
+        call_timeout: args.call_timeout,
+    };
+    Ok(runtime.block_on(run(&config, &client, timing)))
+}
+
+fn report(result: &VerifyResult, termination_log: Option<&PathBuf>) {
+    let json = serde_json::to_string(result).unwrap_or_else(|e| {
+        format!("{{\"decision\":\"block\",\"reason\":\"cannot encode result: {e}\"}}")
+    });
+    println!("{json}");
+    eprintln!("etcd-verify membership: {}: {}", result.decision, result.reason);
+    let path = match termination_log {
+        Some(p) => Some(p.clone()),
+        None => {
+            let default = PathBuf::from(DEFAULT_TERMINATION_LOG);
+            default.exists().then_some(default)
+        }
+    };
+    if let Some(path) = path {
+        // In place: the kubelet bind-mounts this file into the container.
+        let written = std::fs::File::create(&path).and_then(|mut f| f.write_all(json.as_bytes()));
+        if let Err(e) = written {
+            eprintln!("etcd-verify membership: could not write {}: {e}", path.display());
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! The data dir on disk: what it holds (from etcd's WAL) and how it is archived. Archiving renames
+//! `<data-dir>/member` to `<data-dir>/member-archived-<UTC timestamp>` and fsyncs the data dir;
+//! nothing is ever deleted.
+
+use std::path::{Path, PathBuf};
+
+use crate::decide::DataDir;
+use crate::wal;
+
+/// Why the data dir could not be inspected or archived.
+#[derive(Debug, thiserror::Error)]
+pub enum DataDirError {
+    #[error("{action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Looks at `<data_dir>/member`.
+pub fn inspect(data_dir: &Path) -> Result<DataDir, DataDirError> {
+    let member = data_dir.join("member");
+    match std::fs::symlink_metadata(&member) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(DataDir::Absent),
+        Err(source) => {
+            return Err(DataDirError::Io {
+                action: "inspecting",
+                path: member,
+                source,
+            });
+        }
+        Ok(_) => {}
+    }
+    Ok(match wal::read_identity(&member.join("wal")) {
+        Ok(identity) => DataDir::Present(identity),
+        Err(e) => DataDir::Unreadable(e.to_string()),
+    })
+}
+
+/// Renames `<data_dir>/member` aside; returns the new path.
+pub fn archive(data_dir: &Path, now: time::OffsetDateTime) -> Result<PathBuf, DataDirError> {
+    let member = data_dir.join("member");
+    let stamp = format!(
+        "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
+        now.year(),
+        u8::from(now.month()),
+        now.day(),
+        now.hour(),
+        now.minute(),
+        now.second()
+    );
+    let mut target = data_dir.join(format!("member-archived-{stamp}"));
+    let mut n = 1;
+    while target.exists() {
+        target = data_dir.join(format!("member-archived-{stamp}-{n}"));
+        n += 1;
+    }
+    std::fs::rename(&member, &target).map_err(|source| DataDirError::Io {
+        action: "archiving",
+        path: member.clone(),
+        source,
+    })?;
+    std::fs::File::open(data_dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|source| DataDirError::Io {
+            action: "syncing",
+            path: data_dir.to_owned(),
+            source,
+        })?;
+    Ok(target)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn archive_renames_and_never_overwrites() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = time::OffsetDateTime::from_unix_timestamp(1_795_000_000).unwrap();
+        for round in 0..2 {
+            std::fs::create_dir_all(dir.path().join("member/wal")).unwrap();
+            std::fs::write(dir.path().join("member/wal/x"), format!("{round}")).unwrap();
+            let target = archive(dir.path(), now).unwrap();
+            assert!(!dir.path().join("member").exists());
+            assert_eq!(std::fs::read_to_string(target.join("wal/x")).unwrap(), format!("{round}"));
+        }
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["member-archived-20261118T110640Z", "member-archived-20261118T110640Z-1"]
+        );
+    }
+
+    #[test]
+    fn inspect_tells_absent_from_unreadable() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(inspect(dir.path()).unwrap(), DataDir::Absent);
+        std::fs::create_dir_all(dir.path().join("member")).unwrap();
+        assert!(matches!(inspect(dir.path()).unwrap(), DataDir::Unreadable(_)));
+    }
+}

@@ -1,0 +1,288 @@
+//! The decision table of `etcd-verify membership`, as one pure function from what was observed
+//! (the revision's env contract, the data dir, the live member list) to what to do.
+//!
+//! | live list | this node's member (by peer URL) | data dir | decision |
+//! |---|---|---|---|
+//! | answers, ids ≠ `ETCD_MEMBER_IDS` | any | any | block: stale or forged revision |
+//! | answers | any | from another cluster (WAL cluster id) | archive, wait |
+//! | answers | missing, data dir's member live under another URL | present | block: peer URL changed |
+//! | answers | missing | present | archive, wait for the operator |
+//! | answers | missing | absent | wait for the operator |
+//! | answers | unstarted | absent, or this member's own partial start | start |
+//! | answers | unstarted | present (stale) | archive, start |
+//! | answers | started, named for another node | any | block |
+//! | answers | started | absent | block: data dir lost |
+//! | answers | started | holds another member id, or unreadable | block |
+//! | answers | started | holds this member | start |
+//! | no answer | — | holds the member the revision lists for this URL | start (whole cluster restarting) |
+//! | no answer | — | present, bootstrap render (`state=new`) | start |
+//! | no answer | — | absent, bootstrap render (`state=new`) | start (new cluster) |
+//! | no answer | — | other | wait, then block at the deadline |
+//!
+//! With `ETCD_INITIAL_CLUSTER_STATE=new` and no `ETCD_MEMBER_IDS` (the bootstrap render), the ids
+//! comparison is skipped: a new cluster has no ids until etcd makes them.
+
+use membership::{LiveMembers, MemberId, MemberIds};
+
+use crate::config::{ClusterState, VerifyConfig};
+use crate::wal::WalIdentity;
+
+/// What is in the data dir.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DataDir {
+    /// No `<data-dir>/member`.
+    Absent,
+    /// `<data-dir>/member` exists and its WAL names this member and cluster.
+    Present(WalIdentity),
+    /// `<data-dir>/member` exists but its WAL could not be read.
+    Unreadable(String),
+}
+
+/// Everything one decision is made from.
+#[derive(Clone, Debug)]
+pub struct Observed<'a> {
+    pub config: &'a VerifyConfig,
+    pub data_dir: DataDir,
+    /// The live member list, or why no endpoint answered.
+    pub live: Result<LiveMembers, String>,
+}
+
+/// What to do now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// etcd may start (archiving the data dir first when `archive` says why).
+    Start {
+        reason: String,
+        member_id: Option<MemberId>,
+        archive: Option<String>,
+    },
+    /// Not yet: archive first if asked, then look again until the deadline.
+    Wait {
+        reason: String,
+        member_id: Option<MemberId>,
+        archive: Option<String>,
+    },
+    /// etcd must not start on this revision.
+    Block {
+        reason: String,
+        member_id: Option<MemberId>,
+    },
+}
+
+fn hex(id: u64) -> String {
+    format!("{id:x}")
+}
+
+/// Decides from one observation.
+pub fn decide(o: &Observed<'_>) -> Decision {
+    match &o.live {
+        Ok(live) => decide_with_live(o.config, &o.data_dir, live),
+        Err(why) => decide_without_live(o.config, &o.data_dir, why),
+    }
+}
+
+fn decide_with_live(config: &VerifyConfig, data: &DataDir, live: &LiveMembers) -> Decision {
+    let own_url = &config.peer_url;
+    let live_ids = MemberIds::from_members(&live.members);
+    let skip_id_check = config.state == ClusterState::New && config.member_ids.is_empty();
+    if !skip_id_check {
+        let diff = config.member_ids.diff(&live_ids);
+        if !diff.is_empty() {
+            let mut parts = Vec::new();
+            for (id, url) in &diff.only_left {
+                parts.push(format!("{id}={url} is in ETCD_MEMBER_IDS but not a live member"));
+            }
+            for (id, url) in &diff.only_right {
+                parts.push(format!("live member {id}={url} is missing from ETCD_MEMBER_IDS"));
+            }
+            for (id, ours, theirs) in &diff.url_changed {
+                parts.push(format!("member {id} has peer URL {theirs}, ETCD_MEMBER_IDS says {ours}"));
+            }
+            return Decision::Block {
+                reason: format!(
+                    "stale or forged revision: {} (live members from {}: {live_ids})",
+                    parts.join("; "),
+                    live.answered_by
+                ),
+                member_id: config.member_ids.id_for_url(own_url),
+            };
+        }
+    }
+    if let DataDir::Present(wal) = data
+        && wal.cluster_id != live.cluster_id
+    {
+        return Decision::Wait {
+            reason: format!(
+                "data dir belongs to cluster {} (member {}), the live cluster is {}: archived it",
+                hex(wal.cluster_id),
+                hex(wal.member_id),
+                hex(live.cluster_id)
+            ),
+            member_id: None,
+            archive: Some(format!("data dir of another cluster ({})", hex(wal.cluster_id))),
+        };
+    }
+    let Some(own) = live.members.iter().find(|m| m.has_peer_url(own_url)) else {
+        return match data {
+            DataDir::Present(wal) => {
+                if let Some(m) = live.members.iter().find(|m| m.id.get() == wal.member_id) {
+                    let urls: Vec<String> = m.peer_urls.iter().map(ToString::to_string).collect();
+                    Decision::Block {
+                        reason: format!(
+                            "data dir holds live member {} whose peer URL is {}, not {own_url}: this node's address changed; the operator must replace the member",
+                            m.id,
+                            urls.join(",")
+                        ),
+                        member_id: Some(m.id),
+                    }
+                } else {
+                    Decision::Wait {
+                        reason: format!(
+                            "no live member has peer URL {own_url}; the data dir's member {} was removed: archived it, waiting for the operator to add this node as a learner",
+                            hex(wal.member_id)
+                        ),
+                        member_id: None,
+                        archive: Some(format!("member {} is no longer in the cluster", hex(wal.member_id))),
+                    }
+                }
+            }
+            DataDir::Unreadable(why) => Decision::Wait {
+                reason: format!(
+                    "no live member has peer URL {own_url} and the data dir is unreadable ({why}): archived it, waiting for the operator to add this node as a learner"
+                ),
+                member_id: None,
+                archive: Some(format!("unreadable data dir of a node that is not a member: {why}")),
+            },
+            DataDir::Absent => Decision::Wait {
+                reason: format!(
+                    "waiting for the operator to add a member with peer URL {own_url} (live members: {live_ids})"
+                ),
+                member_id: None,
+                archive: None,
+            },
+        };
+    };
+    let id = Some(own.id);
+    if !own.is_started() {
+        let kind = if own.is_learner { "learner" } else { "member" };
+        return match data {
+            DataDir::Absent => Decision::Start {
+                reason: format!("joining as unstarted {kind} {} with peer URL {own_url}", own.id),
+                member_id: id,
+                archive: None,
+            },
+            DataDir::Present(wal) if wal.member_id == own.id.get() => Decision::Start {
+                reason: format!(
+                    "joining as {kind} {}; the data dir is this member's own earlier start",
+                    own.id
+                ),
+                member_id: id,
+                archive: None,
+            },
+            DataDir::Present(wal) => Decision::Start {
+                reason: format!(
+                    "joining as unstarted {kind} {}; archived a stale data dir of member {}",
+                    own.id,
+                    hex(wal.member_id)
+                ),
+                member_id: id,
+                archive: Some(format!("stale data dir of member {}", hex(wal.member_id))),
+            },
+            DataDir::Unreadable(why) => Decision::Start {
+                reason: format!("joining as unstarted {kind} {}; archived an unreadable data dir", own.id),
+                member_id: id,
+                archive: Some(format!("unreadable data dir: {why}")),
+            },
+        };
+    }
+    if own.name != config.name {
+        return Decision::Block {
+            reason: format!(
+                "peer URL {own_url} belongs to started member {} named {:?}, not {:?}",
+                own.id, own.name, config.name
+            ),
+            member_id: id,
+        };
+    }
+    match data {
+        DataDir::Absent => Decision::Block {
+            reason: format!(
+                "data dir lost: member {} ({}) has started before but {} has no member data; the operator must remove the member and add this node again as a learner",
+                own.id,
+                own.name,
+                config.data_dir.display()
+            ),
+            member_id: id,
+        },
+        DataDir::Present(wal) if wal.member_id == own.id.get() => Decision::Start {
+            reason: format!("restarting member {} ({}) on its own data dir", own.id, own.name),
+            member_id: id,
+            archive: None,
+        },
+        DataDir::Present(wal) => Decision::Block {
+            reason: format!(
+                "data dir holds member {} but this node's live member is {} ({}): refusing to start on another member's data",
+                hex(wal.member_id),
+                own.id,
+                own.name
+            ),
+            member_id: id,
+        },
+        DataDir::Unreadable(why) => Decision::Block {
+            reason: format!(
+                "member {} ({}) has started before but its data dir is unreadable: {why}",
+                own.id, own.name
+            ),
+            member_id: id,
+        },
+    }
+}
+
+fn decide_without_live(config: &VerifyConfig, data: &DataDir, why: &str) -> Decision {
+    let expected = config.member_ids.id_for_url(&config.peer_url);
+    let bootstrap = config.state == ClusterState::New;
+    match data {
+        DataDir::Present(wal) if expected.is_some_and(|id| id.get() == wal.member_id) => Decision::Start {
+            reason: format!(
+                "no etcd endpoint answered ({why}); the data dir holds member {} as this revision expects: starting (whole cluster restarting)",
+                hex(wal.member_id)
+            ),
+            member_id: expected,
+            archive: None,
+        },
+        DataDir::Present(wal) if bootstrap && config.member_ids.is_empty() => Decision::Start {
+            reason: format!(
+                "no etcd endpoint answered ({why}); bootstrap revision restarting on its own data dir (member {})",
+                hex(wal.member_id)
+            ),
+            member_id: MemberId::new(wal.member_id),
+            archive: None,
+        },
+        DataDir::Absent if bootstrap => Decision::Start {
+            reason: format!("bootstrapping a new cluster (no etcd endpoint answered: {why})"),
+            member_id: None,
+            archive: None,
+        },
+        DataDir::Present(wal) => Decision::Wait {
+            reason: format!(
+                "no etcd endpoint answered ({why}) and the data dir holds member {}, which ETCD_MEMBER_IDS does not list for {}: cannot confirm it is safe to start",
+                hex(wal.member_id),
+                config.peer_url
+            ),
+            member_id: expected,
+            archive: None,
+        },
+        DataDir::Unreadable(reason) => Decision::Wait {
+            reason: format!(
+                "no etcd endpoint answered ({why}) and the data dir is unreadable ({reason})"
+            ),
+            member_id: expected,
+            archive: None,
+        },
+        DataDir::Absent => Decision::Wait {
+            reason: format!("no etcd endpoint answered ({why}) and there is no data dir to start from"),
+            member_id: expected,
+            archive: None,
+        },
+    }
+}

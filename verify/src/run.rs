@@ -1,0 +1,134 @@
+//! The verify loop: observe (data dir, live member list), decide, act (archive), until a decision
+//! to start or block, or the deadline.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use membership::{ClientConfig, EtcdClient, MemberId};
+use tokio::time::Instant;
+
+use crate::config::VerifyConfig;
+use crate::datadir;
+use crate::decide::{Decision, Observed, decide};
+
+/// Timing of the loop.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// Bound on the whole run, retries included.
+    pub timeout: Duration,
+    /// Pause between observations while waiting.
+    pub retry_interval: Duration,
+    /// Bound on one call to one etcd endpoint.
+    pub call_timeout: Duration,
+}
+
+/// The outcome, as printed on stdout and written to the termination message.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VerifyResult {
+    /// `start` or `block`.
+    pub decision: String,
+    pub reason: String,
+    pub member_id: Option<String>,
+    /// Where a data dir was archived to during this run.
+    pub archived: Option<String>,
+}
+
+impl VerifyResult {
+    pub fn start(reason: String, member_id: Option<MemberId>, archived: Option<PathBuf>) -> Self {
+        Self::new("start", reason, member_id, archived)
+    }
+
+    pub fn block(reason: String, member_id: Option<MemberId>, archived: Option<PathBuf>) -> Self {
+        Self::new("block", reason, member_id, archived)
+    }
+
+    fn new(decision: &str, reason: String, member_id: Option<MemberId>, archived: Option<PathBuf>) -> Self {
+        Self {
+            decision: decision.into(),
+            reason,
+            member_id: member_id.map(|id| id.to_string()),
+            archived: archived.map(|p| p.display().to_string()),
+        }
+    }
+
+    /// True when etcd may start.
+    pub fn may_start(&self) -> bool {
+        self.decision == "start"
+    }
+}
+
+/// Runs the loop. Errors while acting (archiving) become a block: never start on a half-done step.
+pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> VerifyResult {
+    let deadline = Instant::now() + timing.timeout;
+    let mut archived: Option<PathBuf> = None;
+    loop {
+        let data_dir = match datadir::inspect(&config.data_dir) {
+            Ok(d) => d,
+            Err(e) => return VerifyResult::block(format!("cannot inspect the data dir: {e}"), None, archived),
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let live = match tokio::time::timeout(remaining, client.member_list()).await {
+            Ok(Ok(live)) => Ok(live),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("member list did not finish within the remaining {remaining:?}")),
+        };
+        let observed = Observed {
+            config,
+            data_dir,
+            live,
+        };
+        let decision = decide(&observed);
+        tracing::info!(?decision, "decided");
+        let (archive_why, member_id) = match &decision {
+            Decision::Start { archive, member_id, .. } | Decision::Wait { archive, member_id, .. } => {
+                (archive.clone(), *member_id)
+            }
+            Decision::Block { member_id, .. } => (None, *member_id),
+        };
+        if let Some(why) = archive_why {
+            match archive(&config.data_dir, &why) {
+                Ok(path) => archived = Some(path),
+                Err(e) => return VerifyResult::block(e, member_id, archived),
+            }
+        }
+        match decision {
+            Decision::Start { reason, member_id, .. } => {
+                return VerifyResult::start(reason, member_id, archived);
+            }
+            Decision::Block { reason, member_id } => {
+                return VerifyResult::block(reason, member_id, archived);
+            }
+            Decision::Wait { reason, member_id, archive } => {
+                if archive.is_some() {
+                    // The data dir changed: look again at once.
+                    continue;
+                }
+                if Instant::now() + timing.retry_interval >= deadline {
+                    return VerifyResult::block(
+                        format!("timed out after {:?}: {reason}", timing.timeout),
+                        member_id,
+                        archived,
+                    );
+                }
+                tracing::info!(%reason, "waiting");
+                tokio::time::sleep(timing.retry_interval).await;
+            }
+        }
+    }
+}
+
+fn archive(data_dir: &Path, why: &str) -> Result<PathBuf, String> {
+    let path = datadir::archive(data_dir, time::OffsetDateTime::now_utc())
+        .map_err(|e| format!("could not archive the data dir ({why}): {e}"))?;
+    tracing::warn!(archived_to = %path.display(), %why, "archived data dir");
+    Ok(path)
+}
+
+/// Builds the etcd client from the validated config.
+pub fn client_for(config: &VerifyConfig, call_timeout: Duration) -> Result<EtcdClient, membership::ClientError> {
+    EtcdClient::new(ClientConfig {
+        endpoints: config.endpoints.clone(),
+        tls: config.tls.clone(),
+        call_timeout,
+    })
+}

@@ -1,0 +1,237 @@
+//! Reads the member id and cluster id out of an etcd data dir's write-ahead log, the way etcd
+//! itself learns them on restart, so a data dir is identified by its own contents (no side file).
+//!
+//! WAL layout (etcd 3.4, `<data-dir>/member/wal/<seq>-<index>.wal`): a sequence of frames, each an
+//! 8-byte little-endian length word followed by a protobuf `walpb.Record` and padding. The low 56
+//! bits of the word are the record length; when the top bit is set, bits 56-58 give the padding
+//! length. A zero word marks preallocated, unused space. Every WAL file starts with a CRC record
+//! and a metadata record (`type = 1`) whose data is `etcdserverpb.Metadata { NodeID = 1;
+//! ClusterID = 2 }`.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Identity of a data dir.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalIdentity {
+    pub member_id: u64,
+    pub cluster_id: u64,
+}
+
+/// Why the WAL could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum WalError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}: no .wal files")]
+    NoWalFiles(PathBuf),
+    #[error("{path}: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+const METADATA_RECORD: u64 = 1;
+/// Metadata is the second record of a file; give up well after that.
+const MAX_RECORDS: usize = 64;
+const MAX_RECORD_BYTES: u64 = 16 << 20;
+
+/// Reads the identity from the oldest WAL file under `wal_dir`.
+pub fn read_identity(wal_dir: &Path) -> Result<WalIdentity, WalError> {
+    let io = |source| WalError::Io {
+        path: wal_dir.to_owned(),
+        source,
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(wal_dir)
+        .map_err(io)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+        .collect();
+    files.sort();
+    let first = files
+        .first()
+        .ok_or_else(|| WalError::NoWalFiles(wal_dir.to_owned()))?;
+    let mut bytes = Vec::new();
+    std::fs::File::open(first)
+        .and_then(|f| f.take(MAX_RECORD_BYTES).read_to_end(&mut bytes))
+        .map_err(|source| WalError::Io {
+            path: first.clone(),
+            source,
+        })?;
+    identity_from_bytes(&bytes).map_err(|reason| WalError::Corrupt {
+        path: first.clone(),
+        reason,
+    })
+}
+
+/// Finds the metadata record in the bytes of a WAL file.
+pub fn identity_from_bytes(bytes: &[u8]) -> Result<WalIdentity, String> {
+    let mut pos = 0usize;
+    for _ in 0..MAX_RECORDS {
+        let word = bytes
+            .get(pos..pos + 8)
+            .ok_or("WAL ends before its metadata record")?;
+        let word = u64::from_le_bytes(word.try_into().map_err(|_| "short length word")?);
+        if word == 0 {
+            return Err("WAL has no metadata record".into());
+        }
+        let len = word & 0x00ff_ffff_ffff_ffff;
+        let pad = if word & (1 << 63) != 0 { (word >> 56) & 0x7 } else { 0 };
+        pos += 8;
+        let len = usize::try_from(len).map_err(|_| "record length overflows")?;
+        let record = bytes
+            .get(pos..pos + len)
+            .ok_or_else(|| format!("record at byte {} is truncated ({len} bytes)", pos - 8))?;
+        let fields = decode_fields(record)?;
+        if field_varint(&fields, 1) == Some(METADATA_RECORD) {
+            let data = fields
+                .iter()
+                .find_map(|(n, v)| match (n, v) {
+                    (3, Field::Bytes(b)) => Some(*b),
+                    _ => None,
+                })
+                .ok_or("metadata record has no data")?;
+            let meta = decode_fields(data)?;
+            return Ok(WalIdentity {
+                member_id: field_varint(&meta, 1).ok_or("metadata has no NodeID")?,
+                cluster_id: field_varint(&meta, 2).ok_or("metadata has no ClusterID")?,
+            });
+        }
+        pos += len + usize::try_from(pad).map_err(|_| "bad padding")?;
+    }
+    Err(format!("no metadata record in the first {MAX_RECORDS} records"))
+}
+
+#[derive(Debug)]
+enum Field<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+    Other,
+}
+
+fn decode_varint(bytes: &[u8], pos: &mut usize) -> Result<u64, String> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *bytes.get(*pos).ok_or("truncated varint")?;
+        *pos += 1;
+        value |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Ok(value);
+        }
+    }
+    Err("varint longer than 10 bytes".into())
+}
+
+/// Decodes the top-level fields of a protobuf message (only what WAL records use).
+fn decode_fields(bytes: &[u8]) -> Result<Vec<(u64, Field<'_>)>, String> {
+    let mut pos = 0;
+    let mut out = Vec::new();
+    while pos < bytes.len() {
+        let key = decode_varint(bytes, &mut pos)?;
+        let (number, wire) = (key >> 3, key & 7);
+        let field = match wire {
+            0 => Field::Varint(decode_varint(bytes, &mut pos)?),
+            2 => {
+                let len = usize::try_from(decode_varint(bytes, &mut pos)?)
+                    .map_err(|_| "length overflows")?;
+                let b = bytes.get(pos..pos + len).ok_or("truncated bytes field")?;
+                pos += len;
+                Field::Bytes(b)
+            }
+            1 => {
+                pos += 8;
+                Field::Other
+            }
+            5 => {
+                pos += 4;
+                Field::Other
+            }
+            w => return Err(format!("unsupported protobuf wire type {w}")),
+        };
+        out.push((number, field));
+    }
+    Ok(out)
+}
+
+fn field_varint(fields: &[(u64, Field<'_>)], number: u64) -> Option<u64> {
+    fields.iter().find_map(|(n, f)| match f {
+        Field::Varint(v) if *n == number => Some(*v),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn varint(mut v: u64, out: &mut Vec<u8>) {
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(b);
+                return;
+            }
+            out.push(b | 0x80);
+        }
+    }
+
+    fn record(kind: u64, data: &[u8]) -> Vec<u8> {
+        let mut r = Vec::new();
+        r.push(0x08);
+        varint(kind, &mut r);
+        r.push(0x10);
+        varint(12345, &mut r);
+        if !data.is_empty() {
+            r.push(0x1a);
+            varint(data.len() as u64, &mut r);
+            r.extend_from_slice(data);
+        }
+        r
+    }
+
+    fn frame(rec: &[u8], out: &mut Vec<u8>) {
+        let pad = (8 - rec.len() % 8) % 8;
+        let mut word = rec.len() as u64;
+        if pad > 0 {
+            word |= (1 << 63) | ((pad as u64) << 56);
+        }
+        out.extend_from_slice(&word.to_le_bytes());
+        out.extend_from_slice(rec);
+        out.extend(std::iter::repeat_n(0, pad));
+    }
+
+    #[test]
+    fn finds_metadata_after_the_crc_record() {
+        let mut meta = Vec::new();
+        meta.push(0x08);
+        varint(0x8e9e05c52164694d, &mut meta);
+        meta.push(0x10);
+        varint(0xcdf818194e3a8c32, &mut meta);
+        let mut wal = Vec::new();
+        frame(&record(4, &[]), &mut wal);
+        frame(&record(1, &meta), &mut wal);
+        wal.extend_from_slice(&[0u8; 64]);
+        assert_eq!(
+            identity_from_bytes(&wal).unwrap(),
+            WalIdentity {
+                member_id: 0x8e9e05c52164694d,
+                cluster_id: 0xcdf818194e3a8c32
+            }
+        );
+    }
+
+    #[test]
+    fn reports_truncated_and_empty_wals() {
+        assert_eq!(
+            identity_from_bytes(&[0u8; 32]).unwrap_err(),
+            "WAL has no metadata record"
+        );
+        let mut wal = Vec::new();
+        frame(&record(4, &[]), &mut wal);
+        wal.truncate(8 + 2);
+        assert!(identity_from_bytes(&wal).unwrap_err().contains("truncated"));
+        assert!(identity_from_bytes(&[]).unwrap_err().contains("ends before"));
+    }
+}

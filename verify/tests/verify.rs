@@ -1,0 +1,379 @@
+//! `etcd-verify membership` against real etcd clusters: every row of the decision table, run as
+//! the real binary with the env contract, plus bad input.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use etcd_fixture::{ClusterSpec, EtcdCluster, LoopbackAddr};
+use membership::{InitialCluster, MemberIds};
+
+/// What one run of the binary produced.
+#[derive(Debug)]
+struct Outcome {
+    code: i32,
+    json: serde_json::Value,
+    stderr_last: String,
+    termination_message: String,
+}
+
+impl Outcome {
+    fn reason(&self) -> &str {
+        self.json["reason"].as_str().unwrap_or_default()
+    }
+
+    fn assert(&self, code: i32, decision: &str, reason_part: &str) {
+        assert_eq!(self.code, code, "exit code; outcome: {self:#?}");
+        assert_eq!(self.json["decision"], decision, "decision; outcome: {self:#?}");
+        assert!(
+            self.reason().contains(reason_part),
+            "reason {:?} lacks {reason_part:?}; outcome: {self:#?}",
+            self.reason()
+        );
+        assert!(
+            self.stderr_last.contains(reason_part),
+            "stderr's last line {:?} lacks the reason",
+            self.stderr_last
+        );
+        let written: serde_json::Value = serde_json::from_str(&self.termination_message).unwrap();
+        assert_eq!(written, self.json, "termination message differs from stdout");
+    }
+}
+
+fn run_verify(env: &BTreeMap<String, String>, timeout: &str) -> Outcome {
+    let dir = tempfile::tempdir().unwrap();
+    let termination = dir.path().join("termination-log");
+    let out = Command::new(env!("CARGO_BIN_EXE_etcd-verify"))
+        .args(["membership", "--timeout", timeout, "--retry-interval", "200ms", "--call-timeout", "2s"])
+        .arg("--termination-log")
+        .arg(&termination)
+        .env_clear()
+        .env("ETCD_VERIFY_LOG", "warn")
+        .envs(env)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stdout.lines().count(), 1, "stdout must hold only the JSON result: {stdout:?}");
+    Outcome {
+        code: out.status.code().unwrap_or(-1),
+        json: serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("bad JSON {stdout:?}: {e}")),
+        stderr_last: stderr.lines().last().unwrap_or_default().to_owned(),
+        termination_message: std::fs::read_to_string(&termination).unwrap_or_default(),
+    }
+}
+
+/// The env a revision rendered now for `node` would carry: the live membership (learners
+/// included) plus the node itself; voters' client URLs as endpoints.
+async fn revision_env(cluster: &mut EtcdCluster, node: &str) -> BTreeMap<String, String> {
+    let live = cluster.members().await.unwrap();
+    let ids = MemberIds::from_members(&live);
+    let own = cluster.peer_url(node).unwrap();
+    let mut initial = InitialCluster::default();
+    initial.insert(node, own.clone());
+    for m in &live {
+        let url = m.peer_url().unwrap();
+        let name = cluster.name_for_peer_url(url).unwrap();
+        initial.insert(&name, url.clone());
+    }
+    let endpoints: Vec<String> = live
+        .iter()
+        .filter(|m| !m.is_learner && !m.has_peer_url(&own))
+        .map(|m| {
+            let name = cluster.name_for_peer_url(m.peer_url().unwrap()).unwrap();
+            cluster.client_url(&name).unwrap().to_string()
+        })
+        .collect();
+    env_with(cluster, node, &initial.to_string(), &ids.to_string(), &endpoints.join(","))
+}
+
+fn env_with(cluster: &EtcdCluster, node: &str, initial: &str, ids: &str, endpoints: &str) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = [
+        ("ETCD_NAME", node.to_owned()),
+        ("ETCD_DATA_DIR", cluster.data_dir(node).unwrap().display().to_string()),
+        ("ETCD_INITIAL_ADVERTISE_PEER_URLS", cluster.peer_url(node).unwrap().to_string()),
+        ("ETCD_INITIAL_CLUSTER_STATE", "existing".to_owned()),
+        ("ETCD_INITIAL_CLUSTER", initial.to_owned()),
+        ("ETCD_MEMBER_IDS", ids.to_owned()),
+        ("ETCDCTL_ENDPOINTS", endpoints.to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    if let Some(tls) = cluster.client_tls() {
+        env.insert("ETCDCTL_CACERT".into(), tls.ca.display().to_string());
+        env.insert("ETCDCTL_CERT".into(), tls.cert.display().to_string());
+        env.insert("ETCDCTL_KEY".into(), tls.key.display().to_string());
+    }
+    env
+}
+
+fn archived_dirs(data_dir: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(data_dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("member-archived-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    dirs
+}
+
+#[tokio::test]
+async fn learner_joins_over_tls() {
+    let mut cluster = EtcdCluster::start(ClusterSpec::tls(3)).await.unwrap();
+    let id = cluster.add_learner("n4").await.unwrap();
+    let env = revision_env(&mut cluster, "n4").await;
+    let outcome = run_verify(&env, "10s");
+    outcome.assert(0, "start", &format!("joining as unstarted learner {id}"));
+    assert_eq!(outcome.json["member_id"], id.to_string());
+    assert!(outcome.json["archived"].is_null());
+    // The gate's "start" is real: etcd joins with this env and can be promoted.
+    cluster.start_member("n4").await.unwrap();
+    cluster.promote("n4").await.unwrap();
+    let members = cluster.members().await.unwrap();
+    assert!(members.iter().any(|m| m.id == id && !m.is_learner && m.name == "n4"), "{members:?}");
+}
+
+#[tokio::test]
+async fn replaced_member_archives_its_stale_data_and_joins() {
+    let mut cluster = EtcdCluster::start(ClusterSpec::plain(3)).await.unwrap();
+    let old_id = cluster.member_id("n3").unwrap();
+    cluster.stop("n3").unwrap();
+    cluster.remove_member("n3").await.unwrap();
+    let new_id = cluster.readd_as_learner("n3").await.unwrap();
+    assert_ne!(old_id, new_id);
+    let data_dir = cluster.data_dir("n3").unwrap();
+    let outcome = run_verify(&revision_env(&mut cluster, "n3").await, "10s");
+    outcome.assert(0, "start", &format!("archived a stale data dir of member {old_id}"));
+    let archived = archived_dirs(&data_dir);
+    assert_eq!(archived.len(), 1, "{archived:?}");
+    assert_eq!(outcome.json["archived"], archived[0].display().to_string());
+    assert!(archived[0].join("wal").is_dir(), "the archive keeps the old data");
+    assert!(!data_dir.join("member").exists());
+    cluster.start_member("n3").await.unwrap();
+    cluster.promote("n3").await.unwrap();
+}
+
+#[tokio::test]
+async fn started_member_restarts() {
+    let mut cluster = EtcdCluster::start(ClusterSpec::plain(3)).await.unwrap();
+    let id = cluster.member_id("n2").unwrap();
+    cluster.stop("n2").unwrap();
+    let outcome = run_verify(&revision_env(&mut cluster, "n2").await, "10s");
+    outcome.assert(0, "start", &format!("restarting member {id} (n2) on its own data dir"));
+    cluster.restart("n2").unwrap();
+    cluster.wait_writable().await.unwrap();
+}
+
+#[tokio::test]
+async fn forged_or_stale_member_ids_block_over_tls() {
+    let mut cluster = EtcdCluster::start(ClusterSpec::tls(3)).await.unwrap();
+    // A revision made before a learner was added is stale.
+    let stale = revision_env(&mut cluster, "n3").await;
+    let learner = cluster.add_learner("n4").await.unwrap();
+    let real = cluster.member_id("n3").unwrap();
+    cluster.stop("n3").unwrap();
+
+    let mut env = revision_env(&mut cluster, "n3").await;
+    let good_ids = env["ETCD_MEMBER_IDS"].clone();
+    let peer = cluster.peer_url("n3").unwrap();
+    let forged = good_ids.replace(&format!("{real}={peer}"), &format!("abad1dea={peer}"));
+    assert_ne!(forged, good_ids);
+    env.insert("ETCD_MEMBER_IDS".into(), MemberIds::parse(&forged).unwrap().to_string());
+    let outcome = run_verify(&env, "10s");
+    outcome.assert(1, "block", &format!("abad1dea={peer} is in ETCD_MEMBER_IDS but not a live member"));
+    assert!(cluster.data_dir("n3").unwrap().join("member").is_dir(), "data must stay untouched");
+    assert!(archived_dirs(&cluster.data_dir("n3").unwrap()).is_empty());
+
+    let outcome = run_verify(&stale, "10s");
+    outcome.assert(1, "block", &format!("live member {learner}="));
+    // The good revision still starts n3.
+    run_verify(&revision_env(&mut cluster, "n3").await, "10s").assert(0, "start", "restarting member");
+}
+
+#[tokio::test]
+async fn lost_data_dir_blocks() {
+    let mut cluster = EtcdCluster::start(ClusterSpec::plain(3)).await.unwrap();
+    let id = cluster.member_id("n3").unwrap();
+    cluster.stop("n3").unwrap();
+    cluster.wipe_data_dir("n3").unwrap();
+    let outcome = run_verify(&revision_env(&mut cluster, "n3").await, "10s");
+    outcome.assert(1, "block", &format!("data dir lost: member {id} (n3)"));
+    assert_eq!(outcome.json["member_id"], id.to_string());
+}
+
+#[tokio::test]
+async fn removed_member_data_is_archived_then_waits() {
+    let mut cluster = EtcdCluster::start(ClusterSpec::plain(3)).await.unwrap();
+    let old_id = cluster.member_id("n3").unwrap();
+    cluster.stop("n3").unwrap();
+    cluster.remove_member("n3").await.unwrap();
+    let data_dir = cluster.data_dir("n3").unwrap();
+    let outcome = run_verify(&revision_env(&mut cluster, "n3").await, "2s");
+    outcome.assert(1, "block", "waiting for the operator to add a member with peer URL");
+    assert!(outcome.reason().starts_with("timed out after 2s"), "{}", outcome.reason());
+    let archived = archived_dirs(&data_dir);
+    assert_eq!(archived.len(), 1, "{archived:?}");
+    assert_eq!(outcome.json["archived"], archived[0].display().to_string());
+    assert!(!data_dir.join("member").exists());
+    let _ = old_id;
+}
+
+#[tokio::test]
+async fn data_dir_from_another_cluster_is_archived() {
+    let mut cluster = EtcdCluster::start(ClusterSpec::plain(3)).await.unwrap();
+    let mut other = EtcdCluster::start(ClusterSpec::plain(1).with_token("another-cluster")).await.unwrap();
+    let id = cluster.add_learner("n4").await.unwrap();
+    other.stop("n1").unwrap();
+    let data_dir = cluster.data_dir("n4").unwrap();
+    std::fs::rename(other.data_dir("n1").unwrap(), &data_dir).unwrap();
+    let outcome = run_verify(&revision_env(&mut cluster, "n4").await, "10s");
+    outcome.assert(0, "start", &format!("joining as unstarted learner {id}"));
+    let archived = archived_dirs(&data_dir);
+    assert_eq!(archived.len(), 1, "{archived:?}");
+    assert_eq!(outcome.json["archived"], archived[0].display().to_string());
+}
+
+#[tokio::test]
+async fn whole_cluster_down() {
+    let mut cluster = EtcdCluster::start(ClusterSpec::plain(3)).await.unwrap();
+    let envs = [
+        revision_env(&mut cluster, "n1").await,
+        revision_env(&mut cluster, "n2").await,
+        revision_env(&mut cluster, "n3").await,
+    ];
+    let before = cluster.members().await.unwrap();
+    for n in ["n1", "n2", "n3"] {
+        cluster.stop(n).unwrap();
+    }
+    // Every endpoint of the revision is down: each node with its data dir may start.
+    let mut all_endpoints = envs[0].clone();
+    all_endpoints.insert(
+        "ETCDCTL_ENDPOINTS".into(),
+        cluster.client_urls().iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+    );
+    let outcome = run_verify(&all_endpoints, "10s");
+    outcome.assert(0, "start", "whole cluster restarting");
+    for (n, env) in ["n2", "n3"].iter().zip(&envs[1..]) {
+        run_verify(env, "10s").assert(0, "start", "whole cluster restarting");
+        let _ = n;
+    }
+    for n in ["n1", "n2", "n3"] {
+        cluster.restart(n).unwrap();
+    }
+    cluster.wait_writable().await.unwrap();
+    let after = cluster.members().await.unwrap();
+    assert_eq!(MemberIds::from_members(&before), MemberIds::from_members(&after));
+
+    // Without a data dir, nothing answering means retry, then block at the deadline.
+    for n in ["n1", "n2", "n3"] {
+        cluster.stop(n).unwrap();
+    }
+    cluster.wipe_data_dir("n1").unwrap();
+    let outcome = run_verify(&envs[0], "1s");
+    outcome.assert(1, "block", "no data dir to start from");
+    assert!(outcome.reason().starts_with("timed out after 1s"));
+}
+
+/// Bad input: the exact error, exit code 2, JSON on stdout, nothing touched.
+#[test]
+fn bad_input_is_named_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let base: BTreeMap<String, String> = [
+        ("ETCD_NAME", "n2"),
+        ("ETCD_DATA_DIR", data_dir.to_str().unwrap()),
+        ("ETCD_INITIAL_ADVERTISE_PEER_URLS", "http://127.0.0.2:2380"),
+        ("ETCD_INITIAL_CLUSTER_STATE", "existing"),
+        ("ETCD_INITIAL_CLUSTER", "n1=http://127.0.0.1:2380,n2=http://127.0.0.2:2380"),
+        ("ETCD_MEMBER_IDS", "a1=http://127.0.0.1:2380,b2=http://127.0.0.2:2380"),
+        ("ETCDCTL_ENDPOINTS", "http://127.0.0.1:2379"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let cases: Vec<(&str, Option<&str>, String)> = vec![
+        ("ETCD_MEMBER_IDS", Some("a1=http://127.0.0.1:2380,0xb2=http://127.0.0.2:2380"),
+         "invalid input: ETCD_MEMBER_IDS: entry 2 (\"0xb2=http://127.0.0.2:2380\"): member id \"0xb2\" is not lowercase hex (no 0x prefix, digits 0-9a-f only)".into()),
+        ("ETCD_MEMBER_IDS", Some("a1=http://127.0.0.1:2380,a1=http://127.0.0.2:2380"),
+         "invalid input: ETCD_MEMBER_IDS: entry 2 (\"a1=http://127.0.0.2:2380\"): duplicate key \"a1\"".into()),
+        ("ETCD_INITIAL_CLUSTER", Some("n1=http://127.0.0.1:2380,,n2=http://127.0.0.2:2380"),
+         "invalid input: ETCD_INITIAL_CLUSTER: entry 2 (\"\"): empty entry (stray comma?)".into()),
+        ("ETCD_INITIAL_CLUSTER", Some("n1=http://127.0.0.1:2380, n2=http://127.0.0.2:2380"),
+         "invalid input: ETCD_INITIAL_CLUSTER: entry 2 (\" n2=http://127.0.0.2:2380\"): contains whitespace".into()),
+        ("ETCD_INITIAL_CLUSTER", Some("n1=127.0.0.1:2380,n2=http://127.0.0.2:2380"),
+         "invalid input: ETCD_INITIAL_CLUSTER: entry 1 (\"n1=127.0.0.1:2380\"): URL \"127.0.0.1:2380\" is not an absolute URL: relative URL without a base".into()),
+        ("ETCD_INITIAL_ADVERTISE_PEER_URLS", Some("http://127.0.0.2"),
+         "invalid input: ETCD_INITIAL_ADVERTISE_PEER_URLS=\"http://127.0.0.2\": URL \"http://127.0.0.2\" has no explicit port".into()),
+        ("ETCD_DATA_DIR", None, "invalid input: ETCD_DATA_DIR is not set".into()),
+        ("ETCD_INITIAL_CLUSTER_STATE", Some("New"),
+         "invalid input: ETCD_INITIAL_CLUSTER_STATE=\"New\": must be \"new\" or \"existing\"".into()),
+        ("ETCDCTL_ENDPOINTS", Some(""), "invalid input: ETCDCTL_ENDPOINTS=\"\": must not be empty".into()),
+        ("ETCDCTL_CACERT", Some("/nonexistent/ca.crt"),
+         "invalid input: TLS must be configured with all three of ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY or none: ETCDCTL_CACERT set but ETCDCTL_CERT, ETCDCTL_KEY not".into()),
+    ];
+    for (var, value, expected) in cases {
+        let mut env = base.clone();
+        match value {
+            Some(v) => env.insert(var.to_owned(), v.to_owned()),
+            None => env.remove(var),
+        };
+        let outcome = run_verify(&env, "5s");
+        assert_eq!(outcome.code, 2, "{var}={value:?}: {outcome:#?}");
+        assert_eq!(outcome.json["decision"], "block");
+        assert_eq!(outcome.reason(), expected, "{var}={value:?}");
+        assert_eq!(outcome.stderr_last, format!("etcd-verify membership: block: {expected}"));
+        assert!(!data_dir.exists(), "bad input must not touch the data dir");
+    }
+
+    // All three TLS variables set, one file missing.
+    let mut env = base.clone();
+    let ca = dir.path().join("ca.crt");
+    std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").unwrap();
+    env.insert("ETCDCTL_CACERT".into(), ca.display().to_string());
+    env.insert("ETCDCTL_CERT".into(), "/nonexistent/client.crt".into());
+    env.insert("ETCDCTL_KEY".into(), ca.display().to_string());
+    let outcome = run_verify(&env, "5s");
+    assert_eq!(outcome.code, 2);
+    assert_eq!(
+        outcome.reason(),
+        "invalid input: ETCDCTL_CERT: cannot read /nonexistent/client.crt: No such file or directory (os error 2)"
+    );
+    // A key file that holds no key.
+    env.insert("ETCDCTL_CERT".into(), ca.display().to_string());
+    let outcome = run_verify(&env, "5s");
+    assert_eq!(outcome.code, 2);
+    assert_eq!(
+        outcome.reason(),
+        format!("invalid input: ETCDCTL_KEY: {} is not a PEM file holding a PRIVATE KEY", ca.display())
+    );
+}
+
+/// No endpoint answers and there is no data dir: retry until the deadline, then block (exit 1),
+/// naming each endpoint's failure.
+#[test]
+fn unreachable_endpoints_block_after_the_deadline() {
+    let nobody = LoopbackAddr::acquire().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ep = format!("http://{}:2379", nobody.ip());
+    let env: BTreeMap<String, String> = [
+        ("ETCD_NAME", "n2".to_owned()),
+        ("ETCD_DATA_DIR", dir.path().join("data").display().to_string()),
+        ("ETCD_INITIAL_ADVERTISE_PEER_URLS", "http://127.0.0.2:2380".to_owned()),
+        ("ETCD_INITIAL_CLUSTER_STATE", "existing".to_owned()),
+        ("ETCD_INITIAL_CLUSTER", "n1=http://127.0.0.1:2380,n2=http://127.0.0.2:2380".to_owned()),
+        ("ETCD_MEMBER_IDS", "a1=http://127.0.0.1:2380,b2=http://127.0.0.2:2380".to_owned()),
+        ("ETCDCTL_ENDPOINTS", ep.clone()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let started = std::time::Instant::now();
+    let outcome = run_verify(&env, "1500ms");
+    outcome.assert(1, "block", &format!("no etcd endpoint answered member list: {ep}"));
+    assert!(outcome.reason().starts_with("timed out after 1.5s"), "{}", outcome.reason());
+    assert!(started.elapsed() < std::time::Duration::from_secs(6), "--timeout must bound the run");
+}

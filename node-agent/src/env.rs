@@ -1,0 +1,197 @@
+//! Container environment: literal values with `$(VAR)` expansion against earlier entries,
+//! and the downward API `fieldRef`s the node agent supports.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Container;
+
+use crate::expand::expand_with;
+
+/// An env var the stand-in cannot resolve.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    #[error("env {name}: fieldRef {path:?} is not supported by the node agent stand-in")]
+    UnsupportedField { name: String, path: String },
+    #[error("env {name}: {kind} is not supported by the node agent stand-in")]
+    UnsupportedSource { name: String, kind: &'static str },
+    #[error("envFrom is not supported by the node agent stand-in")]
+    EnvFrom,
+}
+
+/// The facts about a pod that `fieldRef`s can name.
+#[derive(Debug, Clone, Default)]
+pub struct PodFacts {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub node_name: String,
+    pub pod_ip: String,
+    pub host_ip: String,
+    pub service_account: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl PodFacts {
+    fn field(&self, path: &str) -> Option<String> {
+        let keyed = |prefix: &str, map: &BTreeMap<String, String>| {
+            path.strip_prefix(prefix)
+                .and_then(|r| r.strip_suffix("']"))
+                .map(|k| map.get(k).cloned().unwrap_or_default())
+        };
+        match path {
+            "metadata.name" => Some(self.name.clone()),
+            "metadata.namespace" => Some(self.namespace.clone()),
+            "metadata.uid" => Some(self.uid.clone()),
+            "spec.nodeName" => Some(self.node_name.clone()),
+            "spec.serviceAccountName" => Some(self.service_account.clone()),
+            "status.podIP" | "status.podIPs" => Some(self.pod_ip.clone()),
+            "status.hostIP" | "status.hostIPs" => Some(self.host_ip.clone()),
+            _ => keyed("metadata.labels['", &self.labels)
+                .or_else(|| keyed("metadata.annotations['", &self.annotations)),
+        }
+    }
+}
+
+/// The default environment a container starts with before the pod's `env`.
+pub fn base_env(facts: &PodFacts) -> Vec<(String, String)> {
+    vec![
+        (
+            "PATH".into(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+        ),
+        ("HOSTNAME".into(), facts.node_name.clone()),
+        ("HOME".into(), "/root".into()),
+    ]
+}
+
+/// Resolves the container's `env` in order (later entries may reference earlier ones).
+/// Returns the full environment (base first, pod entries override).
+pub fn container_env(
+    container: &Container,
+    facts: &PodFacts,
+) -> Result<Vec<(String, String)>, EnvError> {
+    if container.env_from.as_ref().is_some_and(|v| !v.is_empty()) {
+        return Err(EnvError::EnvFrom);
+    }
+    let mut vars: BTreeMap<String, String> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    let mut set = |vars: &mut BTreeMap<String, String>, k: String, v: String| {
+        if !order.contains(&k) {
+            order.push(k.clone());
+        }
+        vars.insert(k, v);
+    };
+    for (k, v) in base_env(facts) {
+        set(&mut vars, k, v);
+    }
+    // `$(VAR)` in env values only sees the pod's own earlier entries, not the base env.
+    let mut declared: BTreeMap<String, String> = BTreeMap::new();
+    for e in container.env.iter().flatten() {
+        let value = if let Some(vf) = &e.value_from {
+            if let Some(f) = &vf.field_ref {
+                facts
+                    .field(&f.field_path)
+                    .ok_or_else(|| EnvError::UnsupportedField {
+                        name: e.name.clone(),
+                        path: f.field_path.clone(),
+                    })?
+            } else {
+                let kind = if vf.secret_key_ref.is_some() {
+                    "secretKeyRef"
+                } else if vf.config_map_key_ref.is_some() {
+                    "configMapKeyRef"
+                } else if vf.resource_field_ref.is_some() {
+                    "resourceFieldRef"
+                } else {
+                    "valueFrom"
+                };
+                return Err(EnvError::UnsupportedSource {
+                    name: e.name.clone(),
+                    kind,
+                });
+            }
+        } else {
+            expand_with(e.value.as_deref().unwrap_or(""), &declared)
+        };
+        declared.insert(e.name.clone(), value.clone());
+        set(&mut vars, e.name.clone(), value);
+    }
+    Ok(order
+        .into_iter()
+        .filter_map(|k| vars.get(&k).map(|v| (k, v.clone())))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector};
+
+    fn lit(n: &str, v: &str) -> EnvVar {
+        EnvVar {
+            name: n.into(),
+            value: Some(v.into()),
+            ..Default::default()
+        }
+    }
+
+    fn field(n: &str, path: &str) -> EnvVar {
+        EnvVar {
+            name: n.into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: path.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn env_resolves_fields_and_expands_in_order() {
+        let facts = PodFacts {
+            name: "etcd-n1".into(),
+            namespace: "etcd".into(),
+            node_name: "n1".into(),
+            pod_ip: "127.0.0.2".into(),
+            host_ip: "127.0.0.2".into(),
+            ..Default::default()
+        };
+        let c = Container {
+            name: "c".into(),
+            env: Some(vec![
+                lit("LATER", "$(IP)"),
+                field("NODE", "spec.nodeName"),
+                field("IP", "status.podIP"),
+                field("HOST", "status.hostIP"),
+                field("POD", "metadata.name"),
+                field("NS", "metadata.namespace"),
+                lit("URL", "https://$(IP):2379"),
+                lit("ESC", "$$(IP)"),
+                lit("HOSTNAME", "custom"),
+            ]),
+            ..Default::default()
+        };
+        let env: BTreeMap<_, _> = container_env(&c, &facts).unwrap().into_iter().collect();
+        assert_eq!(env["LATER"], "$(IP)");
+        assert_eq!(env["NODE"], "n1");
+        assert_eq!(env["IP"], "127.0.0.2");
+        assert_eq!(env["HOST"], "127.0.0.2");
+        assert_eq!(env["POD"], "etcd-n1");
+        assert_eq!(env["NS"], "etcd");
+        assert_eq!(env["URL"], "https://127.0.0.2:2379");
+        assert_eq!(env["ESC"], "$(IP)");
+        assert_eq!(env["HOSTNAME"], "custom");
+        assert!(env["PATH"].contains("/usr/bin"));
+        let bad = Container {
+            name: "c".into(),
+            env: Some(vec![field("X", "status.phase")]),
+            ..Default::default()
+        };
+        assert!(container_env(&bad, &facts).is_err());
+    }
+}

@@ -1,0 +1,268 @@
+//! The image table: the one place that says which local binaries stand in for which image.
+//!
+//! There is no container runtime here, so an image is only a name. The stand-in maps the
+//! image's repository (last path component, tag and digest stripped) to a set of local
+//! binaries; a container's `command[0]` (by its file name, so `/usr/local/bin/etcd` and
+//! `etcd` are the same) must be one of them. A container without `command` runs the image's
+//! entrypoint. First match wins:
+//!
+//! | repository (last component)                     | binaries                                                         | entrypoint      |
+//! |-------------------------------------------------|------------------------------------------------------------------|-----------------|
+//! | ends with `etcd-static-operator` or `etcd-operator` | `etcd-operator`, `etcd-installer`, `etcd-verify` from `bin_dir`; `sh` | `etcd-operator` |
+//! | ends with `etcd`                                 | `etcd`, `etcdctl` from `/usr/bin` (Debian); `sh`                | `etcd`          |
+//! | `busybox`, `alpine`, `debian`, `ubuntu`, `bash`, `shell`, `tools` | `sh`, `bash`, and the coreutils below from the host      | `sh`            |
+//!
+//! `sh` is `/bin/sh`; the shell image also offers `bash cat cp echo env false ls mkdir mv
+//! printf rm sleep test touch true` from `/bin` or `/usr/bin` (whichever exists).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Why an image or command could not be mapped to a local binary.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("image {image:?} is not in the node agent's image table")]
+    UnknownImage { image: String },
+    #[error("image {image:?} has no binary {binary:?} (it has: {available})")]
+    BinaryNotInImage {
+        image: String,
+        binary: String,
+        available: String,
+    },
+}
+
+/// How an entry recognises an image repository's last path component.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RepoMatch {
+    /// The component ends with one of these.
+    EndsWith(Vec<String>),
+    /// The component equals one of these.
+    OneOf(Vec<String>),
+}
+
+impl RepoMatch {
+    fn matches(&self, component: &str) -> bool {
+        match self {
+            RepoMatch::EndsWith(s) => s.iter().any(|s| component.ends_with(s.as_str())),
+            RepoMatch::OneOf(s) => s.iter().any(|s| component == s),
+        }
+    }
+}
+
+/// One row of the table.
+#[derive(Debug, Clone)]
+pub struct ImageEntry {
+    pub name: String,
+    pub matcher: RepoMatch,
+    /// Binary name (as in `command[0]`'s file name) → local path.
+    pub binaries: BTreeMap<String, PathBuf>,
+    /// What runs when the container has no `command`.
+    pub entrypoint: String,
+}
+
+/// The ordered image table (first match wins).
+#[derive(Debug, Clone)]
+pub struct ImageTable {
+    entries: Vec<ImageEntry>,
+}
+
+/// The program resolved for a container: local path plus the arguments after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedCommand {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+}
+
+const SHELL_TOOLS: &[&str] = &[
+    "bash", "cat", "cp", "echo", "env", "false", "ls", "mkdir", "mv", "printf", "rm", "sleep",
+    "test", "touch", "true",
+];
+
+fn host_tool(name: &str) -> PathBuf {
+    for dir in ["/bin", "/usr/bin"] {
+        let p = Path::new(dir).join(name);
+        if p.exists() {
+            return p;
+        }
+    }
+    Path::new("/usr/bin").join(name)
+}
+
+impl ImageTable {
+    /// The documented table (see module docs); `bin_dir` holds the project's binaries
+    /// (typically `target/debug`).
+    pub fn standard(bin_dir: &Path) -> Self {
+        let sh = ("sh".to_string(), PathBuf::from("/bin/sh"));
+        let operator = ImageEntry {
+            name: "operator".into(),
+            matcher: RepoMatch::EndsWith(vec![
+                "etcd-static-operator".into(),
+                "etcd-operator".into(),
+            ]),
+            binaries: ["etcd-operator", "etcd-installer", "etcd-verify"]
+                .iter()
+                .map(|b| (b.to_string(), bin_dir.join(b)))
+                .chain([sh.clone()])
+                .collect(),
+            entrypoint: "etcd-operator".into(),
+        };
+        let etcd = ImageEntry {
+            name: "etcd".into(),
+            matcher: RepoMatch::EndsWith(vec!["etcd".into()]),
+            binaries: [
+                ("etcd".to_string(), PathBuf::from("/usr/bin/etcd")),
+                ("etcdctl".to_string(), PathBuf::from("/usr/bin/etcdctl")),
+                sh.clone(),
+            ]
+            .into_iter()
+            .collect(),
+            entrypoint: "etcd".into(),
+        };
+        let shell = ImageEntry {
+            name: "shell".into(),
+            matcher: RepoMatch::OneOf(
+                [
+                    "busybox", "alpine", "debian", "ubuntu", "bash", "shell", "tools",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            ),
+            binaries: SHELL_TOOLS
+                .iter()
+                .map(|t| (t.to_string(), host_tool(t)))
+                .chain([sh])
+                .collect(),
+            entrypoint: "sh".into(),
+        };
+        ImageTable {
+            entries: vec![operator, etcd, shell],
+        }
+    }
+
+    /// Adds an entry in front of the standard ones (tests, or a sandbox with extra images).
+    pub fn with_entry(mut self, entry: ImageEntry) -> Self {
+        self.entries.insert(0, entry);
+        self
+    }
+
+    /// The entries, in match order.
+    pub fn entries(&self) -> &[ImageEntry] {
+        &self.entries
+    }
+
+    /// The entry for `image`, if any.
+    pub fn lookup(&self, image: &str) -> Option<&ImageEntry> {
+        let component = repository_component(image);
+        self.entries.iter().find(|e| e.matcher.matches(component))
+    }
+
+    /// Maps a container's image + (already expanded) command/args to a local program.
+    pub fn resolve(
+        &self,
+        image: &str,
+        command: &[String],
+        args: &[String],
+    ) -> Result<ResolvedCommand, ImageError> {
+        let entry = self.lookup(image).ok_or_else(|| ImageError::UnknownImage {
+            image: image.to_string(),
+        })?;
+        let (binary, mut rest) = match command.split_first() {
+            Some((first, rest)) => (first.clone(), rest.to_vec()),
+            None => (entry.entrypoint.clone(), Vec::new()),
+        };
+        rest.extend(args.iter().cloned());
+        let base = Path::new(&binary)
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| binary.clone());
+        let program =
+            entry
+                .binaries
+                .get(&base)
+                .cloned()
+                .ok_or_else(|| ImageError::BinaryNotInImage {
+                    image: image.to_string(),
+                    binary: binary.clone(),
+                    available: entry
+                        .binaries
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })?;
+        Ok(ResolvedCommand {
+            program,
+            args: rest,
+        })
+    }
+}
+
+/// `quay.io/org/etcd:v3.4@sha256:..` → `etcd`.
+pub fn repository_component(image: &str) -> &str {
+    let no_digest = image.split('@').next().unwrap_or(image);
+    let last = no_digest.rsplit('/').next().unwrap_or(no_digest);
+    last.split(':').next().unwrap_or(last)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn repository_component_strips_registry_tag_and_digest() {
+        assert_eq!(repository_component("etcd"), "etcd");
+        assert_eq!(repository_component("quay.io/coreos/etcd:v3.4.23"), "etcd");
+        assert_eq!(
+            repository_component("localhost:5000/x/etcd@sha256:ab"),
+            "etcd"
+        );
+        assert_eq!(
+            repository_component("registry.local/etcd-static-operator:latest"),
+            "etcd-static-operator"
+        );
+    }
+
+    #[test]
+    fn table_maps_images_and_commands() {
+        let t = ImageTable::standard(Path::new("/opt/bin"));
+        let r = t
+            .resolve(
+                "quay.io/coreos/etcd:v3.4",
+                &s(&["/usr/local/bin/etcd"]),
+                &s(&["--x"]),
+            )
+            .unwrap();
+        assert_eq!(r.program, PathBuf::from("/usr/bin/etcd"));
+        assert_eq!(r.args, s(&["--x"]));
+        let r = t.resolve("etcd", &[], &s(&["--name=a"])).unwrap();
+        assert_eq!(r.program, PathBuf::from("/usr/bin/etcd"));
+        let r = t
+            .resolve(
+                "example.com/etcd-static-operator:dev",
+                &s(&["etcd-verify", "membership"]),
+                &[],
+            )
+            .unwrap();
+        assert_eq!(r.program, PathBuf::from("/opt/bin/etcd-verify"));
+        assert_eq!(r.args, s(&["membership"]));
+        let r = t
+            .resolve("busybox", &s(&["/bin/sh", "-c"]), &s(&["true"]))
+            .unwrap();
+        assert_eq!(r.program, PathBuf::from("/bin/sh"));
+        assert_eq!(r.args, s(&["-c", "true"]));
+        assert!(matches!(
+            t.resolve("etcd", &s(&["etcd-verify"]), &[]),
+            Err(ImageError::BinaryNotInImage { .. })
+        ));
+        assert!(matches!(
+            t.resolve("nginx", &[], &[]),
+            Err(ImageError::UnknownImage { .. })
+        ));
+    }
+}

@@ -1,0 +1,136 @@
+//! `node-agent`: the kubelet stand-in binary.
+//!
+//! - `node-agent run --name n1 --ip 127.0.0.2 --root /srv/n1 --bin-dir target/debug` runs one
+//!   simulated node against the cluster in `KUBECONFIG` (or without any API: `--no-api`).
+//! - `node-agent exec-container ...` is the per-container helper the agent itself spawns
+//!   (private mount namespace + bind mounts + exec); see the library's `mounts` module.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use node_agent::mounts::{BindMount, ExecSpec, exec_container};
+use node_agent::{NodeAgent, NodeConfig};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "node-agent",
+    about = "kubelet stand-in: runs a simulated node's pods as local processes"
+)]
+struct Args {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run one simulated control-plane node.
+    Run {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        ip: IpAddr,
+        #[arg(long)]
+        root: PathBuf,
+        /// Directory with the project's binaries (etcd-operator, etcd-installer, etcd-verify).
+        #[arg(long, default_value = "target/debug")]
+        bin_dir: PathBuf,
+        /// Run static pods only; do not talk to a Kubernetes API.
+        #[arg(long)]
+        no_api: bool,
+    },
+    /// Internal: start one container process in a private mount namespace.
+    ExecContainer {
+        #[arg(long)]
+        staging: PathBuf,
+        /// SRC:DST or SRC:DST:ro (SRC on the host, DST in the container's view).
+        #[arg(long = "bind")]
+        binds: Vec<String>,
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+        /// SIGKILL the container when the agent thread that spawned it dies.
+        #[arg(long)]
+        die_with_parent: bool,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    match args.command {
+        Cmd::ExecContainer {
+            staging,
+            binds,
+            workdir,
+            die_with_parent,
+            command,
+        } => {
+            // Single-threaded on purpose: unshare(CLONE_NEWNS) refuses threaded processes.
+            let binds = binds
+                .iter()
+                .map(|b| BindMount::parse(b))
+                .collect::<Result<Vec<_>, _>>()?;
+            let (program, rest) = command.split_first().context("no command")?;
+            let spec = ExecSpec {
+                binds,
+                staging,
+                workdir,
+                program: PathBuf::from(program),
+                args: rest.to_vec(),
+                die_with_parent,
+            };
+            let err = match exec_container(spec) {
+                Ok(never) => match never {},
+                Err(e) => e,
+            };
+            eprintln!("node-agent exec-container: {err}");
+            std::process::exit(127);
+        }
+        Cmd::Run {
+            name,
+            ip,
+            root,
+            bin_dir,
+            no_api,
+        } => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| "info".into()),
+                )
+                .with_writer(std::io::stderr)
+                .init();
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("tokio runtime")?;
+            rt.block_on(async move {
+                let client = if no_api {
+                    None
+                } else {
+                    Some(kube::Client::try_default().await.context("kube client")?)
+                };
+                let helper = std::env::current_exe().context("own path")?;
+                let mut config = NodeConfig::new(&name, ip, &root, &bin_dir);
+                config.helper = Some(helper);
+                config.client = client;
+                let agent = NodeAgent::start(config).await?;
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                        .context("signal handler")?;
+                tokio::select! {
+                    r = tokio::signal::ctrl_c() => r.context("signal")?,
+                    _ = term.recv() => {}
+                }
+                tracing::info!("stopping");
+                tokio::time::timeout(Duration::from_secs(120), agent.shutdown())
+                    .await
+                    .context("shutdown timed out")?;
+                Ok(())
+            })
+        }
+    }
+}

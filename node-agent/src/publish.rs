@@ -1,0 +1,161 @@
+//! Publishing pod status (the kubelet status manager and mirror-pod manager stand-in).
+//!
+//! For a static pod the agent keeps a **mirror pod** in the API: same spec, name
+//! `<pod>-<node>`, annotations `kubernetes.io/config.mirror` (= the manifest hash) and
+//! `kubernetes.io/config.source: file`, `spec.nodeName` set. A mirror pod with another hash
+//! (an older manifest) is deleted and recreated; a deleted one is recreated on the next
+//! resync. For a pod bound through the API the agent patches that pod's status.
+//! Status is computed by [`crate::status::pod_status`] and sent only when it changed (plus
+//! every resync interval for mirror pods).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::static_pods::PodKey;
+use crate::status::{PodObservation, pod_phase, pod_status};
+
+/// The mirror-pod annotation.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// Whether an API pod is a mirror pod (never run by the agent).
+pub fn is_mirror(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
+}
+
+fn mirror_hash(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(MIRROR_ANNOTATION))
+        .map(String::as_str)
+}
+
+/// The mirror pod object to create for a static pod (pure).
+pub fn mirror_pod(static_pod: &Pod) -> Pod {
+    let mut p = static_pod.clone();
+    p.metadata.uid = None;
+    p.metadata.resource_version = None;
+    p.status = None;
+    p
+}
+
+/// Makes sure the mirror pod exists with the right hash; returns whether it was (re)created.
+pub async fn ensure_mirror(api: &Api<Pod>, pod: &Pod) -> Result<bool, kube::Error> {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let want = mirror_hash(pod);
+    if let Some(existing) = api.get_opt(&name).await? {
+        if mirror_hash(&existing) == want && existing.metadata.deletion_timestamp.is_none() {
+            return Ok(false);
+        }
+        tracing::info!(pod = %name, "replacing outdated mirror pod");
+        delete_now(api, &name).await?;
+    }
+    match api.create(&PostParams::default(), &mirror_pod(pod)).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes a pod with grace period 0; NotFound is success.
+pub async fn delete_now(api: &Api<Pod>, name: &str) -> Result<(), kube::Error> {
+    match api
+        .delete(name, &DeleteParams::default().grace_period(0))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Patches a pod's status subresource.
+pub async fn patch_status(
+    api: &Api<Pod>,
+    name: &str,
+    status: &PodStatus,
+) -> Result<(), kube::Error> {
+    let patch = serde_json::json!({ "status": status });
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
+/// Keeps the API's view of one pod in line with the worker's observations until cancelled.
+pub async fn publish_loop(
+    api: Api<Pod>,
+    key: PodKey,
+    pod: Arc<Pod>,
+    is_static: bool,
+    mut observations: watch::Receiver<PodObservation>,
+    resync: Duration,
+    cancel: CancellationToken,
+) {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let mut published: Option<PodStatus> = None;
+    let mut force = true;
+    let retry = resync.min(Duration::from_millis(500));
+    loop {
+        let obs = observations.borrow_and_update().clone();
+        let status = pod_status(&spec, &obs, published.as_ref(), Timestamp::now());
+        let mut ok = true;
+        if is_static && force {
+            match ensure_mirror(&api, &pod).await {
+                Ok(created) => {
+                    if created {
+                        published = None;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(pod = %key, error = %e, "mirror pod sync failed");
+                    ok = false;
+                }
+            }
+        }
+        if ok && (published.as_ref() != Some(&status) || force) {
+            match patch_status(&api, &key.name, &status).await {
+                Ok(()) => {
+                    tracing::debug!(pod = %key, phase = ?status.phase, "status published");
+                    published = Some(status);
+                }
+                Err(kube::Error::Api(s)) if s.is_not_found() && !is_static => {
+                    tracing::info!(pod = %key, "pod is gone from the API; stop publishing");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(pod = %key, error = %e, "status update failed");
+                    ok = false;
+                }
+            }
+        }
+        force = !ok;
+        if !is_static && ok && pod_phase(&spec, &obs).is_terminal() && published.is_some() {
+            // Terminal phase of a run-to-completion pod is final.
+            return;
+        }
+        let wait = if ok { resync } else { retry };
+        tokio::select! {
+            changed = observations.changed() => {
+                if changed.is_err() {
+                    // Worker gone: publish the last state once more, then wait for cancel.
+                    if cancel.is_cancelled() { return; }
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => { force = true; }
+                        _ = cancel.cancelled() => return,
+                    }
+                }
+            }
+            _ = tokio::time::sleep(wait) => { force = is_static || !ok; }
+            _ = cancel.cancelled() => return,
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! Container processes (the container runtime stand-in's process part).
+//!
+//! A container is one process tree started through the agent's own `exec-container` helper
+//! (see [`crate::mounts`]) in a **new process group** whose id is the container's PID. Stopping
+//! sends SIGTERM to the whole group, waits up to the grace period, then SIGKILLs the group.
+//! When the main process exits by itself the rest of its group is SIGKILLed too, as a
+//! runtime tears down a container whose main process ended. stdout and stderr go to the
+//! container's log file. The helper also asks the kernel to SIGKILL the container if the
+//! agent's thread that spawned it dies (`PR_SET_PDEATHSIG`), so even a crashed agent leaves
+//! nothing behind.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::jiff::Timestamp;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+
+use crate::mounts::{BindMount, MountError};
+
+/// Errors starting a container process.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error(transparent)]
+    Mount(#[from] MountError),
+    #[error("opening log {path}: {source}")]
+    Log {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("spawning {program}: {source}")]
+    Spawn {
+        program: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("spawned process has no pid")]
+    NoPid,
+}
+
+/// Everything needed to start one container process.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The `node-agent` binary (its `exec-container` subcommand does the mounts).
+    pub helper: PathBuf,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub binds: Vec<BindMount>,
+    pub staging: PathBuf,
+    pub working_dir: Option<PathBuf>,
+    pub log_path: Option<PathBuf>,
+}
+
+impl Launch {
+    /// The helper's argument vector (without the helper itself).
+    pub fn helper_args(&self) -> Result<Vec<String>, MountError> {
+        let mut a = vec!["exec-container".to_string(), "--die-with-parent".into()];
+        a.push("--staging".into());
+        a.push(self.staging.display().to_string());
+        for b in &self.binds {
+            a.push("--bind".into());
+            a.push(b.to_arg()?);
+        }
+        if let Some(w) = &self.working_dir {
+            a.push("--workdir".into());
+            a.push(w.display().to_string());
+        }
+        a.push("--".into());
+        a.push(self.program.display().to_string());
+        a.extend(self.args.iter().cloned());
+        Ok(a)
+    }
+}
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit {
+    /// Exit code; 128 + signal number when killed by a signal (as runtimes report it).
+    pub code: i32,
+    pub signal: Option<i32>,
+}
+
+impl Exit {
+    fn from_status(status: std::process::ExitStatus) -> Self {
+        use std::os::unix::process::ExitStatusExt;
+        match (status.code(), status.signal()) {
+            (Some(code), _) => Exit { code, signal: None },
+            (None, Some(sig)) => Exit {
+                code: 128 + sig,
+                signal: Some(sig),
+            },
+            (None, None) => Exit {
+                code: 255,
+                signal: None,
+            },
+        }
+    }
+}
+
+/// A running container process (group leader).
+#[derive(Debug)]
+pub struct Process {
+    child: Child,
+    pid: i32,
+    pub started: Instant,
+    pub started_at: Timestamp,
+}
+
+fn log_stdio(path: &Option<PathBuf>) -> Result<(Stdio, Stdio), RunnerError> {
+    let Some(path) = path else {
+        return Ok((Stdio::null(), Stdio::null()));
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|source| RunnerError::Log {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    let open = || {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|source| RunnerError::Log {
+                path: path.clone(),
+                source,
+            })
+    };
+    Ok((Stdio::from(open()?), Stdio::from(open()?)))
+}
+
+impl Process {
+    /// Starts the container process in its own process group.
+    pub fn spawn(launch: &Launch) -> Result<Self, RunnerError> {
+        let (out, err) = log_stdio(&launch.log_path)?;
+        let mut cmd = Command::new(&launch.helper);
+        cmd.args(launch.helper_args()?)
+            .env_clear()
+            .envs(launch.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .kill_on_drop(true);
+        let child = cmd.spawn().map_err(|source| RunnerError::Spawn {
+            program: launch.helper.clone(),
+            source,
+        })?;
+        let pid = child
+            .id()
+            .and_then(|p| i32::try_from(p).ok())
+            .ok_or(RunnerError::NoPid)?;
+        Ok(Process {
+            child,
+            pid,
+            started: Instant::now(),
+            started_at: Timestamp::now(),
+        })
+    }
+
+    /// PID of the main process (= process group id).
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    fn signal_group(&self, sig: Signal) {
+        // ESRCH (group already gone) is the normal case after the leader exited.
+        let _ = killpg(Pid::from_raw(self.pid), sig);
+    }
+
+    /// Waits for the main process to exit, then kills whatever is left of its group.
+    pub async fn wait(&mut self) -> Exit {
+        let exit = match self.child.wait().await {
+            Ok(status) => Exit::from_status(status),
+            Err(_) => Exit {
+                code: 255,
+                signal: None,
+            },
+        };
+        self.signal_group(Signal::SIGKILL);
+        exit
+    }
+
+    /// SIGTERM to the group, SIGKILL after `grace`; returns how the main process ended.
+    pub async fn stop(&mut self, grace: Duration) -> Exit {
+        self.signal_group(Signal::SIGTERM);
+        match tokio::time::timeout(grace, self.child.wait()).await {
+            Ok(Ok(status)) => {
+                self.signal_group(Signal::SIGKILL);
+                Exit::from_status(status)
+            }
+            _ => {
+                self.signal_group(Signal::SIGKILL);
+                self.wait().await
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn helper_args_shape() {
+        let l = Launch {
+            helper: "/bin/node-agent".into(),
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), "echo $(X)".into()],
+            env: vec![],
+            binds: vec![BindMount {
+                source: "/r/var/lib/etcd".into(),
+                target: "/var/lib/etcd".into(),
+                read_only: false,
+            }],
+            staging: "/r/run/staging".into(),
+            working_dir: None,
+            log_path: None,
+        };
+        assert_eq!(
+            l.helper_args().unwrap(),
+            [
+                "exec-container",
+                "--die-with-parent",
+                "--staging",
+                "/r/run/staging",
+                "--bind",
+                "/r/var/lib/etcd:/var/lib/etcd",
+                "--",
+                "/bin/sh",
+                "-c",
+                "echo $(X)"
+            ]
+        );
+    }
+}

@@ -1,0 +1,147 @@
+//! # apiserver-standin: a Kubernetes API stand-in backed by a real etcd
+//!
+//! No kube-apiserver, kubelet, kind or Docker can be installed on the machines this project
+//! builds on, yet the operator, the installer and the end-to-end sandbox all talk to a
+//! Kubernetes API. This crate is the **Kubernetes API stand-in**: an HTTP server that speaks the
+//! Kubernetes REST API (JSON) for the resources the project uses and stores every object in a
+//! **real etcd**, the way kube-apiserver does. kube-rs clients, `kube::runtime::watcher` and
+//! `kube::runtime::Controller` work against it unchanged.
+//!
+//! ```text
+//!   kube::Client ──HTTP/JSON──▶ http.rs (routing) ──▶ verbs.rs / delete.rs / watch.rs
+//!                                                        │  strategy.rs, validation.rs,
+//!                                                        │  patch.rs, selectors.rs
+//!                                                        ▼
+//!                                   store.rs ──gRPC──▶ etcd (its own process, loopback)
+//!                                        ▲
+//!                  gc.rs (owner references, finalizers, namespaces) ─┘
+//! ```
+//!
+//! ## What is real
+//! - **etcd** is a real etcd process; the stand-in only takes its endpoints
+//!   ([`StandInConfig::etcd_endpoints`]). One key per object, laid out like kube-apiserver's:
+//!   `/registry/<resource>/<namespace>/<name>` for core kinds (`/registry/minions/<name>` for
+//!   nodes), `/registry/<group>/<resource>/[<namespace>/]<name>` for the others and for custom
+//!   resources.
+//! - **resourceVersion** is the etcd mod revision of the object's key; a list's
+//!   resourceVersion is the etcd revision it was read at. Writes are etcd transactions guarded
+//!   on the mod revision, so a PUT with a stale resourceVersion gets **409 Conflict**, exactly as
+//!   on the real server; an unchanged object is not rewritten (its resourceVersion stays).
+//! - **Watches** are etcd watches from `resourceVersion + 1`, with `prev_kv` so selector
+//!   transitions and deletions are reported correctly; a compacted start revision gives an
+//!   `ERROR` event carrying a 410 `Expired` Status; bookmarks come from etcd progress
+//!   notifications. See [`watch`].
+//! - **HTTP** is real HTTP/1.1 on a loopback address of the caller's choosing.
+//!
+//! ## What it serves
+//! core/v1 `namespaces`, `nodes`, `pods` (+`/status`), `configmaps`, `secrets`, `events`,
+//! `serviceaccounts`, `endpoints`; `events.k8s.io/v1` `events` (same storage as core events,
+//! converted field by field like the real server); `coordination.k8s.io/v1` `leases`;
+//! `apiextensions.k8s.io/v1` `customresourcedefinitions` (+`/status`) and, once a CRD exists,
+//! its custom resources (namespaced or cluster-scoped, `/status` when the version declares the
+//! subresource). Verbs: get, list, watch, create, update, patch, delete, deletecollection.
+//! Discovery: `/version`, `/api`, `/api/v1`, `/apis`, `/apis/<g>`, `/apis/<g>/<v>`; health:
+//! `/healthz`, `/readyz`, `/livez`.
+//!
+//! Behaviour kept from kube-apiserver: uid, creationTimestamp, `generation` (1 on create,
+//! bumped on spec change, for pods, CRDs and custom resources), `generateName` (five characters
+//! from the real alphabet), 409 AlreadyExists, 404 on a create into a missing namespace, 403 on
+//! a create into a terminating namespace, 400 on body/URL name or namespace mismatch, 422 on
+//! invalid names, labels, finalizers, owner references, immutable ConfigMap/Secret data, pod
+//! spec changes other than images/activeDeadlineSeconds/added tolerations, `metadata.uid`
+//! changes and new finalizers on an object being deleted; 405 for unsupported verbs; status
+//! isolation for resources with a status subresource (main writes keep the stored `.status`,
+//! status writes change only `.status`); finalizers (`deletionTimestamp` set, object kept until
+//! the finalizers are gone, then removed by the update that empties them); label selectors
+//! (`=`, `==`, `!=`, `in`, `notin`, `key`, `!key`, `>`/`<`) and field selectors
+//! (`metadata.name`, `metadata.namespace`, pods' `spec.nodeName`, `status.phase`,
+//! `spec.serviceAccountName`, a few event fields, CRD `selectableFields`); `limit`/`continue`
+//! paging pinned to one etcd revision (410 when that revision is compacted);
+//! `resourceVersionMatch=Exact`; `dryRun=All`; DeleteOptions preconditions; CRD status
+//! (`NamesAccepted`, `Established`, `acceptedNames`, `storedVersions`); the `ServiceAccount`
+//! admission check that a pod's service account exists (mirror pods exempt).
+//!
+//! ## What stands in for other components
+//! The stand-in also plays, in-process, the parts of kube-controller-manager the project's code
+//! relies on ([`gc`]): the **garbage collector** (owner-reference cascade with Background,
+//! Foreground and Orphan propagation; dependents whose owners are all gone are deleted), the
+//! **namespace controller** (a deleted namespace is `Terminating` until its contents are gone)
+//! and the **service-account controller** (each new namespace gets a `default` ServiceAccount;
+//! [`StandInConfig::default_service_accounts`]). A real bare kube-apiserver does none of this.
+//!
+//! ## How it differs from kube-apiserver (exactly)
+//! - **No authentication, authorization or TLS**; no admission webhooks; admission is limited to
+//!   NamespaceLifecycle and the ServiceAccount existence check.
+//! - **JSON only**: no protobuf, no table output, no aggregated discovery (`apidiscovery.k8s.io`
+//!   v2); the legacy discovery documents are served whatever `Accept` says.
+//! - **Storage encoding** is JSON, not protobuf; no encryption at rest; no watch cache (every
+//!   list and watch reads etcd). `resourceVersion=0` lists read the latest state.
+//! - **Strategic merge patch** is applied as a JSON merge patch: lists are replaced whole
+//!   instead of being merged by their patch merge key (e.g. `containers` by `name`), and
+//!   `$patch`/`$retainKeys` directives are not understood.
+//! - **Server-side apply** (`application/apply-patch+yaml`) is a recursive merge of the applied
+//!   configuration into the live object: maps merge, lists and scalars are replaced, `null`
+//!   removes a field. There is **no `managedFields`** and no field ownership: fields a manager
+//!   stops applying are **not** removed, there are **never apply conflicts**, so `force` is
+//!   accepted and has no effect; `fieldManager` is required (400 without it) but not recorded.
+//!   Applying to a missing object creates it (201).
+//! - **Validation** covers the checks listed above, not every field of every type; **defaulting**
+//!   is limited to `status.phase: Pending` for new pods, `status.phase: Active` and the
+//!   `kubernetes` spec finalizer for namespaces, and `spec.serviceAccountName` for pods
+//!   (no container defaults, no DNS policy, no token volume).
+//! - **Status writes** replace `.status` and keep everything else of the stored object (the
+//!   real pod status strategy lets some metadata through).
+//! - **Custom resources**: no OpenAPI schema validation, pruning or defaulting; no conversion
+//!   webhooks (versions are converted by rewriting `apiVersion`); no `scale` subresource; no
+//!   CEL. Deleting a CRD removes its custom resources at once (no
+//!   `customresourcecleanup` finalizer, custom-resource finalizers are not waited for). There
+//!   is no 429 window after a CRD becomes Established.
+//! - **Pods**: a pod bound to a node (`spec.nodeName`) that is not finished is deleted
+//!   gracefully (`deletionTimestamp` = now + grace period) and stays until deleted again with
+//!   `gracePeriodSeconds=0` (the kubelet's job; [`StandInConfig::graceful_pod_deletion`]);
+//!   there is no scheduler, no `binding`, `eviction`, `log`, `exec` or `ephemeralContainers`
+//!   subresource.
+//! - **Watches** of `resourceVersion=0` behave like unset (current state first); there is no
+//!   "resource version too large" wait; bookmarks come every
+//!   [`StandInConfig::bookmark_interval`] (the real server: about a minute).
+//! - The garbage collector runs in-process and promptly (woken by every deletion, and every
+//!   [`StandInConfig::gc_interval`]); on a real cluster it is the controller-manager's and may
+//!   lag.
+//! - Delete answers 200 with the object when it is gone and 202 with the object when it is
+//!   kept (finalizers, graceful termination), never a `Status`; deletecollection answers with
+//!   the list of affected objects.
+//!
+//! ## Use
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use apiserver_standin::{ApiServerStandIn, StandInConfig};
+//! let config = StandInConfig::new(["http://127.0.100.7:2379"], "127.0.0.1:0".parse()?);
+//! let standin = ApiServerStandIn::start(config).await?;
+//! let client: kube::Client = standin.client()?;
+//! println!("stand-in serving at {}", standin.url());
+//! # Ok(()) }
+//! ```
+
+pub mod crd;
+pub mod delete;
+pub mod discovery;
+pub mod error;
+pub mod events;
+pub mod gc;
+pub mod http;
+pub mod kubeconfig;
+pub mod objects;
+pub mod patch;
+pub mod resources;
+pub mod selectors;
+pub mod state;
+pub mod store;
+pub mod strategy;
+pub mod validation;
+pub mod verbs;
+pub mod watch;
+
+mod server;
+
+pub use error::{ApiError, StandInError};
+pub use server::{ApiServerStandIn, StandInConfig};

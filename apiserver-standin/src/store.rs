@@ -1,0 +1,316 @@
+//! The etcd storage layer: one key per object, JSON values, optimistic concurrency through etcd
+//! transactions on `mod_revision` (the object's `resourceVersion`), exactly the way kube-apiserver's
+//! etcd3 storage works (it stores protobuf; the stand-in stores JSON).
+//!
+//! Every etcd call is bounded by a timeout.
+
+use std::time::Duration;
+
+use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
+use serde_json::Value;
+
+use crate::objects;
+
+/// A stored object with its etcd revisions.
+#[derive(Clone, Debug)]
+pub struct Stored {
+    /// etcd key.
+    pub key: String,
+    /// Object, `metadata.resourceVersion` set to `mod_revision`.
+    pub object: Value,
+    /// etcd mod revision.
+    pub mod_revision: i64,
+}
+
+/// A page of a list.
+#[derive(Clone, Debug)]
+pub struct Page {
+    /// Objects in key order.
+    pub items: Vec<Stored>,
+    /// Revision the list was read at.
+    pub revision: i64,
+    /// More keys follow the last item.
+    pub more: bool,
+}
+
+/// A storage failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The key already exists (create).
+    #[error("key already exists")]
+    Exists,
+    /// The key's mod revision was not the expected one, or the key is gone.
+    #[error("precondition failed: key changed or missing")]
+    Conflict,
+    /// The requested revision was compacted.
+    #[error("revision {requested} compacted (compact revision {compacted})")]
+    Compacted {
+        /// Revision asked for.
+        requested: i64,
+        /// Revision compacted up to (0 if etcd did not say).
+        compacted: i64,
+    },
+    /// etcd failed.
+    #[error("etcd: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    /// etcd did not answer in time.
+    #[error("etcd {0} timed out")]
+    Timeout(&'static str),
+    /// A stored value is not JSON.
+    #[error("stored value at {key} is not JSON: {source}")]
+    Decode {
+        /// Key read.
+        key: String,
+        /// Cause.
+        source: serde_json::Error,
+    },
+}
+
+/// The etcd-backed object store.
+#[derive(Clone)]
+pub struct Store {
+    client: Client,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// Decodes a stored value, setting `metadata.resourceVersion` to `mod_revision`.
+pub fn decode(key: &str, value: &[u8], mod_revision: i64) -> Result<Stored, StoreError> {
+    let mut object: Value = serde_json::from_slice(value).map_err(|source| StoreError::Decode {
+        key: key.to_string(),
+        source,
+    })?;
+    objects::set_meta_str(&mut object, "resourceVersion", &mod_revision.to_string());
+    Ok(Stored {
+        key: key.to_string(),
+        object,
+        mod_revision,
+    })
+}
+
+/// Serialises an object for storage (without `resourceVersion`, which is etcd's revision).
+pub fn encode(object: &Value) -> Vec<u8> {
+    let mut copy = object.clone();
+    objects::remove_meta(&mut copy, "resourceVersion");
+    serde_json::to_vec(&copy).unwrap_or_default()
+}
+
+fn is_compacted(err: &etcd_client::Error) -> bool {
+    err.to_string().contains("compacted")
+}
+
+impl Store {
+    /// Connects to etcd.
+    pub async fn connect(endpoints: &[String], timeout: Duration) -> Result<Self, StoreError> {
+        let opts = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(timeout)
+            .with_timeout(timeout);
+        let client = tokio::time::timeout(timeout, Client::connect(endpoints, Some(opts)))
+            .await
+            .map_err(|_| StoreError::Timeout("connect"))??;
+        Ok(Self { client, timeout })
+    }
+
+    /// The underlying etcd client (for watches).
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    async fn bounded<T>(
+        &self,
+        what: &'static str,
+        fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, StoreError> {
+        tokio::time::timeout(self.timeout, fut)
+            .await
+            .map_err(|_| StoreError::Timeout(what))?
+            .map_err(StoreError::from)
+    }
+
+    /// Reads one key.
+    pub async fn get(&self, key: &str) -> Result<Option<Stored>, StoreError> {
+        let mut kv = self.client.kv_client();
+        let resp = self.bounded("get", kv.get(key, None)).await?;
+        match resp.kvs().first() {
+            Some(kv) => Ok(Some(decode(key, kv.value(), kv.mod_revision())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The current etcd revision.
+    pub async fn revision(&self) -> Result<i64, StoreError> {
+        let mut kv = self.client.kv_client();
+        let resp = self
+            .bounded(
+                "get revision",
+                kv.get("\0", Some(GetOptions::new().with_count_only())),
+            )
+            .await?;
+        Ok(resp.header().map_or(0, |h| h.revision()))
+    }
+
+    /// Lists keys under `prefix` starting at `start` (inclusive), at `revision` (0 = latest), at
+    /// most `limit` items (0 = all).
+    pub async fn list(
+        &self,
+        prefix: &str,
+        start: Option<&str>,
+        revision: i64,
+        limit: i64,
+    ) -> Result<Page, StoreError> {
+        let end = prefix_end(prefix);
+        let from = start.unwrap_or(prefix).to_string();
+        let mut opts = GetOptions::new().with_range(end);
+        if revision > 0 {
+            opts = opts.with_revision(revision);
+        }
+        if limit > 0 {
+            opts = opts.with_limit(limit);
+        }
+        let mut kv = self.client.kv_client();
+        let resp = match tokio::time::timeout(self.timeout, kv.get(from, Some(opts))).await {
+            Err(_) => return Err(StoreError::Timeout("list")),
+            Ok(Err(e)) if is_compacted(&e) => {
+                return Err(StoreError::Compacted {
+                    requested: revision,
+                    compacted: 0,
+                });
+            }
+            Ok(r) => r?,
+        };
+        let header_rev = resp.header().map_or(0, |h| h.revision());
+        let items = resp
+            .kvs()
+            .iter()
+            .map(|kv| {
+                decode(
+                    &String::from_utf8_lossy(kv.key()),
+                    kv.value(),
+                    kv.mod_revision(),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Page {
+            items,
+            revision: if revision > 0 { revision } else { header_rev },
+            more: resp.more(),
+        })
+    }
+
+    /// Creates a key that must not exist; returns the new revision.
+    pub async fn create(&self, key: &str, object: &Value) -> Result<i64, StoreError> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, encode(object), None)]);
+        let mut kv = self.client.kv_client();
+        let resp = self.bounded("create", kv.txn(txn)).await?;
+        if !resp.succeeded() {
+            return Err(StoreError::Exists);
+        }
+        Ok(resp.header().map_or(0, |h| h.revision()))
+    }
+
+    /// Replaces a key whose mod revision is `expected`; returns the new revision.
+    pub async fn update(
+        &self,
+        key: &str,
+        object: &Value,
+        expected: i64,
+    ) -> Result<i64, StoreError> {
+        let txn = Txn::new()
+            .when([Compare::mod_revision(key, CompareOp::Equal, expected)])
+            .and_then([TxnOp::put(key, encode(object), None)]);
+        let mut kv = self.client.kv_client();
+        let resp = self.bounded("update", kv.txn(txn)).await?;
+        if !resp.succeeded() {
+            return Err(StoreError::Conflict);
+        }
+        Ok(resp.header().map_or(0, |h| h.revision()))
+    }
+
+    /// Deletes a key whose mod revision is `expected`; returns the deletion revision.
+    pub async fn delete(&self, key: &str, expected: i64) -> Result<i64, StoreError> {
+        let txn = Txn::new()
+            .when([Compare::mod_revision(key, CompareOp::Equal, expected)])
+            .and_then([TxnOp::delete(key, None)]);
+        let mut kv = self.client.kv_client();
+        let resp = self.bounded("delete", kv.txn(txn)).await?;
+        if !resp.succeeded() {
+            return Err(StoreError::Conflict);
+        }
+        let deleted = resp.op_responses().iter().any(|r| match r {
+            TxnOpResponse::Delete(d) => d.deleted() > 0,
+            _ => false,
+        });
+        if !deleted {
+            return Err(StoreError::Conflict);
+        }
+        Ok(resp.header().map_or(0, |h| h.revision()))
+    }
+
+    /// Deletes every key under `prefix` (used when a CRD is removed); returns the revision.
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<i64, StoreError> {
+        let mut kv = self.client.kv_client();
+        let resp = self
+            .bounded(
+                "delete prefix",
+                kv.delete(
+                    prefix,
+                    Some(etcd_client::DeleteOptions::new().with_prefix()),
+                ),
+            )
+            .await?;
+        Ok(resp.header().map_or(0, |h| h.revision()))
+    }
+
+    /// Compacts etcd history up to `revision` (what kube-apiserver does every 5 minutes).
+    pub async fn compact(&self, revision: i64) -> Result<(), StoreError> {
+        let mut kv = self.client.kv_client();
+        self.bounded(
+            "compact",
+            kv.compact(
+                revision,
+                Some(etcd_client::CompactionOptions::new().with_physical()),
+            ),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+/// The end of a prefix range (prefix with its last byte incremented).
+pub fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn prefix_end_increments_last_byte() {
+        assert_eq!(prefix_end("/registry/pods/"), b"/registry/pods0".to_vec());
+    }
+
+    #[test]
+    fn encode_strips_resource_version() {
+        let v = serde_json::json!({"metadata": {"name": "a", "resourceVersion": "5"}});
+        let back: Value = serde_json::from_slice(&encode(&v)).unwrap();
+        assert!(back["metadata"].get("resourceVersion").is_none());
+    }
+}

@@ -1,0 +1,491 @@
+//! The structural checks kube-apiserver makes that the project's code could trip on: object
+//! names, label and annotation syntax, finalizer and owner-reference shape, ConfigMap/Secret
+//! immutability, pod spec immutability, `metadata.uid` immutability and CRD naming. Each
+//! failure is a [`Cause`]; the caller turns a non-empty list into a 422 `Invalid`.
+//!
+//! The real server validates every field of every built-in type; the stand-in checks the subset
+//! above and otherwise stores what it is given.
+
+use serde_json::Value;
+
+use crate::error::Cause;
+use crate::objects;
+use crate::resources::{NameRule, ResourceInfo};
+
+const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+const QUALIFIED_NAME_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+
+/// RFC 1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.
+pub fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.first().is_some_and(u8::is_ascii_alphanumeric)
+        && b.last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
+/// RFC 1123 subdomain: dot-separated labels, at most 253 characters.
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+/// The name part of a qualified name (label keys, label values, finalizers):
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, at most 63 characters.
+pub fn is_qualified_name_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b.first().is_some_and(u8::is_ascii_alphanumeric)
+        && b.last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
+/// A qualified name: optional `<dns-subdomain>/` prefix and a name part.
+pub fn is_qualified_name(s: &str) -> bool {
+    match s.split_once('/') {
+        Some((prefix, name)) => is_dns1123_subdomain(prefix) && is_qualified_name_part(name),
+        None => is_qualified_name_part(s),
+    }
+}
+
+/// Checks a name against the resource's rule.
+pub fn check_name(rule: NameRule, name: &str) -> Option<Cause> {
+    if name.is_empty() {
+        return Some(Cause::required("metadata.name"));
+    }
+    let (ok, msg) = match rule {
+        NameRule::Dns1123Subdomain => (is_dns1123_subdomain(name), DNS1123_SUBDOMAIN_MSG),
+        NameRule::Dns1123Label => (is_dns1123_label(name), DNS1123_LABEL_MSG),
+        NameRule::PathSegment => (
+            !name.contains('/') && !name.contains('%') && name != "." && name != "..",
+            "may not contain '/' or '%' and may not be '.' or '..'",
+        ),
+    };
+    (!ok).then(|| Cause::invalid("metadata.name", name, msg))
+}
+
+/// Validation shared by every kind: name, labels, annotations, finalizers, owner references.
+pub fn validate_object_meta(info: &ResourceInfo, obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let name = objects::name(obj);
+    if let Some(c) = check_name(info.name_rule, name) {
+        causes.push(c);
+    }
+    let meta = obj.get("metadata").cloned().unwrap_or(Value::Null);
+    if let Some(labels) = meta.get("labels").and_then(Value::as_object) {
+        for (k, v) in labels {
+            if !is_qualified_name(k) {
+                causes.push(Cause::invalid("metadata.labels", k, QUALIFIED_NAME_MSG));
+            }
+            match v.as_str() {
+                Some(v) if v.is_empty() || is_qualified_name_part(v) => {}
+                _ => causes.push(Cause::invalid(
+                    "metadata.labels",
+                    &v.to_string(),
+                    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+                )),
+            }
+        }
+    }
+    if let Some(annotations) = meta.get("annotations").and_then(Value::as_object) {
+        let mut total = 0usize;
+        for (k, v) in annotations {
+            if !is_qualified_name(&k.to_ascii_lowercase()) {
+                causes.push(Cause::invalid(
+                    "metadata.annotations",
+                    k,
+                    QUALIFIED_NAME_MSG,
+                ));
+            }
+            total += k.len() + v.as_str().map_or(0, str::len);
+        }
+        if total > 256 * 1024 {
+            causes.push(Cause {
+                reason: "FieldValueTooLong",
+                field: "metadata.annotations".into(),
+                message: "Too long: must have at most 262144 bytes".into(),
+            });
+        }
+    }
+    for (i, f) in objects::finalizers(obj).iter().enumerate() {
+        if !is_qualified_name(f) {
+            causes.push(Cause::invalid(
+                format!("metadata.finalizers[{i}]"),
+                f,
+                QUALIFIED_NAME_MSG,
+            ));
+        }
+    }
+    if let Some(refs) = meta.get("ownerReferences").and_then(Value::as_array) {
+        for (i, r) in refs.iter().enumerate() {
+            for field in ["apiVersion", "kind", "name", "uid"] {
+                if r.get(field)
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    causes.push(Cause::required(format!(
+                        "metadata.ownerReferences[{i}].{field}"
+                    )));
+                }
+            }
+        }
+        let controllers = refs
+            .iter()
+            .filter(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+            .count();
+        if controllers > 1 {
+            causes.push(Cause::invalid(
+                "metadata.ownerReferences",
+                &controllers.to_string(),
+                "Only one reference can have Controller set to true",
+            ));
+        }
+    }
+    causes
+}
+
+/// Update-only metadata rules: uid immutable, no new finalizers while deleting.
+pub fn validate_meta_update(old: &Value, new: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let (old_uid, new_uid) = (objects::uid(old), objects::uid(new));
+    if !new_uid.is_empty() && new_uid != old_uid {
+        causes.push(Cause::invalid(
+            "metadata.uid",
+            new_uid,
+            "field is immutable",
+        ));
+    }
+    if objects::is_deleting(old) {
+        let old_f = objects::finalizers(old);
+        let added: Vec<String> = objects::finalizers(new)
+            .into_iter()
+            .filter(|f| !old_f.contains(f))
+            .collect();
+        if !added.is_empty() {
+            causes.push(Cause::forbidden(
+                "metadata.finalizers",
+                format!("no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"),
+            ));
+        }
+    }
+    causes
+}
+
+/// ConfigMap and Secret: valid data keys.
+pub fn validate_data_keys(obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    for field in ["data", "binaryData", "stringData"] {
+        if let Some(map) = obj.get(field).and_then(Value::as_object) {
+            for key in map.keys() {
+                let ok = !key.is_empty()
+                    && key.len() <= 253
+                    && key
+                        .bytes()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+                    && key != "."
+                    && key != ".."
+                    && !key.starts_with("..");
+                if !ok {
+                    causes.push(Cause::invalid(
+                        field,
+                        key,
+                        "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')",
+                    ));
+                }
+            }
+        }
+    }
+    causes
+}
+
+/// ConfigMap and Secret with `immutable: true`: data and the flag itself may not change.
+pub fn validate_immutable_data(old: &Value, new: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if old.get("immutable").and_then(Value::as_bool) != Some(true) {
+        return causes;
+    }
+    if new.get("immutable").and_then(Value::as_bool) != Some(true) {
+        causes.push(Cause::forbidden(
+            "immutable",
+            "field is immutable when `immutable` is set",
+        ));
+    }
+    for field in ["data", "binaryData"] {
+        let empty = Value::Object(serde_json::Map::new());
+        let o = old.get(field).unwrap_or(&empty);
+        let n = new.get(field).unwrap_or(&empty);
+        if o != n {
+            causes.push(Cause::forbidden(
+                field,
+                "field is immutable when `immutable` is set",
+            ));
+        }
+    }
+    causes
+}
+
+/// Secret `type` may not change.
+pub fn validate_secret_type(old: &Value, new: &Value) -> Vec<Cause> {
+    let t = |v: &Value| {
+        v.get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("Opaque")
+            .to_string()
+    };
+    if t(old) != t(new) {
+        vec![Cause::invalid("type", &t(new), "field is immutable")]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Pod create: at least one container, each with a name (RFC 1123 label) and an image.
+pub fn validate_pod_spec(pod: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let containers = pod
+        .get("spec")
+        .and_then(|s| s.get("containers"))
+        .and_then(Value::as_array);
+    match containers {
+        None => causes.push(Cause::required("spec.containers")),
+        Some(list) if list.is_empty() => causes.push(Cause::required("spec.containers")),
+        Some(_) => {}
+    }
+    for list in ["initContainers", "containers"] {
+        let items = pod
+            .get("spec")
+            .and_then(|s| s.get(list))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        for (i, c) in items.iter().enumerate() {
+            let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
+            if name.is_empty() {
+                causes.push(Cause::required(format!("spec.{list}[{i}].name")));
+            } else if !is_dns1123_label(name) {
+                causes.push(Cause::invalid(
+                    format!("spec.{list}[{i}].name"),
+                    name,
+                    DNS1123_LABEL_MSG,
+                ));
+            }
+            if c.get("image")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                causes.push(Cause::required(format!("spec.{list}[{i}].image")));
+            }
+        }
+    }
+    causes
+}
+
+/// Pod update: only container images, `activeDeadlineSeconds`, added tolerations and
+/// `terminationGracePeriodSeconds` may change in `spec` (the real server's rule, simplified).
+pub fn validate_pod_spec_update(old: &Value, new: &Value) -> Vec<Cause> {
+    // Blank out what may change, then compare what is left.
+    let strip = |pod: &Value| -> Value {
+        let mut spec = pod.get("spec").cloned().unwrap_or(Value::Null);
+        if let Some(map) = spec.as_object_mut() {
+            for field in [
+                "activeDeadlineSeconds",
+                "tolerations",
+                "terminationGracePeriodSeconds",
+            ] {
+                map.remove(field);
+            }
+            for list in ["containers", "initContainers"] {
+                if let Some(Value::Array(items)) = map.get_mut(list) {
+                    for c in items.iter_mut() {
+                        if let Some(obj) = c.as_object_mut() {
+                            obj.remove("image");
+                        }
+                    }
+                }
+            }
+        }
+        spec
+    };
+    let mut causes = Vec::new();
+    if strip(new) != strip(old) {
+        causes.push(Cause::forbidden(
+            "spec",
+            "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
+        ));
+    }
+    let old_tol = old
+        .pointer("/spec/tolerations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let new_tol = new
+        .pointer("/spec/tolerations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if old_tol.iter().any(|t| !new_tol.contains(t)) {
+        causes.push(Cause::forbidden(
+            "spec.tolerations",
+            "existing toleration can not be modified except its tolerationSeconds",
+        ));
+    }
+    causes
+}
+
+/// CustomResourceDefinition: name is `<plural>.<group>`, names and scope present, exactly one
+/// storage version.
+pub fn validate_crd(crd: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let s = |p: &str| {
+        crd.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let group = s("/spec/group");
+    let plural = s("/spec/names/plural");
+    if group.is_empty() {
+        causes.push(Cause::required("spec.group"));
+    } else if !is_dns1123_subdomain(&group) || !group.contains('.') {
+        causes.push(Cause::invalid(
+            "spec.group",
+            &group,
+            "should be a domain with at least one dot",
+        ));
+    }
+    if plural.is_empty() {
+        causes.push(Cause::required("spec.names.plural"));
+    } else if !is_dns1123_label(&plural) {
+        causes.push(Cause::invalid(
+            "spec.names.plural",
+            &plural,
+            DNS1123_LABEL_MSG,
+        ));
+    }
+    if s("/spec/names/kind").is_empty() {
+        causes.push(Cause::required("spec.names.kind"));
+    }
+    let name = objects::name(crd);
+    if !plural.is_empty() && !group.is_empty() && name != format!("{plural}.{group}") {
+        causes.push(Cause::invalid(
+            "metadata.name",
+            name,
+            "must be spec.names.plural+\".\"+spec.group",
+        ));
+    }
+    let scope = s("/spec/scope");
+    if scope != "Namespaced" && scope != "Cluster" {
+        causes.push(Cause::unsupported(
+            "spec.scope",
+            &scope,
+            &["Cluster", "Namespaced"],
+        ));
+    }
+    let versions = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if versions.is_empty() {
+        causes.push(Cause::required("spec.versions"));
+    } else {
+        let storage = versions
+            .iter()
+            .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+            .count();
+        if storage != 1 {
+            causes.push(Cause::invalid(
+                "spec.versions",
+                &storage.to_string(),
+                "must have exactly one version marked as storage version",
+            ));
+        }
+        for (i, v) in versions.iter().enumerate() {
+            let vn = v.get("name").and_then(Value::as_str).unwrap_or_default();
+            if !is_dns1123_label(vn) {
+                causes.push(Cause::invalid(
+                    format!("spec.versions[{i}].name"),
+                    vn,
+                    DNS1123_LABEL_MSG,
+                ));
+            }
+        }
+    }
+    causes
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn dns_names() {
+        assert!(is_dns1123_subdomain("etcd-pod.n1"));
+        assert!(!is_dns1123_subdomain("Etcd"));
+        assert!(!is_dns1123_subdomain("-a"));
+        assert!(!is_dns1123_subdomain("a..b"));
+        assert!(!is_dns1123_subdomain(&"a".repeat(254)));
+        assert!(is_dns1123_label("kube-system"));
+        assert!(!is_dns1123_label("a.b"));
+        assert!(is_qualified_name("example.com/role"));
+        assert!(is_qualified_name("Role_1"));
+        assert!(!is_qualified_name("a/b/c"));
+        assert!(check_name(NameRule::Dns1123Subdomain, "UPPER").is_some());
+        assert!(check_name(NameRule::Dns1123Subdomain, "").is_some());
+        assert!(check_name(NameRule::PathSegment, "a.b_C").is_none());
+    }
+
+    #[test]
+    fn immutable_configmap_rejects_data_change() {
+        let old = json!({"immutable": true, "data": {"a": "1"}});
+        assert!(validate_immutable_data(&old, &old).is_empty());
+        let changed = json!({"immutable": true, "data": {"a": "2"}});
+        assert_eq!(validate_immutable_data(&old, &changed).len(), 1);
+        let unset = json!({"data": {"a": "1"}});
+        assert_eq!(validate_immutable_data(&old, &unset).len(), 1);
+        let mutable = json!({"data": {"a": "1"}});
+        assert!(validate_immutable_data(&mutable, &changed).is_empty());
+    }
+
+    #[test]
+    fn pod_spec_is_mostly_immutable() {
+        let old =
+            json!({"spec": {"containers": [{"name": "c", "image": "a:1"}], "nodeName": "n1"}});
+        let image =
+            json!({"spec": {"containers": [{"name": "c", "image": "a:2"}], "nodeName": "n1"}});
+        assert!(validate_pod_spec_update(&old, &image).is_empty());
+        let node =
+            json!({"spec": {"containers": [{"name": "c", "image": "a:1"}], "nodeName": "n2"}});
+        assert_eq!(validate_pod_spec_update(&old, &node).len(), 1);
+        let tol = json!({"spec": {"containers": [{"name": "c", "image": "a:1"}], "nodeName": "n1",
+            "tolerations": [{"key": "k", "operator": "Exists"}]}});
+        assert!(validate_pod_spec_update(&old, &tol).is_empty());
+        assert_eq!(
+            validate_pod_spec_update(&tol, &old).len(),
+            1,
+            "tolerations may only be added"
+        );
+    }
+
+    #[test]
+    fn meta_update_rules() {
+        let old = json!({"metadata": {"uid": "u1", "deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["a"]}});
+        let new = json!({"metadata": {"uid": "u2", "finalizers": ["a", "b"]}});
+        assert_eq!(validate_meta_update(&old, &new).len(), 2);
+    }
+
+    #[test]
+    fn crd_name_must_match() {
+        let crd = json!({"metadata": {"name": "wrong"}, "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "kind": "Widget"}, "versions": [{"name": "v1", "served": true, "storage": true}]}});
+        let causes = validate_crd(&crd);
+        assert_eq!(causes.len(), 1);
+        assert_eq!(causes[0].field, "metadata.name");
+    }
+}

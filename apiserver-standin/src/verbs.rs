@@ -1,0 +1,712 @@
+//! The REST verbs on one resource: get, list, create, update (PUT), patch. Delete lives in
+//! [`crate::delete`], watch in [`crate::watch`]. Every write is a read-modify-write guarded by
+//! the object's etcd mod revision, retried on a lost race unless the client pinned a
+//! `resourceVersion` (then the race is the client's 409 Conflict).
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::crd;
+use crate::error::{ApiError, Cause, GroupResource};
+use crate::objects;
+use crate::patch::{self, PatchKind};
+use crate::resources::ResourceInfo;
+use crate::selectors::{FieldSelector, LabelSelector, Selectors};
+use crate::state::{State, from_storage, to_storage};
+use crate::store::{StoreError, Stored, encode};
+use crate::strategy;
+use crate::validation;
+
+/// How many times a write is retried after losing a race it did not pin.
+const RETRIES: usize = 16;
+
+/// What a request addresses.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// The resource.
+    pub info: ResourceInfo,
+    /// Namespace from the URL (namespaced resources; `None` = all namespaces for lists).
+    pub namespace: Option<String>,
+    /// Object name from the URL.
+    pub name: Option<String>,
+    /// The request is on the `/status` subresource.
+    pub status: bool,
+}
+
+impl Target {
+    fn ns(&self) -> &str {
+        self.namespace.as_deref().unwrap_or_default()
+    }
+
+    fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or_default()
+    }
+}
+
+/// List parameters.
+#[derive(Clone, Debug, Default)]
+pub struct ListOptions {
+    /// `labelSelector`.
+    pub label_selector: String,
+    /// `fieldSelector`.
+    pub field_selector: String,
+    /// `limit` (0 = no limit).
+    pub limit: i64,
+    /// `continue`.
+    pub continue_token: Option<String>,
+    /// `resourceVersion`.
+    pub resource_version: String,
+    /// `resourceVersionMatch`.
+    pub resource_version_match: String,
+}
+
+/// Write parameters.
+#[derive(Clone, Debug, Default)]
+pub struct WriteOptions {
+    /// `dryRun=All`.
+    pub dry_run: bool,
+    /// `fieldManager`.
+    pub field_manager: Option<String>,
+    /// `force` (apply).
+    pub force: bool,
+}
+
+/// Maps a storage error to the API error kube-apiserver would give.
+pub fn store_err(e: StoreError) -> ApiError {
+    match e {
+        StoreError::Compacted {
+            requested,
+            compacted,
+        } => ApiError::expired(requested, compacted),
+        StoreError::Timeout(what) => ApiError::timeout(what),
+        other => ApiError::internal(other.to_string()),
+    }
+}
+
+/// Parses both selectors for a resource.
+pub fn selectors(info: &ResourceInfo, opts: &ListOptions) -> Result<Selectors, ApiError> {
+    Ok(Selectors {
+        labels: LabelSelector::parse(&opts.label_selector)?,
+        fields: FieldSelector::parse(&opts.field_selector, &info.field_selectable())?,
+    })
+}
+
+/// Reads one object (stored form).
+pub async fn read(
+    state: &State,
+    info: &ResourceInfo,
+    ns: &str,
+    name: &str,
+) -> Result<Option<Stored>, ApiError> {
+    state
+        .store
+        .get(&state.key(info, ns, name))
+        .await
+        .map_err(store_err)
+}
+
+/// GET one object.
+pub async fn get(state: &State, t: &Target) -> Result<Value, ApiError> {
+    match read(state, &t.info, t.ns(), t.name()).await? {
+        Some(s) => Ok(from_storage(&t.info, s.object)),
+        None => Err(ApiError::not_found(t.info.gr(), t.name())),
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ContinueToken {
+    rv: i64,
+    start: String,
+}
+
+/// LIST a collection, honouring selectors, `limit`/`continue` and `resourceVersionMatch=Exact`.
+pub async fn list(state: &State, t: &Target, opts: &ListOptions) -> Result<Value, ApiError> {
+    let info = &t.info;
+    let sel = selectors(info, opts)?;
+    let prefix = info.collection_prefix(state.prefix(), t.namespace.as_deref());
+    let (mut revision, mut start) = match &opts.continue_token {
+        Some(tok) if !tok.is_empty() => {
+            let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(tok)
+                .map_err(|_| ApiError::bad_request("continue key is not valid"))?;
+            let tok: ContinueToken = serde_json::from_slice(&raw)
+                .map_err(|_| ApiError::bad_request("continue key is not valid"))?;
+            if !tok.start.starts_with(&prefix) {
+                return Err(ApiError::bad_request("continue key is not valid"));
+            }
+            (tok.rv, Some(tok.start))
+        }
+        _ => {
+            let rv = if opts.resource_version_match == "Exact" {
+                opts.resource_version.parse::<i64>().map_err(|_| {
+                    ApiError::bad_request(format!(
+                        "invalid resource version {:?}",
+                        opts.resource_version
+                    ))
+                })?
+            } else {
+                0
+            };
+            (rv, None)
+        }
+    };
+    let mut items = Vec::new();
+    let mut next_start: Option<String> = None;
+    loop {
+        let page = state
+            .store
+            .list(&prefix, start.as_deref(), revision, if opts.limit > 0 { opts.limit } else { 0 })
+            .await
+            .map_err(|e| match e {
+                StoreError::Compacted { .. } if opts.continue_token.is_some() => ApiError {
+                    code: 410,
+                    reason: "Expired",
+                    message: "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
+                    details: None,
+                },
+                other => store_err(other),
+            })?;
+        revision = page.revision;
+        let last_key = page.items.last().map(|s| s.key.clone());
+        for s in page.items {
+            let obj = from_storage(info, s.object);
+            if sel.matches(&obj) {
+                items.push(obj);
+            }
+        }
+        match (page.more, last_key) {
+            (true, Some(k)) => {
+                let next = format!("{k}\0");
+                if opts.limit > 0 && items.len() as i64 >= opts.limit {
+                    next_start = Some(next);
+                    break;
+                }
+                start = Some(next);
+            }
+            _ => break,
+        }
+    }
+    let mut metadata = json!({"resourceVersion": revision.to_string()});
+    if let Some(start) = next_start {
+        let tok = serde_json::to_vec(&ContinueToken {
+            rv: revision,
+            start,
+        })
+        .unwrap_or_default();
+        metadata["continue"] =
+            Value::String(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tok));
+    }
+    Ok(json!({
+        "kind": format!("{}List", info.kind),
+        "apiVersion": info.api_version(),
+        "metadata": metadata,
+        "items": items,
+    }))
+}
+
+/// Rejects a body whose `apiVersion`/`kind` name another type.
+fn check_type(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+    if !obj.is_object() {
+        return Err(ApiError::bad_request(
+            "the body of the request must be a JSON object",
+        ));
+    }
+    let api_version = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let expected = info.api_version();
+    let version_ok = api_version.is_empty()
+        || api_version == expected
+        // The real server decodes any served version of the group and converts.
+        || api_version.split('/').next() == Some(info.group.as_str()) && !info.group.is_empty();
+    if !version_ok || (!kind.is_empty() && kind != info.kind) {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({api_version}) does not match the expected API version ({expected})"
+        )));
+    }
+    Ok(())
+}
+
+/// Fills or checks `metadata.namespace` against the URL; clears it for cluster-scoped kinds.
+fn normalize_namespace(info: &ResourceInfo, url_ns: &str, obj: &mut Value) -> Result<(), ApiError> {
+    if !info.namespaced {
+        objects::remove_meta(obj, "namespace");
+        return Ok(());
+    }
+    let body_ns = objects::namespace(obj).to_string();
+    if body_ns.is_empty() {
+        objects::set_meta_str(obj, "namespace", url_ns);
+    } else if body_ns != url_ns {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    Ok(())
+}
+
+fn check_name(url_name: &str, obj: &mut Value) -> Result<(), ApiError> {
+    let body_name = objects::name(obj).to_string();
+    if body_name.is_empty() {
+        objects::set_meta_str(obj, "name", url_name);
+    } else if body_name != url_name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({url_name})"
+        )));
+    }
+    Ok(())
+}
+
+fn invalid(info: &ResourceInfo, obj: &Value, causes: Vec<Cause>) -> Result<(), ApiError> {
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            &info.kind,
+            &info.group,
+            objects::name(obj),
+            causes,
+        ))
+    }
+}
+
+fn is(info: &ResourceInfo, group: &str, resource: &str) -> bool {
+    info.group == group && info.resource == resource
+}
+
+fn validate_create(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+    let mut causes = validation::validate_object_meta(info, obj);
+    if is(info, "", "configmaps") || is(info, "", "secrets") {
+        causes.extend(validation::validate_data_keys(obj));
+    }
+    if is(info, "", "pods") {
+        causes.extend(validation::validate_pod_spec(obj));
+    }
+    if is(info, "apiextensions.k8s.io", "customresourcedefinitions") {
+        causes.extend(validation::validate_crd(obj));
+    }
+    invalid(info, obj, causes)
+}
+
+fn validate_update(
+    info: &ResourceInfo,
+    old: &Value,
+    new: &Value,
+    status: bool,
+) -> Result<(), ApiError> {
+    let mut causes = validation::validate_object_meta(info, new);
+    causes.extend(validation::validate_meta_update(old, new));
+    if is(info, "", "configmaps") || is(info, "", "secrets") {
+        causes.extend(validation::validate_data_keys(new));
+        causes.extend(validation::validate_immutable_data(old, new));
+    }
+    if is(info, "", "secrets") {
+        causes.extend(validation::validate_secret_type(old, new));
+    }
+    if is(info, "", "pods") && !status {
+        causes.extend(validation::validate_pod_spec_update(old, new));
+    }
+    if is(info, "apiextensions.k8s.io", "customresourcedefinitions") && !status {
+        causes.extend(validation::validate_crd(new));
+        let scope = |v: &Value| v.pointer("/spec/scope").cloned();
+        if scope(old) != scope(new) {
+            causes.push(Cause::invalid("spec.scope", "", "field is immutable"));
+        }
+    }
+    invalid(info, new, causes)
+}
+
+/// `generateName` + five random characters from kube-apiserver's alphabet.
+pub fn generate_name(prefix: &str) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let prefix: String = prefix.chars().take(58).collect();
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    let suffix: String = bytes
+        .iter()
+        .take(5)
+        .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
+        .collect();
+    format!("{prefix}{suffix}")
+}
+
+const NAMESPACES: GroupResource<'static> = GroupResource {
+    group: "",
+    resource: "namespaces",
+};
+
+/// The namespace must exist and not be terminating (admission `NamespaceLifecycle`).
+async fn namespace_admission(
+    state: &State,
+    info: &ResourceInfo,
+    ns: &str,
+    name: &str,
+) -> Result<(), ApiError> {
+    let reg = state.registry();
+    let Some(ns_info) = reg.lookup("", "v1", "namespaces") else {
+        return Ok(());
+    };
+    match read(state, &ns_info, "", ns).await? {
+        None => Err(ApiError::not_found(NAMESPACES, ns)),
+        Some(s) if objects::is_deleting(&s.object) => Err(ApiError::forbidden(
+            info.gr(),
+            name,
+            &format!(
+                "unable to create new content in namespace {ns} because it is being terminated"
+            ),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Admission `ServiceAccount`: a pod names a service account (`default` if none) that must
+/// exist; mirror pods are exempt.
+async fn service_account_admission(
+    state: &State,
+    ns: &str,
+    pod: &mut Value,
+) -> Result<(), ApiError> {
+    let mirror = pod
+        .pointer("/metadata/annotations/kubernetes.io~1config.mirror")
+        .is_some();
+    if mirror || !state.config.service_account_admission {
+        return Ok(());
+    }
+    let sa = pod
+        .pointer("/spec/serviceAccountName")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .unwrap_or("default")
+        .to_string();
+    if let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.insert("serviceAccountName".into(), Value::String(sa.clone()));
+    }
+    let reg = state.registry();
+    let Some(sa_info) = reg.lookup("", "v1", "serviceaccounts") else {
+        return Ok(());
+    };
+    if read(state, &sa_info, ns, &sa).await?.is_none() {
+        let pods = GroupResource {
+            group: "",
+            resource: "pods",
+        };
+        return Err(ApiError::forbidden(
+            pods,
+            objects::name(pod),
+            &format!("error looking up service account {ns}/{sa}: serviceaccount {sa:?} not found"),
+        ));
+    }
+    Ok(())
+}
+
+/// POST: create an object.
+pub async fn create(
+    state: &State,
+    t: &Target,
+    mut obj: Value,
+    opts: &WriteOptions,
+) -> Result<Value, ApiError> {
+    let info = &t.info;
+    check_type(info, &obj)?;
+    normalize_namespace(info, t.ns(), &mut obj)?;
+    let ns = t.ns().to_string();
+    let generate_prefix = obj
+        .pointer("/metadata/generateName")
+        .and_then(Value::as_str)
+        .filter(|_| objects::name(&obj).is_empty())
+        .map(str::to_string);
+    if info.namespaced {
+        namespace_admission(state, info, &ns, objects::name(&obj)).await?;
+    }
+    if is(info, "", "pods") {
+        service_account_admission(state, &ns, &mut obj).await?;
+    }
+    for _ in 0..RETRIES {
+        let mut candidate = obj.clone();
+        if let Some(prefix) = &generate_prefix {
+            objects::set_meta_str(&mut candidate, "name", &generate_name(prefix));
+        }
+        let now = objects::now_rfc3339();
+        let uid = uuid::Uuid::new_v4().to_string();
+        strategy::prepare_for_create(info, &mut candidate, &uid, &now);
+        validate_create(info, &candidate)?;
+        if is(info, "apiextensions.k8s.io", "customresourcedefinitions") {
+            crd::set_status(&mut candidate, None, &now);
+        }
+        if opts.dry_run {
+            return Ok(candidate);
+        }
+        let name = objects::name(&candidate).to_string();
+        let key = state.key(info, &ns, &name);
+        match state
+            .store
+            .create(&key, &to_storage(info, candidate.clone()))
+            .await
+        {
+            Ok(rev) => {
+                objects::set_meta_str(&mut candidate, "resourceVersion", &rev.to_string());
+                tracing::debug!(resource = %info.resource, namespace = %ns, %name, rev, "API stand-in: created");
+                after_create(state, info, &candidate).await;
+                return Ok(candidate);
+            }
+            Err(StoreError::Exists) if generate_prefix.is_some() => continue,
+            Err(StoreError::Exists) => return Err(ApiError::already_exists(info.gr(), &name)),
+            Err(e) => return Err(store_err(e)),
+        }
+    }
+    Err(ApiError::already_exists(info.gr(), objects::name(&obj)))
+}
+
+/// Side effects of a create: CRDs start serving, namespaces get their `default` service
+/// account (the stand-in plays the service-account controller).
+async fn after_create(state: &State, info: &ResourceInfo, obj: &Value) {
+    if is(info, "apiextensions.k8s.io", "customresourcedefinitions") {
+        register_crd(state, obj);
+    }
+    if is(info, "", "namespaces") && state.config.default_service_accounts {
+        let reg = state.registry();
+        if let Some(sa_info) = reg.lookup("", "v1", "serviceaccounts") {
+            let ns = objects::name(obj).to_string();
+            let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": ns}});
+            let t = Target {
+                info: sa_info,
+                namespace: Some(ns.clone()),
+                name: None,
+                status: false,
+            };
+            match Box::pin(create(state, &t, sa, &WriteOptions::default())).await {
+                Ok(_) => {}
+                Err(e) if e.code == 409 => {}
+                Err(e) => {
+                    tracing::warn!(namespace = %ns, error = %e, "API stand-in: creating the default service account failed")
+                }
+            }
+        }
+    }
+}
+
+/// Starts serving a CRD's resources.
+pub fn register_crd(state: &State, crd_obj: &Value) {
+    let resources = crd::resources_of(crd_obj);
+    let name = objects::name(crd_obj).to_string();
+    tracing::info!(crd = %name, versions = resources.len(), "API stand-in: serving custom resource");
+    state.with_registry(|r| r.set_crd(&name, resources));
+}
+
+/// Outcome of one guarded write attempt.
+#[derive(Debug)]
+pub enum Commit {
+    /// Written (or deleted, or unchanged): the object as served.
+    Done(Value),
+    /// Lost a race: re-read and try again.
+    Retry,
+}
+
+/// Writes `new` over `current` (main resource or `/status`), applying the update strategy,
+/// validation, finalization (an object being deleted whose last finalizer is gone is removed)
+/// and the no-op rule (an unchanged object is not written, its resourceVersion stays).
+pub async fn commit_update(
+    state: &State,
+    info: &ResourceInfo,
+    current: &Stored,
+    mut new: Value,
+    status: bool,
+    dry_run: bool,
+) -> Result<Commit, ApiError> {
+    let old = from_storage(info, current.object.clone());
+    let mut next = if status {
+        strategy::prepare_for_status_update(info, &old, &new)
+    } else {
+        strategy::prepare_for_update(info, &old, &mut new);
+        new
+    };
+    validate_update(info, &old, &next, status)?;
+    if is(info, "apiextensions.k8s.io", "customresourcedefinitions") && !status {
+        crd::set_status(&mut next, old.get("status"), &objects::now_rfc3339());
+    }
+    if dry_run {
+        return Ok(Commit::Done(next));
+    }
+    let grace = next
+        .pointer("/metadata/deletionGracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let namespace = is(info, "", "namespaces");
+    if objects::is_deleting(&next)
+        && objects::finalizers(&next).is_empty()
+        && grace == 0
+        && !namespace
+    {
+        return match state.store.delete(&current.key, current.mod_revision).await {
+            Ok(_) => {
+                crate::delete::after_remove(state, info, &next).await;
+                Ok(Commit::Done(next))
+            }
+            Err(StoreError::Conflict) => Ok(Commit::Retry),
+            Err(e) => Err(store_err(e)),
+        };
+    }
+    let stored = to_storage(info, next.clone());
+    if encode(&stored) == encode(&current.object) {
+        return Ok(Commit::Done(old));
+    }
+    match state
+        .store
+        .update(&current.key, &stored, current.mod_revision)
+        .await
+    {
+        Ok(rev) => {
+            objects::set_meta_str(&mut next, "resourceVersion", &rev.to_string());
+            if is(info, "apiextensions.k8s.io", "customresourcedefinitions") {
+                register_crd(state, &next);
+            }
+            if objects::is_deleting(&next)
+                || objects::owner_uids(&old) != objects::owner_uids(&next)
+            {
+                state.gc_wake.notify_one();
+            }
+            Ok(Commit::Done(next))
+        }
+        Err(StoreError::Conflict) => Ok(Commit::Retry),
+        Err(e) => Err(store_err(e)),
+    }
+}
+
+/// PUT: replace an object (or its status).
+pub async fn update(
+    state: &State,
+    t: &Target,
+    mut body: Value,
+    opts: &WriteOptions,
+) -> Result<Value, ApiError> {
+    let info = &t.info;
+    check_type(info, &body)?;
+    check_name(t.name(), &mut body)?;
+    normalize_namespace(info, t.ns(), &mut body)?;
+    let pinned = objects::resource_version(&body).to_string();
+    for _ in 0..RETRIES {
+        let current = read(state, info, t.ns(), t.name())
+            .await?
+            .ok_or_else(|| ApiError::not_found(info.gr(), t.name()))?;
+        if !pinned.is_empty() && pinned != current.mod_revision.to_string() {
+            return Err(ApiError::stale(info.gr(), t.name()));
+        }
+        match commit_update(state, info, &current, body.clone(), t.status, opts.dry_run).await? {
+            Commit::Done(v) => return Ok(v),
+            Commit::Retry if pinned.is_empty() => continue,
+            Commit::Retry => return Err(ApiError::stale(info.gr(), t.name())),
+        }
+    }
+    Err(ApiError::stale(info.gr(), t.name()))
+}
+
+/// PATCH: merge / strategic (as merge) / JSON patch / apply. Returns the HTTP code (201 when an
+/// apply created the object) and the object.
+pub async fn patch(
+    state: &State,
+    t: &Target,
+    kind: PatchKind,
+    body: &[u8],
+    opts: &WriteOptions,
+) -> Result<(u16, Value), ApiError> {
+    let info = &t.info;
+    let patch_doc = patch::parse_body(kind, body)?;
+    if kind == PatchKind::Apply {
+        if opts.field_manager.as_deref().is_none_or(str::is_empty) {
+            return Err(ApiError::bad_request(
+                "PATCH, application/apply-patch+yaml requires fieldManager",
+            ));
+        }
+        let has_type = |f: &str| {
+            patch_doc
+                .get(f)
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.is_empty())
+        };
+        if !has_type("apiVersion") || !has_type("kind") {
+            return Err(ApiError::bad_request(format!(
+                "invalid object type: {}, Kind={}",
+                patch_doc
+                    .get("apiVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+                patch_doc
+                    .get("kind")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            )));
+        }
+        check_type(info, &patch_doc)?;
+    }
+    for _ in 0..RETRIES {
+        let current = read(state, info, t.ns(), t.name()).await?;
+        let Some(current) = current else {
+            if kind == PatchKind::Apply && !t.status {
+                let mut obj = patch_doc.clone();
+                check_name(t.name(), &mut obj)?;
+                match create(state, t, obj, opts).await {
+                    Ok(v) => return Ok((201, v)),
+                    Err(e) if e.code == 409 && e.reason == "AlreadyExists" => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            return Err(ApiError::not_found(info.gr(), t.name()));
+        };
+        let old = from_storage(info, current.object.clone());
+        let mut doc = old.clone();
+        match kind {
+            PatchKind::Merge | PatchKind::Strategic => patch::merge(&mut doc, &patch_doc)?,
+            PatchKind::Json => patch::json_patch(&mut doc, &patch_doc)?,
+            PatchKind::Apply => patch::apply(&mut doc, &patch_doc),
+        }
+        let patched_rv = objects::resource_version(&doc).to_string();
+        let pinned = !patched_rv.is_empty() && patched_rv != current.mod_revision.to_string();
+        if pinned {
+            return Err(ApiError::stale(info.gr(), t.name()));
+        }
+        check_name(t.name(), &mut doc)?;
+        normalize_namespace(info, t.ns(), &mut doc)?;
+        match commit_update(state, info, &current, doc, t.status, opts.dry_run).await? {
+            Commit::Done(v) => return Ok((200, v)),
+            Commit::Retry => continue,
+        }
+    }
+    Err(ApiError::stale(info.gr(), t.name()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn generated_names_use_the_prefix() {
+        let n = generate_name("installer-");
+        assert!(n.starts_with("installer-"));
+        assert_eq!(n.len(), "installer-".len() + 5);
+        assert!(validation::is_dns1123_subdomain(&n));
+        let long = generate_name(&"a".repeat(80));
+        assert_eq!(long.len(), 63);
+    }
+
+    #[test]
+    fn body_type_must_match_the_url() {
+        let reg = crate::resources::Registry::default();
+        let pods = reg.lookup("", "v1", "pods").unwrap();
+        assert!(check_type(&pods, &json!({"apiVersion": "v1", "kind": "Pod"})).is_ok());
+        assert!(check_type(&pods, &json!({})).is_ok());
+        assert_eq!(
+            check_type(&pods, &json!({"kind": "ConfigMap"}))
+                .unwrap_err()
+                .code,
+            400
+        );
+        let mut obj = json!({"metadata": {"name": "a"}});
+        assert_eq!(check_name("b", &mut obj).unwrap_err().code, 400);
+        let mut obj = json!({"metadata": {"namespace": "x"}});
+        assert_eq!(
+            normalize_namespace(&pods, "y", &mut obj).unwrap_err().code,
+            400
+        );
+    }
+}

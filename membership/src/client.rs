@@ -13,9 +13,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use etcd_client::{
-    Certificate, Client, ConnectOptions, Identity, MemberAddOptions, TlsOptions,
-};
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, MemberAddOptions, TlsOptions};
 use tokio::sync::Mutex;
 
 use crate::{Member, MemberId, MemberUrl};
@@ -35,7 +33,11 @@ impl TlsFiles {
         cert: Option<String>,
         key: Option<String>,
     ) -> Result<Option<Self>, ClientError> {
-        let parts = [("ETCDCTL_CACERT", ca), ("ETCDCTL_CERT", cert), ("ETCDCTL_KEY", key)];
+        let parts = [
+            ("ETCDCTL_CACERT", ca),
+            ("ETCDCTL_CERT", cert),
+            ("ETCDCTL_KEY", key),
+        ];
         let (set, unset): (Vec<_>, Vec<_>) = parts
             .into_iter()
             .map(|(name, v)| (name, v.filter(|s| !s.is_empty())))
@@ -316,7 +318,11 @@ impl EtcdClient {
     }
 
     /// Runs `call` on the first endpoint that is reachable and not a learner.
-    async fn on_any_voter<T, F, Fut>(&self, op: &'static str, call: F) -> Result<(T, MemberUrl), ClientError>
+    async fn on_any_voter<T, F, Fut>(
+        &self,
+        op: &'static str,
+        call: F,
+    ) -> Result<(T, MemberUrl), ClientError>
     where
         F: Fn(Client) -> Fut,
         Fut: Future<Output = EtcdResult<T>>,
@@ -432,15 +438,18 @@ impl EtcdClient {
 fn classify(endpoint: &MemberUrl, error: etcd_client::Error) -> EndpointFailure {
     let (kind, message) = match &error {
         etcd_client::Error::GRpcStatus(status) => match status.code() {
-            tonic::Code::Unavailable if status.message().contains("connect") => {
-                (FailureKind::Unreachable, format!("unreachable: {}", status.message()))
-            }
+            tonic::Code::Unavailable if status.message().contains("connect") => (
+                FailureKind::Unreachable,
+                format!("unreachable: {}", status.message()),
+            ),
             _ => (
                 FailureKind::Rejected,
                 format!("{:?}: {}", status.code(), status.message()),
             ),
         },
-        etcd_client::Error::TransportError(e) => (FailureKind::Unreachable, format!("transport: {e}")),
+        etcd_client::Error::TransportError(e) => {
+            (FailureKind::Unreachable, format!("transport: {e}"))
+        }
         other => (FailureKind::Unreachable, other.to_string()),
     };
     EndpointFailure {

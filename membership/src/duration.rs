@@ -23,7 +23,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
         }
         let value: u64 = rest[..digits].parse().map_err(|_| err())?;
         rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let part = match &rest[..unit_len] {
             "ms" => Duration::from_millis(value),
             "s" => Duration::from_secs(value),

@@ -85,7 +85,9 @@ fn parse_pairs<K: Ord + Clone + fmt::Display>(
         if entry.chars().any(char::is_whitespace) {
             return Err(fail(EntryProblem::Whitespace));
         }
-        let (key, url) = entry.split_once('=').ok_or_else(|| fail(EntryProblem::NoEquals))?;
+        let (key, url) = entry
+            .split_once('=')
+            .ok_or_else(|| fail(EntryProblem::NoEquals))?;
         let key = parse_key(key).map_err(fail)?;
         let url: MemberUrl = url.parse().map_err(|e: UrlError| fail(e.into()))?;
         if out.contains_key(&key) {
@@ -259,15 +261,22 @@ mod tests {
 
     #[test]
     fn initial_cluster_formats_sorted_by_name() {
-        let ic = InitialCluster::parse("n2=https://10.0.0.2:2380,n1=https://10.0.0.1:2380").unwrap();
-        assert_eq!(ic.to_string(), "n1=https://10.0.0.1:2380,n2=https://10.0.0.2:2380");
+        let ic =
+            InitialCluster::parse("n2=https://10.0.0.2:2380,n1=https://10.0.0.1:2380").unwrap();
+        assert_eq!(
+            ic.to_string(),
+            "n1=https://10.0.0.1:2380,n2=https://10.0.0.2:2380"
+        );
         assert_eq!(ic.get("n2"), Some(&url("https://10.0.0.2:2380")));
     }
 
     #[test]
     fn member_ids_format_sorted_numerically() {
         let ids = MemberIds::parse("f=https://10.0.0.2:2380,10=https://10.0.0.1:2380").unwrap();
-        assert_eq!(ids.to_string(), "f=https://10.0.0.2:2380,10=https://10.0.0.1:2380");
+        assert_eq!(
+            ids.to_string(),
+            "f=https://10.0.0.2:2380,10=https://10.0.0.1:2380"
+        );
         assert_eq!(
             ids.id_for_url(&url("https://10.0.0.1:2380")),
             MemberId::new(0x10)
@@ -290,7 +299,10 @@ mod tests {
             ic("n1=https://10.0.0.1:2380, n2=https://10.0.0.2:2380"),
             "ETCD_INITIAL_CLUSTER: entry 2 (\" n2=https://10.0.0.2:2380\"): contains whitespace"
         );
-        assert_eq!(ic(""), "ETCD_INITIAL_CLUSTER: entry 1 (\"\"): empty entry (stray comma?)");
+        assert_eq!(
+            ic(""),
+            "ETCD_INITIAL_CLUSTER: entry 1 (\"\"): empty entry (stray comma?)"
+        );
         assert_eq!(
             ic("n1=https://10.0.0.1:2380,n1=https://10.0.0.2:2380"),
             "ETCD_INITIAL_CLUSTER: entry 2 (\"n1=https://10.0.0.2:2380\"): duplicate key \"n1\""
@@ -336,11 +348,23 @@ mod tests {
 
     #[test]
     fn diff_reports_each_kind_of_mismatch() {
-        let a = MemberIds::parse("1=https://10.0.0.1:2380,2=https://10.0.0.2:2380,3=https://10.0.0.3:2380").unwrap();
-        let b = MemberIds::parse("1=https://10.0.0.1:2380,2=https://10.0.0.9:2380,4=https://10.0.0.4:2380").unwrap();
+        let a = MemberIds::parse(
+            "1=https://10.0.0.1:2380,2=https://10.0.0.2:2380,3=https://10.0.0.3:2380",
+        )
+        .unwrap();
+        let b = MemberIds::parse(
+            "1=https://10.0.0.1:2380,2=https://10.0.0.9:2380,4=https://10.0.0.4:2380",
+        )
+        .unwrap();
         let d = a.diff(&b);
-        assert_eq!(d.only_left, vec![(MemberId::new(3).unwrap(), url("https://10.0.0.3:2380"))]);
-        assert_eq!(d.only_right, vec![(MemberId::new(4).unwrap(), url("https://10.0.0.4:2380"))]);
+        assert_eq!(
+            d.only_left,
+            vec![(MemberId::new(3).unwrap(), url("https://10.0.0.3:2380"))]
+        );
+        assert_eq!(
+            d.only_right,
+            vec![(MemberId::new(4).unwrap(), url("https://10.0.0.4:2380"))]
+        );
         assert_eq!(d.url_changed.len(), 1);
         assert!(a.diff(&a).is_empty());
     }

@@ -5,7 +5,9 @@ use std::fmt;
 use std::str::FromStr;
 
 /// An etcd member id. Never zero (raft reserves 0 for "no node").
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(try_from = "String", into = "String")]
 pub struct MemberId(u64);
 
@@ -50,7 +52,10 @@ impl FromStr for MemberId {
         if s.is_empty() {
             return Err(IdError::Empty);
         }
-        if !s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        if !s
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
             return Err(IdError::NotLowercaseHex(s.to_owned()));
         }
         if s.len() > 16 {
@@ -95,10 +100,22 @@ mod tests {
     #[test]
     fn rejects_non_canonical_forms() {
         assert_eq!("".parse::<MemberId>(), Err(IdError::Empty));
-        assert!(matches!("0x1f".parse::<MemberId>(), Err(IdError::NotLowercaseHex(_))));
-        assert!(matches!("1F".parse::<MemberId>(), Err(IdError::NotLowercaseHex(_))));
-        assert!(matches!("01f".parse::<MemberId>(), Err(IdError::LeadingZero(_))));
-        assert!(matches!("1234567890abcdef0".parse::<MemberId>(), Err(IdError::TooLong(_))));
+        assert!(matches!(
+            "0x1f".parse::<MemberId>(),
+            Err(IdError::NotLowercaseHex(_))
+        ));
+        assert!(matches!(
+            "1F".parse::<MemberId>(),
+            Err(IdError::NotLowercaseHex(_))
+        ));
+        assert!(matches!(
+            "01f".parse::<MemberId>(),
+            Err(IdError::LeadingZero(_))
+        ));
+        assert!(matches!(
+            "1234567890abcdef0".parse::<MemberId>(),
+            Err(IdError::TooLong(_))
+        ));
         assert_eq!("0".parse::<MemberId>(), Err(IdError::Zero));
         assert_eq!(MemberId::new(0), None);
     }

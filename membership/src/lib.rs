@@ -23,8 +23,8 @@ mod peer_url;
 mod quorum;
 
 pub use client::{
-    ClientConfig, ClientError, EndpointFailure, EndpointStatus, EtcdClient, FailureKind, LiveMembers,
-    TlsFiles,
+    ClientConfig, ClientError, EndpointFailure, EndpointStatus, EtcdClient, FailureKind,
+    LiveMembers, TlsFiles,
 };
 pub use duration::{DurationError, parse_duration};
 pub use env::{

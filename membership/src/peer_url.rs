@@ -6,7 +6,9 @@ use std::fmt;
 use std::str::FromStr;
 
 /// A validated member URL, kept in its canonical text form (`https://10.0.0.1:2380`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(try_from = "String", into = "String")]
 pub struct MemberUrl(String);
 
@@ -32,7 +34,9 @@ impl MemberUrl {
 
     /// The `host:port` part (what a socket connects to).
     pub fn authority(&self) -> &str {
-        self.0.split_once("://").map_or(self.0.as_str(), |(_, rest)| rest)
+        self.0
+            .split_once("://")
+            .map_or(self.0.as_str(), |(_, rest)| rest)
     }
 
     /// The host without port (IPv6 keeps its brackets).
@@ -136,7 +140,10 @@ mod tests {
             "HTTPS://10.0.0.1:2380",
             "https://[FD00::1]:2380",
         ] {
-            assert!(bad.parse::<MemberUrl>().is_err(), "{bad} should be rejected");
+            assert!(
+                bad.parse::<MemberUrl>().is_err(),
+                "{bad} should be rejected"
+            );
         }
     }
 }

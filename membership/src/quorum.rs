@@ -31,7 +31,15 @@ mod tests {
     #[test]
     fn table() {
         // (voters, quorum, tolerance)
-        for (n, q, t) in [(0, 1, 0), (1, 1, 0), (2, 2, 0), (3, 2, 1), (4, 3, 1), (5, 3, 2), (7, 4, 3)] {
+        for (n, q, t) in [
+            (0, 1, 0),
+            (1, 1, 0),
+            (2, 2, 0),
+            (3, 2, 1),
+            (4, 3, 1),
+            (5, 3, 2),
+            (7, 4, 3),
+        ] {
             assert_eq!(quorum(n), q, "quorum({n})");
             assert_eq!(fault_tolerance(n), t, "fault_tolerance({n})");
         }

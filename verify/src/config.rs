@@ -55,7 +55,10 @@ fn invalid(var: &'static str, value: &str, reason: impl Into<String>) -> ConfigE
     }
 }
 
-fn required<'a>(env: &'a BTreeMap<String, String>, var: &'static str) -> Result<&'a str, ConfigError> {
+fn required<'a>(
+    env: &'a BTreeMap<String, String>,
+    var: &'static str,
+) -> Result<&'a str, ConfigError> {
     match env.get(var) {
         None => Err(ConfigError::Missing(var)),
         Some(v) if v.is_empty() => Err(invalid(var, v, "must not be empty")),
@@ -79,12 +82,20 @@ impl VerifyConfig {
     pub fn from_env(env: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
         let name = required(env, "ETCD_NAME")?.to_owned();
         if name.contains([',', '=']) || name.chars().any(char::is_whitespace) {
-            return Err(invalid("ETCD_NAME", &name, "must not contain ',', '=' or whitespace"));
+            return Err(invalid(
+                "ETCD_NAME",
+                &name,
+                "must not contain ',', '=' or whitespace",
+            ));
         }
         let data_dir_text = required(env, "ETCD_DATA_DIR")?;
         let data_dir = PathBuf::from(data_dir_text);
         if !data_dir.is_absolute() {
-            return Err(invalid("ETCD_DATA_DIR", data_dir_text, "must be an absolute path"));
+            return Err(invalid(
+                "ETCD_DATA_DIR",
+                data_dir_text,
+                "must be an absolute path",
+            ));
         }
         let peer_text = required(env, "ETCD_INITIAL_ADVERTISE_PEER_URLS")?;
         if peer_text.contains(',') {
@@ -123,7 +134,11 @@ impl VerifyConfig {
             .split(',')
             .map(|e| {
                 if e.is_empty() {
-                    Err(invalid("ETCDCTL_ENDPOINTS", endpoints_text, "empty entry (stray comma?)"))
+                    Err(invalid(
+                        "ETCDCTL_ENDPOINTS",
+                        endpoints_text,
+                        "empty entry (stray comma?)",
+                    ))
                 } else {
                     url("ETCDCTL_ENDPOINTS", e)
                 }
@@ -181,12 +196,12 @@ impl VerifyConfig {
                 }
             }
         }
-        if let Some(url) = self.endpoints.iter().find(|u| u.is_tls()) {
-            if self.tls.is_none() {
-                return Err(ConfigError::Inconsistent(format!(
-                    "ETCDCTL_ENDPOINTS has https endpoint {url} but ETCDCTL_CACERT, ETCDCTL_CERT and ETCDCTL_KEY are not set"
-                )));
-            }
+        if let Some(url) = self.endpoints.iter().find(|u| u.is_tls())
+            && self.tls.is_none()
+        {
+            return Err(ConfigError::Inconsistent(format!(
+                "ETCDCTL_ENDPOINTS has https endpoint {url} but ETCDCTL_CACERT, ETCDCTL_CERT and ETCDCTL_KEY are not set"
+            )));
         }
         Ok(())
     }
@@ -202,8 +217,14 @@ mod tests {
             ("ETCD_DATA_DIR", "/var/lib/etcd"),
             ("ETCD_INITIAL_ADVERTISE_PEER_URLS", "http://10.0.0.2:2380"),
             ("ETCD_INITIAL_CLUSTER_STATE", "existing"),
-            ("ETCD_INITIAL_CLUSTER", "n1=http://10.0.0.1:2380,n2=http://10.0.0.2:2380"),
-            ("ETCD_MEMBER_IDS", "a1=http://10.0.0.1:2380,b2=http://10.0.0.2:2380"),
+            (
+                "ETCD_INITIAL_CLUSTER",
+                "n1=http://10.0.0.1:2380,n2=http://10.0.0.2:2380",
+            ),
+            (
+                "ETCD_MEMBER_IDS",
+                "a1=http://10.0.0.1:2380,b2=http://10.0.0.2:2380",
+            ),
             ("ETCDCTL_ENDPOINTS", "http://10.0.0.1:2379"),
         ]
         .into_iter()
@@ -232,25 +253,77 @@ mod tests {
 
     #[test]
     fn each_bad_variable_is_named() {
-        let cases: &[(&[(&str, Option<&str>)], &str)] = &[
+        type Changes<'a> = &'a [(&'a str, Option<&'a str>)];
+        let cases: &[(Changes<'_>, &str)] = &[
             (&[("ETCD_NAME", None)], "ETCD_NAME is not set"),
-            (&[("ETCD_DATA_DIR", Some("var/lib/etcd"))], "ETCD_DATA_DIR=\"var/lib/etcd\": must be an absolute path"),
-            (&[("ETCD_INITIAL_CLUSTER_STATE", Some("maybe"))], "ETCD_INITIAL_CLUSTER_STATE=\"maybe\": must be \"new\" or \"existing\""),
-            (&[("ETCD_MEMBER_IDS", Some(""))], "ETCD_MEMBER_IDS=\"\": may be empty only when ETCD_INITIAL_CLUSTER_STATE=new"),
+            (
+                &[("ETCD_DATA_DIR", Some("var/lib/etcd"))],
+                "ETCD_DATA_DIR=\"var/lib/etcd\": must be an absolute path",
+            ),
+            (
+                &[("ETCD_INITIAL_CLUSTER_STATE", Some("maybe"))],
+                "ETCD_INITIAL_CLUSTER_STATE=\"maybe\": must be \"new\" or \"existing\"",
+            ),
+            (
+                &[("ETCD_MEMBER_IDS", Some(""))],
+                "ETCD_MEMBER_IDS=\"\": may be empty only when ETCD_INITIAL_CLUSTER_STATE=new",
+            ),
             (&[("ETCD_MEMBER_IDS", None)], "ETCD_MEMBER_IDS is not set"),
-            (&[("ETCD_MEMBER_IDS", Some("a1=http://10.0.0.1:2380,B2=http://10.0.0.2:2380"))], "ETCD_MEMBER_IDS: entry 2"),
-            (&[("ETCDCTL_ENDPOINTS", Some("http://10.0.0.1:2379,"))], "ETCDCTL_ENDPOINTS=\"http://10.0.0.1:2379,\": empty entry"),
-            (&[("ETCDCTL_ENDPOINTS", Some("https://10.0.0.1:2379"))], "https endpoint https://10.0.0.1:2379 but ETCDCTL_CACERT"),
-            (&[("ETCDCTL_CACERT", Some("/ca.crt"))], "ETCDCTL_CACERT set but ETCDCTL_CERT, ETCDCTL_KEY not"),
-            (&[("ETCD_INITIAL_ADVERTISE_PEER_URLS", Some("http://10.0.0.9:2380"))], "ETCD_INITIAL_CLUSTER gives n2 the peer URL http://10.0.0.2:2380"),
-            (&[("ETCD_NAME", Some("n3"))], "ETCD_INITIAL_CLUSTER does not include this member (n3=http://10.0.0.2:2380)"),
-            (&[("ETCD_MEMBER_IDS", Some("a1=http://10.0.0.1:2380,b2=http://10.0.0.2:2380,c3=http://10.0.0.3:2380"))], "ETCD_MEMBER_IDS lists c3=http://10.0.0.3:2380, which ETCD_INITIAL_CLUSTER does not"),
-            (&[("ETCD_MEMBER_IDS", Some("b2=http://10.0.0.2:2380"))], "ETCD_INITIAL_CLUSTER lists n1=http://10.0.0.1:2380, which ETCD_MEMBER_IDS does not"),
-            (&[("ETCD_INITIAL_ADVERTISE_PEER_URLS", Some("http://10.0.0.2:2380,http://10.0.1.2:2380"))], "exactly one peer URL is supported"),
+            (
+                &[(
+                    "ETCD_MEMBER_IDS",
+                    Some("a1=http://10.0.0.1:2380,B2=http://10.0.0.2:2380"),
+                )],
+                "ETCD_MEMBER_IDS: entry 2",
+            ),
+            (
+                &[("ETCDCTL_ENDPOINTS", Some("http://10.0.0.1:2379,"))],
+                "ETCDCTL_ENDPOINTS=\"http://10.0.0.1:2379,\": empty entry",
+            ),
+            (
+                &[("ETCDCTL_ENDPOINTS", Some("https://10.0.0.1:2379"))],
+                "https endpoint https://10.0.0.1:2379 but ETCDCTL_CACERT",
+            ),
+            (
+                &[("ETCDCTL_CACERT", Some("/ca.crt"))],
+                "ETCDCTL_CACERT set but ETCDCTL_CERT, ETCDCTL_KEY not",
+            ),
+            (
+                &[(
+                    "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+                    Some("http://10.0.0.9:2380"),
+                )],
+                "ETCD_INITIAL_CLUSTER gives n2 the peer URL http://10.0.0.2:2380",
+            ),
+            (
+                &[("ETCD_NAME", Some("n3"))],
+                "ETCD_INITIAL_CLUSTER does not include this member (n3=http://10.0.0.2:2380)",
+            ),
+            (
+                &[(
+                    "ETCD_MEMBER_IDS",
+                    Some("a1=http://10.0.0.1:2380,b2=http://10.0.0.2:2380,c3=http://10.0.0.3:2380"),
+                )],
+                "ETCD_MEMBER_IDS lists c3=http://10.0.0.3:2380, which ETCD_INITIAL_CLUSTER does not",
+            ),
+            (
+                &[("ETCD_MEMBER_IDS", Some("b2=http://10.0.0.2:2380"))],
+                "ETCD_INITIAL_CLUSTER lists n1=http://10.0.0.1:2380, which ETCD_MEMBER_IDS does not",
+            ),
+            (
+                &[(
+                    "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+                    Some("http://10.0.0.2:2380,http://10.0.1.2:2380"),
+                )],
+                "exactly one peer URL is supported",
+            ),
         ];
         for (changes, expected) in cases {
             let got = error_with(changes);
-            assert!(got.contains(expected), "for {changes:?}\n  got: {got}\n want: {expected}");
+            assert!(
+                got.contains(expected),
+                "for {changes:?}\n  got: {got}\n want: {expected}"
+            );
         }
     }
 

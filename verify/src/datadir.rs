@@ -84,7 +84,10 @@ mod tests {
             std::fs::write(dir.path().join("member/wal/x"), format!("{round}")).unwrap();
             let target = archive(dir.path(), now).unwrap();
             assert!(!dir.path().join("member").exists());
-            assert_eq!(std::fs::read_to_string(target.join("wal/x")).unwrap(), format!("{round}"));
+            assert_eq!(
+                std::fs::read_to_string(target.join("wal/x")).unwrap(),
+                format!("{round}")
+            );
         }
         let mut names: Vec<String> = std::fs::read_dir(dir.path())
             .unwrap()
@@ -93,7 +96,10 @@ mod tests {
         names.sort();
         assert_eq!(
             names,
-            ["member-archived-20261118T110640Z", "member-archived-20261118T110640Z-1"]
+            [
+                "member-archived-20261118T110640Z",
+                "member-archived-20261118T110640Z-1"
+            ]
         );
     }
 
@@ -102,6 +108,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(inspect(dir.path()).unwrap(), DataDir::Absent);
         std::fs::create_dir_all(dir.path().join("member")).unwrap();
-        assert!(matches!(inspect(dir.path()).unwrap(), DataDir::Unreadable(_)));
+        assert!(matches!(
+            inspect(dir.path()).unwrap(),
+            DataDir::Unreadable(_)
+        ));
     }
 }

@@ -90,13 +90,19 @@ fn decide_with_live(config: &VerifyConfig, data: &DataDir, live: &LiveMembers) -
         if !diff.is_empty() {
             let mut parts = Vec::new();
             for (id, url) in &diff.only_left {
-                parts.push(format!("{id}={url} is in ETCD_MEMBER_IDS but not a live member"));
+                parts.push(format!(
+                    "{id}={url} is in ETCD_MEMBER_IDS but not a live member"
+                ));
             }
             for (id, url) in &diff.only_right {
-                parts.push(format!("live member {id}={url} is missing from ETCD_MEMBER_IDS"));
+                parts.push(format!(
+                    "live member {id}={url} is missing from ETCD_MEMBER_IDS"
+                ));
             }
             for (id, ours, theirs) in &diff.url_changed {
-                parts.push(format!("member {id} has peer URL {theirs}, ETCD_MEMBER_IDS says {ours}"));
+                parts.push(format!(
+                    "member {id} has peer URL {theirs}, ETCD_MEMBER_IDS says {ours}"
+                ));
             }
             return Decision::Block {
                 reason: format!(
@@ -119,7 +125,10 @@ fn decide_with_live(config: &VerifyConfig, data: &DataDir, live: &LiveMembers) -
                 hex(live.cluster_id)
             ),
             member_id: None,
-            archive: Some(format!("data dir of another cluster ({})", hex(wal.cluster_id))),
+            archive: Some(format!(
+                "data dir of another cluster ({})",
+                hex(wal.cluster_id)
+            )),
         };
     }
     let Some(own) = live.members.iter().find(|m| m.has_peer_url(own_url)) else {
@@ -142,7 +151,10 @@ fn decide_with_live(config: &VerifyConfig, data: &DataDir, live: &LiveMembers) -
                             hex(wal.member_id)
                         ),
                         member_id: None,
-                        archive: Some(format!("member {} is no longer in the cluster", hex(wal.member_id))),
+                        archive: Some(format!(
+                            "member {} is no longer in the cluster",
+                            hex(wal.member_id)
+                        )),
                     }
                 }
             }
@@ -151,7 +163,9 @@ fn decide_with_live(config: &VerifyConfig, data: &DataDir, live: &LiveMembers) -
                     "no live member has peer URL {own_url} and the data dir is unreadable ({why}): archived it, waiting for the operator to add this node as a learner"
                 ),
                 member_id: None,
-                archive: Some(format!("unreadable data dir of a node that is not a member: {why}")),
+                archive: Some(format!(
+                    "unreadable data dir of a node that is not a member: {why}"
+                )),
             },
             DataDir::Absent => Decision::Wait {
                 reason: format!(
@@ -167,7 +181,10 @@ fn decide_with_live(config: &VerifyConfig, data: &DataDir, live: &LiveMembers) -
         let kind = if own.is_learner { "learner" } else { "member" };
         return match data {
             DataDir::Absent => Decision::Start {
-                reason: format!("joining as unstarted {kind} {} with peer URL {own_url}", own.id),
+                reason: format!(
+                    "joining as unstarted {kind} {} with peer URL {own_url}",
+                    own.id
+                ),
                 member_id: id,
                 archive: None,
             },
@@ -189,7 +206,10 @@ fn decide_with_live(config: &VerifyConfig, data: &DataDir, live: &LiveMembers) -
                 archive: Some(format!("stale data dir of member {}", hex(wal.member_id))),
             },
             DataDir::Unreadable(why) => Decision::Start {
-                reason: format!("joining as unstarted {kind} {}; archived an unreadable data dir", own.id),
+                reason: format!(
+                    "joining as unstarted {kind} {}; archived an unreadable data dir",
+                    own.id
+                ),
                 member_id: id,
                 archive: Some(format!("unreadable data dir: {why}")),
             },
@@ -215,7 +235,10 @@ fn decide_with_live(config: &VerifyConfig, data: &DataDir, live: &LiveMembers) -
             member_id: id,
         },
         DataDir::Present(wal) if wal.member_id == own.id.get() => Decision::Start {
-            reason: format!("restarting member {} ({}) on its own data dir", own.id, own.name),
+            reason: format!(
+                "restarting member {} ({}) on its own data dir",
+                own.id, own.name
+            ),
             member_id: id,
             archive: None,
         },
@@ -242,14 +265,16 @@ fn decide_without_live(config: &VerifyConfig, data: &DataDir, why: &str) -> Deci
     let expected = config.member_ids.id_for_url(&config.peer_url);
     let bootstrap = config.state == ClusterState::New;
     match data {
-        DataDir::Present(wal) if expected.is_some_and(|id| id.get() == wal.member_id) => Decision::Start {
-            reason: format!(
-                "no etcd endpoint answered ({why}); the data dir holds member {} as this revision expects: starting (whole cluster restarting)",
-                hex(wal.member_id)
-            ),
-            member_id: expected,
-            archive: None,
-        },
+        DataDir::Present(wal) if expected.is_some_and(|id| id.get() == wal.member_id) => {
+            Decision::Start {
+                reason: format!(
+                    "no etcd endpoint answered ({why}); the data dir holds member {} as this revision expects: starting (whole cluster restarting)",
+                    hex(wal.member_id)
+                ),
+                member_id: expected,
+                archive: None,
+            }
+        }
         DataDir::Present(wal) if bootstrap && config.member_ids.is_empty() => Decision::Start {
             reason: format!(
                 "no etcd endpoint answered ({why}); bootstrap revision restarting on its own data dir (member {})",
@@ -280,7 +305,9 @@ fn decide_without_live(config: &VerifyConfig, data: &DataDir, why: &str) -> Deci
             archive: None,
         },
         DataDir::Absent => Decision::Wait {
-            reason: format!("no etcd endpoint answered ({why}) and there is no data dir to start from"),
+            reason: format!(
+                "no etcd endpoint answered ({why}) and there is no data dir to start from"
+            ),
             member_id: expected,
             archive: None,
         },

@@ -51,7 +51,10 @@ fn live(members: Vec<Member>) -> Result<LiveMembers, String> {
 }
 
 fn voters12() -> Vec<Member> {
-    vec![Member::voter(id(1), "n1", url(1)), Member::voter(id(2), "n2", url(2))]
+    vec![
+        Member::voter(id(1), "n1", url(1)),
+        Member::voter(id(2), "n2", url(2)),
+    ]
 }
 
 fn with(mut members: Vec<Member>, extra: Member) -> Vec<Member> {
@@ -66,7 +69,11 @@ fn wal(member: u64) -> DataDir {
     })
 }
 
-fn decide_for(config: &VerifyConfig, data_dir: DataDir, live: Result<LiveMembers, String>) -> Decision {
+fn decide_for(
+    config: &VerifyConfig,
+    data_dir: DataDir,
+    live: Result<LiveMembers, String>,
+) -> Decision {
     decide(&Observed {
         config,
         data_dir,
@@ -76,9 +83,14 @@ fn decide_for(config: &VerifyConfig, data_dir: DataDir, live: Result<LiveMembers
 
 fn expect_start(d: &Decision, archive: bool, reason_part: &str) {
     match d {
-        Decision::Start { reason, archive: a, .. } => {
+        Decision::Start {
+            reason, archive: a, ..
+        } => {
             assert_eq!(a.is_some(), archive, "archive flag in {d:?}");
-            assert!(reason.contains(reason_part), "{reason:?} lacks {reason_part:?}");
+            assert!(
+                reason.contains(reason_part),
+                "{reason:?} lacks {reason_part:?}"
+            );
         }
         other => panic!("expected start, got {other:?}"),
     }
@@ -86,9 +98,14 @@ fn expect_start(d: &Decision, archive: bool, reason_part: &str) {
 
 fn expect_wait(d: &Decision, archive: bool, reason_part: &str) {
     match d {
-        Decision::Wait { reason, archive: a, .. } => {
+        Decision::Wait {
+            reason, archive: a, ..
+        } => {
             assert_eq!(a.is_some(), archive, "archive flag in {d:?}");
-            assert!(reason.contains(reason_part), "{reason:?} lacks {reason_part:?}");
+            assert!(
+                reason.contains(reason_part),
+                "{reason:?} lacks {reason_part:?}"
+            );
         }
         other => panic!("expected wait, got {other:?}"),
     }
@@ -97,7 +114,10 @@ fn expect_wait(d: &Decision, archive: bool, reason_part: &str) {
 fn expect_block(d: &Decision, reason_part: &str) {
     match d {
         Decision::Block { reason, .. } => {
-            assert!(reason.contains(reason_part), "{reason:?} lacks {reason_part:?}")
+            assert!(
+                reason.contains(reason_part),
+                "{reason:?} lacks {reason_part:?}"
+            )
         }
         other => panic!("expected block, got {other:?}"),
     }
@@ -107,37 +127,82 @@ fn expect_block(d: &Decision, reason_part: &str) {
 fn unstarted_learner_joins_and_stale_data_is_archived() {
     let c = config_n3(ALL3, "existing");
     let members = with(voters12(), Member::unstarted_learner(id(3), url(3)));
-    expect_start(&decide_for(&c, DataDir::Absent, live(members.clone())), false, "joining as unstarted learner 3");
-    expect_start(&decide_for(&c, wal(9), live(members.clone())), true, "archived a stale data dir of member 9");
-    expect_start(&decide_for(&c, wal(3), live(members.clone())), false, "this member's own earlier start");
-    expect_start(&decide_for(&c, DataDir::Unreadable("x".into()), live(members)), true, "unreadable");
+    expect_start(
+        &decide_for(&c, DataDir::Absent, live(members.clone())),
+        false,
+        "joining as unstarted learner 3",
+    );
+    expect_start(
+        &decide_for(&c, wal(9), live(members.clone())),
+        true,
+        "archived a stale data dir of member 9",
+    );
+    expect_start(
+        &decide_for(&c, wal(3), live(members.clone())),
+        false,
+        "this member's own earlier start",
+    );
+    expect_start(
+        &decide_for(&c, DataDir::Unreadable("x".into()), live(members)),
+        true,
+        "unreadable",
+    );
 }
 
 #[test]
 fn started_member_restarts_on_its_own_data() {
     let c = config_n3(ALL3, "existing");
     let members = with(voters12(), Member::voter(id(3), "n3", url(3)));
-    expect_start(&decide_for(&c, wal(3), live(members)), false, "restarting member 3 (n3)");
+    expect_start(
+        &decide_for(&c, wal(3), live(members)),
+        false,
+        "restarting member 3 (n3)",
+    );
 }
 
 #[test]
 fn forged_or_stale_ids_block() {
     let members = with(voters12(), Member::voter(id(3), "n3", url(3)));
-    let forged = config_n3("1=http://10.0.0.1:2380,2=http://10.0.0.2:2380,4=http://10.0.0.3:2380", "existing");
+    let forged = config_n3(
+        "1=http://10.0.0.1:2380,2=http://10.0.0.2:2380,4=http://10.0.0.3:2380",
+        "existing",
+    );
     let d = decide_for(&forged, wal(3), live(members.clone()));
-    expect_block(&d, "4=http://10.0.0.3:2380 is in ETCD_MEMBER_IDS but not a live member");
-    expect_block(&d, "live member 3=http://10.0.0.3:2380 is missing from ETCD_MEMBER_IDS");
+    expect_block(
+        &d,
+        "4=http://10.0.0.3:2380 is in ETCD_MEMBER_IDS but not a live member",
+    );
+    expect_block(
+        &d,
+        "live member 3=http://10.0.0.3:2380 is missing from ETCD_MEMBER_IDS",
+    );
     // A revision made before a learner was added: the live list has a member it doesn't know.
     let stale = config_n3(ALL3, "existing");
-    let grown = with(members, Member::unstarted_learner(id(5), "http://10.0.0.5:2380".parse().unwrap()));
-    expect_block(&decide_for(&stale, wal(3), live(grown)), "live member 5=http://10.0.0.5:2380 is missing");
+    let grown = with(
+        members,
+        Member::unstarted_learner(id(5), "http://10.0.0.5:2380".parse().unwrap()),
+    );
+    expect_block(
+        &decide_for(&stale, wal(3), live(grown)),
+        "live member 5=http://10.0.0.5:2380 is missing",
+    );
 }
 
 #[test]
 fn forged_ids_block_before_any_archiving() {
-    let forged = config_n3("1=http://10.0.0.1:2380,2=http://10.0.0.2:2380,4=http://10.0.0.3:2380", "existing");
-    let foreign = DataDir::Present(WalIdentity { member_id: 3, cluster_id: 0xbad });
-    let d = decide_for(&forged, foreign, live(with(voters12(), Member::voter(id(3), "n3", url(3)))));
+    let forged = config_n3(
+        "1=http://10.0.0.1:2380,2=http://10.0.0.2:2380,4=http://10.0.0.3:2380",
+        "existing",
+    );
+    let foreign = DataDir::Present(WalIdentity {
+        member_id: 3,
+        cluster_id: 0xbad,
+    });
+    let d = decide_for(
+        &forged,
+        foreign,
+        live(with(voters12(), Member::voter(id(3), "n3", url(3)))),
+    );
     expect_block(&d, "stale or forged revision");
 }
 
@@ -145,29 +210,49 @@ fn forged_ids_block_before_any_archiving() {
 fn data_dir_lost_blocks() {
     let c = config_n3(ALL3, "existing");
     let members = with(voters12(), Member::voter(id(3), "n3", url(3)));
-    expect_block(&decide_for(&c, DataDir::Absent, live(members)), "data dir lost");
+    expect_block(
+        &decide_for(&c, DataDir::Absent, live(members)),
+        "data dir lost",
+    );
 }
 
 #[test]
 fn started_member_with_someone_elses_data_blocks() {
     let c = config_n3(ALL3, "existing");
     let members = with(voters12(), Member::voter(id(3), "n3", url(3)));
-    expect_block(&decide_for(&c, wal(7), live(members.clone())), "data dir holds member 7");
-    expect_block(&decide_for(&c, DataDir::Unreadable("bad wal".into()), live(members)), "unreadable: bad wal");
+    expect_block(
+        &decide_for(&c, wal(7), live(members.clone())),
+        "data dir holds member 7",
+    );
+    expect_block(
+        &decide_for(&c, DataDir::Unreadable("bad wal".into()), live(members)),
+        "unreadable: bad wal",
+    );
 }
 
 #[test]
 fn peer_url_owned_by_another_name_blocks() {
     let c = config_n3(ALL3, "existing");
     let members = with(voters12(), Member::voter(id(3), "other-node", url(3)));
-    expect_block(&decide_for(&c, wal(3), live(members)), "named \"other-node\"");
+    expect_block(
+        &decide_for(&c, wal(3), live(members)),
+        "named \"other-node\"",
+    );
 }
 
 #[test]
 fn removed_member_data_is_archived_and_the_node_waits() {
     let c = config_n3(TWO, "existing");
-    expect_wait(&decide_for(&c, wal(3), live(voters12())), true, "member 3 was removed");
-    expect_wait(&decide_for(&c, DataDir::Absent, live(voters12())), false, "waiting for the operator to add");
+    expect_wait(
+        &decide_for(&c, wal(3), live(voters12())),
+        true,
+        "member 3 was removed",
+    );
+    expect_wait(
+        &decide_for(&c, DataDir::Absent, live(voters12())),
+        false,
+        "waiting for the operator to add",
+    );
 }
 
 #[test]
@@ -176,33 +261,62 @@ fn data_of_a_live_member_under_another_url_blocks() {
     let members = with(voters12(), Member::voter(id(3), "n3", url(9)));
     let mut c = config_n3(TWO, "existing");
     c.member_ids = membership::MemberIds::from_members(&members);
-    expect_block(&decide_for(&c, wal(3), live(members.clone())), "this node's address changed");
+    expect_block(
+        &decide_for(&c, wal(3), live(members.clone())),
+        "this node's address changed",
+    );
     // A revision that doesn't know member 3 at all is caught by the ids check first.
     let c = config_n3(TWO, "existing");
-    expect_block(&decide_for(&c, wal(3), live(members)), "stale or forged revision");
+    expect_block(
+        &decide_for(&c, wal(3), live(members)),
+        "stale or forged revision",
+    );
 }
 
 #[test]
 fn data_dir_from_another_cluster_is_archived() {
     let c = config_n3(ALL3, "existing");
-    let foreign = DataDir::Present(WalIdentity { member_id: 3, cluster_id: 0xbad });
+    let foreign = DataDir::Present(WalIdentity {
+        member_id: 3,
+        cluster_id: 0xbad,
+    });
     let members = with(voters12(), Member::unstarted_learner(id(3), url(3)));
-    expect_wait(&decide_for(&c, foreign, live(members)), true, "belongs to cluster bad");
+    expect_wait(
+        &decide_for(&c, foreign, live(members)),
+        true,
+        "belongs to cluster bad",
+    );
 }
 
 #[test]
 fn whole_cluster_down_starts_from_own_data_only() {
     let c = config_n3(ALL3, "existing");
     let down = || Err::<LiveMembers, String>("connection refused".into());
-    expect_start(&decide_for(&c, wal(3), down()), false, "whole cluster restarting");
+    expect_start(
+        &decide_for(&c, wal(3), down()),
+        false,
+        "whole cluster restarting",
+    );
     expect_wait(&decide_for(&c, wal(8), down()), false, "cannot confirm");
-    expect_wait(&decide_for(&c, DataDir::Absent, down()), false, "no data dir to start from");
+    expect_wait(
+        &decide_for(&c, DataDir::Absent, down()),
+        false,
+        "no data dir to start from",
+    );
 }
 
 #[test]
 fn bootstrap_render_starts_a_new_cluster() {
     let c = config_n3("", "new");
     let down = || Err::<LiveMembers, String>("connection refused".into());
-    expect_start(&decide_for(&c, DataDir::Absent, down()), false, "bootstrapping a new cluster");
-    expect_start(&decide_for(&c, wal(42), down()), false, "bootstrap revision restarting");
+    expect_start(
+        &decide_for(&c, DataDir::Absent, down()),
+        false,
+        "bootstrapping a new cluster",
+    );
+    expect_start(
+        &decide_for(&c, wal(42), down()),
+        false,
+        "bootstrap revision restarting",
+    );
 }

@@ -20,7 +20,11 @@ const DEFAULT_TIMEOUT: &str = "120s";
 const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 
 #[derive(Parser, Debug)]
-#[command(name = "etcd-verify", version, about = "Node-side checks for etcd static pods")]
+#[command(
+    name = "etcd-verify",
+    version,
+    about = "Node-side checks for etcd static pods"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -70,7 +74,8 @@ fn main() -> ExitCode {
 
 fn membership_gate(args: &MembershipArgs) -> Result<VerifyResult, String> {
     let config = VerifyConfig::from_process_env().map_err(|e| format!("invalid input: {e}"))?;
-    let client = client_for(&config, args.call_timeout).map_err(|e| format!("invalid input: {e}"))?;
+    let client =
+        client_for(&config, args.call_timeout).map_err(|e| format!("invalid input: {e}"))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -88,7 +93,10 @@ fn report(result: &VerifyResult, termination_log: Option<&PathBuf>) {
         format!("{{\"decision\":\"block\",\"reason\":\"cannot encode result: {e}\"}}")
     });
     println!("{json}");
-    eprintln!("etcd-verify membership: {}: {}", result.decision, result.reason);
+    eprintln!(
+        "etcd-verify membership: {}: {}",
+        result.decision, result.reason
+    );
     let path = match termination_log {
         Some(p) => Some(p.clone()),
         None => {
@@ -100,7 +108,10 @@ fn report(result: &VerifyResult, termination_log: Option<&PathBuf>) {
         // In place: the kubelet bind-mounts this file into the container.
         let written = std::fs::File::create(&path).and_then(|mut f| f.write_all(json.as_bytes()));
         if let Err(e) = written {
-            eprintln!("etcd-verify membership: could not write {}: {e}", path.display());
+            eprintln!(
+                "etcd-verify membership: could not write {}: {e}",
+                path.display()
+            );
         }
     }
 }

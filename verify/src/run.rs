@@ -42,7 +42,12 @@ impl VerifyResult {
         Self::new("block", reason, member_id, archived)
     }
 
-    fn new(decision: &str, reason: String, member_id: Option<MemberId>, archived: Option<PathBuf>) -> Self {
+    fn new(
+        decision: &str,
+        reason: String,
+        member_id: Option<MemberId>,
+        archived: Option<PathBuf>,
+    ) -> Self {
         Self {
             decision: decision.into(),
             reason,
@@ -64,13 +69,21 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
     loop {
         let data_dir = match datadir::inspect(&config.data_dir) {
             Ok(d) => d,
-            Err(e) => return VerifyResult::block(format!("cannot inspect the data dir: {e}"), None, archived),
+            Err(e) => {
+                return VerifyResult::block(
+                    format!("cannot inspect the data dir: {e}"),
+                    None,
+                    archived,
+                );
+            }
         };
         let remaining = deadline.saturating_duration_since(Instant::now());
         let live = match tokio::time::timeout(remaining, client.member_list()).await {
             Ok(Ok(live)) => Ok(live),
             Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("member list did not finish within the remaining {remaining:?}")),
+            Err(_) => Err(format!(
+                "member list did not finish within the remaining {remaining:?}"
+            )),
         };
         let observed = Observed {
             config,
@@ -80,9 +93,12 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
         let decision = decide(&observed);
         tracing::info!(?decision, "decided");
         let (archive_why, member_id) = match &decision {
-            Decision::Start { archive, member_id, .. } | Decision::Wait { archive, member_id, .. } => {
-                (archive.clone(), *member_id)
+            Decision::Start {
+                archive, member_id, ..
             }
+            | Decision::Wait {
+                archive, member_id, ..
+            } => (archive.clone(), *member_id),
             Decision::Block { member_id, .. } => (None, *member_id),
         };
         if let Some(why) = archive_why {
@@ -92,13 +108,19 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
             }
         }
         match decision {
-            Decision::Start { reason, member_id, .. } => {
+            Decision::Start {
+                reason, member_id, ..
+            } => {
                 return VerifyResult::start(reason, member_id, archived);
             }
             Decision::Block { reason, member_id } => {
                 return VerifyResult::block(reason, member_id, archived);
             }
-            Decision::Wait { reason, member_id, archive } => {
+            Decision::Wait {
+                reason,
+                member_id,
+                archive,
+            } => {
                 if archive.is_some() {
                     // The data dir changed: look again at once.
                     continue;
@@ -125,7 +147,10 @@ fn archive(data_dir: &Path, why: &str) -> Result<PathBuf, String> {
 }
 
 /// Builds the etcd client from the validated config.
-pub fn client_for(config: &VerifyConfig, call_timeout: Duration) -> Result<EtcdClient, membership::ClientError> {
+pub fn client_for(
+    config: &VerifyConfig,
+    call_timeout: Duration,
+) -> Result<EtcdClient, membership::ClientError> {
     EtcdClient::new(ClientConfig {
         endpoints: config.endpoints.clone(),
         tls: config.tls.clone(),

@@ -77,7 +77,11 @@ pub fn identity_from_bytes(bytes: &[u8]) -> Result<WalIdentity, String> {
             return Err("WAL has no metadata record".into());
         }
         let len = word & 0x00ff_ffff_ffff_ffff;
-        let pad = if word & (1 << 63) != 0 { (word >> 56) & 0x7 } else { 0 };
+        let pad = if word & (1 << 63) != 0 {
+            (word >> 56) & 0x7
+        } else {
+            0
+        };
         pos += 8;
         let len = usize::try_from(len).map_err(|_| "record length overflows")?;
         let record = bytes
@@ -100,7 +104,9 @@ pub fn identity_from_bytes(bytes: &[u8]) -> Result<WalIdentity, String> {
         }
         pos += len + usize::try_from(pad).map_err(|_| "bad padding")?;
     }
-    Err(format!("no metadata record in the first {MAX_RECORDS} records"))
+    Err(format!(
+        "no metadata record in the first {MAX_RECORDS} records"
+    ))
 }
 
 #[derive(Debug)]
@@ -232,6 +238,10 @@ mod tests {
         frame(&record(4, &[]), &mut wal);
         wal.truncate(8 + 2);
         assert!(identity_from_bytes(&wal).unwrap_err().contains("truncated"));
-        assert!(identity_from_bytes(&[]).unwrap_err().contains("ends before"));
+        assert!(
+            identity_from_bytes(&[])
+                .unwrap_err()
+                .contains("ends before")
+        );
     }
 }

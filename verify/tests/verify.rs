@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use etcd_fixture::{ClusterSpec, EtcdCluster, LoopbackAddr};
-use membership::{InitialCluster, MemberIds};
+use membership::MemberIds;
 
 /// What one run of the binary produced.
 #[derive(Debug)]
@@ -25,7 +25,10 @@ impl Outcome {
 
     fn assert(&self, code: i32, decision: &str, reason_part: &str) {
         assert_eq!(self.code, code, "exit code; outcome: {self:#?}");
-        assert_eq!(self.json["decision"], decision, "decision; outcome: {self:#?}");
+        assert_eq!(
+            self.json["decision"], decision,
+            "decision; outcome: {self:#?}"
+        );
         assert!(
             self.reason().contains(reason_part),
             "reason {:?} lacks {reason_part:?}; outcome: {self:#?}",
@@ -37,7 +40,10 @@ impl Outcome {
             self.stderr_last
         );
         let written: serde_json::Value = serde_json::from_str(&self.termination_message).unwrap();
-        assert_eq!(written, self.json, "termination message differs from stdout");
+        assert_eq!(
+            written, self.json,
+            "termination message differs from stdout"
+        );
     }
 }
 
@@ -45,7 +51,15 @@ fn run_verify(env: &BTreeMap<String, String>, timeout: &str) -> Outcome {
     let dir = tempfile::tempdir().unwrap();
     let termination = dir.path().join("termination-log");
     let out = Command::new(env!("CARGO_BIN_EXE_etcd-verify"))
-        .args(["membership", "--timeout", timeout, "--retry-interval", "200ms", "--call-timeout", "2s"])
+        .args([
+            "membership",
+            "--timeout",
+            timeout,
+            "--retry-interval",
+            "200ms",
+            "--call-timeout",
+            "2s",
+        ])
         .arg("--termination-log")
         .arg(&termination)
         .env_clear()
@@ -55,7 +69,11 @@ fn run_verify(env: &BTreeMap<String, String>, timeout: &str) -> Outcome {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(stdout.lines().count(), 1, "stdout must hold only the JSON result: {stdout:?}");
+    assert_eq!(
+        stdout.lines().count(),
+        1,
+        "stdout must hold only the JSON result: {stdout:?}"
+    );
     Outcome {
         code: out.status.code().unwrap_or(-1),
         json: serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("bad JSON {stdout:?}: {e}")),
@@ -64,56 +82,20 @@ fn run_verify(env: &BTreeMap<String, String>, timeout: &str) -> Outcome {
     }
 }
 
-/// The env a revision rendered now for `node` would carry: the live membership (learners
-/// included) plus the node itself; voters' client URLs as endpoints.
 async fn revision_env(cluster: &mut EtcdCluster, node: &str) -> BTreeMap<String, String> {
-    let live = cluster.members().await.unwrap();
-    let ids = MemberIds::from_members(&live);
-    let own = cluster.peer_url(node).unwrap();
-    let mut initial = InitialCluster::default();
-    initial.insert(node, own.clone());
-    for m in &live {
-        let url = m.peer_url().unwrap();
-        let name = cluster.name_for_peer_url(url).unwrap();
-        initial.insert(&name, url.clone());
-    }
-    let endpoints: Vec<String> = live
-        .iter()
-        .filter(|m| !m.is_learner && !m.has_peer_url(&own))
-        .map(|m| {
-            let name = cluster.name_for_peer_url(m.peer_url().unwrap()).unwrap();
-            cluster.client_url(&name).unwrap().to_string()
-        })
-        .collect();
-    env_with(cluster, node, &initial.to_string(), &ids.to_string(), &endpoints.join(","))
-}
-
-fn env_with(cluster: &EtcdCluster, node: &str, initial: &str, ids: &str, endpoints: &str) -> BTreeMap<String, String> {
-    let mut env: BTreeMap<String, String> = [
-        ("ETCD_NAME", node.to_owned()),
-        ("ETCD_DATA_DIR", cluster.data_dir(node).unwrap().display().to_string()),
-        ("ETCD_INITIAL_ADVERTISE_PEER_URLS", cluster.peer_url(node).unwrap().to_string()),
-        ("ETCD_INITIAL_CLUSTER_STATE", "existing".to_owned()),
-        ("ETCD_INITIAL_CLUSTER", initial.to_owned()),
-        ("ETCD_MEMBER_IDS", ids.to_owned()),
-        ("ETCDCTL_ENDPOINTS", endpoints.to_owned()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    if let Some(tls) = cluster.client_tls() {
-        env.insert("ETCDCTL_CACERT".into(), tls.ca.display().to_string());
-        env.insert("ETCDCTL_CERT".into(), tls.cert.display().to_string());
-        env.insert("ETCDCTL_KEY".into(), tls.key.display().to_string());
-    }
-    env
+    cluster.revision_env(node).await.unwrap()
 }
 
 fn archived_dirs(data_dir: &Path) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(data_dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("member-archived-"))
+                .filter(|p| {
+                    p.file_name()
+                        .unwrap()
+                        .to_string_lossy()
+                        .starts_with("member-archived-")
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -134,7 +116,12 @@ async fn learner_joins_over_tls() {
     cluster.start_member("n4").await.unwrap();
     cluster.promote("n4").await.unwrap();
     let members = cluster.members().await.unwrap();
-    assert!(members.iter().any(|m| m.id == id && !m.is_learner && m.name == "n4"), "{members:?}");
+    assert!(
+        members
+            .iter()
+            .any(|m| m.id == id && !m.is_learner && m.name == "n4"),
+        "{members:?}"
+    );
 }
 
 #[tokio::test]
@@ -147,11 +134,18 @@ async fn replaced_member_archives_its_stale_data_and_joins() {
     assert_ne!(old_id, new_id);
     let data_dir = cluster.data_dir("n3").unwrap();
     let outcome = run_verify(&revision_env(&mut cluster, "n3").await, "10s");
-    outcome.assert(0, "start", &format!("archived a stale data dir of member {old_id}"));
+    outcome.assert(
+        0,
+        "start",
+        &format!("archived a stale data dir of member {old_id}"),
+    );
     let archived = archived_dirs(&data_dir);
     assert_eq!(archived.len(), 1, "{archived:?}");
     assert_eq!(outcome.json["archived"], archived[0].display().to_string());
-    assert!(archived[0].join("wal").is_dir(), "the archive keeps the old data");
+    assert!(
+        archived[0].join("wal").is_dir(),
+        "the archive keeps the old data"
+    );
     assert!(!data_dir.join("member").exists());
     cluster.start_member("n3").await.unwrap();
     cluster.promote("n3").await.unwrap();
@@ -163,7 +157,11 @@ async fn started_member_restarts() {
     let id = cluster.member_id("n2").unwrap();
     cluster.stop("n2").unwrap();
     let outcome = run_verify(&revision_env(&mut cluster, "n2").await, "10s");
-    outcome.assert(0, "start", &format!("restarting member {id} (n2) on its own data dir"));
+    outcome.assert(
+        0,
+        "start",
+        &format!("restarting member {id} (n2) on its own data dir"),
+    );
     cluster.restart("n2").unwrap();
     cluster.wait_writable().await.unwrap();
 }
@@ -182,16 +180,30 @@ async fn forged_or_stale_member_ids_block_over_tls() {
     let peer = cluster.peer_url("n3").unwrap();
     let forged = good_ids.replace(&format!("{real}={peer}"), &format!("abad1dea={peer}"));
     assert_ne!(forged, good_ids);
-    env.insert("ETCD_MEMBER_IDS".into(), MemberIds::parse(&forged).unwrap().to_string());
+    env.insert(
+        "ETCD_MEMBER_IDS".into(),
+        MemberIds::parse(&forged).unwrap().to_string(),
+    );
     let outcome = run_verify(&env, "10s");
-    outcome.assert(1, "block", &format!("abad1dea={peer} is in ETCD_MEMBER_IDS but not a live member"));
-    assert!(cluster.data_dir("n3").unwrap().join("member").is_dir(), "data must stay untouched");
+    outcome.assert(
+        1,
+        "block",
+        &format!("abad1dea={peer} is in ETCD_MEMBER_IDS but not a live member"),
+    );
+    assert!(
+        cluster.data_dir("n3").unwrap().join("member").is_dir(),
+        "data must stay untouched"
+    );
     assert!(archived_dirs(&cluster.data_dir("n3").unwrap()).is_empty());
 
     let outcome = run_verify(&stale, "10s");
     outcome.assert(1, "block", &format!("live member {learner}="));
     // The good revision still starts n3.
-    run_verify(&revision_env(&mut cluster, "n3").await, "10s").assert(0, "start", "restarting member");
+    run_verify(&revision_env(&mut cluster, "n3").await, "10s").assert(
+        0,
+        "start",
+        "restarting member",
+    );
 }
 
 #[tokio::test]
@@ -213,8 +225,16 @@ async fn removed_member_data_is_archived_then_waits() {
     cluster.remove_member("n3").await.unwrap();
     let data_dir = cluster.data_dir("n3").unwrap();
     let outcome = run_verify(&revision_env(&mut cluster, "n3").await, "2s");
-    outcome.assert(1, "block", "waiting for the operator to add a member with peer URL");
-    assert!(outcome.reason().starts_with("timed out after 2s"), "{}", outcome.reason());
+    outcome.assert(
+        1,
+        "block",
+        "waiting for the operator to add a member with peer URL",
+    );
+    assert!(
+        outcome.reason().starts_with("timed out after 2s"),
+        "{}",
+        outcome.reason()
+    );
     let archived = archived_dirs(&data_dir);
     assert_eq!(archived.len(), 1, "{archived:?}");
     assert_eq!(outcome.json["archived"], archived[0].display().to_string());
@@ -225,7 +245,9 @@ async fn removed_member_data_is_archived_then_waits() {
 #[tokio::test]
 async fn data_dir_from_another_cluster_is_archived() {
     let mut cluster = EtcdCluster::start(ClusterSpec::plain(3)).await.unwrap();
-    let mut other = EtcdCluster::start(ClusterSpec::plain(1).with_token("another-cluster")).await.unwrap();
+    let mut other = EtcdCluster::start(ClusterSpec::plain(1).with_token("another-cluster"))
+        .await
+        .unwrap();
     let id = cluster.add_learner("n4").await.unwrap();
     other.stop("n1").unwrap();
     let data_dir = cluster.data_dir("n4").unwrap();
@@ -253,7 +275,12 @@ async fn whole_cluster_down() {
     let mut all_endpoints = envs[0].clone();
     all_endpoints.insert(
         "ETCDCTL_ENDPOINTS".into(),
-        cluster.client_urls().iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+        cluster
+            .client_urls()
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
     );
     let outcome = run_verify(&all_endpoints, "10s");
     outcome.assert(0, "start", "whole cluster restarting");
@@ -266,7 +293,10 @@ async fn whole_cluster_down() {
     }
     cluster.wait_writable().await.unwrap();
     let after = cluster.members().await.unwrap();
-    assert_eq!(MemberIds::from_members(&before), MemberIds::from_members(&after));
+    assert_eq!(
+        MemberIds::from_members(&before),
+        MemberIds::from_members(&after)
+    );
 
     // Without a data dir, nothing answering means retry, then block at the deadline.
     for n in ["n1", "n2", "n3"] {
@@ -288,8 +318,14 @@ fn bad_input_is_named_and_exits_2() {
         ("ETCD_DATA_DIR", data_dir.to_str().unwrap()),
         ("ETCD_INITIAL_ADVERTISE_PEER_URLS", "http://127.0.0.2:2380"),
         ("ETCD_INITIAL_CLUSTER_STATE", "existing"),
-        ("ETCD_INITIAL_CLUSTER", "n1=http://127.0.0.1:2380,n2=http://127.0.0.2:2380"),
-        ("ETCD_MEMBER_IDS", "a1=http://127.0.0.1:2380,b2=http://127.0.0.2:2380"),
+        (
+            "ETCD_INITIAL_CLUSTER",
+            "n1=http://127.0.0.1:2380,n2=http://127.0.0.2:2380",
+        ),
+        (
+            "ETCD_MEMBER_IDS",
+            "a1=http://127.0.0.1:2380,b2=http://127.0.0.2:2380",
+        ),
         ("ETCDCTL_ENDPOINTS", "http://127.0.0.1:2379"),
     ]
     .into_iter()
@@ -325,14 +361,21 @@ fn bad_input_is_named_and_exits_2() {
         assert_eq!(outcome.code, 2, "{var}={value:?}: {outcome:#?}");
         assert_eq!(outcome.json["decision"], "block");
         assert_eq!(outcome.reason(), expected, "{var}={value:?}");
-        assert_eq!(outcome.stderr_last, format!("etcd-verify membership: block: {expected}"));
+        assert_eq!(
+            outcome.stderr_last,
+            format!("etcd-verify membership: block: {expected}")
+        );
         assert!(!data_dir.exists(), "bad input must not touch the data dir");
     }
 
     // All three TLS variables set, one file missing.
     let mut env = base.clone();
     let ca = dir.path().join("ca.crt");
-    std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").unwrap();
+    std::fs::write(
+        &ca,
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
     env.insert("ETCDCTL_CACERT".into(), ca.display().to_string());
     env.insert("ETCDCTL_CERT".into(), "/nonexistent/client.crt".into());
     env.insert("ETCDCTL_KEY".into(), ca.display().to_string());
@@ -348,7 +391,10 @@ fn bad_input_is_named_and_exits_2() {
     assert_eq!(outcome.code, 2);
     assert_eq!(
         outcome.reason(),
-        format!("invalid input: ETCDCTL_KEY: {} is not a PEM file holding a PRIVATE KEY", ca.display())
+        format!(
+            "invalid input: ETCDCTL_KEY: {} is not a PEM file holding a PRIVATE KEY",
+            ca.display()
+        )
     );
 }
 
@@ -361,11 +407,23 @@ fn unreachable_endpoints_block_after_the_deadline() {
     let ep = format!("http://{}:2379", nobody.ip());
     let env: BTreeMap<String, String> = [
         ("ETCD_NAME", "n2".to_owned()),
-        ("ETCD_DATA_DIR", dir.path().join("data").display().to_string()),
-        ("ETCD_INITIAL_ADVERTISE_PEER_URLS", "http://127.0.0.2:2380".to_owned()),
+        (
+            "ETCD_DATA_DIR",
+            dir.path().join("data").display().to_string(),
+        ),
+        (
+            "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+            "http://127.0.0.2:2380".to_owned(),
+        ),
         ("ETCD_INITIAL_CLUSTER_STATE", "existing".to_owned()),
-        ("ETCD_INITIAL_CLUSTER", "n1=http://127.0.0.1:2380,n2=http://127.0.0.2:2380".to_owned()),
-        ("ETCD_MEMBER_IDS", "a1=http://127.0.0.1:2380,b2=http://127.0.0.2:2380".to_owned()),
+        (
+            "ETCD_INITIAL_CLUSTER",
+            "n1=http://127.0.0.1:2380,n2=http://127.0.0.2:2380".to_owned(),
+        ),
+        (
+            "ETCD_MEMBER_IDS",
+            "a1=http://127.0.0.1:2380,b2=http://127.0.0.2:2380".to_owned(),
+        ),
         ("ETCDCTL_ENDPOINTS", ep.clone()),
     ]
     .into_iter()
@@ -373,7 +431,18 @@ fn unreachable_endpoints_block_after_the_deadline() {
     .collect();
     let started = std::time::Instant::now();
     let outcome = run_verify(&env, "1500ms");
-    outcome.assert(1, "block", &format!("no etcd endpoint answered member list: {ep}"));
-    assert!(outcome.reason().starts_with("timed out after 1.5s"), "{}", outcome.reason());
-    assert!(started.elapsed() < std::time::Duration::from_secs(6), "--timeout must bound the run");
+    outcome.assert(
+        1,
+        "block",
+        &format!("no etcd endpoint answered member list: {ep}"),
+    );
+    assert!(
+        outcome.reason().starts_with("timed out after 1.5s"),
+        "{}",
+        outcome.reason()
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(6),
+        "--timeout must bound the run"
+    );
 }

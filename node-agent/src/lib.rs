@@ -1,4 +1,73 @@
-//! node agent
+//! # node-agent: a kubelet stand-in for simulated control-plane nodes
+//!
+//! No kubelet or container runtime can run on the machines this project is developed and
+//! tested on, so this crate **stands in for the kubelet** (and for the container runtime
+//! under it). One [`NodeAgent`] simulates one control-plane node: it has its own loopback
+//! address (`127.0.0.x`) and its own root directory, and it runs that node's pods as plain
+//! local processes. Everything here is a stand-in; names and docs say so.
+//!
+//! ```text
+//!   <root>/etc/kubernetes/manifests/*.yaml ──poll──► static_pods ──┐
+//!   API: pods with spec.nodeName = node ──watch──► api_pods ───────┤
+//!                                                                  ▼
+//!                      worker (per pod: init containers, app containers, restarts, probes)
+//!                        │ runner: `node-agent exec-container` → own process group,
+//!                        │         private mount namespace (mounts), execv
+//!                        ▼
+//!                      PodObservation ──status::pod_status (pure)──► publish: mirror pod / pod status
+//!   node: Node object (control-plane label, InternalIP, Ready heartbeat)
+//! ```
+//!
+//! ## What stands in for what
+//! | Kubernetes piece | stand-in here |
+//! |---|---|
+//! | kubelet static pod source | [`static_pods`]: polls the manifest dir (250 ms), content hash per file |
+//! | kubelet API pod source | [`api_pods`]: watch with field selector `spec.nodeName` |
+//! | kubelet pod workers | [`worker`]: init containers in order, restart policies, back-off ([`backoff`]) |
+//! | kubelet prober | [`probes`]: httpGet (http/https, no verification), tcpSocket, exec |
+//! | kubelet status/mirror manager | [`status`] (pure) + [`publish`] |
+//! | kubelet node status | [`node`]: Node registration and `Ready` heartbeat |
+//! | container runtime | [`runner`] (process groups) + [`mounts`] (mount namespaces) |
+//! | container images | [`images`]: one table mapping image names to local binaries |
+//! | pod network | none: every pod shares the host network; pod IP = node IP |
+//!
+//! ## Invariants
+//! - **Every container is a process group** started by this agent; stopping it is SIGTERM to
+//!   the group, then SIGKILL after the pod's grace period, and whatever is left of a group
+//!   is SIGKILLed as soon as its main process exits. [`NodeAgentHandle::shutdown`] returns only
+//!   when every group is gone. The helper also sets `PR_SET_PDEATHSIG`, so a crashed agent
+//!   does not leave containers behind.
+//! - **No mount reaches the host.** Each container runs in its own mount namespace (made
+//!   `rprivate` first); hostPath volumes are bind-mounted at their `mountPath` inside it, so
+//!   node A's `/var/lib/etcd` is `<rootA>/var/lib/etcd` and node B never sees it. Missing mount
+//!   targets are created inside an overlay (upper layer on a private tmpfs) of their deepest
+//!   existing ancestor, so the host's `/etc` and `/dev` are never written to. When the
+//!   process exits its namespace, and every mount in it, is gone.
+//! - **No `unsafe`**: the namespace work happens in `node-agent exec-container`, a
+//!   single-threaded subcommand of this crate's binary that calls nix's safe `unshare`,
+//!   `mount` and `execv` (no `pre_exec`).
+//! - **Status is a pure function** of observations ([`status::pod_status`]): the same
+//!   observation gives the same status, `now` is an input, condition transition times are kept.
+//! - hostPath `path`s are read relative to the node root and may not contain `..`.
+//!
+//! ## Use
+//! ```no_run
+//! # async fn f(client: kube::Client) -> Result<(), node_agent::AgentError> {
+//! use node_agent::{NodeAgent, NodeConfig};
+//! let cfg = NodeConfig::new("n1", "127.0.0.2".parse().unwrap(), "/tmp/n1".as_ref(), "target/debug".as_ref())
+//!     .with_client(client);
+//! let agent = NodeAgent::start(cfg).await?;
+//! // ... write manifests to /tmp/n1/etc/kubernetes/manifests, create pods bound to n1 ...
+//! agent.shutdown().await;
+//! # Ok(()) }
+//! ```
+//! The helper binary defaults to `<bin_dir>/node-agent` (build it with
+//! `cargo build -p node-agent`); set [`NodeConfig::helper`] to use another path.
+//!
+//! ## Not supported (refused with a clear container error)
+//! configMap/secret/projected volumes, `envFrom`, `secretKeyRef`/`configMapKeyRef`, grpc
+//! probes, sidecar (restartable init) containers, resource limits, images not in the table.
+
 pub mod agent;
 pub mod api_pods;
 pub mod backoff;

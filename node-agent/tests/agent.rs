@@ -1,0 +1,793 @@
+//! Node agent tests against real processes: real etcd (Debian `/usr/bin/etcd`) as a static
+//! pod, run-to-completion installer-style pods, probes, restarts, mount isolation between two
+//! simulated nodes, and clean teardown. Waits are condition polls with deadlines; on timeout
+//! the last thing seen is printed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use etcd_fixture::LoopbackAddr;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use node_agent::backoff::Backoff;
+use node_agent::mounts::BindMount;
+use node_agent::runner::{Launch, Process};
+use node_agent::status::{ContainerPhase, PodObservation};
+use node_agent::{NodeAgent, NodeAgentHandle, NodeConfig, PodKey};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn helper() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_node-agent"))
+}
+
+fn fast_backoff() -> Backoff {
+    Backoff {
+        initial: Duration::from_millis(200),
+        max: Duration::from_secs(2),
+        reset_after: Duration::from_secs(60),
+    }
+}
+
+/// Polls `probe` until it returns Ok or `timeout` passes; panics with the last seen state.
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match probe().await {
+            Ok(v) => return v,
+            Err(seen) => seen,
+        };
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}; last seen: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One simulated node with its own address and root directory.
+struct TestNode {
+    name: String,
+    addr: LoopbackAddr,
+    root: tempfile::TempDir,
+    agent: Option<NodeAgentHandle>,
+}
+
+impl TestNode {
+    async fn start(name: &str, client: Option<kube::Client>) -> Self {
+        let addr = LoopbackAddr::acquire().unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let mut cfg = NodeConfig::new(
+            name,
+            addr.ip().into(),
+            root.path(),
+            helper().parent().unwrap(),
+        )
+        .with_helper(helper())
+        .with_backoff(fast_backoff());
+        cfg.manifest_poll = Duration::from_millis(100);
+        cfg.heartbeat = Duration::from_millis(500);
+        cfg.resync = Duration::from_secs(2);
+        cfg.client = client;
+        let agent = NodeAgent::start(cfg).await.unwrap();
+        TestNode {
+            name: name.to_string(),
+            addr,
+            root,
+            agent: Some(agent),
+        }
+    }
+
+    fn ip(&self) -> String {
+        self.addr.ip().to_string()
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.root.path().join(p.trim_start_matches('/'))
+    }
+
+    fn agent(&self) -> &NodeAgentHandle {
+        self.agent.as_ref().unwrap()
+    }
+
+    fn key(&self, namespace: &str, name: &str) -> PodKey {
+        PodKey {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// Writes a manifest the way the installer does: dot-prefixed temp file, then rename.
+    fn install_manifest(&self, file: &str, yaml: &str) {
+        let dir = self.path("/etc/kubernetes/manifests");
+        let tmp = dir.join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, yaml).unwrap();
+        std::fs::rename(&tmp, dir.join(file)).unwrap();
+    }
+
+    async fn status(&self, key: &PodKey) -> Result<(PodStatus, PodObservation), String> {
+        let st = self
+            .agent()
+            .pod_status(key)
+            .await
+            .ok_or(format!("{key} not running"))?;
+        let obs = self
+            .agent()
+            .observation(key)
+            .await
+            .ok_or(format!("{key} not running"))?;
+        Ok((st, obs))
+    }
+
+    async fn shutdown(&mut self) {
+        if let Some(a) = self.agent.take() {
+            tokio::time::timeout(Duration::from_secs(60), a.shutdown())
+                .await
+                .expect("shutdown in time");
+        }
+    }
+}
+
+fn condition(st: &PodStatus, type_: &str) -> String {
+    st.conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+        .unwrap_or_default()
+}
+
+fn brief(st: &PodStatus) -> String {
+    serde_json::to_string(&serde_json::json!({
+        "phase": st.phase,
+        "ready": condition(st, "Ready"),
+        "init": st.init_container_statuses,
+        "containers": st.container_statuses,
+    }))
+    .unwrap()
+}
+
+/// PIDs of running containers in an observation.
+fn pids(obs: &PodObservation) -> Vec<i32> {
+    obs.init_containers
+        .iter()
+        .chain(obs.containers.iter())
+        .filter_map(|c| match &c.state {
+            ContainerPhase::Running { container_id, .. } => {
+                container_id.rsplit('/').next()?.parse().ok()
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn running_pid(obs: &PodObservation, container: &str) -> Option<i32> {
+    obs.containers
+        .iter()
+        .find(|c| c.name == container)
+        .and_then(|c| match &c.state {
+            ContainerPhase::Running { container_id, .. } => {
+                container_id.rsplit('/').next()?.parse().ok()
+            }
+            _ => None,
+        })
+}
+
+fn group_alive(pgid: i32) -> bool {
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None).is_ok()
+}
+
+fn host_mountinfo() -> String {
+    std::fs::read_to_string("/proc/self/mountinfo").unwrap()
+}
+
+/// Children of this test process that are still around (zombies count: not reaped).
+fn own_children() -> Vec<String> {
+    let me = std::process::id().to_string();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...
+        let after = stat.rsplit(')').next().unwrap_or("");
+        let ppid = after.split_whitespace().nth(1).unwrap_or("");
+        if ppid == me {
+            out.push(stat);
+        }
+    }
+    out
+}
+
+fn etcd_manifest(revision: u32) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: etcd
+  namespace: openshift-etcd
+  labels:
+    app: etcd
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 10
+  initContainers:
+  - name: setup
+    image: busybox
+    command: ["/bin/sh", "-c"]
+    args:
+    - 'ls -a /var/lib/etcd > /dev/null && echo "init on $(NODE_NAME) at $(POD_IP) rev $(REVISION) \$$(literal)" > /dev/termination-log'
+    env:
+    - name: NODE_NAME
+      valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}
+    - name: POD_IP
+      valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}
+    - name: REVISION
+      value: "{revision}"
+    volumeMounts:
+    - {{name: data, mountPath: /var/lib/etcd}}
+  containers:
+  - name: etcd
+    image: quay.io/coreos/etcd:v3.4
+    command: ["/usr/local/bin/etcd"]
+    args:
+    - --name=$(NODE_NAME)
+    - --data-dir=/var/lib/etcd
+    - --listen-client-urls=http://$(POD_IP):2379
+    - --advertise-client-urls=http://$(POD_IP):2379
+    - --listen-peer-urls=http://$(POD_IP):2380
+    - --initial-advertise-peer-urls=http://$(POD_IP):2380
+    - --initial-cluster=$(NODE_NAME)=http://$(POD_IP):2380
+    env:
+    - name: NODE_NAME
+      valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}
+    - name: POD_IP
+      valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}
+    - name: ETCD_STATIC_POD_REVISION
+      value: "{revision}"
+    - name: ETCD_LOG_LEVEL
+      value: warn
+    startupProbe:
+      tcpSocket: {{port: 2379}}
+      periodSeconds: 1
+      failureThreshold: 30
+    readinessProbe:
+      httpGet: {{path: /health, port: 2379}}
+      periodSeconds: 1
+      failureThreshold: 2
+    livenessProbe:
+      httpGet: {{path: /health, port: 2379, scheme: HTTP}}
+      periodSeconds: 2
+      failureThreshold: 5
+    volumeMounts:
+    - {{name: data, mountPath: /var/lib/etcd}}
+  volumes:
+  - name: data
+    hostPath: {{path: /var/lib/etcd, type: DirectoryOrCreate}}
+"#
+    )
+}
+
+fn installer_pod(node: &str, name: &str, script: &str) -> Pod {
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: openshift-etcd
+spec:
+  nodeName: {node}
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: installer
+    image: docker.io/library/busybox:1.36
+    command: ["/bin/sh", "-c"]
+    args: ["{script}"]
+    env:
+    - name: NODE_NAME
+      valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}
+    - name: HOST_IP
+      valueFrom: {{fieldRef: {{fieldPath: status.hostIP}}}}
+    volumeMounts:
+    - {{name: resources, mountPath: /etc/kubernetes/static-pod-resources}}
+    - {{name: data, mountPath: /var/lib/etcd, readOnly: true}}
+  volumes:
+  - name: resources
+    hostPath: {{path: /etc/kubernetes/static-pod-resources}}
+  - name: data
+    hostPath: {{path: /var/lib/etcd}}
+"#
+    );
+    serde_saphyr::from_str(&yaml).unwrap()
+}
+
+/// Waits until the etcd static pod is Running and Ready; returns etcd's pid.
+async fn wait_etcd_ready(node: &TestNode) -> i32 {
+    let key = node.key("openshift-etcd", &format!("etcd-{}", node.name));
+    eventually(
+        &format!("etcd on {} ready", node.name),
+        DEADLINE,
+        || async {
+            let (st, obs) = node.status(&key).await?;
+            match running_pid(&obs, "etcd") {
+                Some(pid)
+                    if st.phase.as_deref() == Some("Running")
+                        && condition(&st, "Ready") == "True" =>
+                {
+                    Ok(pid)
+                }
+                _ => Err(brief(&st)),
+            }
+        },
+    )
+    .await
+}
+
+async fn wait_phase(node: &TestNode, key: &PodKey, phase: &str) -> PodStatus {
+    eventually(&format!("{key} {phase}"), DEADLINE, || async {
+        let (st, _) = node.status(key).await?;
+        if st.phase.as_deref() == Some(phase) {
+            Ok(st)
+        } else {
+            Err(brief(&st))
+        }
+    })
+    .await
+}
+
+fn terminated(st: &PodStatus, container: &str) -> (i32, String) {
+    let cs = st
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(st.init_container_statuses.iter().flatten())
+        .find(|c| c.name == container)
+        .unwrap();
+    let t = cs.state.as_ref().unwrap().terminated.as_ref().unwrap();
+    (t.exit_code, t.message.clone().unwrap_or_default())
+}
+
+/// Root-level teardown checks: no process group alive, no child left, no mount of any node
+/// root in this (host) mount namespace, nothing created in the host's /etc/kubernetes.
+fn assert_clean(groups: &BTreeSet<i32>, roots: &[&Path]) {
+    for g in groups {
+        assert!(
+            !group_alive(*g),
+            "process group {g} still alive after shutdown"
+        );
+    }
+    let children = own_children();
+    assert!(children.is_empty(), "children left behind: {children:?}");
+    let mi = host_mountinfo();
+    for r in roots {
+        let r = r.display().to_string();
+        assert!(
+            !mi.contains(&r),
+            "a mount of {r} leaked into the host:\n{mi}"
+        );
+    }
+    assert!(
+        !mi.contains(" overlay "),
+        "an overlay leaked into the host:\n{mi}"
+    );
+    assert!(
+        !Path::new("/etc/kubernetes").exists(),
+        "/etc/kubernetes created on the host"
+    );
+    assert!(
+        !Path::new("/dev/termination-log").exists(),
+        "/dev/termination-log created on the host"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_container_gives_each_node_its_own_var_lib_etcd() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let before = host_mountinfo();
+    let mut outputs = Vec::new();
+    for (root, marker) in [(&a, "node-a"), (&b, "node-b")] {
+        let data = root.path().join("var/lib/etcd");
+        let manifests = root.path().join("etc/kubernetes/manifests");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::create_dir_all(&manifests).unwrap();
+        std::fs::write(data.join(marker), marker).unwrap();
+        let log = root.path().join("out.log");
+        let launch = Launch {
+            helper: helper(),
+            program: "/bin/sh".into(),
+            args: vec![
+                "-c".into(),
+                "ls /var/lib/etcd; ls -d /etc/kubernetes/manifests; echo msg > /dev/termination-log; cat /proc/self/mountinfo".into(),
+            ],
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            binds: vec![
+                BindMount {
+                    source: data.clone(),
+                    target: "/var/lib/etcd".into(),
+                    read_only: false,
+                },
+                BindMount {
+                    source: manifests,
+                    target: "/etc/kubernetes/manifests".into(),
+                    read_only: true,
+                },
+                BindMount {
+                    source: root.path().join("tlog"),
+                    target: "/dev/termination-log".into(),
+                    read_only: false,
+                },
+            ],
+            staging: root.path().join("staging"),
+            working_dir: Some("/var/lib/etcd".into()),
+            log_path: Some(log.clone()),
+        };
+        std::fs::write(root.path().join("tlog"), "").unwrap();
+        let mut p = Process::spawn(&launch).unwrap();
+        let exit = tokio::time::timeout(DEADLINE, p.wait()).await.unwrap();
+        let out = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(exit.code, 0, "helper failed: {out}");
+        assert_eq!(
+            std::fs::read_to_string(root.path().join("tlog")).unwrap(),
+            "msg\n"
+        );
+        outputs.push(out);
+    }
+    assert!(
+        outputs[0].starts_with("node-a\n/etc/kubernetes/manifests\n"),
+        "{}",
+        outputs[0]
+    );
+    assert!(
+        outputs[1].starts_with("node-b\n/etc/kubernetes/manifests\n"),
+        "{}",
+        outputs[1]
+    );
+    assert!(!outputs[0].contains("node-b") && !outputs[1].contains("node-a"));
+    // Inside: the node's own dir at /var/lib/etcd.
+    let own = format!("{} /var/lib/etcd ", a.path().join("var/lib/etcd").display());
+    assert!(
+        outputs[0].contains(&own),
+        "mountinfo inside A lacks {own}: {}",
+        outputs[0]
+    );
+    // Outside: nothing changed.
+    assert_eq!(host_mountinfo(), before);
+    assert_clean(&BTreeSet::new(), &[a.path(), b.path()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_run_static_etcd_and_installer_pods_then_tear_down_cleanly() {
+    let mut na = TestNode::start("node-a", None).await;
+    let mut nb = TestNode::start("node-b", None).await;
+    let mut groups = BTreeSet::new();
+    std::fs::write(na.path("/var/lib/etcd/marker-node-a"), "a").unwrap();
+    std::fs::write(nb.path("/var/lib/etcd/marker-node-b"), "b").unwrap();
+    // Noise the agent must ignore.
+    std::fs::write(
+        na.path("/etc/kubernetes/manifests/.etcd.yaml.swp"),
+        "garbage",
+    )
+    .unwrap();
+    std::fs::write(na.path("/etc/kubernetes/manifests/README.txt"), "not yaml").unwrap();
+    for n in [&na, &nb] {
+        n.install_manifest("etcd.yaml", &etcd_manifest(1));
+    }
+
+    // Static etcd pods: Running, Ready through the readiness probe, init message, pod IP.
+    for n in [&na, &nb] {
+        let pid = wait_etcd_ready(n).await;
+        groups.insert(pid);
+        let key = n.key("openshift-etcd", &format!("etcd-{}", n.name));
+        let (st, _) = n.status(&key).await.unwrap();
+        assert_eq!(st.pod_ip.as_deref(), Some(n.ip().as_str()));
+        assert_eq!(st.host_ip.as_deref(), Some(n.ip().as_str()));
+        let (code, msg) = terminated(&st, "setup");
+        assert_eq!(code, 0);
+        assert_eq!(
+            msg.trim(),
+            format!("init on {} at {} rev 1 $(literal)", n.name, n.ip())
+        );
+        let etcd = &st.container_statuses.as_ref().unwrap()[0];
+        assert!(etcd.ready && etcd.started == Some(true) && etcd.restart_count == 0);
+        // etcd really uses the node's data dir, seen through the bind mount.
+        assert!(
+            n.path("/var/lib/etcd/member").is_dir(),
+            "no member dir in {}",
+            n.name
+        );
+        let mi = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+        let own = format!("{} /var/lib/etcd ", n.path("/var/lib/etcd").display());
+        assert!(mi.contains(&own), "etcd's mountinfo lacks {own}");
+        for other in [&na, &nb] {
+            if other.name != n.name {
+                assert!(
+                    !mi.contains(&other.root.path().display().to_string()),
+                    "{} sees {}'s root",
+                    n.name,
+                    other.name
+                );
+            }
+        }
+    }
+    assert_eq!(
+        na.agent().pods().await.len(),
+        1,
+        "dot/non-yaml files must be ignored"
+    );
+    // Mounts live only inside the containers' namespaces.
+    let mi = host_mountinfo();
+    assert!(!mi.contains(&na.root.path().display().to_string()));
+
+    // Installer-style run-to-completion pods on each node.
+    for n in [&na, &nb] {
+        let script = "set -e; ls /var/lib/etcd > /etc/kubernetes/static-pod-resources/seen; \
+                      echo installed revision 1 on $(NODE_NAME) ip $(HOST_IP) > /dev/termination-log";
+        let key = n
+            .agent()
+            .run_pod(installer_pod(
+                &n.name,
+                &format!("installer-1-{}", n.name),
+                script,
+            ))
+            .await;
+        let st = wait_phase(n, &key, "Succeeded").await;
+        let (code, msg) = terminated(&st, "installer");
+        assert_eq!(code, 0);
+        assert_eq!(
+            msg.trim(),
+            format!("installed revision 1 on {} ip {}", n.name, n.ip())
+        );
+        assert_eq!(condition(&st, "Ready"), "False");
+        let seen =
+            std::fs::read_to_string(n.path("/etc/kubernetes/static-pod-resources/seen")).unwrap();
+        let mine = format!("marker-{}", n.name);
+        assert!(
+            seen.contains(&mine) && seen.contains("member"),
+            "{} saw {seen:?}",
+            n.name
+        );
+        let other = if n.name == "node-a" {
+            "marker-node-b"
+        } else {
+            "marker-node-a"
+        };
+        assert!(
+            !seen.contains(other),
+            "{} saw the other node's data: {seen:?}",
+            n.name
+        );
+    }
+    // A failing one: Failed with its exit code and termination message; read-only mount held.
+    let key = na
+        .agent()
+        .run_pod(installer_pod(
+            "node-a",
+            "installer-2-node-a",
+            "touch /var/lib/etcd/x 2>/dev/null && exit 9; echo refused: revision 2 older than 3 > /dev/termination-log; exit 3",
+        ))
+        .await;
+    let st = wait_phase(&na, &key, "Failed").await;
+    assert_eq!(
+        terminated(&st, "installer"),
+        (3, "refused: revision 2 older than 3\n".into())
+    );
+
+    // Manifest change (rename into place) restarts the static pod with the new content.
+    let key_a = na.key("openshift-etcd", "etcd-node-a");
+    let old_pid = running_pid(&na.status(&key_a).await.unwrap().1, "etcd").unwrap();
+    let old_hash = na.agent().pods().await[&key_a].clone();
+    na.install_manifest("etcd.yaml", &etcd_manifest(2));
+    let new_pid = eventually(
+        "etcd on node-a restarted with revision 2",
+        DEADLINE,
+        || async {
+            let (st, obs) = na.status(&key_a).await?;
+            let hash = na.agent().pods().await.get(&key_a).cloned();
+            match (running_pid(&obs, "etcd"), hash) {
+                (Some(pid), Some(h))
+                    if pid != old_pid && h != old_hash && condition(&st, "Ready") == "True" =>
+                {
+                    Ok(pid)
+                }
+                _ => Err(brief(&st)),
+            }
+        },
+    )
+    .await;
+    groups.insert(new_pid);
+    assert!(
+        !group_alive(old_pid),
+        "old etcd group {old_pid} survived the restart"
+    );
+    let environ = std::fs::read(format!("/proc/{new_pid}/environ")).unwrap();
+    assert!(String::from_utf8_lossy(&environ).contains("ETCD_STATIC_POD_REVISION=2"));
+    let (st, _) = na.status(&key_a).await.unwrap();
+    assert!(terminated(&st, "setup").1.contains("rev 2"));
+
+    // Removing the manifest stops the pod.
+    std::fs::remove_file(nb.path("/etc/kubernetes/manifests/etcd.yaml")).unwrap();
+    let key_b = nb.key("openshift-etcd", "etcd-node-b");
+    eventually("etcd on node-b stopped", DEADLINE, || async {
+        if nb.agent().pods().await.contains_key(&key_b) {
+            Err("still running".into())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    for g in &groups {
+        if *g != new_pid {
+            assert!(!group_alive(*g), "group {g} alive after its pod stopped");
+        }
+    }
+
+    na.shutdown().await;
+    nb.shutdown().await;
+    assert_clean(&groups, &[na.root.path(), nb.root.path()]);
+}
+
+fn probe_manifest() -> &'static str {
+    r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: probed
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: busybox
+    command: ["sh", "-c", "echo started; exec sleep 1000"]
+    readinessProbe:
+      exec: {command: ["test", "-f", "/flags/ready"]}
+      periodSeconds: 1
+      failureThreshold: 1
+    livenessProbe:
+      exec: {command: ["sh", "-c", "test ! -f /flags/die"]}
+      periodSeconds: 1
+      failureThreshold: 2
+    volumeMounts:
+    - {name: flags, mountPath: /flags}
+  volumes:
+  - name: flags
+    hostPath: {path: /flags, type: DirectoryOrCreate}
+"#
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_drive_readiness_and_liveness_restarts() {
+    let mut n = TestNode::start("node-p", None).await;
+    n.install_manifest("probed.yaml", probe_manifest());
+    let key = n.key("default", "probed-node-p");
+    let groups = std::sync::Mutex::new(BTreeSet::new());
+    let st = eventually("probed pod running, not ready", DEADLINE, || async {
+        let (st, obs) = n.status(&key).await?;
+        groups.lock().unwrap().extend(pids(&obs));
+        if st.phase.as_deref() == Some("Running") && condition(&st, "Ready") == "False" {
+            Ok(st)
+        } else {
+            Err(brief(&st))
+        }
+    })
+    .await;
+    assert_eq!(st.container_statuses.as_ref().unwrap()[0].restart_count, 0);
+    std::fs::create_dir_all(n.path("/flags")).unwrap();
+    std::fs::write(n.path("/flags/ready"), "").unwrap();
+    eventually("probed pod ready", DEADLINE, || async {
+        let (st, _) = n.status(&key).await?;
+        if condition(&st, "Ready") == "True" {
+            Ok(())
+        } else {
+            Err(brief(&st))
+        }
+    })
+    .await;
+    std::fs::remove_file(n.path("/flags/ready")).unwrap();
+    eventually("probed pod unready again", DEADLINE, || async {
+        let (st, _) = n.status(&key).await?;
+        if condition(&st, "Ready") == "False" {
+            Ok(())
+        } else {
+            Err(brief(&st))
+        }
+    })
+    .await;
+    // Liveness failure kills and restarts the container (restartPolicy Always).
+    let first = running_pid(&n.status(&key).await.unwrap().1, "main").unwrap();
+    std::fs::write(n.path("/flags/die"), "").unwrap();
+    eventually("liveness restart", DEADLINE, || async {
+        let (st, obs) = n.status(&key).await?;
+        groups.lock().unwrap().extend(pids(&obs));
+        let c = &st.container_statuses.as_ref().unwrap()[0];
+        if c.restart_count >= 1
+            && c.last_state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .is_some()
+        {
+            Ok(())
+        } else {
+            Err(brief(&st))
+        }
+    })
+    .await;
+    std::fs::remove_file(n.path("/flags/die")).unwrap();
+    assert!(
+        !group_alive(first),
+        "liveness-killed container group {first} survived"
+    );
+    let second = eventually("running again after restart", DEADLINE, || async {
+        let (st, obs) = n.status(&key).await?;
+        running_pid(&obs, "main")
+            .filter(|p| *p != first)
+            .ok_or_else(|| brief(&st))
+    })
+    .await;
+    groups.lock().unwrap().insert(second);
+    n.shutdown().await;
+    assert_clean(&groups.lock().unwrap().clone(), &[n.root.path()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_init_container_blocks_app_and_backs_off() {
+    let mut n = TestNode::start("node-i", None).await;
+    n.install_manifest(
+        "gated.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: gated, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 1
+  initContainers:
+  - name: verify
+    image: busybox
+    command: ["sh", "-c", "test -f /gate/open || { echo blocked: gate closed > /dev/termination-log; exit 1; }"]
+    volumeMounts: [{name: gate, mountPath: /gate}]
+  containers:
+  - name: main
+    image: busybox
+    command: ["sleep", "1000"]
+  volumes:
+  - {name: gate, hostPath: {path: /gate}}
+"#,
+    );
+    let key = n.key("default", "gated-node-i");
+    eventually(
+        "init container restarted with back-off",
+        DEADLINE,
+        || async {
+            let (st, _) = n.status(&key).await?;
+            let init = &st.init_container_statuses.as_ref().ok_or("no init")?[0];
+            let last = init.last_state.as_ref().and_then(|s| s.terminated.as_ref());
+            let app_waiting = st.container_statuses.as_ref().unwrap()[0]
+                .state
+                .as_ref()
+                .and_then(|s| s.waiting.as_ref())
+                .is_some();
+            match last {
+                Some(t)
+                    if init.restart_count >= 2
+                        && t.exit_code == 1
+                        && t.message.as_deref() == Some("blocked: gate closed\n")
+                        && app_waiting
+                        && st.phase.as_deref() == Some("Pending") =>
+                {
+                    Ok(())
+                }
+                _ => Err(brief(&st)),
+            }
+        },
+    )
+    .await;
+    std::fs::write(n.path("/gate/open"), "").unwrap();
+    wait_phase(&n, &key, "Running").await;
+    n.shutdown().await;
+    assert_clean(&BTreeSet::new(), &[n.root.path()]);
+}

@@ -73,6 +73,7 @@ pub fn resources_of(crd: &Value) -> Vec<ResourceInfo> {
                 storage: format!("{group}/{plural}"),
                 representation: Representation::Native,
                 crd: Some(objects::name(crd).to_string()),
+                return_deleted_object: true,
             }
         })
         .collect()

@@ -111,8 +111,10 @@ fn pod_grace(state: &State, info: &ResourceInfo, pod: &Value, requested: Option<
         .max(0)
 }
 
-/// Deletes one object. Returns 200 with the object when it is gone, 202 with the object when
-/// it is kept (finalizers, graceful termination, namespace termination).
+/// Deletes one object. Answers 200 with the object when it is kept (finalizers, graceful
+/// termination, namespace termination); when it is gone, 200 with the object for kinds whose
+/// real storage returns it ([`ResourceInfo::return_deleted_object`]) or with a `Status` of
+/// `Success` for the others.
 pub async fn delete(
     state: &State,
     info: &ResourceInfo,
@@ -180,7 +182,10 @@ pub async fn delete(
                 Ok(_) => {
                     tracing::debug!(resource = %info.resource, namespace = %ns, %name, "API stand-in: deleted");
                     after_remove(state, info, &obj).await;
-                    return Ok((200, obj));
+                    if info.return_deleted_object {
+                        return Ok((200, obj));
+                    }
+                    return Ok((200, success_status(info, &obj)));
                 }
                 Err(StoreError::Conflict) => continue,
                 Err(e) => return Err(store_err(e)),
@@ -203,7 +208,7 @@ pub async fn delete(
             map.insert("status".into(), json!({"phase": "Terminating"}));
         }
         if next == obj {
-            return Ok((202, obj));
+            return Ok((200, obj));
         }
         match state
             .store
@@ -219,13 +224,24 @@ pub async fn delete(
                 tracing::debug!(resource = %info.resource, namespace = %ns, %name, grace, ?finalizers,
                     "API stand-in: deletion pending");
                 state.gc_wake.notify_one();
-                return Ok((202, next));
+                return Ok((200, next));
             }
             Err(StoreError::Conflict) => continue,
             Err(e) => return Err(store_err(e)),
         }
     }
     Err(ApiError::stale(info.gr(), name))
+}
+
+/// The `Status` kube-apiserver answers an immediate delete with for most kinds.
+fn success_status(info: &ResourceInfo, obj: &Value) -> Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {"name": objects::name(obj), "group": info.group, "kind": info.resource, "uid": objects::uid(obj)},
+    })
 }
 
 /// Side effects of an object being removed from etcd: a CRD stops serving and its custom
@@ -271,6 +287,9 @@ pub async fn delete_collection(
         )
         .await
         {
+            Ok((_, v)) if v.get("kind").and_then(Value::as_str) == Some("Status") => {
+                items.push(obj)
+            }
             Ok((_, v)) => items.push(v),
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),

@@ -107,9 +107,11 @@
 //! - The garbage collector runs in-process and promptly (woken by every deletion, and every
 //!   [`StandInConfig::gc_interval`]); on a real cluster it is the controller-manager's and may
 //!   lag.
-//! - Delete answers 200 with the object when it is gone and 202 with the object when it is
-//!   kept (finalizers, graceful termination), never a `Status`; deletecollection answers with
-//!   the list of affected objects.
+//! - Delete answers 200 with the object while it is kept (finalizers, graceful termination;
+//!   the real server answers 202 only for the deprecated `orphanDependents: false`); once it
+//!   is gone, with the object for pods, service accounts and custom resources and with a
+//!   `Status` of `Success` for the other kinds (kube-apiserver's `ReturnDeletedObject`);
+//!   deletecollection answers with the list of affected objects.
 //!
 //! ## Use
 //! ```no_run

@@ -57,6 +57,9 @@ pub struct ResourceInfo {
     pub representation: Representation,
     /// Name of the CRD that defines this resource, if any.
     pub crd: Option<String>,
+    /// An immediate delete answers with the deleted object (pods, service accounts, custom
+    /// resources); otherwise with a `Status` of `Success`, as kube-apiserver's storages do.
+    pub return_deleted_object: bool,
 }
 
 impl ResourceInfo {
@@ -91,6 +94,7 @@ impl ResourceInfo {
             storage,
             representation: Representation::Native,
             crd: None,
+            return_deleted_object: false,
         }
     }
 
@@ -181,6 +185,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
     nodes.storage = "minions".into();
     let mut pods = ResourceInfo::builtin("", "v1", "pods", "Pod", true, true, &["po"]);
     pods.tracks_generation = true;
+    pods.return_deleted_object = true;
     pods.extra_fields = vec![
         "spec.nodeName".into(),
         "status.phase".into(),
@@ -218,6 +223,16 @@ pub fn builtins() -> Vec<ResourceInfo> {
     ];
     let mut secrets = ResourceInfo::builtin("", "v1", "secrets", "Secret", true, false, &[]);
     secrets.extra_fields = vec!["type".into()];
+    let mut service_accounts = ResourceInfo::builtin(
+        "",
+        "v1",
+        "serviceaccounts",
+        "ServiceAccount",
+        true,
+        false,
+        &["sa"],
+    );
+    service_accounts.return_deleted_object = true;
     let mut crds = ResourceInfo::builtin(
         "apiextensions.k8s.io",
         "v1",
@@ -235,15 +250,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
         ResourceInfo::builtin("", "v1", "configmaps", "ConfigMap", true, false, &["cm"]),
         secrets,
         events,
-        ResourceInfo::builtin(
-            "",
-            "v1",
-            "serviceaccounts",
-            "ServiceAccount",
-            true,
-            false,
-            &["sa"],
-        ),
+        service_accounts,
         ResourceInfo::builtin("", "v1", "endpoints", "Endpoints", true, false, &["ep"]),
         events_v1,
         ResourceInfo::builtin(

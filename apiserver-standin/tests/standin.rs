@@ -265,7 +265,11 @@ async fn crud_conflicts_and_structural_errors() {
     assert_eq!(code(uid_change).0, 422);
 
     // Delete, then 404.
-    cms.delete("one", &DeleteParams::default()).await.unwrap();
+    let gone = cms.delete("one", &DeleteParams::default()).await.unwrap();
+    assert!(
+        gone.is_right(),
+        "an immediate ConfigMap delete answers with a Status: {gone:?}"
+    );
     assert_eq!(code(cms.get("one").await).0, 404);
     assert_eq!(
         code(cms.delete("one", &DeleteParams::default()).await).0,
@@ -402,6 +406,23 @@ async fn watch_resume_bookmarks_timeout_and_410_after_compaction() {
     let bookmark: i64 = bookmark.expect("a bookmark").parse().unwrap();
     assert!(bookmark >= list_rv.parse::<i64>().unwrap() + 4);
     drop(stream);
+
+    // kube-runtime's watcher with streaming lists (sendInitialEvents) gets its initial state.
+    cms.create(&pp, &cm("streamed", json!({}))).await.unwrap();
+    let mut events = watcher(cms.clone(), watcher::Config::default().streaming_lists()).boxed();
+    let mut init = Vec::new();
+    loop {
+        match tokio::time::timeout(DEADLINE, events.try_next()).await {
+            Ok(Ok(Some(watcher::Event::InitApply(o)))) => init.push(o.name_any()),
+            Ok(Ok(Some(watcher::Event::Init))) => {}
+            Ok(Ok(Some(watcher::Event::InitDone))) => break,
+            other => {
+                panic!("unexpected streaming-list item {other:?}; initial objects so far {init:?}")
+            }
+        }
+    }
+    assert_eq!(init, vec!["streamed"]);
+    drop(events);
 
     // timeoutSeconds ends the stream.
     let short = WatchParams::default().timeout(1);
@@ -732,9 +753,14 @@ async fn finalizers_graceful_pods_and_service_accounts() {
             .deletion_timestamp
             .is_some()
     );
-    pods.delete("bound", &DeleteParams::default().grace_period(0))
+    let gone = pods
+        .delete("bound", &DeleteParams::default().grace_period(0))
         .await
         .unwrap();
+    assert!(
+        gone.is_left(),
+        "a pod delete answers with the pod: {gone:?}"
+    );
     assert_eq!(code(pods.get("bound").await).0, 404);
 
     // Pods need their service account (mirror pods don't); new namespaces get `default`.

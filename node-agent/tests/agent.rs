@@ -186,7 +186,9 @@ fn host_mountinfo() -> String {
     std::fs::read_to_string("/proc/self/mountinfo").unwrap()
 }
 
-/// Children of this test process that are still around (zombies count: not reaped).
+/// Container processes (children of this test process leading their own process group, as
+/// the agent starts every container) that are still around; zombies count (not reaped).
+/// Fixtures' own children (the API stand-in's etcd) stay in the test's group and are skipped.
 fn own_children() -> Vec<String> {
     let me = std::process::id().to_string();
     let mut out = Vec::new();
@@ -194,10 +196,15 @@ fn own_children() -> Vec<String> {
         let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
             continue;
         };
-        // pid (comm) state ppid ...
-        let after = stat.rsplit(')').next().unwrap_or("");
-        let ppid = after.split_whitespace().nth(1).unwrap_or("");
-        if ppid == me {
+        // pid (comm) state ppid pgrp ...
+        let pid = stat.split_whitespace().next().unwrap_or("");
+        let after: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        if after.get(1) == Some(&me.as_str()) && after.get(2) == Some(&pid) {
             out.push(stat);
         }
     }
@@ -790,4 +797,323 @@ spec:
     wait_phase(&n, &key, "Running").await;
     n.shutdown().await;
     assert_clean(&BTreeSet::new(), &[n.root.path()]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Against a Kubernetes API: the API stand-in on real etcd (or a real cluster via KUBECONFIG).
+// ---------------------------------------------------------------------------------------
+
+mod api {
+    use super::*;
+    use k8s_openapi::api::core::v1::Node;
+    use kube::Api;
+    use kube::api::{DeleteParams, PostParams};
+    use kube_testapi::TestApi;
+
+    fn in_namespace(manifest: &str, ns: &str) -> String {
+        manifest.replace("namespace: openshift-etcd", &format!("namespace: {ns}"))
+    }
+
+    fn ready_of(p: &Pod) -> String {
+        p.status
+            .as_ref()
+            .map(|s| condition(s, "Ready"))
+            .unwrap_or_default()
+    }
+
+    fn show(p: &Option<Pod>) -> String {
+        match p {
+            None => "absent".into(),
+            Some(p) => format!(
+                "annotations={:?} status={}",
+                p.metadata.annotations,
+                p.status.as_ref().map(brief).unwrap_or_default()
+            ),
+        }
+    }
+
+    fn mirror_hash(p: &Pod) -> String {
+        p.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kubernetes.io/config.mirror").cloned())
+            .unwrap_or_default()
+    }
+
+    async fn create_pod(pods: &Api<Pod>, pod: &Pod) {
+        // The namespace's default ServiceAccount may not exist yet right after creation.
+        eventually("pod created", DEADLINE, || async {
+            match pods.create(&PostParams::default(), pod).await {
+                Ok(_) => Ok(()),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await;
+    }
+
+    async fn wait_pod_phase(pods: &Api<Pod>, name: &str, phase: &str) -> Pod {
+        eventually(
+            &format!("pod {name} {phase} in the API"),
+            DEADLINE,
+            || async {
+                let p = pods.get_opt(name).await.map_err(|e| e.to_string())?;
+                match p {
+                    Some(p)
+                        if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some(phase) =>
+                    {
+                        Ok(p)
+                    }
+                    other => Err(show(&other)),
+                }
+            },
+        )
+        .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn agents_register_nodes_publish_mirror_pods_and_run_bound_pods() {
+        let api = TestApi::start().await.unwrap();
+        let ns = api.temp_namespace("node-agent").await.unwrap();
+        let suffix = ns.rsplit('-').next().unwrap().to_string();
+        let client = api.client();
+        let mut na = TestNode::start(&format!("cp-a-{suffix}"), Some(client.clone())).await;
+        let mut nb = TestNode::start(&format!("cp-b-{suffix}"), Some(client.clone())).await;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let mut groups = BTreeSet::new();
+
+        // Node objects: control-plane label, InternalIP + Hostname, Ready with a moving heartbeat.
+        for n in [&na, &nb] {
+            let first = eventually(&format!("node {} ready", n.name), DEADLINE, || async {
+                let node = nodes.get_opt(&n.name).await.map_err(|e| e.to_string())?;
+                let node = node.ok_or("absent")?;
+                let ready = node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|c| c.iter().find(|c| c.type_ == "Ready").cloned())
+                    .ok_or_else(|| format!("{:?}", node.status))?;
+                if ready.status == "True" {
+                    Ok((node, ready))
+                } else {
+                    Err(format!("{ready:?}"))
+                }
+            })
+            .await;
+            let (node, ready) = first;
+            assert_eq!(
+                node.metadata.labels.as_ref().unwrap()["node-role.kubernetes.io/control-plane"],
+                ""
+            );
+            let addrs = node.status.as_ref().unwrap().addresses.clone().unwrap();
+            assert!(
+                addrs
+                    .iter()
+                    .any(|a| a.type_ == "InternalIP" && a.address == n.ip())
+            );
+            assert!(
+                addrs
+                    .iter()
+                    .any(|a| a.type_ == "Hostname" && a.address == n.name)
+            );
+            eventually("heartbeat moves", DEADLINE, || async {
+                let node = nodes.get(&n.name).await.map_err(|e| e.to_string())?;
+                let now = node
+                    .status
+                    .and_then(|s| s.conditions)
+                    .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
+                    .ok_or("no Ready")?;
+                if now.last_heartbeat_time != ready.last_heartbeat_time
+                    && now.last_transition_time == ready.last_transition_time
+                {
+                    Ok(())
+                } else {
+                    Err(format!("{now:?}"))
+                }
+            })
+            .await;
+        }
+
+        // Static etcd pods → mirror pods with real status.
+        for n in [&na, &nb] {
+            n.install_manifest("etcd.yaml", &in_namespace(&etcd_manifest(1), &ns));
+        }
+        for n in [&na, &nb] {
+            let name = format!("etcd-{}", n.name);
+            let p = eventually(
+                &format!("mirror pod {name} running and ready"),
+                DEADLINE,
+                || async {
+                    let p = pods.get_opt(&name).await.map_err(|e| e.to_string())?;
+                    match p {
+                        Some(p)
+                            if ready_of(&p) == "True"
+                                && p.status.as_ref().and_then(|s| s.phase.as_deref())
+                                    == Some("Running") =>
+                        {
+                            Ok(p)
+                        }
+                        other => Err(show(&other)),
+                    }
+                },
+            )
+            .await;
+            let ann = p.metadata.annotations.clone().unwrap();
+            assert_eq!(ann["kubernetes.io/config.source"], "file");
+            assert!(!mirror_hash(&p).is_empty());
+            assert_eq!(
+                p.spec.as_ref().unwrap().node_name.as_deref(),
+                Some(n.name.as_str())
+            );
+            let st = p.status.clone().unwrap();
+            assert_eq!(st.pod_ip.as_deref(), Some(n.ip().as_str()));
+            let (code, msg) = terminated(&st, "setup");
+            assert_eq!(code, 0);
+            assert!(
+                msg.starts_with(&format!("init on {} at {}", n.name, n.ip())),
+                "{msg}"
+            );
+            let etcd = &st.container_statuses.unwrap()[0];
+            assert!(etcd.ready);
+            groups.insert(
+                running_pid(&n.status(&n.key(&ns, &name)).await.unwrap().1, "etcd").unwrap(),
+            );
+        }
+
+        // Run-to-completion pods bound through the API.
+        for n in [&na, &nb] {
+            let script = "set -e; ls /var/lib/etcd > /etc/kubernetes/static-pod-resources/seen; \
+                          echo installed on $(NODE_NAME) > /dev/termination-log";
+            let mut pod = installer_pod(&n.name, &format!("installer-1-{}", n.name), script);
+            pod.metadata.namespace = Some(ns.clone());
+            create_pod(&pods, &pod).await;
+        }
+        let mut failing = installer_pod(
+            &na.name,
+            "installer-2-fails",
+            "echo no quorum > /dev/termination-log; exit 3",
+        );
+        failing.metadata.namespace = Some(ns.clone());
+        create_pod(&pods, &failing).await;
+        for n in [&na, &nb] {
+            let p = wait_pod_phase(&pods, &format!("installer-1-{}", n.name), "Succeeded").await;
+            let (code, msg) = terminated(p.status.as_ref().unwrap(), "installer");
+            assert_eq!(
+                (code, msg.trim()),
+                (0, format!("installed on {}", n.name).as_str())
+            );
+            assert!(
+                n.path("/etc/kubernetes/static-pod-resources/seen")
+                    .is_file()
+            );
+        }
+        let p = wait_pod_phase(&pods, "installer-2-fails", "Failed").await;
+        assert_eq!(
+            terminated(p.status.as_ref().unwrap(), "installer"),
+            (3, "no quorum\n".into())
+        );
+        assert!(
+            !nb.agent()
+                .pods()
+                .await
+                .keys()
+                .any(|k| k.name == "installer-2-fails"),
+            "ran on the wrong node"
+        );
+
+        // A long-running bound pod is stopped when deleted.
+        let mut sleeper = installer_pod(&nb.name, "sleeper", "exec sleep 1000");
+        sleeper.metadata.namespace = Some(ns.clone());
+        create_pod(&pods, &sleeper).await;
+        wait_pod_phase(&pods, "sleeper", "Running").await;
+        let skey = nb.key(&ns, "sleeper");
+        let spid = running_pid(&nb.status(&skey).await.unwrap().1, "installer").unwrap();
+        groups.insert(spid);
+        pods.delete("sleeper", &DeleteParams::default())
+            .await
+            .unwrap();
+        eventually("deleted pod stopped and gone", DEADLINE, || async {
+            let gone = pods
+                .get_opt("sleeper")
+                .await
+                .map_err(|e| e.to_string())?
+                .is_none();
+            if gone && !group_alive(spid) && !nb.agent().pods().await.contains_key(&skey) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "in API: {}, group alive: {}",
+                    !gone,
+                    group_alive(spid)
+                ))
+            }
+        })
+        .await;
+
+        // Manifest change → mirror pod replaced with the new hash, ready again.
+        let name_a = format!("etcd-{}", na.name);
+        let old = pods.get(&name_a).await.unwrap();
+        na.install_manifest("etcd.yaml", &in_namespace(&etcd_manifest(2), &ns));
+        let new = eventually(
+            "mirror pod updated after manifest change",
+            DEADLINE,
+            || async {
+                let p = pods.get_opt(&name_a).await.map_err(|e| e.to_string())?;
+                match p {
+                    Some(p) if mirror_hash(&p) != mirror_hash(&old) && ready_of(&p) == "True" => {
+                        Ok(p)
+                    }
+                    other => Err(show(&other)),
+                }
+            },
+        )
+        .await;
+        let (_, msg) = terminated(new.status.as_ref().unwrap(), "setup");
+        assert!(msg.contains("rev 2"), "{msg}");
+        groups.insert(
+            running_pid(&na.status(&na.key(&ns, &name_a)).await.unwrap().1, "etcd").unwrap(),
+        );
+
+        // A mirror pod deleted by someone comes back; a removed manifest removes it.
+        let name_b = format!("etcd-{}", nb.name);
+        pods.delete(&name_b, &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+        eventually("mirror pod recreated", DEADLINE, || async {
+            let p = pods.get_opt(&name_b).await.map_err(|e| e.to_string())?;
+            match p {
+                Some(p) if ready_of(&p) == "True" => Ok(()),
+                other => Err(show(&other)),
+            }
+        })
+        .await;
+        std::fs::remove_file(nb.path("/etc/kubernetes/manifests/etcd.yaml")).unwrap();
+        eventually("mirror pod deleted with its manifest", DEADLINE, || async {
+            let p = pods.get_opt(&name_b).await.map_err(|e| e.to_string())?;
+            if p.is_none() { Ok(()) } else { Err(show(&p)) }
+        })
+        .await;
+
+        na.shutdown().await;
+        nb.shutdown().await;
+        let node = nodes.get(&na.name).await.unwrap();
+        let ready = node
+            .status
+            .unwrap()
+            .conditions
+            .unwrap()
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(
+            ready.status, "Unknown",
+            "a stopped agent reports its node not ready"
+        );
+        assert_clean(&groups, &[na.root.path(), nb.root.path()]);
+        if api.is_real() {
+            let _ = nodes.delete(&na.name, &DeleteParams::default()).await;
+            let _ = nodes.delete(&nb.name, &DeleteParams::default()).await;
+            api.delete_namespace(&ns).await.unwrap();
+        }
+    }
 }

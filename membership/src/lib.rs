@@ -7,6 +7,7 @@
 //!   `ETCD_INITIAL_CLUSTER`, [`MemberIds`] for `ETCD_MEMBER_IDS`), parsed strictly and formatted
 //!   canonically so that rendering never churns;
 //! * quorum math ([`quorum`], [`fault_tolerance`]) where learners never count;
+//! * [`gate`], the quorum gate every disruptive action asks (one arbiter, pure);
 //! * [`EtcdClient`], a small etcd client that loads TLS from the `ETCDCTL_*` files, bounds every
 //!   call with a timeout (etcd-client calls over TLS can hang past their own timeouts), tries each
 //!   endpoint in turn, and never sends a learner what a learner rejects.
@@ -17,6 +18,7 @@
 mod client;
 mod duration;
 mod env;
+mod gate;
 mod id;
 mod member;
 mod peer_url;
@@ -31,6 +33,7 @@ pub use env::{
     EntryProblem, EnvFormatError, INITIAL_CLUSTER_VAR, InitialCluster, MEMBER_IDS_VAR, MemberIds,
     MemberIdsDiff,
 };
+pub use gate::{Action, ClusterView, Denial, DenyRule, MemberHealth, Verdict, gate};
 pub use id::{IdError, MemberId};
 pub use member::Member;
 pub use peer_url::{MemberUrl, UrlError};

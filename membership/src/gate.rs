@@ -1,0 +1,337 @@
+//! The quorum gate: the one arbiter every disruptive action asks before it happens.
+//!
+//! [`gate`] is a pure function from an observed [`ClusterView`] and an [`Action`] to [`Verdict`].
+//! The rules (learners never count as voters):
+//!
+//! 1. **No quorum, no change.** With fewer healthy voters than quorum, every membership change is
+//!    denied (etcd could not commit it); only restarting a node whose member is not a healthy voter
+//!    is allowed, since that can only help.
+//! 2. **One change at a time.** A learner (started or not) is a membership change in flight: no
+//!    second learner is added until it is promoted or removed (etcd 3.4 also allows only one).
+//! 3. **Add only to a healthy cluster.** A learner is added only while every voter is healthy;
+//!    replacing an unhealthy member means removing it first, then adding.
+//! 4. **Promote only a healthy learner** that has started (etcd decides whether its log caught up).
+//! 5. **Removals keep quorum.** Removing a voter must leave healthy voters >= quorum of the
+//!    remaining voters. Removing a *healthy* voter is a planned loss of capacity and must also
+//!    leave one failure of margin (so a healthy member is replaced add-first); the last voter is
+//!    never removed.
+//! 6. **Planned restarts keep quorum.** Restarting a node's etcd (rolling a revision) takes its
+//!    member down: a healthy voter may be taken down only when the cluster tolerates one failure
+//!    (healthy voters after >= quorum), and only one node is rolled at a time. So a cluster of one
+//!    or two voters never has a healthy member restarted by the operator: it grows first (the
+//!    bootstrap member is rolled once three voters exist).
+//!
+//! Every denial names the rule and the members involved, so it can go to status, a metric label
+//! ([`DenyRule::category`]) and `etcd-operator plan`.
+
+use std::fmt;
+
+use crate::{Member, MemberId, MemberUrl, quorum};
+
+/// One member and whether it is healthy (its etcd answers and is part of the raft group).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberHealth {
+    pub member: Member,
+    pub healthy: bool,
+}
+
+/// What the gate decides from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterView {
+    pub members: Vec<MemberHealth>,
+    /// A node whose etcd is down for a planned step not finished yet (a rollout in progress).
+    pub rolling_node: Option<String>,
+}
+
+/// A disruptive action.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// `MemberAddAsLearner(peer_url)` for `node`.
+    AddLearner { node: String, peer_url: MemberUrl },
+    /// `MemberPromote(id)`.
+    Promote { id: MemberId },
+    /// `MemberRemove(id)`.
+    Remove { id: MemberId },
+    /// Install a new revision on `node`, restarting its etcd (`member` = its member, if any).
+    RollNode {
+        node: String,
+        member: Option<MemberId>,
+    },
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::AddLearner { node, peer_url } => {
+                write!(f, "add learner for {node} ({peer_url})")
+            }
+            Action::Promote { id } => write!(f, "promote learner {id}"),
+            Action::Remove { id } => write!(f, "remove member {id}"),
+            Action::RollNode { node, .. } => write!(f, "roll node {node}"),
+        }
+    }
+}
+
+/// Which rule denied an action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DenyRule {
+    NoQuorum,
+    ChangeInFlight,
+    VoterUnhealthy,
+    LearnerNotReady,
+    NotALearner,
+    UnknownMember,
+    QuorumAfterAction,
+    NoMargin,
+    LastVoter,
+    RolloutInProgress,
+    AlreadyMember,
+}
+
+impl DenyRule {
+    /// A short, static label for metrics and events.
+    pub fn category(self) -> &'static str {
+        match self {
+            DenyRule::NoQuorum => "no_quorum",
+            DenyRule::ChangeInFlight => "change_in_flight",
+            DenyRule::VoterUnhealthy => "voter_unhealthy",
+            DenyRule::LearnerNotReady => "learner_not_ready",
+            DenyRule::NotALearner => "not_a_learner",
+            DenyRule::UnknownMember => "unknown_member",
+            DenyRule::QuorumAfterAction => "quorum_after_action",
+            DenyRule::NoMargin => "no_margin",
+            DenyRule::LastVoter => "last_voter",
+            DenyRule::RolloutInProgress => "rollout_in_progress",
+            DenyRule::AlreadyMember => "already_member",
+        }
+    }
+}
+
+/// Why an action is denied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    pub rule: DenyRule,
+    pub message: String,
+}
+
+impl fmt::Display for Denial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The gate's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    Deny(Denial),
+}
+
+impl Verdict {
+    pub fn is_allowed(&self) -> bool {
+        matches!(self, Verdict::Allow)
+    }
+}
+
+fn deny(rule: DenyRule, message: String) -> Verdict {
+    Verdict::Deny(Denial { rule, message })
+}
+
+/// A member's display name: its name, or its id when it has not started.
+fn label(m: &Member) -> String {
+    if m.is_started() {
+        format!("{} ({})", m.name, m.id)
+    } else {
+        format!("unstarted {}", m.id)
+    }
+}
+
+impl ClusterView {
+    fn voters(&self) -> impl Iterator<Item = &MemberHealth> {
+        self.members.iter().filter(|m| !m.member.is_learner)
+    }
+
+    fn voter_count(&self) -> usize {
+        self.voters().count()
+    }
+
+    fn healthy_voters(&self) -> usize {
+        self.voters().filter(|m| m.healthy).count()
+    }
+
+    fn learners(&self) -> impl Iterator<Item = &MemberHealth> {
+        self.members.iter().filter(|m| m.member.is_learner)
+    }
+
+    fn find(&self, id: MemberId) -> Option<&MemberHealth> {
+        self.members.iter().find(|m| m.member.id == id)
+    }
+
+    /// "2 of 3 voters healthy (quorum 2)".
+    pub fn health_summary(&self) -> String {
+        let v = self.voter_count();
+        format!(
+            "{} of {v} voters healthy (quorum {})",
+            self.healthy_voters(),
+            quorum(v)
+        )
+    }
+
+    fn unhealthy_voter_names(&self) -> String {
+        self.voters()
+            .filter(|m| !m.healthy)
+            .map(|m| label(&m.member))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Decides whether `action` may happen now.
+pub fn gate(view: &ClusterView, action: &Action) -> Verdict {
+    let voters = view.voter_count();
+    let healthy = view.healthy_voters();
+    let quorate = voters > 0 && healthy >= quorum(voters);
+    let is_membership_change = !matches!(action, Action::RollNode { .. });
+    if is_membership_change && !quorate {
+        return deny(
+            DenyRule::NoQuorum,
+            format!("{action}: no quorum, {}", view.health_summary()),
+        );
+    }
+    match action {
+        Action::AddLearner { node, peer_url } => {
+            if let Some(existing) = view
+                .members
+                .iter()
+                .find(|m| m.member.has_peer_url(peer_url))
+            {
+                return deny(
+                    DenyRule::AlreadyMember,
+                    format!(
+                        "{action}: {peer_url} already belongs to member {}",
+                        label(&existing.member)
+                    ),
+                );
+            }
+            if let Some(l) = view.learners().next() {
+                return deny(
+                    DenyRule::ChangeInFlight,
+                    format!(
+                        "{action}: learner {} is still pending (one membership change at a time)",
+                        label(&l.member)
+                    ),
+                );
+            }
+            if healthy < voters {
+                return deny(
+                    DenyRule::VoterUnhealthy,
+                    format!(
+                        "{action}: voter(s) {} unhealthy; remove or repair them before adding {node}",
+                        view.unhealthy_voter_names()
+                    ),
+                );
+            }
+            Verdict::Allow
+        }
+        Action::Promote { id } => match view.find(*id) {
+            None => deny(DenyRule::UnknownMember, format!("{action}: no such member")),
+            Some(m) if !m.member.is_learner => deny(
+                DenyRule::NotALearner,
+                format!("{action}: {} is already a voter", label(&m.member)),
+            ),
+            Some(m) if !m.member.is_started() || !m.healthy => deny(
+                DenyRule::LearnerNotReady,
+                format!(
+                    "{action}: learner {} has not started or is not healthy",
+                    label(&m.member)
+                ),
+            ),
+            Some(_) => {
+                // The new voter is healthy: healthy + 1 of voters + 1.
+                if healthy + 1 >= quorum(voters + 1) {
+                    Verdict::Allow
+                } else {
+                    deny(
+                        DenyRule::QuorumAfterAction,
+                        format!(
+                            "{action}: would leave {} of {} voters healthy",
+                            healthy + 1,
+                            voters + 1
+                        ),
+                    )
+                }
+            }
+        },
+        Action::Remove { id } => match view.find(*id) {
+            None => deny(DenyRule::UnknownMember, format!("{action}: no such member")),
+            Some(m) if m.member.is_learner => Verdict::Allow,
+            Some(m) => {
+                let after_voters = voters - 1;
+                let after_healthy = healthy - usize::from(m.healthy);
+                if after_voters == 0 {
+                    return deny(
+                        DenyRule::LastVoter,
+                        format!("{action}: {} is the last voter", label(&m.member)),
+                    );
+                }
+                let need = quorum(after_voters) + usize::from(m.healthy);
+                if after_healthy >= need {
+                    Verdict::Allow
+                } else if after_healthy >= quorum(after_voters) {
+                    deny(
+                        DenyRule::NoMargin,
+                        format!(
+                            "{action}: {} is healthy; removing it would leave {after_healthy} of {after_voters} voters with no failure margin (add its replacement first)",
+                            label(&m.member)
+                        ),
+                    )
+                } else {
+                    deny(
+                        DenyRule::QuorumAfterAction,
+                        format!(
+                            "{action}: would leave {after_healthy} of {after_voters} voters healthy (quorum {})",
+                            quorum(after_voters)
+                        ),
+                    )
+                }
+            }
+        },
+        Action::RollNode { node, member } => {
+            if let Some(rolling) = view.rolling_node.as_ref().filter(|r| *r != node) {
+                return deny(
+                    DenyRule::RolloutInProgress,
+                    format!("{action}: node {rolling} is still being rolled (one node at a time)"),
+                );
+            }
+            let target = member.and_then(|id| view.find(id));
+            let takes_down_voter = target.is_some_and(|m| !m.member.is_learner && m.healthy);
+            if !takes_down_voter {
+                return Verdict::Allow;
+            }
+            if healthy > quorum(voters) {
+                Verdict::Allow
+            } else {
+                deny(
+                    DenyRule::QuorumAfterAction,
+                    format!(
+                        "{action}: restarting its healthy voter would leave {} of {voters} voters healthy (quorum {}); waiting for {}",
+                        healthy - 1,
+                        quorum(voters),
+                        if healthy < voters {
+                            format!(
+                                "unhealthy voter(s) {} to recover",
+                                view.unhealthy_voter_names()
+                            )
+                        } else {
+                            "more voters to join".to_owned()
+                        }
+                    ),
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "gate_tests.rs"]
+mod tests;

@@ -1,0 +1,340 @@
+//! The gate's rules, one by one, and property tests over arbitrary clusters and action sequences.
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn url(i: u64) -> MemberUrl {
+    format!("https://10.0.{}.{}:2380", i / 250, i % 250 + 1)
+        .parse()
+        .unwrap()
+}
+
+fn voter(i: u64, healthy: bool) -> MemberHealth {
+    MemberHealth {
+        member: Member::voter(MemberId::new(i).unwrap(), &format!("n{i}"), url(i)),
+        healthy,
+    }
+}
+
+fn learner(i: u64, started: bool, healthy: bool) -> MemberHealth {
+    let mut m = Member::unstarted_learner(MemberId::new(i).unwrap(), url(i));
+    if started {
+        m = m.started_as(&format!("n{i}"));
+    }
+    MemberHealth { member: m, healthy }
+}
+
+fn view(members: Vec<MemberHealth>) -> ClusterView {
+    ClusterView {
+        members,
+        rolling_node: None,
+    }
+}
+
+fn id(i: u64) -> MemberId {
+    MemberId::new(i).unwrap()
+}
+
+fn add(i: u64) -> Action {
+    Action::AddLearner {
+        node: format!("n{i}"),
+        peer_url: url(i),
+    }
+}
+
+fn roll(i: u64) -> Action {
+    Action::RollNode {
+        node: format!("n{i}"),
+        member: Some(id(i)),
+    }
+}
+
+fn denied(v: Verdict, rule: DenyRule, text: &str) {
+    match v {
+        Verdict::Deny(d) => {
+            assert_eq!(d.rule, rule, "{d}");
+            assert!(d.message.contains(text), "{:?} lacks {text:?}", d.message);
+        }
+        Verdict::Allow => panic!("expected {rule:?}, got Allow"),
+    }
+}
+
+#[test]
+fn adds_only_to_a_healthy_cluster_without_a_pending_learner() {
+    let healthy = view(vec![voter(1, true), voter(2, true), voter(3, true)]);
+    assert!(gate(&healthy, &add(4)).is_allowed());
+    let one_down = view(vec![voter(1, true), voter(2, true), voter(3, false)]);
+    denied(
+        gate(&one_down, &add(4)),
+        DenyRule::VoterUnhealthy,
+        "n3 (3) unhealthy",
+    );
+    let pending = view(vec![
+        voter(1, true),
+        voter(2, true),
+        learner(4, false, false),
+    ]);
+    denied(
+        gate(&pending, &add(5)),
+        DenyRule::ChangeInFlight,
+        "learner unstarted 4 is still pending",
+    );
+    denied(
+        gate(&healthy, &add(2)),
+        DenyRule::AlreadyMember,
+        "already belongs to member n2 (2)",
+    );
+}
+
+#[test]
+fn promotes_only_a_started_healthy_learner() {
+    let v = view(vec![
+        voter(1, true),
+        learner(2, true, true),
+        learner(3, false, false),
+    ]);
+    assert!(gate(&v, &Action::Promote { id: id(2) }).is_allowed());
+    denied(
+        gate(&v, &Action::Promote { id: id(3) }),
+        DenyRule::LearnerNotReady,
+        "unstarted 3",
+    );
+    denied(
+        gate(&v, &Action::Promote { id: id(1) }),
+        DenyRule::NotALearner,
+        "already a voter",
+    );
+    denied(
+        gate(&v, &Action::Promote { id: id(9) }),
+        DenyRule::UnknownMember,
+        "no such member",
+    );
+}
+
+#[test]
+fn removes_unhealthy_first_and_healthy_only_with_margin() {
+    let v = view(vec![voter(1, true), voter(2, true), voter(3, false)]);
+    assert!(gate(&v, &Action::Remove { id: id(3) }).is_allowed());
+    denied(
+        gate(&v, &Action::Remove { id: id(1) }),
+        DenyRule::QuorumAfterAction,
+        "1 of 2 voters healthy",
+    );
+    let all = view(vec![voter(1, true), voter(2, true), voter(3, true)]);
+    denied(
+        gate(&all, &Action::Remove { id: id(3) }),
+        DenyRule::NoMargin,
+        "add its replacement first",
+    );
+    let four = view(vec![
+        voter(1, true),
+        voter(2, true),
+        voter(3, true),
+        voter(4, true),
+    ]);
+    assert!(gate(&four, &Action::Remove { id: id(4) }).is_allowed());
+    denied(
+        gate(&view(vec![voter(1, true)]), &Action::Remove { id: id(1) }),
+        DenyRule::LastVoter,
+        "last voter",
+    );
+    let with_learner = view(vec![voter(1, true), learner(2, false, false)]);
+    assert!(gate(&with_learner, &Action::Remove { id: id(2) }).is_allowed());
+}
+
+#[test]
+fn no_membership_change_without_quorum() {
+    let v = view(vec![voter(1, true), voter(2, false), voter(3, false)]);
+    denied(
+        gate(&v, &Action::Remove { id: id(3) }),
+        DenyRule::NoQuorum,
+        "1 of 3 voters healthy (quorum 2)",
+    );
+    // Restarting a broken member can only help.
+    assert!(gate(&v, &roll(3)).is_allowed());
+    denied(
+        gate(&v, &roll(1)),
+        DenyRule::QuorumAfterAction,
+        "unhealthy voter(s) n2 (2), n3 (3) to recover",
+    );
+}
+
+#[test]
+fn rolls_one_node_at_a_time_and_only_with_a_spare_voter() {
+    let mut v = view(vec![voter(1, true), voter(2, true), voter(3, true)]);
+    assert!(gate(&v, &roll(1)).is_allowed());
+    v.rolling_node = Some("n1".into());
+    denied(
+        gate(&v, &roll(2)),
+        DenyRule::RolloutInProgress,
+        "node n1 is still being rolled",
+    );
+    let two = view(vec![voter(1, true), voter(2, true)]);
+    denied(
+        gate(&two, &roll(1)),
+        DenyRule::QuorumAfterAction,
+        "waiting for more voters to join",
+    );
+    denied(
+        gate(&view(vec![voter(1, true)]), &roll(1)),
+        DenyRule::QuorumAfterAction,
+        "0 of 1",
+    );
+    // A node whose member is a learner, or that has no member yet, can always be rolled.
+    let joining = view(vec![voter(1, true), learner(2, false, false)]);
+    assert!(gate(&joining, &roll(2)).is_allowed());
+    assert!(
+        gate(
+            &joining,
+            &Action::RollNode {
+                node: "n9".into(),
+                member: None
+            }
+        )
+        .is_allowed()
+    );
+}
+
+fn healthy_voters(v: &ClusterView) -> usize {
+    v.members
+        .iter()
+        .filter(|m| !m.member.is_learner && m.healthy)
+        .count()
+}
+
+fn voter_count(v: &ClusterView) -> usize {
+    v.members.iter().filter(|m| !m.member.is_learner).count()
+}
+
+fn is_quorate(v: &ClusterView) -> bool {
+    crate::is_quorate(healthy_voters(v), voter_count(v))
+}
+
+/// Applies an allowed action to the model of the cluster.
+fn apply(v: &mut ClusterView, action: &Action, next_id: &mut u64) {
+    match action {
+        Action::AddLearner { peer_url, .. } => {
+            let mut m = Member::unstarted_learner(id(*next_id), peer_url.clone());
+            m.peer_urls = vec![peer_url.clone()];
+            v.members.push(MemberHealth {
+                member: m,
+                healthy: false,
+            });
+            *next_id += 1;
+        }
+        Action::Promote { id } => {
+            if let Some(m) = v.members.iter_mut().find(|m| m.member.id == *id) {
+                m.member.is_learner = false;
+            }
+        }
+        Action::Remove { id } => v.members.retain(|m| m.member.id != *id),
+        Action::RollNode { node, member } => {
+            if let Some(m) = member.and_then(|id| v.members.iter_mut().find(|m| m.member.id == id))
+            {
+                m.healthy = false;
+            }
+            v.rolling_node = Some(node.clone());
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Add(u64),
+    Promote(usize),
+    Remove(usize),
+    Roll(usize),
+    /// Environment: the rollout step finishes (the rolled member comes back healthy).
+    FinishRoll,
+    /// Environment: a member's health flips.
+    Flip(usize),
+    /// Environment: a learner starts.
+    Start(usize),
+}
+
+fn arb_step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        (100u64..200).prop_map(Step::Add),
+        (0usize..8).prop_map(Step::Promote),
+        (0usize..8).prop_map(Step::Remove),
+        (0usize..8).prop_map(Step::Roll),
+        Just(Step::FinishRoll),
+        (0usize..8).prop_map(Step::Flip),
+        (0usize..8).prop_map(Step::Start),
+    ]
+}
+
+fn arb_view() -> impl Strategy<Value = ClusterView> {
+    (
+        proptest::collection::vec(any::<bool>(), 1..6),
+        proptest::option::of((any::<bool>(), any::<bool>())),
+    )
+        .prop_map(|(voters, learner_spec)| {
+            let mut members: Vec<MemberHealth> = voters
+                .iter()
+                .enumerate()
+                .map(|(i, h)| voter(i as u64 + 1, *h))
+                .collect();
+            if let Some((started, healthy)) = learner_spec {
+                members.push(learner(50, started, started && healthy));
+            }
+            view(members)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// No allowed action ever takes a quorate cluster below quorum, and there is never more than
+    /// one learner (one membership change in flight).
+    #[test]
+    fn allowed_actions_never_break_quorum(start in arb_view(), steps in proptest::collection::vec(arb_step(), 1..40)) {
+        let mut v = start;
+        let mut next_id = 1000;
+        for step in steps {
+            let member_at = |v: &ClusterView, i: usize| v.members.get(i % v.members.len().max(1)).map(|m| m.member.clone());
+            let action = match step {
+                Step::Add(i) => Some(add(i)),
+                Step::Promote(i) => member_at(&v, i).map(|m| Action::Promote { id: m.id }),
+                Step::Remove(i) => member_at(&v, i).map(|m| Action::Remove { id: m.id }),
+                Step::Roll(i) => member_at(&v, i).map(|m| Action::RollNode { node: format!("node-{}", m.id), member: Some(m.id) }),
+                Step::FinishRoll => {
+                    if let Some(node) = v.rolling_node.take()
+                        && let Some(m) = v.members.iter_mut().find(|m| format!("node-{}", m.member.id) == node)
+                    {
+                        m.healthy = true;
+                    }
+                    None
+                }
+                Step::Flip(i) => {
+                    let n = v.members.len();
+                    if n > 0 {
+                        let m = &mut v.members[i % n];
+                        m.healthy = !m.healthy && m.member.is_started();
+                    }
+                    None
+                }
+                Step::Start(i) => {
+                    let n = v.members.len();
+                    if n > 0 && v.members[i % n].member.is_learner {
+                        let m = &mut v.members[i % n];
+                        m.member.name = format!("started-{}", m.member.id);
+                        m.healthy = true;
+                    }
+                    None
+                }
+            };
+            let Some(action) = action else { continue };
+            let before_quorate = is_quorate(&v);
+            if gate(&v, &action).is_allowed() {
+                apply(&mut v, &action, &mut next_id);
+                if before_quorate {
+                    prop_assert!(is_quorate(&v), "{action} broke quorum: {v:?}");
+                }
+                let learners = v.members.iter().filter(|m| m.member.is_learner).count();
+                prop_assert!(learners <= 1, "{action} left {learners} learners");
+            }
+        }
+    }
+}

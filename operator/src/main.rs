@@ -1,6 +1,108 @@
 //! `etcd-operator`: runs etcd as static pods and changes membership through one quorum gate.
-//! Not built yet: this binary only reports that and fails.
+//!
+//! Subcommands: `crd` (print the CustomResourceDefinition), `render` (the bootstrap static pod
+//! for the first node, before any operator runs).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use etcd_operator::api::EtcdCluster;
+use etcd_operator::podspec::Images;
+use kube::CustomResourceExt;
+
+/// etcd image when neither the spec nor `ETCD_IMAGE` names one.
+const DEFAULT_ETCD_IMAGE: &str = "etcd-static-operator/etcd:3.4.23";
+/// The operator's own image when `OPERATOR_IMAGE` is not set.
+const DEFAULT_OPERATOR_IMAGE: &str = "etcd-static-operator/etcd-static-operator:0.1.0";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "etcd-operator",
+    version,
+    about = "Runs etcd as static pods and changes membership safely"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Debug)]
+struct ImageArgs {
+    /// etcd image for the static pods.
+    #[arg(long, env = "ETCD_IMAGE", default_value = DEFAULT_ETCD_IMAGE)]
+    etcd_image: String,
+    /// The operator's image (runs `etcd-verify` and `etcd-installer`).
+    #[arg(long, env = "OPERATOR_IMAGE", default_value = DEFAULT_OPERATOR_IMAGE)]
+    operator_image: String,
+}
+
+impl ImageArgs {
+    fn images(&self) -> Images {
+        Images {
+            etcd: self.etcd_image.clone(),
+            operator: self.operator_image.clone(),
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print the EtcdCluster CustomResourceDefinition (YAML).
+    Crd,
+    /// Write the bootstrap static pod, its certificates and the manifests the operator adopts.
+    Render {
+        /// The first control-plane node's name.
+        #[arg(long)]
+        node_name: String,
+        /// Its IP address (etcd listens and advertises there).
+        #[arg(long)]
+        node_ip: IpAddr,
+        /// Where to write etcd-pod.yaml, etcd-certs/ and manifests/.
+        #[arg(long)]
+        output_dir: PathBuf,
+        /// The certificates dir as the node's kubelet sees it (default: output-dir/etcd-certs).
+        #[arg(long)]
+        resource_host_dir: Option<String>,
+        #[command(flatten)]
+        images: ImageArgs,
+    },
+}
 
 fn main() -> anyhow::Result<()> {
-    anyhow::bail!("etcd-operator is not implemented yet")
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ETCD_OPERATOR_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match Cli::parse().command {
+        Command::Crd => {
+            print!(
+                "{}",
+                etcd_operator::manifests::crd_yaml(&EtcdCluster::crd())?
+            );
+        }
+        Command::Render {
+            node_name,
+            node_ip,
+            output_dir,
+            resource_host_dir,
+            images,
+        } => {
+            let files = etcd_operator::bootstrap::render(
+                &node_name,
+                node_ip,
+                &output_dir,
+                resource_host_dir,
+                images.images(),
+                time::OffsetDateTime::now_utc(),
+            )?;
+            for f in files {
+                println!("{}", output_dir.join(f.path).display());
+            }
+        }
+    }
+    Ok(())
 }

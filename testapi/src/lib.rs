@@ -39,12 +39,14 @@ pub enum TestApiError {
 }
 
 enum Backend {
-    StandIn {
-        server: ApiServerStandIn,
-        _etcd: EtcdCluster,
-        _dir: tempfile::TempDir,
-    },
+    StandIn(Box<StandInParts>),
     Real,
+}
+
+struct StandInParts {
+    server: ApiServerStandIn,
+    _etcd: EtcdCluster,
+    _dir: tempfile::TempDir,
 }
 
 /// A Kubernetes API for one test (or one sandbox run).
@@ -87,11 +89,11 @@ impl TestApi {
         let client = server.client()?;
         tracing::info!(url = %server.url(), "API stand-in up");
         Ok(Self {
-            backend: Backend::StandIn {
+            backend: Backend::StandIn(Box::new(StandInParts {
                 server,
                 _etcd: etcd,
                 _dir: dir,
-            },
+            })),
             client,
             kubeconfig,
         })
@@ -135,7 +137,7 @@ impl TestApi {
     /// The stand-in, when this is one.
     pub fn stand_in_server(&self) -> Option<&ApiServerStandIn> {
         match &self.backend {
-            Backend::StandIn { server, .. } => Some(server),
+            Backend::StandIn(parts) => Some(&parts.server),
             Backend::Real => None,
         }
     }

@@ -1,0 +1,294 @@
+//! The `EtcdCluster` custom resource: a cluster-scoped singleton named `cluster` whose spec says
+//! how etcd should run and whose status is what an admin reads first (conditions, members, the
+//! revision of every node).
+//!
+//! Validation lives in the schema so that what must never be accepted is refused by the API
+//! server itself: the name, timing that etcd would reject, a quota outside what etcd supports.
+
+use std::collections::BTreeMap;
+
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// API group of the operator's resources.
+pub const GROUP: &str = "etcd.static-operator.io";
+/// The one `EtcdCluster` the operator manages.
+pub const SINGLETON: &str = "cluster";
+/// Label that selects control-plane nodes unless the spec says otherwise.
+pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
+
+/// How etcd should run on the control-plane nodes.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "etcd.static-operator.io",
+    version = "v1alpha1",
+    kind = "EtcdCluster",
+    plural = "etcdclusters",
+    shortname = "etcdc",
+    status = "EtcdClusterStatus",
+    validation = Rule::new("self.metadata.name == 'cluster'").message("the EtcdCluster must be named 'cluster'"),
+    printcolumn = r#"{"name":"Available","type":"string","jsonPath":".status.conditions[?(@.type==\"Available\")].status"}"#,
+    printcolumn = r#"{"name":"Progressing","type":"string","jsonPath":".status.conditions[?(@.type==\"Progressing\")].status"}"#,
+    printcolumn = r#"{"name":"Degraded","type":"string","jsonPath":".status.conditions[?(@.type==\"Degraded\")].status"}"#,
+    printcolumn = r#"{"name":"Revision","type":"integer","jsonPath":".status.latestAvailableRevision"}"#
+)]
+#[x_kube(cel)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClusterSpec {
+    /// `Managed`: the operator acts. `Unmanaged`: it only observes and reports (no membership
+    /// change, no new revision, no rollout).
+    #[serde(default)]
+    pub management_state: ManagementState,
+    /// Log verbosity of etcd and the operator's node-side tools.
+    #[serde(default)]
+    pub log_level: LogLevel,
+    /// etcd image. Empty: the image the operator was built with (`ETCD_IMAGE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.size() > 0").message("etcdImage must not be empty when set"))]
+    pub etcd_image: Option<String>,
+    /// Changing this string rolls a new revision to every node without any other change.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub force_redeployment_reason: String,
+    /// Raft timing.
+    #[serde(default)]
+    pub timing: Timing,
+    /// etcd's backend quota in GiB (etcd supports up to 8 GiB by default, at most 32).
+    #[serde(default = "default_quota_gib")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 32").message("backendQuotaGiB must be between 1 and 32"))]
+    pub backend_quota_gib: u32,
+    /// How many old revisions to keep.
+    #[serde(default)]
+    pub revision_history: RevisionHistory,
+    /// A learner added for a node but not started within this many seconds is removed again.
+    #[serde(default = "default_learner_start_deadline")]
+    #[x_kube(validation = Rule::new("self >= 30 && self <= 3600").message("learnerStartDeadlineSeconds must be between 30 and 3600"))]
+    pub learner_start_deadline_seconds: u32,
+    /// Labels that select the control-plane nodes etcd runs on. Empty: the
+    /// `node-role.kubernetes.io/control-plane` label.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub control_plane_node_selector: BTreeMap<String, String>,
+}
+
+fn default_quota_gib() -> u32 {
+    8
+}
+
+fn default_learner_start_deadline() -> u32 {
+    300
+}
+
+impl Default for EtcdClusterSpec {
+    fn default() -> Self {
+        Self {
+            management_state: ManagementState::default(),
+            log_level: LogLevel::default(),
+            etcd_image: None,
+            force_redeployment_reason: String::new(),
+            timing: Timing::default(),
+            backend_quota_gib: default_quota_gib(),
+            revision_history: RevisionHistory::default(),
+            learner_start_deadline_seconds: default_learner_start_deadline(),
+            control_plane_node_selector: BTreeMap::new(),
+        }
+    }
+}
+
+impl EtcdClusterSpec {
+    /// The node selector in effect.
+    pub fn node_selector(&self) -> BTreeMap<String, String> {
+        if self.control_plane_node_selector.is_empty() {
+            BTreeMap::from([(CONTROL_PLANE_LABEL.to_owned(), String::new())])
+        } else {
+            self.control_plane_node_selector.clone()
+        }
+    }
+}
+
+/// Whether the operator acts.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum ManagementState {
+    #[default]
+    Managed,
+    Unmanaged,
+}
+
+/// Log verbosity.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum LogLevel {
+    #[default]
+    Normal,
+    Debug,
+    Trace,
+}
+
+impl LogLevel {
+    /// etcd's `--log-level` for this verbosity.
+    pub fn etcd_level(self) -> &'static str {
+        match self {
+            LogLevel::Normal => "info",
+            LogLevel::Debug | LogLevel::Trace => "debug",
+        }
+    }
+}
+
+/// Raft heartbeat and election timing (milliseconds).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, KubeSchema)]
+#[x_kube(
+    cel,
+    validation = Rule::new("self.electionTimeoutMs >= 5 * self.heartbeatIntervalMs").message("electionTimeoutMs must be at least 5 times heartbeatIntervalMs")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct Timing {
+    #[x_kube(validation = Rule::new("self >= 10 && self <= 5000").message("heartbeatIntervalMs must be between 10 and 5000"))]
+    pub heartbeat_interval_ms: u32,
+    #[x_kube(validation = Rule::new("self >= 50 && self <= 50000").message("electionTimeoutMs must be between 50 and 50000"))]
+    pub election_timeout_ms: u32,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval_ms: 100,
+            election_timeout_ms: 1000,
+        }
+    }
+}
+
+/// How many old revisions to keep (a revision a node is on or moving to is always kept).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionHistory {
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("succeededLimit must be between 1 and 100"))]
+    pub succeeded_limit: u32,
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("failedLimit must be between 1 and 100"))]
+    pub failed_limit: u32,
+}
+
+impl Default for RevisionHistory {
+    fn default() -> Self {
+        Self {
+            succeeded_limit: 5,
+            failed_limit: 5,
+        }
+    }
+}
+
+/// What the operator observed and did.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClusterStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// The newest revision; nodes move to it one at a time.
+    #[serde(default)]
+    pub latest_available_revision: i64,
+    #[serde(default)]
+    pub node_statuses: Vec<NodeStatus>,
+    #[serde(default)]
+    pub members: Vec<MemberStatus>,
+}
+
+/// A status condition (the Kubernetes shape, with `lastTransitionTime` kept while the status
+/// doesn't change).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+    /// RFC 3339.
+    pub last_transition_time: String,
+}
+
+/// Where one node stands in the rollout.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    pub node_name: String,
+    /// The revision running Ready on the node (0: none yet).
+    #[serde(default)]
+    pub current_revision: i64,
+    /// The revision being installed, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_revision: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failed_revision: Option<i64>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_failed_reason: String,
+    /// RFC 3339.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_failed_time: String,
+    /// Consecutive failures of the last failed revision.
+    #[serde(default)]
+    pub last_failed_count: u32,
+}
+
+/// One etcd member as the operator sees it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    /// Member name (= node name); empty for a learner that has not started.
+    pub name: String,
+    /// etcd member id, lowercase hex.
+    pub id: String,
+    pub peer_url: String,
+    /// `Voter` or `Learner`.
+    pub role: String,
+    pub started: bool,
+    pub healthy: bool,
+    /// For a learner: its raft index and the leader's, while it catches up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learner_raft_index: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_raft_index: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::CustomResourceExt;
+
+    #[test]
+    fn crd_carries_the_validation_rules() {
+        let crd = serde_json::to_string(&EtcdCluster::crd()).unwrap();
+        for rule in [
+            "self.metadata.name == 'cluster'",
+            "self.electionTimeoutMs >= 5 * self.heartbeatIntervalMs",
+            "self >= 1 && self <= 32",
+            "self >= 30 && self <= 3600",
+        ] {
+            assert!(crd.contains(rule), "CRD lacks rule {rule}");
+        }
+        assert_eq!(EtcdCluster::crd().spec.scope, "Cluster");
+    }
+
+    #[test]
+    fn timing_rules_evaluate() {
+        let ok = serde_json::json!({"heartbeatIntervalMs": 100, "electionTimeoutMs": 1000});
+        assert!(Timing::validate_cel(&ok, None).is_ok());
+        let bad = serde_json::json!({"heartbeatIntervalMs": 500, "electionTimeoutMs": 1000});
+        let err = format!("{:?}", Timing::validate_cel(&bad, None).unwrap_err());
+        assert!(err.contains("at least 5 times"), "{err}");
+    }
+
+    #[test]
+    fn defaults_fill_an_empty_spec() {
+        let spec: EtcdClusterSpec = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!(spec, EtcdClusterSpec::default());
+        assert_eq!(spec.backend_quota_gib, 8);
+        assert_eq!(
+            spec.node_selector(),
+            BTreeMap::from([(CONTROL_PLANE_LABEL.to_owned(), String::new())])
+        );
+    }
+}

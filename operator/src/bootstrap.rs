@@ -1,0 +1,243 @@
+//! `etcd-operator render`: the bootstrap path. Before any operator (or even a Kubernetes API)
+//! exists, the first control-plane node needs etcd. `render` writes, for that node:
+//!
+//! * `DIR/etcd-pod.yaml`: a single-member static pod (`ETCD_INITIAL_CLUSTER_STATE=new`, no
+//!   member ids yet), rendered from the same template as every later revision;
+//! * `DIR/etcd-certs/`: its certificates laid out like a revision's resource dir
+//!   (`configmaps/etcd-all-bundles/*`, `secrets/etcd-all-certs/*`, secrets 0600), which the pod
+//!   mounts (`--resource-host-dir`, default the absolute path of `DIR/etcd-certs`);
+//! * `DIR/manifests/*.json`: the CA Secret `etcd-signer`, Secret `etcd-all-certs` and ConfigMap
+//!   `etcd-all-bundles`, which the platform applies once the API is up. The operator then adopts
+//!   that CA and those certificates (its plan keeps valid certificates byte-identical), and adopts
+//!   the running member, so bootstrap causes no certificate churn.
+//!
+//! Planning ([`plan`]) is pure given the CA and `now`; [`write`] lays the files down, each through
+//! a dot-prefixed temp file, fsync and rename.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::IpAddr;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::ObjectMeta;
+use time::OffsetDateTime;
+
+use crate::api::EtcdClusterSpec;
+use crate::certs::{self, CertPolicy, EtcdCa};
+use crate::podspec::paths::{ALL_BUNDLES_CONFIGMAP, ALL_CERTS_SECRET};
+use crate::podspec::{Images, NodeTarget, PodInput, STATIC_POD_NAMESPACE, render_pod};
+
+/// Namespace the operator runs in (its CA Secret lives there).
+pub const OPERATOR_NAMESPACE: &str = "etcd-operator";
+
+/// One file to write, relative to the output dir.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutFile {
+    pub path: PathBuf,
+    pub bytes: Vec<u8>,
+    pub mode: u32,
+}
+
+/// What to render.
+#[derive(Clone, Debug)]
+pub struct RenderRequest {
+    pub node: NodeTarget,
+    pub images: Images,
+    /// Host path of the certificates dir as the kubelet will see it.
+    pub resource_host_dir: String,
+}
+
+/// Why the bootstrap render failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    #[error(transparent)]
+    Certs(#[from] certs::CertError),
+    #[error(transparent)]
+    Render(#[from] crate::podspec::RenderError),
+    #[error("encoding {what}: {source}")]
+    Encode {
+        what: &'static str,
+        source: serde_json::Error,
+    },
+    #[error("writing {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn json<T: serde::Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>, BootstrapError> {
+    let mut bytes = serde_json::to_vec_pretty(value)
+        .map_err(|source| BootstrapError::Encode { what, source })?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
+fn secret(name: &str, namespace: &str, data: &BTreeMap<String, Vec<u8>>, tls: bool) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            ..Default::default()
+        },
+        type_: Some(if tls { "kubernetes.io/tls" } else { "Opaque" }.to_owned()),
+        data: Some(
+            data.iter()
+                .map(|(k, v)| (k.clone(), ByteString(v.clone())))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// Plans every file of the bootstrap render for `request`, signed by `ca`.
+pub fn plan(
+    request: &RenderRequest,
+    ca: &EtcdCa,
+    now: OffsetDateTime,
+) -> Result<Vec<OutFile>, BootstrapError> {
+    let policy = CertPolicy::default();
+    let node = &request.node;
+    let desired = BTreeMap::from([(node.name.clone(), [node.ip].into_iter().collect())]);
+    let empty = BTreeMap::new();
+    let cert_plan = certs::plan_node_certs(ca, &policy, &empty, &desired, now);
+    let node_certs = certs::apply_plan(ca, &policy, &cert_plan, &empty, now)?;
+    let bundles = certs::bundle_data(ca);
+
+    let spec = EtcdClusterSpec::default();
+    let nodes = [node.clone()];
+    let pod = render_pod(&PodInput {
+        node,
+        nodes: &nodes,
+        members: &[],
+        revision: 0,
+        bootstrap: true,
+        spec: &spec,
+        images: &request.images,
+        resource_host_dir: Some(request.resource_host_dir.clone()),
+    })?;
+
+    let mut files = vec![OutFile {
+        path: PathBuf::from("etcd-pod.yaml"),
+        bytes: pod.into_bytes(),
+        mode: 0o644,
+    }];
+    for (key, text) in &bundles {
+        files.push(OutFile {
+            path: PathBuf::from(format!(
+                "etcd-certs/configmaps/{ALL_BUNDLES_CONFIGMAP}/{key}"
+            )),
+            bytes: text.clone().into_bytes(),
+            mode: 0o644,
+        });
+    }
+    for (key, bytes) in &node_certs {
+        files.push(OutFile {
+            path: PathBuf::from(format!("etcd-certs/secrets/{ALL_CERTS_SECRET}/{key}")),
+            bytes: bytes.clone(),
+            mode: 0o600,
+        });
+    }
+    let signer = secret(
+        certs::CA_SECRET,
+        OPERATOR_NAMESPACE,
+        &ca.to_secret_data(),
+        true,
+    );
+    let all_certs = secret(ALL_CERTS_SECRET, STATIC_POD_NAMESPACE, &node_certs, false);
+    let bundles_cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(ALL_BUNDLES_CONFIGMAP.to_owned()),
+            namespace: Some(STATIC_POD_NAMESPACE.to_owned()),
+            ..Default::default()
+        },
+        data: Some(bundles),
+        ..Default::default()
+    };
+    for (name, bytes, mode) in [
+        (
+            "manifests/etcd-signer.json",
+            json("the CA Secret", &signer)?,
+            0o600,
+        ),
+        (
+            "manifests/etcd-all-certs.json",
+            json("the certificates Secret", &all_certs)?,
+            0o600,
+        ),
+        (
+            "manifests/etcd-all-bundles.json",
+            json("the bundles ConfigMap", &bundles_cm)?,
+            0o644,
+        ),
+    ] {
+        files.push(OutFile {
+            path: PathBuf::from(name),
+            bytes,
+            mode,
+        });
+    }
+    Ok(files)
+}
+
+/// Writes the planned files under `dir`: each through a dot-prefixed temp file that is fsynced
+/// and renamed into place, then the directory is fsynced.
+pub fn write(dir: &Path, files: &[OutFile]) -> Result<(), BootstrapError> {
+    for file in files {
+        let path = dir.join(&file.path);
+        let io = |source| BootstrapError::Io {
+            path: path.clone(),
+            source,
+        };
+        let parent = path.parent().unwrap_or(dir);
+        std::fs::create_dir_all(parent).map_err(io)?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let temp = parent.join(format!(".{name}.tmp"));
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(file.mode)
+            .open(&temp)
+            .map_err(io)?;
+        out.set_permissions(std::fs::Permissions::from_mode(file.mode))
+            .map_err(io)?;
+        out.write_all(&file.bytes).map_err(io)?;
+        out.sync_all().map_err(io)?;
+        std::fs::rename(&temp, &path).map_err(io)?;
+        std::fs::File::open(parent)
+            .and_then(|d| d.sync_all())
+            .map_err(io)?;
+    }
+    Ok(())
+}
+
+/// `etcd-operator render`: plans with a new CA and writes everything under `output_dir`.
+pub fn render(
+    node_name: &str,
+    node_ip: IpAddr,
+    output_dir: &Path,
+    resource_host_dir: Option<String>,
+    images: Images,
+    now: OffsetDateTime,
+) -> Result<Vec<OutFile>, BootstrapError> {
+    let ca = EtcdCa::generate(now)?;
+    let resource_host_dir = resource_host_dir.unwrap_or_else(|| {
+        let dir = std::path::absolute(output_dir).unwrap_or_else(|_| output_dir.to_owned());
+        dir.join("etcd-certs").display().to_string()
+    });
+    let request = RenderRequest {
+        node: NodeTarget::new(node_name, node_ip),
+        images,
+        resource_host_dir,
+    };
+    let files = plan(&request, &ca, now)?;
+    write(output_dir, &files)?;
+    Ok(files)
+}

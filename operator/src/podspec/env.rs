@@ -1,0 +1,95 @@
+//! The env contract of the etcd static pod (DESIGN section 4), computed from the live member list
+//! and the node the pod is for. Pure: same inputs, same map, sorted by name.
+
+use std::collections::BTreeMap;
+
+use membership::{InitialCluster, Member, MemberIds, MemberUrl};
+
+use super::paths::CertPaths;
+use super::{NodeTarget, RenderError};
+
+/// Name used in `ETCD_INITIAL_CLUSTER` for a member that has not started and whose peer URL
+/// belongs to no known node (etcd matches members by peer URL; the name only has to be unique).
+fn placeholder_name(member: &Member) -> String {
+    format!("unstarted-{}", member.id)
+}
+
+/// What the env is computed from.
+#[derive(Clone, Debug)]
+pub struct EnvInput<'a> {
+    pub node: &'a NodeTarget,
+    /// Every node the operator knows (to name unstarted learners by their node).
+    pub nodes: &'a [NodeTarget],
+    /// The live member list (voters and learners). Empty for the bootstrap render.
+    pub members: &'a [Member],
+    pub revision: i64,
+    /// `ETCD_INITIAL_CLUSTER_STATE=new` (bootstrap render only).
+    pub bootstrap: bool,
+    pub certs: &'a CertPaths,
+}
+
+/// The voters' client URLs, sorted: what `ETCDCTL_ENDPOINTS` and the host endpoints publish.
+/// Learners reject client traffic, so they are never listed.
+pub fn voter_client_urls(members: &[Member]) -> Vec<MemberUrl> {
+    let mut urls: Vec<MemberUrl> = members
+        .iter()
+        .filter(|m| !m.is_learner)
+        .flat_map(|m| m.client_urls.iter().cloned())
+        .collect();
+    urls.sort();
+    urls.dedup();
+    urls
+}
+
+/// Computes the contract env for one node.
+pub fn contract_env(input: &EnvInput<'_>) -> Result<BTreeMap<String, String>, RenderError> {
+    let node = input.node;
+    let own_peer = node.peer_url()?;
+    let mut initial = InitialCluster::default();
+    for m in input.members {
+        let Some(url) = m.peer_url() else { continue };
+        let name = if m.is_started() {
+            m.name.clone()
+        } else {
+            let mut found = None;
+            for n in input.nodes {
+                if n.peer_url()? == *url {
+                    found = Some(n.name.clone());
+                }
+            }
+            found.unwrap_or_else(|| placeholder_name(m))
+        };
+        initial.insert(&name, url.clone());
+    }
+    initial.insert(&node.name, own_peer.clone());
+    let ids = MemberIds::from_members(input.members);
+    let mut endpoints: Vec<String> = voter_client_urls(input.members)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    if endpoints.is_empty() {
+        // Bootstrap: the only etcd there will be is this node's own.
+        endpoints.push(node.client_url()?.to_string());
+    }
+    let certs = input.certs;
+    let mut env = BTreeMap::new();
+    let mut set = |k: &str, v: String| {
+        env.insert(k.to_owned(), v);
+    };
+    set("ETCD_NAME", node.name.clone());
+    set("ETCD_DATA_DIR", "/var/lib/etcd".into());
+    set("ETCD_INITIAL_ADVERTISE_PEER_URLS", own_peer.to_string());
+    set("ETCD_ADVERTISE_CLIENT_URLS", node.client_url()?.to_string());
+    set("ETCD_INITIAL_CLUSTER", initial.to_string());
+    set(
+        "ETCD_INITIAL_CLUSTER_STATE",
+        if input.bootstrap { "new" } else { "existing" }.into(),
+    );
+    set("ETCD_MEMBER_IDS", ids.to_string());
+    set("ETCDCTL_ENDPOINTS", endpoints.join(","));
+    set("ETCDCTL_CACERT", certs.server_ca.clone());
+    set("ETCDCTL_CERT", certs.peer_cert.clone());
+    set("ETCDCTL_KEY", certs.peer_key.clone());
+    set("ETCD_STATIC_POD_REVISION", input.revision.to_string());
+    Ok(env)
+}

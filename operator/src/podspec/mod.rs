@@ -1,0 +1,187 @@
+//! Renders the etcd static pod for one node from `bindata/etcd-pod.yaml.hbs` (embedded at
+//! compile time) and a typed input. Handlebars runs in strict mode (an undefined variable is an
+//! error) without HTML escaping; every value that lands in YAML goes through the `json` helper, so
+//! any string is quoted safely. The env is a sorted map, so identical inputs give byte-identical
+//! manifests and a revision is created only when something really changed. The output is parsed
+//! back into a `Pod` before it is returned, so a broken render never leaves this module.
+
+mod env;
+pub mod paths;
+
+use std::net::IpAddr;
+
+use handlebars::{Handlebars, handlebars_helper};
+use k8s_openapi::api::core::v1::Pod;
+use membership::{Member, MemberUrl};
+
+use crate::api::EtcdClusterSpec;
+pub use env::{EnvInput, contract_env, voter_client_urls};
+use paths::CertPaths;
+
+/// Namespace of the etcd static pods (and their mirror pods).
+pub const STATIC_POD_NAMESPACE: &str = "etcd";
+/// Bound on `etcd-verify membership` in the init container (below the pod's 180 s startup budget).
+pub const VERIFY_TIMEOUT: &str = "120s";
+
+const TEMPLATE: &str = include_str!("../../../bindata/etcd-pod.yaml.hbs");
+
+/// A control-plane node etcd runs on.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NodeTarget {
+    pub name: String,
+    pub ip: IpAddr,
+}
+
+impl NodeTarget {
+    /// Builder for tests and callers.
+    pub fn new(name: &str, ip: IpAddr) -> Self {
+        Self {
+            name: name.to_owned(),
+            ip,
+        }
+    }
+
+    /// The host part of URLs (IPv6 in brackets).
+    pub fn url_host(&self) -> String {
+        match self.ip {
+            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V6(v6) => format!("[{v6}]"),
+        }
+    }
+
+    fn url(&self, port: u16) -> Result<MemberUrl, RenderError> {
+        format!("https://{}:{port}", self.url_host())
+            .parse()
+            .map_err(|e| RenderError::Url(format!("node {}: {e}", self.name)))
+    }
+
+    /// `https://<ip>:2380`.
+    pub fn peer_url(&self) -> Result<MemberUrl, RenderError> {
+        self.url(2380)
+    }
+
+    /// `https://<ip>:2379`.
+    pub fn client_url(&self) -> Result<MemberUrl, RenderError> {
+        self.url(2379)
+    }
+}
+
+/// Images the pod runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Images {
+    pub etcd: String,
+    pub operator: String,
+}
+
+/// Everything one node's manifest is rendered from.
+#[derive(Clone, Debug)]
+pub struct PodInput<'a> {
+    pub node: &'a NodeTarget,
+    pub nodes: &'a [NodeTarget],
+    pub members: &'a [Member],
+    pub revision: i64,
+    pub bootstrap: bool,
+    pub spec: &'a EtcdClusterSpec,
+    pub images: &'a Images,
+    /// Host dir mounted as the pod's resource dir; `None` = the revision's dir.
+    pub resource_host_dir: Option<String>,
+}
+
+/// Why a manifest could not be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("bad URL: {0}")]
+    Url(String),
+    #[error("template: {0}")]
+    Template(String),
+    #[error("rendered manifest is not a valid Pod: {0}")]
+    NotAPod(String),
+}
+
+#[derive(serde::Serialize)]
+struct TemplateData<'a> {
+    namespace: &'static str,
+    node_name: &'a str,
+    node_ip: String,
+    url_host: String,
+    revision: i64,
+    operator_image: &'a str,
+    etcd_image: &'a str,
+    log_level: &'static str,
+    verify_timeout: &'static str,
+    heartbeat_ms: u32,
+    election_ms: u32,
+    quota_bytes: u64,
+    certs: &'a CertPaths,
+    env: &'a std::collections::BTreeMap<String, String>,
+    resource_host_dir: String,
+}
+
+handlebars_helper!(json: |v: Json| serde_json::to_string(v).unwrap_or_default());
+handlebars_helper!(as_string: |v: Json| match v {
+    serde_json::Value::String(s) => s.clone(),
+    other => other.to_string(),
+});
+
+fn registry() -> Result<Handlebars<'static>, RenderError> {
+    let mut hb = Handlebars::new();
+    hb.set_strict_mode(true);
+    hb.register_escape_fn(handlebars::no_escape);
+    hb.register_helper("json", Box::new(json));
+    hb.register_helper("str", Box::new(as_string));
+    hb.register_template_string("etcd-pod", TEMPLATE)
+        .map_err(|e| RenderError::Template(e.to_string()))?;
+    Ok(hb)
+}
+
+/// Renders one node's static-pod manifest.
+pub fn render_pod(input: &PodInput<'_>) -> Result<String, RenderError> {
+    let certs = CertPaths::for_node(&input.node.name);
+    let env = contract_env(&EnvInput {
+        node: input.node,
+        nodes: input.nodes,
+        members: input.members,
+        revision: input.revision,
+        bootstrap: input.bootstrap,
+        certs: &certs,
+    })?;
+    let data = TemplateData {
+        namespace: STATIC_POD_NAMESPACE,
+        node_name: &input.node.name,
+        node_ip: input.node.ip.to_string(),
+        url_host: input.node.url_host(),
+        revision: input.revision,
+        operator_image: &input.images.operator,
+        etcd_image: input
+            .spec
+            .etcd_image
+            .as_deref()
+            .unwrap_or(&input.images.etcd),
+        log_level: input.spec.log_level.etcd_level(),
+        verify_timeout: VERIFY_TIMEOUT,
+        heartbeat_ms: input.spec.timing.heartbeat_interval_ms,
+        election_ms: input.spec.timing.election_timeout_ms,
+        quota_bytes: u64::from(input.spec.backend_quota_gib) << 30,
+        certs: &certs,
+        env: &env,
+        resource_host_dir: input
+            .resource_host_dir
+            .clone()
+            .unwrap_or_else(|| paths::revision_host_dir(input.revision)),
+    };
+    let text = registry()?
+        .render("etcd-pod", &data)
+        .map_err(|e| RenderError::Template(e.to_string()))?;
+    parse_pod(&text)?;
+    Ok(text)
+}
+
+/// Parses a manifest (YAML booleans strict: `yes`/`on` stay strings).
+pub fn parse_pod(text: &str) -> Result<Pod, RenderError> {
+    let options = serde_saphyr::options! { strict_booleans: true };
+    serde_saphyr::from_str_with_options(text, options)
+        .map_err(|e| RenderError::NotAPod(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,207 @@
+//! Rendering: golden files, determinism, the env contract.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use membership::{Member, MemberId, MemberUrl};
+
+use super::*;
+
+fn node(i: u8) -> NodeTarget {
+    NodeTarget::new(
+        &format!("master-{i}"),
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, i)),
+    )
+}
+
+fn url(s: String) -> MemberUrl {
+    s.parse().unwrap()
+}
+
+fn voter(i: u8, id: u64) -> Member {
+    Member::voter(
+        MemberId::new(id).unwrap(),
+        &format!("master-{i}"),
+        url(format!("https://10.0.0.{i}:2380")),
+    )
+    .with_client_url(url(format!("https://10.0.0.{i}:2379")))
+}
+
+fn images() -> Images {
+    Images {
+        etcd: "registry.example/etcd:3.4.23".into(),
+        operator: "registry.example/etcd-static-operator:0.1.0".into(),
+    }
+}
+
+/// master-1 and master-2 are voters; master-3 was just added as a learner and has not started.
+fn scale_up_members() -> Vec<Member> {
+    vec![
+        voter(1, 0x1111),
+        voter(2, 0x2222),
+        Member::unstarted_learner(
+            MemberId::new(0x3333).unwrap(),
+            url("https://10.0.0.3:2380".into()),
+        ),
+    ]
+}
+
+fn render_for(n: u8, members: &[Member], spec: &EtcdClusterSpec) -> String {
+    let nodes = [node(1), node(2), node(3)];
+    let imgs = images();
+    render_pod(&PodInput {
+        node: &nodes[usize::from(n - 1)],
+        nodes: &nodes,
+        members,
+        revision: 7,
+        bootstrap: false,
+        spec,
+        images: &imgs,
+        resource_host_dir: None,
+    })
+    .unwrap()
+}
+
+fn check_golden(name: &str, actual: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with UPDATE_GOLDEN=1 to create it)",
+            path.display()
+        )
+    });
+    assert_eq!(
+        actual, expected,
+        "{name} differs from the golden file; UPDATE_GOLDEN=1 regenerates it"
+    );
+}
+
+#[test]
+fn golden_learner_node() {
+    check_golden(
+        "etcd-pod-master-3.yaml",
+        &render_for(3, &scale_up_members(), &EtcdClusterSpec::default()),
+    );
+}
+
+#[test]
+fn golden_voter_node() {
+    check_golden(
+        "etcd-pod-master-1.yaml",
+        &render_for(1, &scale_up_members(), &EtcdClusterSpec::default()),
+    );
+}
+
+#[test]
+fn rendering_is_deterministic() {
+    let spec = EtcdClusterSpec::default();
+    let mut shuffled = scale_up_members();
+    shuffled.reverse();
+    assert_eq!(
+        render_for(2, &scale_up_members(), &spec),
+        render_for(2, &shuffled, &spec)
+    );
+}
+
+#[test]
+fn env_follows_the_contract() {
+    let nodes = [node(1), node(2), node(3)];
+    let certs = paths::CertPaths::for_node("master-3");
+    let env = contract_env(&EnvInput {
+        node: &nodes[2],
+        nodes: &nodes,
+        members: &scale_up_members(),
+        revision: 7,
+        bootstrap: false,
+        certs: &certs,
+    })
+    .unwrap();
+    assert_eq!(
+        env["ETCD_INITIAL_CLUSTER"],
+        "master-1=https://10.0.0.1:2380,master-2=https://10.0.0.2:2380,master-3=https://10.0.0.3:2380"
+    );
+    assert_eq!(
+        env["ETCD_MEMBER_IDS"],
+        "1111=https://10.0.0.1:2380,2222=https://10.0.0.2:2380,3333=https://10.0.0.3:2380"
+    );
+    // Learners never receive client traffic.
+    assert_eq!(
+        env["ETCDCTL_ENDPOINTS"],
+        "https://10.0.0.1:2379,https://10.0.0.2:2379"
+    );
+    assert_eq!(env["ETCD_INITIAL_CLUSTER_STATE"], "existing");
+    assert_eq!(env["ETCD_STATIC_POD_REVISION"], "7");
+    let keys: Vec<&String> = env.keys().collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted);
+}
+
+#[test]
+fn the_rendered_pod_parses_with_the_contract_in_both_containers() {
+    let text = render_for(3, &scale_up_members(), &EtcdClusterSpec::default());
+    let pod = parse_pod(&text).unwrap();
+    let spec = pod.spec.unwrap();
+    let init = &spec.init_containers.unwrap()[0];
+    assert_eq!(init.name, "etcd-verify");
+    assert_eq!(
+        init.command.as_ref().unwrap()[..2],
+        ["etcd-verify".to_owned(), "membership".to_owned()]
+    );
+    let etcd = &spec.containers[0];
+    let env_of = |c: &k8s_openapi::api::core::v1::Container| {
+        c.env
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name, e.value.unwrap_or_default()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(env_of(init), env_of(etcd));
+    assert!(env_of(etcd).contains(&("ETCD_NAME".into(), "master-3".into())));
+    assert_eq!(spec.host_network, Some(true));
+    let volumes = spec.volumes.unwrap();
+    assert_eq!(
+        volumes[0].host_path.as_ref().unwrap().path,
+        "/etc/kubernetes/static-pod-resources/etcd-pod-7"
+    );
+}
+
+#[test]
+fn hostile_values_stay_quoted() {
+    let spec = EtcdClusterSpec {
+        etcd_image: Some("etcd:3.4\"\n  injected: yes #".into()),
+        ..Default::default()
+    };
+    let text = render_for(1, &scale_up_members(), &spec);
+    let pod = parse_pod(&text).unwrap();
+    assert_eq!(
+        pod.spec.unwrap().containers[0].image.as_deref(),
+        Some("etcd:3.4\"\n  injected: yes #")
+    );
+}
+
+#[test]
+fn bootstrap_render_starts_a_new_single_member_cluster() {
+    let nodes = [node(1)];
+    let imgs = images();
+    let text = render_pod(&PodInput {
+        node: &nodes[0],
+        nodes: &nodes,
+        members: &[],
+        revision: 0,
+        bootstrap: true,
+        spec: &EtcdClusterSpec::default(),
+        images: &imgs,
+        resource_host_dir: Some("/etc/kubernetes/bootstrap/etcd-certs".into()),
+    })
+    .unwrap();
+    assert!(text.contains("value: \"new\""));
+    assert!(text.contains("- name: ETCD_MEMBER_IDS\n      value: \"\""));
+    assert!(text.contains("- name: ETCDCTL_ENDPOINTS\n      value: \"https://10.0.0.1:2379\""));
+}

@@ -74,6 +74,7 @@ pub mod backoff;
 pub mod context;
 pub mod env;
 pub mod expand;
+pub mod helper;
 pub mod images;
 pub mod mounts;
 pub mod node;

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use node_agent::mounts::{BindMount, ExecSpec, exec_container};
+use node_agent::helper::{ExecSpec, exec_init, run_container};
+use node_agent::mounts::BindMount;
 use node_agent::{NodeAgent, NodeConfig};
 
 #[derive(Debug, Parser)]
@@ -56,6 +57,12 @@ enum Cmd {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Internal: PID 1 of a container (started by exec-container); execs the program.
+    #[command(hide = true)]
+    ExecInit {
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -82,11 +89,21 @@ fn main() -> anyhow::Result<()> {
                 args: rest.to_vec(),
                 die_with_parent,
             };
-            let err = match exec_container(spec) {
+            match run_container(&spec) {
+                Ok(code) => std::process::exit(code),
+                Err(e) => {
+                    eprintln!("node-agent exec-container: {e}");
+                    std::process::exit(127);
+                }
+            }
+        }
+        Cmd::ExecInit { command } => {
+            let (program, rest) = command.split_first().context("no command")?;
+            let err = match exec_init(std::path::Path::new(program), rest) {
                 Ok(never) => match never {},
                 Err(e) => e,
             };
-            eprintln!("node-agent exec-container: {err}");
+            eprintln!("node-agent exec-init: {err}");
             std::process::exit(127);
         }
         Cmd::Run {

@@ -1,32 +1,27 @@
 //! Per-container mount namespaces (the container runtime stand-in's filesystem part).
 //!
-//! Every container process is started as `node-agent exec-container [--bind SRC:DST[:ro]]...
-//! --staging DIR [--workdir DIR] -- PROGRAM ARGS...`. That helper, single-threaded and before
-//! it execs the program:
+//! Inside the container's fresh mount namespace (created by [`crate::helper`]),
+//! [`setup_mounts`]:
 //!
-//! 1. `unshare(CLONE_NEWNS)` and makes `/` recursively private, so nothing it mounts is seen
-//!    by the host or by other containers, and every mount vanishes with the process;
-//! 2. mounts a tmpfs on `DIR` (a per-node directory the agent owns, e.g.
+//! 1. makes `/` recursively private, so nothing mounted here is seen by the host or by other
+//!    containers, and every mount vanishes with the namespace's last process;
+//! 2. mounts a tmpfs on the staging directory (a per-node directory the agent owns,
 //!    `<root>/run/node-agent/staging`) as scratch space;
 //! 3. for each bind, parents first: if the target does not exist, it finds the deepest
 //!    existing ancestor `A` and mounts an **overlay** on `A` (lower = `A`, upper/work on the
 //!    tmpfs), re-binding `A`'s submounts on top, then creates the target inside the overlay.
 //!    So `/etc/kubernetes/manifests` or `/dev/termination-log` are created only inside the
-//!    container's view: the host's `/etc` and `/dev` are never written. Only when `A` is `/`
-//!    is the target created on the host (logged; avoid such mount paths);
-//! 4. bind-mounts `SRC` on the target (recursive; remounted read-only for `:ro`);
-//! 5. changes to the working directory and `execv`s the program (same PID, same process
-//!    group the agent created).
+//!    container's view: the host's `/etc` and `/dev` are never written. Below an earlier bind
+//!    target the path is created in the node's own directory (as the kubelet would). Only
+//!    when `A` is `/` is the target created on the host (logged; avoid such mount paths);
+//! 4. bind-mounts `SRC` on the target (recursive; remounted read-only for `readOnly`).
 //!
-//! No `unsafe`, no `pre_exec`: the namespace work happens in the helper's own process. Paths
-//! containing `:` or `,` are refused (they would be ambiguous in `--bind` and overlay options).
+//! Paths containing `:` or `,` are refused (they would be ambiguous in `--bind` and in
+//! overlay options).
 
-use std::convert::Infallible;
-use std::ffi::CString;
 use std::path::{Component, Path, PathBuf};
 
 use nix::mount::{MsFlags, mount};
-use nix::sched::{CloneFlags, unshare};
 
 /// Errors of the mount namespace helper.
 #[derive(Debug, thiserror::Error)]
@@ -47,8 +42,6 @@ pub enum MountError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("argument contains a NUL byte")]
-    Nul,
 }
 
 /// One bind mount: host `source` at container `target`.
@@ -248,25 +241,10 @@ impl Namespace {
     }
 }
 
-/// What `exec-container` was asked to do.
-#[derive(Debug, Clone)]
-pub struct ExecSpec {
-    pub binds: Vec<BindMount>,
-    pub staging: PathBuf,
-    pub workdir: Option<PathBuf>,
-    pub program: PathBuf,
-    pub args: Vec<String>,
-    pub die_with_parent: bool,
-}
-
-/// Sets up the private mount namespace and execs the program. Returns only on error.
-/// Must run in a single-threaded process (unshare of the mount namespace needs that).
-pub fn exec_container(spec: ExecSpec) -> Result<Infallible, MountError> {
-    if spec.die_with_parent {
-        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-            .map_err(sys("prctl", Path::new("PR_SET_PDEATHSIG")))?;
-    }
-    unshare(CloneFlags::CLONE_NEWNS).map_err(sys("unshare", Path::new("mount namespace")))?;
+/// Sets up the bind mounts in the current (already unshared) mount namespace: makes `/`
+/// recursively private, mounts the staging tmpfs, then each bind (parents first), creating
+/// missing targets inside overlays (see module docs).
+pub fn setup_mounts(staging: &Path, binds: &[BindMount]) -> Result<(), MountError> {
     mount(
         None::<&str>,
         "/",
@@ -276,22 +254,22 @@ pub fn exec_container(spec: ExecSpec) -> Result<Infallible, MountError> {
     )
     .map_err(sys("make-rprivate", Path::new("/")))?;
     let mut ns = Namespace {
-        staging: spec.staging.clone(),
+        staging: staging.to_path_buf(),
         overlays: Vec::new(),
         bound: Vec::new(),
     };
-    if !spec.binds.is_empty() {
-        std::fs::create_dir_all(&spec.staging).map_err(io("mkdir", &spec.staging))?;
+    if !binds.is_empty() {
+        std::fs::create_dir_all(staging).map_err(io("mkdir", staging))?;
         mount(
             Some("tmpfs"),
-            &spec.staging,
+            staging,
             Some("tmpfs"),
             MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
             Some("mode=0700"),
         )
-        .map_err(sys("tmpfs", &spec.staging))?;
+        .map_err(sys("tmpfs", staging))?;
     }
-    let mut binds = spec.binds.clone();
+    let mut binds = binds.to_vec();
     order_binds(&mut binds);
     for b in &binds {
         if b.target
@@ -321,17 +299,7 @@ pub fn exec_container(spec: ExecSpec) -> Result<Infallible, MountError> {
         }
         ns.bound.push(b.target.clone());
     }
-    if let Some(dir) = &spec.workdir {
-        std::fs::create_dir_all(dir).map_err(io("mkdir", dir))?;
-        std::env::set_current_dir(dir).map_err(io("chdir", dir))?;
-    }
-    let program =
-        CString::new(spec.program.as_os_str().as_encoded_bytes()).map_err(|_| MountError::Nul)?;
-    let mut argv = vec![program.clone()];
-    for a in &spec.args {
-        argv.push(CString::new(a.as_bytes()).map_err(|_| MountError::Nul)?);
-    }
-    nix::unistd::execv(&program, &argv).map_err(sys("exec", &spec.program))
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,13 +1,14 @@
 //! Container processes (the container runtime stand-in's process part).
 //!
 //! A container is one process tree started through the agent's own `exec-container` helper
-//! (see [`crate::mounts`]) in a **new process group** whose id is the container's PID. Stopping
-//! sends SIGTERM to the whole group, waits up to the grace period, then SIGKILLs the group.
-//! When the main process exits by itself the rest of its group is SIGKILLed too, as a
-//! runtime tears down a container whose main process ended. stdout and stderr go to the
-//! container's log file. The helper also asks the kernel to SIGKILL the container if the
-//! agent's thread that spawned it dies (`PR_SET_PDEATHSIG`), so even a crashed agent leaves
-//! nothing behind.
+//! (see [`crate::helper`]) in a **new process group** whose id is the shim's PID; the program
+//! runs as PID 1 of its own PID namespace below the shim. Stopping sends SIGTERM to the whole
+//! group, waits up to the grace period, then SIGKILLs the container's PID 1 (which takes the
+//! PID namespace down) and finally the group. When the program exits by itself the kernel
+//! kills the rest of its PID namespace, and the agent SIGKILLs what is left of the group, as
+//! a runtime tears down a container whose main process ended. stdout and stderr go to the
+//! container's log file. The helper sets `PR_SET_PDEATHSIG` at both stages, so even an agent
+//! killed with SIGKILL leaves no running process behind.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -183,19 +184,37 @@ impl Process {
         exit
     }
 
-    /// SIGTERM to the group, SIGKILL after `grace`; returns how the main process ended.
+    /// The container's PID 1 (the helper shim's only child), if started.
+    fn container_init(&self) -> Option<i32> {
+        let path = format!("/proc/{0}/task/{0}/children", self.pid);
+        std::fs::read_to_string(path)
+            .ok()?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    }
+
+    /// SIGTERM to the group; after `grace`, SIGKILL to the container's PID 1 (the kernel then
+    /// kills its whole PID namespace and the shim reaps it, so nothing is left as an orphan),
+    /// then SIGKILL to whatever remains of the group. Returns how the container ended.
     pub async fn stop(&mut self, grace: Duration) -> Exit {
         self.signal_group(Signal::SIGTERM);
-        match tokio::time::timeout(grace, self.child.wait()).await {
-            Ok(Ok(status)) => {
+        if let Ok(Ok(status)) = tokio::time::timeout(grace, self.child.wait()).await {
+            self.signal_group(Signal::SIGKILL);
+            return Exit::from_status(status);
+        }
+        if let Some(init) = self.container_init() {
+            let _ = nix::sys::signal::kill(Pid::from_raw(init), Signal::SIGKILL);
+            if let Ok(Ok(status)) =
+                tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await
+            {
                 self.signal_group(Signal::SIGKILL);
-                Exit::from_status(status)
-            }
-            _ => {
-                self.signal_group(Signal::SIGKILL);
-                self.wait().await
+                return Exit::from_status(status);
             }
         }
+        self.signal_group(Signal::SIGKILL);
+        self.wait().await
     }
 }
 

@@ -1117,3 +1117,96 @@ mod api {
         }
     }
 }
+
+/// Live (non-zombie) processes whose command line contains `marker`.
+fn live_with(marker: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        let state = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let zombie = state
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z');
+        if cmd.contains(marker) && !zombie && !cmd.contains("node-agent run") {
+            out.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_leaves_no_process_behind_on_sigterm_or_sigkill() {
+    use nix::sys::signal::{Signal, kill};
+    for (sig, marker) in [
+        (Signal::SIGTERM, "sleep 424242"),
+        (Signal::SIGKILL, "sleep 434343"),
+    ] {
+        let addr = LoopbackAddr::acquire().unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let manifests = root.path().join("etc/kubernetes/manifests");
+        std::fs::create_dir_all(&manifests).unwrap();
+        std::fs::write(
+            manifests.join("bg.yaml"),
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: bg}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox\n    command: [sh, -c, '{marker} & {marker} & wait']\n"
+            ),
+        )
+        .unwrap();
+        let mut agent = tokio::process::Command::new(helper())
+            .args([
+                "run",
+                "--name",
+                "bin-node",
+                "--ip",
+                &addr.ip().to_string(),
+                "--no-api",
+                "--root",
+            ])
+            .arg(root.path())
+            .arg("--bin-dir")
+            .arg(helper().parent().unwrap())
+            .env("RUST_LOG", "warn")
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        eventually(
+            "background processes of the container running",
+            DEADLINE,
+            || async {
+                let live = live_with(marker);
+                // sh plus its two background sleeps.
+                if live.len() >= 3 {
+                    Ok(())
+                } else {
+                    Err(format!("{live:?}"))
+                }
+            },
+        )
+        .await;
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(agent.id().unwrap()).unwrap());
+        kill(pid, sig).unwrap();
+        let status = tokio::time::timeout(DEADLINE, agent.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        if sig == Signal::SIGTERM {
+            assert!(status.success(), "agent exit after SIGTERM: {status:?}");
+        }
+        eventually(&format!("nothing left after {sig}"), DEADLINE, || async {
+            let live = live_with(marker);
+            if live.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{live:?}"))
+            }
+        })
+        .await;
+        assert!(!host_mountinfo().contains(&root.path().display().to_string()));
+    }
+}

@@ -43,7 +43,9 @@
 //! Discovery: `/version`, `/api`, `/api/v1`, `/apis`, `/apis/<g>`, `/apis/<g>/<v>`; health:
 //! `/healthz`, `/readyz`, `/livez`.
 //!
-//! Behaviour kept from kube-apiserver: uid, creationTimestamp, `generation` (1 on create,
+//! Behaviour kept from kube-apiserver: a body of a built-in kind must decode as its type
+//! (checked with the k8s-openapi types; a wrongly typed field is a 400; unknown fields are
+//! dropped), uid, creationTimestamp, `generation` (1 on create,
 //! bumped on spec change, for pods, CRDs and custom resources), `generateName` (five characters
 //! from the real alphabet), 409 AlreadyExists, 404 on a create into a missing namespace, 403 on
 //! a create into a terminating namespace, 400 on body/URL name or namespace mismatch, 422 on
@@ -85,7 +87,10 @@
 //!   stops applying are **not** removed, there are **never apply conflicts**, so `force` is
 //!   accepted and has no effect; `fieldManager` is required (400 without it) but not recorded.
 //!   Applying to a missing object creates it (201).
-//! - **Validation** covers the checks listed above, not every field of every type; **defaulting**
+//! - **Validation** covers the checks listed above plus decoding every built-in body into its
+//!   k8s-openapi type and encoding it back (wrong field types and bad base64 in Secret data are
+//!   a 400; unknown fields are dropped, as the real server does, but without its `Warning`
+//!   headers and without `fieldValidation=Strict`), not every field rule of every type; **defaulting**
 //!   is limited to `status.phase: Pending` for new pods, `status.phase: Active` and the
 //!   `kubernetes` spec finalizer for namespaces, and `spec.serviceAccountName` for pods
 //!   (no container defaults, no DNS policy, no token volume).

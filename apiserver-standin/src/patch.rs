@@ -41,7 +41,10 @@ pub fn parse_body(kind: PatchKind, body: &[u8]) -> Result<Value, ApiError> {
             Err(_) => {
                 let text = std::str::from_utf8(body)
                     .map_err(|e| ApiError::bad_request(format!("apply patch is not UTF-8: {e}")))?;
-                serde_saphyr::from_str::<Value>(text)
+                // YAML 1.2 booleans only: `yes`/`on` stay strings (ConfigMap data!).
+                let mut options = serde_saphyr::Options::default();
+                options.strict_booleans = true;
+                serde_saphyr::from_str_with_options::<Value>(text, options)
                     .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
             }
         },
@@ -157,5 +160,6 @@ mod tests {
         )
         .unwrap();
         assert_eq!(v["kind"], "ConfigMap");
+        assert_eq!(v["data"]["on"], "yes");
     }
 }

@@ -418,6 +418,36 @@ pub fn validate_crd(crd: &Value) -> Vec<Cause> {
     causes
 }
 
+/// Decodes a built-in kind as its Kubernetes type and encodes it back, as kube-apiserver does
+/// with every body: a wrongly typed field is an error (a 400 there), unknown fields are dropped.
+/// Custom resources are returned unchanged (no schema validation or pruning).
+pub fn normalize_builtin(info: &ResourceInfo, obj: &Value) -> Result<Value, String> {
+    use k8s_openapi::api::{coordination, core, events};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
+    fn try_as<T: serde::de::DeserializeOwned + serde::Serialize>(
+        obj: &Value,
+    ) -> Result<Value, String> {
+        let typed = serde_json::from_value::<T>(obj.clone()).map_err(|e| e.to_string())?;
+        serde_json::to_value(typed).map_err(|e| e.to_string())
+    }
+    match (info.group.as_str(), info.resource.as_str()) {
+        ("", "namespaces") => try_as::<core::v1::Namespace>(obj),
+        ("", "nodes") => try_as::<core::v1::Node>(obj),
+        ("", "pods") => try_as::<core::v1::Pod>(obj),
+        ("", "configmaps") => try_as::<core::v1::ConfigMap>(obj),
+        ("", "secrets") => try_as::<core::v1::Secret>(obj),
+        ("", "events") => try_as::<core::v1::Event>(obj),
+        ("", "serviceaccounts") => try_as::<core::v1::ServiceAccount>(obj),
+        ("", "endpoints") => try_as::<core::v1::Endpoints>(obj),
+        ("events.k8s.io", "events") => try_as::<events::v1::Event>(obj),
+        ("coordination.k8s.io", "leases") => try_as::<coordination::v1::Lease>(obj),
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            try_as::<apiextensions::v1::CustomResourceDefinition>(obj)
+        }
+        _ => Ok(obj.clone()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -478,6 +508,24 @@ mod tests {
         let old = json!({"metadata": {"uid": "u1", "deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["a"]}});
         let new = json!({"metadata": {"uid": "u2", "finalizers": ["a", "b"]}});
         assert_eq!(validate_meta_update(&old, &new).len(), 2);
+    }
+
+    #[test]
+    fn wrongly_typed_fields_do_not_decode() {
+        let reg = crate::resources::Registry::default();
+        let cms = reg.lookup("", "v1", "configmaps").unwrap();
+        let ok = normalize_builtin(
+            &cms,
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "creationTimestamp": "2026-01-01T00:00:00Z"}, "data": {"k": "v"}, "bogus": 1}),
+        )
+        .unwrap();
+        assert_eq!(ok["data"]["k"], "v");
+        assert!(ok.get("bogus").is_none(), "unknown fields are dropped");
+        assert_eq!(ok["metadata"]["creationTimestamp"], "2026-01-01T00:00:00Z");
+        assert!(normalize_builtin(&cms, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": true}})).is_err());
+        let secrets = reg.lookup("", "v1", "secrets").unwrap();
+        assert!(normalize_builtin(&secrets, &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a"}, "data": {"k": "!!"}})).is_err());
     }
 
     #[test]

@@ -246,9 +246,11 @@ fn normalize_namespace(info: &ResourceInfo, url_ns: &str, obj: &mut Value) -> Re
     Ok(())
 }
 
-fn check_name(url_name: &str, obj: &mut Value) -> Result<(), ApiError> {
+/// The body's name must be the URL's (kube-apiserver's `checkName`); `fill` lets an empty body
+/// name take the URL's (apply and patch), otherwise it is a mismatch too (PUT).
+fn check_name(url_name: &str, obj: &mut Value, fill: bool) -> Result<(), ApiError> {
     let body_name = objects::name(obj).to_string();
-    if body_name.is_empty() {
+    if body_name.is_empty() && fill {
         objects::set_meta_str(obj, "name", url_name);
     } else if body_name != url_name {
         return Err(ApiError::bad_request(format!(
@@ -273,6 +275,17 @@ fn invalid(info: &ResourceInfo, obj: &Value, causes: Vec<Cause>) -> Result<(), A
 
 fn is(info: &ResourceInfo, group: &str, resource: &str) -> bool {
     info.group == group && info.resource == resource
+}
+
+/// Decodes and re-encodes a built-in kind (400 when it does not decode; unknown fields dropped).
+fn normalize(info: &ResourceInfo, obj: &Value) -> Result<Value, ApiError> {
+    validation::normalize_builtin(info, obj).map_err(|e| {
+        ApiError::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: {e}",
+            kind = info.kind,
+            version = info.version
+        ))
+    })
 }
 
 fn validate_create(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
@@ -408,6 +421,12 @@ pub async fn create(
 ) -> Result<Value, ApiError> {
     let info = &t.info;
     check_type(info, &obj)?;
+    if !objects::resource_version(&obj).is_empty() {
+        // kube-apiserver's etcd3 storage refuses this with an internal error.
+        return Err(ApiError::internal(
+            "resourceVersion should not be set on objects to be created",
+        ));
+    }
     normalize_namespace(info, t.ns(), &mut obj)?;
     let ns = t.ns().to_string();
     let generate_prefix = obj
@@ -429,6 +448,7 @@ pub async fn create(
         let now = objects::now_rfc3339();
         let uid = uuid::Uuid::new_v4().to_string();
         strategy::prepare_for_create(info, &mut candidate, &uid, &now);
+        let mut candidate = normalize(info, &candidate)?;
         validate_create(info, &candidate)?;
         if is(info, "apiextensions.k8s.io", "customresourcedefinitions") {
             crd::set_status(&mut candidate, None, &now);
@@ -514,12 +534,13 @@ pub async fn commit_update(
     dry_run: bool,
 ) -> Result<Commit, ApiError> {
     let old = from_storage(info, current.object.clone());
-    let mut next = if status {
+    let next = if status {
         strategy::prepare_for_status_update(info, &old, &new)
     } else {
         strategy::prepare_for_update(info, &old, &mut new);
         new
     };
+    let mut next = normalize(info, &next)?;
     validate_update(info, &old, &next, status)?;
     if is(info, "apiextensions.k8s.io", "customresourcedefinitions") && !status {
         crd::set_status(&mut next, old.get("status"), &objects::now_rfc3339());
@@ -581,7 +602,7 @@ pub async fn update(
 ) -> Result<Value, ApiError> {
     let info = &t.info;
     check_type(info, &body)?;
-    check_name(t.name(), &mut body)?;
+    check_name(t.name(), &mut body, false)?;
     normalize_namespace(info, t.ns(), &mut body)?;
     let pinned = objects::resource_version(&body).to_string();
     for _ in 0..RETRIES {
@@ -643,7 +664,8 @@ pub async fn patch(
         let Some(current) = current else {
             if kind == PatchKind::Apply && !t.status {
                 let mut obj = patch_doc.clone();
-                check_name(t.name(), &mut obj)?;
+                objects::remove_meta(&mut obj, "resourceVersion");
+                check_name(t.name(), &mut obj, true)?;
                 match create(state, t, obj, opts).await {
                     Ok(v) => return Ok((201, v)),
                     Err(e) if e.code == 409 && e.reason == "AlreadyExists" => continue,
@@ -664,7 +686,7 @@ pub async fn patch(
         if pinned {
             return Err(ApiError::stale(info.gr(), t.name()));
         }
-        check_name(t.name(), &mut doc)?;
+        check_name(t.name(), &mut doc, true)?;
         normalize_namespace(info, t.ns(), &mut doc)?;
         match commit_update(state, info, &current, doc, t.status, opts.dry_run).await? {
             Commit::Done(v) => return Ok((200, v)),
@@ -702,7 +724,11 @@ mod tests {
             400
         );
         let mut obj = json!({"metadata": {"name": "a"}});
-        assert_eq!(check_name("b", &mut obj).unwrap_err().code, 400);
+        assert_eq!(check_name("b", &mut obj, true).unwrap_err().code, 400);
+        let mut nameless = json!({"metadata": {}});
+        assert_eq!(check_name("b", &mut nameless, false).unwrap_err().code, 400);
+        check_name("b", &mut nameless, true).unwrap();
+        assert_eq!(nameless["metadata"]["name"], "b");
         let mut obj = json!({"metadata": {"namespace": "x"}});
         assert_eq!(
             normalize_namespace(&pods, "y", &mut obj).unwrap_err().code,

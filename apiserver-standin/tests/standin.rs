@@ -177,6 +177,11 @@ async fn crud_conflicts_and_structural_errors() {
     );
     assert_eq!(code(cms.get("absent").await), (404, "NotFound".into()));
 
+    // Creating an object that carries a resourceVersion fails as on the real server.
+    let mut with_rv = cm("with-rv", json!({}));
+    with_rv.metadata.resource_version = Some("5".into());
+    assert_eq!(code(cms.create(&pp, &with_rv).await).0, 500);
+
     // generateName.
     let mut g = cm("", json!({}));
     g.metadata.name = None;
@@ -973,6 +978,16 @@ async fn events_leases_endpoints_and_kubeconfig() {
         )
         .await;
     assert_eq!(code(method).0, 405);
+    // A body that does not decode as the kind is a 400, as on the real server.
+    let typed = client
+        .request::<serde_json::Value>(
+            axum::http::Request::post("/api/v1/namespaces/default/configmaps")
+                .header("content-type", "application/json")
+                .body(br#"{"metadata":{"name":"typed"},"data":{"on":true}}"#.to_vec())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(code(typed).0, 400);
     let _ = Widget::api_resource();
     let _ = <Widget as Resource>::kind(&());
 }

@@ -1,6 +1,124 @@
-//! `etcd-installer`: lays one static-pod revision down on a node (see the installer contract in
-//! `docs/architecture.md`). Not built yet: this binary only reports that and fails.
+//! `etcd-installer`: lays one static-pod revision down on a node, atomically. Flags, exit codes,
+//! refusals and the termination message are documented in the crate docs of `etcd_installer`.
+//!
+//! `Args` → `validate()` → run; logs go to stderr, the one-line JSON result alone to stdout.
 
-fn main() -> anyhow::Result<()> {
-    anyhow::bail!("etcd-installer is not implemented yet")
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use etcd_installer::args::{Args, Config};
+use etcd_installer::events::{self, PodRef};
+use etcd_installer::fetch;
+use etcd_installer::hook::Hook;
+use etcd_installer::install;
+use etcd_installer::report::{Outcome, Report};
+use tracing::Instrument;
+
+/// Bound on emitting the final event (after the run, whatever its outcome).
+const EVENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ETCD_INSTALLER_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let report = match args.validate() {
+        Err(e) => Report {
+            outcome: Outcome::Invalid,
+            revision: args.revision,
+            node: args.node_name.clone(),
+            reason: "InvalidArgs",
+            message: e.to_string(),
+        },
+        Ok(cfg) => match runtime() {
+            Ok(rt) => rt.block_on(run(&cfg)),
+            Err(e) => failed(&cfg, "IoError", format!("{e:#}")),
+        },
+    };
+    if report.outcome.ok() {
+        tracing::info!(node = %report.node, revision = report.revision, reason = report.reason, "{}", report.message);
+    } else {
+        tracing::error!(node = %report.node, revision = report.revision, reason = report.reason, "{}", report.message);
+    }
+    println!("{}", report.line());
+    if let Err(e) = report.write_termination_log(args.termination_log.as_deref()) {
+        tracing::warn!(error = %e, "could not write the termination message");
+    }
+    ExitCode::from(report.outcome.exit_code())
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    use anyhow::Context as _;
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+fn failed(cfg: &Config, reason: &'static str, message: String) -> Report {
+    Report {
+        outcome: Outcome::Failed,
+        revision: cfg.revision,
+        node: cfg.node.clone(),
+        reason,
+        message,
+    }
+}
+
+async fn run(cfg: &Config) -> Report {
+    let span = tracing::info_span!("install", node = %cfg.node, revision = cfg.revision);
+    async {
+        let deadline = tokio::time::Instant::now() + cfg.timeout;
+        let hook = match Hook::from_env() {
+            Ok(hook) => hook,
+            Err(message) => {
+                return Report {
+                    outcome: Outcome::Invalid,
+                    revision: cfg.revision,
+                    node: cfg.node.clone(),
+                    reason: "InvalidArgs",
+                    message,
+                };
+            }
+        };
+        let client =
+            match tokio::time::timeout_at(deadline, fetch::client(cfg.kubeconfig.as_deref())).await
+            {
+                Ok(Ok(client)) => client,
+                Ok(Err(e)) => return failed(cfg, e.category(), e.to_string()),
+                Err(_) => {
+                    return failed(cfg, "Timeout", "timed out building the client".into());
+                }
+            };
+        let result = install::run(cfg, &client, hook, deadline).await;
+        let report = install::report(cfg, &result);
+        if let Some(pod) = PodRef::from_env() {
+            let emitted = tokio::time::timeout(
+                EVENT_TIMEOUT,
+                events::emit(
+                    &client,
+                    &pod,
+                    &cfg.node,
+                    report.outcome.ok(),
+                    &report.message,
+                ),
+            )
+            .await;
+            match emitted {
+                Ok(Ok(())) => tracing::info!(pod = %pod.name, "event emitted"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "could not emit the event"),
+                Err(_) => tracing::warn!("timed out emitting the event"),
+            }
+        }
+        report
+    }
+    .instrument(span)
+    .await
 }

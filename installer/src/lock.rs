@@ -1,0 +1,97 @@
+//! One installer per node at a time: an exclusive `flock` on a dot-file in the resource dir,
+//! taken without blocking. A second installer is refused at once (the operator retries with
+//! back-off); the kernel drops the lock when its holder exits or is killed, so a crashed
+//! installer never wedges the next one. The holder writes its PID into the file, for the error
+//! message of the one that is refused (and for tests to see who holds it).
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+/// Why the lock was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("another installer (pid {holder}) is running: {} is locked", path.display())]
+    Held { path: PathBuf, holder: String },
+    #[error("lock file {}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+}
+
+/// The held lock; released when dropped (or when the process dies).
+#[derive(Debug)]
+pub struct InstallLock {
+    _lock: Flock<File>,
+    path: PathBuf,
+}
+
+impl InstallLock {
+    /// Takes the lock on `path` (created 0600 if missing) without blocking.
+    pub fn acquire(path: &Path) -> Result<Self, LockError> {
+        let io_err = |source| LockError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .map_err(io_err)?;
+        let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => lock,
+            Err((mut file, Errno::EWOULDBLOCK)) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                return Err(LockError::Held {
+                    path: path.to_path_buf(),
+                    holder: if holder.is_empty() {
+                        "unknown".into()
+                    } else {
+                        holder.into()
+                    },
+                });
+            }
+            Err((_, errno)) => return Err(io_err(io::Error::from(errno))),
+        };
+        lock.set_len(0).map_err(io_err)?;
+        lock.rewind().map_err(io_err)?;
+        writeln!(lock, "{}", std::process::id()).map_err(io_err)?;
+        lock.sync_all().map_err(io_err)?;
+        Ok(Self {
+            _lock: lock,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_holder_is_refused_until_the_first_drops() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".lock");
+        let first = InstallLock::acquire(&path).unwrap();
+        match InstallLock::acquire(&path) {
+            Err(LockError::Held { holder, .. }) => {
+                assert_eq!(holder, std::process::id().to_string())
+            }
+            other => panic!("expected Held, got {other:?}"),
+        }
+        drop(first);
+        InstallLock::acquire(&path).unwrap();
+    }
+}

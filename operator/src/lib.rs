@@ -17,5 +17,6 @@
 pub mod api;
 pub mod bootstrap;
 pub mod certs;
+pub mod controllers;
 pub mod manifests;
 pub mod podspec;

@@ -1,0 +1,5 @@
+//! The operator's controllers. Each module owns one concern and opens with its role; the
+//! decisions are pure functions of an observed view, and a thin layer does the I/O.
+
+pub mod revisions;
+pub mod rollout;

@@ -1,0 +1,236 @@
+//! Rollout ordering, the one-node-at-a-time rule, failures and back-off, supersession.
+
+use membership::{ClusterView, DenyRule, Member, MemberHealth, MemberId, MemberUrl};
+use time::OffsetDateTime;
+
+use super::*;
+
+fn t(secs: i64) -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp(1_800_000_000 + secs).unwrap()
+}
+
+fn url(i: u64) -> MemberUrl {
+    format!("https://10.0.0.{i}:2380").parse().unwrap()
+}
+
+fn cluster(healthy: &[bool]) -> ClusterView {
+    ClusterView {
+        members: healthy
+            .iter()
+            .enumerate()
+            .map(|(i, h)| {
+                let i = i as u64 + 1;
+                MemberHealth {
+                    member: Member::voter(MemberId::new(i).unwrap(), &format!("n{i}"), url(i)),
+                    healthy: *h,
+                }
+            })
+            .collect(),
+        rolling_node: None,
+    }
+}
+
+fn node(i: u64, revision: i64, ready: bool) -> NodeView {
+    NodeView {
+        name: format!("n{i}"),
+        member: MemberId::new(i),
+        is_leader: false,
+        pod: Some(PodState {
+            revision,
+            ready,
+            blocked: None,
+        }),
+        installer: None,
+        status: NodeStatus {
+            node_name: format!("n{i}"),
+            current_revision: if ready { revision } else { revision - 1 },
+            ..Default::default()
+        },
+    }
+}
+
+fn installs(d: &RolloutDecision) -> (String, i64, u32) {
+    match &d.action {
+        RolloutAction::Install {
+            node,
+            revision,
+            attempt,
+        } => (node.clone(), *revision, *attempt),
+        other => panic!("expected Install, got {other:?}"),
+    }
+}
+
+#[test]
+fn unready_nodes_first_leader_last() {
+    let mut nodes = vec![node(1, 1, true), node(2, 1, true), node(3, 1, true)];
+    nodes[0].is_leader = true;
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), t(0));
+    assert_eq!(installs(&d), ("n2".into(), 2, 1));
+    // n3's etcd is blocked by etcd-verify (and so unhealthy): it goes first, even before n2.
+    nodes[2].pod.as_mut().unwrap().blocked = Some("stale or forged revision".into());
+    nodes[2].pod.as_mut().unwrap().ready = false;
+    let d = decide(&nodes, 2, &cluster(&[true, true, false]), t(0));
+    assert_eq!(installs(&d).0, "n3");
+    // Only the leader is left: now it moves.
+    let mut only_leader = vec![node(1, 1, true), node(2, 2, true), node(3, 2, true)];
+    only_leader[0].is_leader = true;
+    assert_eq!(
+        installs(&decide(
+            &only_leader,
+            2,
+            &cluster(&[true, true, true]),
+            t(0)
+        ))
+        .0,
+        "n1"
+    );
+}
+
+#[test]
+fn a_node_without_a_pod_goes_first() {
+    let mut nodes = vec![node(1, 1, true), node(2, 1, true)];
+    nodes.push(NodeView {
+        name: "n0-new".into(),
+        ..Default::default()
+    });
+    assert_eq!(
+        installs(&decide(&nodes, 2, &cluster(&[true, true]), t(0))).0,
+        "n0-new"
+    );
+}
+
+#[test]
+fn follows_one_node_to_ready_before_the_next() {
+    let mut nodes = vec![node(1, 1, true), node(2, 1, true), node(3, 1, true)];
+    nodes[1].status.target_revision = Some(2);
+    nodes[1].installer = Some(InstallerState {
+        revision: 2,
+        attempt: 1,
+        phase: InstallerPhase::Running,
+    });
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), t(0));
+    assert!(
+        matches!(&d.action, RolloutAction::Wait { node, reason } if node == "n2" && reason.contains("installer")),
+        "{d:?}"
+    );
+    nodes[1].installer.as_mut().unwrap().phase = InstallerPhase::Succeeded;
+    nodes[1].pod = Some(PodState {
+        revision: 2,
+        ready: false,
+        blocked: None,
+    });
+    let d = decide(&nodes, 2, &cluster(&[true, false, true]), t(0));
+    assert!(
+        matches!(&d.action, RolloutAction::Wait { reason, .. } if reason.contains("Ready on revision 2")),
+        "{d:?}"
+    );
+    // Ready on 2: status records it and the next node moves.
+    nodes[1].pod = Some(PodState {
+        revision: 2,
+        ready: true,
+        blocked: None,
+    });
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), t(0));
+    assert_eq!(d.statuses[1].current_revision, 2);
+    assert_eq!(d.statuses[1].target_revision, None);
+    assert_eq!(installs(&d).0, "n1");
+}
+
+#[test]
+fn an_installer_without_a_recorded_target_still_counts_as_in_flight() {
+    let mut nodes = vec![node(1, 1, true), node(2, 1, true), node(3, 1, true)];
+    nodes[2].installer = Some(InstallerState {
+        revision: 2,
+        attempt: 1,
+        phase: InstallerPhase::Running,
+    });
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), t(0));
+    assert!(
+        matches!(&d.action, RolloutAction::Wait { node, .. } if node == "n3"),
+        "{d:?}"
+    );
+    assert_eq!(d.statuses[2].target_revision, Some(2));
+}
+
+#[test]
+fn failures_are_recorded_once_and_retried_with_backoff() {
+    let mut nodes = vec![node(1, 1, true), node(2, 1, true), node(3, 1, true)];
+    nodes[0].status.target_revision = Some(2);
+    nodes[0].installer = Some(InstallerState {
+        revision: 2,
+        attempt: 1,
+        phase: InstallerPhase::Failed("secret missing".into()),
+    });
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), t(0));
+    let s = &d.statuses[0];
+    assert_eq!(
+        (
+            s.last_failed_revision,
+            s.last_failed_count,
+            s.target_revision
+        ),
+        (Some(2), 1, None)
+    );
+    assert_eq!(s.last_failed_reason, "secret missing");
+    assert!(
+        matches!(&d.action, RolloutAction::BackOff { node, reason, .. } if node == "n1" && reason.contains("secret missing")),
+        "{d:?}"
+    );
+    // Observing the same failed pod again changes nothing.
+    nodes[0].status = d.statuses[0].clone();
+    let again = decide(&nodes, 2, &cluster(&[true, true, true]), t(5));
+    assert_eq!(again.statuses[0], nodes[0].status);
+    assert!(matches!(again.action, RolloutAction::BackOff { .. }));
+    // After the back-off, attempt 2.
+    assert_eq!(
+        installs(&decide(&nodes, 2, &cluster(&[true, true, true]), t(11))),
+        ("n1".into(), 2, 2)
+    );
+    assert_eq!(backoff(1), Duration::from_secs(10));
+    assert_eq!(backoff(3), Duration::from_secs(40));
+    assert_eq!(backoff(30), MAX_BACKOFF);
+}
+
+#[test]
+fn a_newer_revision_supersedes_a_finished_install() {
+    let mut nodes = vec![node(1, 1, true), node(2, 1, true), node(3, 1, true)];
+    nodes[1].status.target_revision = Some(2);
+    nodes[1].installer = Some(InstallerState {
+        revision: 2,
+        attempt: 1,
+        phase: InstallerPhase::Succeeded,
+    });
+    assert_eq!(
+        installs(&decide(&nodes, 3, &cluster(&[true, false, true]), t(0))),
+        ("n2".into(), 3, 1)
+    );
+    // While the old installer still runs, wait for it.
+    nodes[1].installer.as_mut().unwrap().phase = InstallerPhase::Running;
+    assert!(matches!(
+        decide(&nodes, 3, &cluster(&[true, true, true]), t(0)).action,
+        RolloutAction::Wait { .. }
+    ));
+}
+
+#[test]
+fn the_gate_can_hold_the_rollout() {
+    // Two voters: restarting either would lose quorum.
+    let nodes = vec![node(1, 1, true), node(2, 1, true)];
+    let d = decide(&nodes, 2, &cluster(&[true, true]), t(0));
+    match d.action {
+        RolloutAction::Denied { node, denial } => {
+            assert_eq!(node, "n1");
+            assert_eq!(denial.rule, DenyRule::QuorumAfterAction);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn done_when_everyone_is_current() {
+    let nodes = vec![node(1, 2, true), node(2, 2, true), node(3, 2, true)];
+    assert_eq!(
+        decide(&nodes, 2, &cluster(&[true, true, true]), t(0)).action,
+        RolloutAction::Done
+    );
+}

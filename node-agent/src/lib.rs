@@ -11,8 +11,8 @@
 //!   API: pods with spec.nodeName = node ──watch──► api_pods ───────┤
 //!                                                                  ▼
 //!                      worker (per pod: init containers, app containers, restarts, probes)
-//!                        │ runner: `node-agent exec-container` → own process group,
-//!                        │         private mount namespace (mounts), execv
+//!                        │ runner: `node-agent exec-container` (helper) → own process group,
+//!                        │         private mount + PID namespace (mounts), program as PID 1
 //!                        ▼
 //!                      PodObservation ──status::pod_status (pure)──► publish: mirror pod / pod status
 //!   node: Node object (control-plane label, InternalIP, Ready heartbeat)
@@ -27,16 +27,18 @@
 //! | kubelet prober | [`probes`]: httpGet (http/https, no verification), tcpSocket, exec |
 //! | kubelet status/mirror manager | [`status`] (pure) + [`publish`] |
 //! | kubelet node status | [`node`]: Node registration and `Ready` heartbeat |
-//! | container runtime | [`runner`] (process groups) + [`mounts`] (mount namespaces) |
+//! | container runtime | [`runner`] (process groups) + [`helper`] (mount and PID namespaces, exec) + [`mounts`] (bind mounts) |
 //! | container images | [`images`]: one table mapping image names to local binaries |
 //! | pod network | none: every pod shares the host network; pod IP = node IP |
 //!
 //! ## Invariants
-//! - **Every container is a process group** started by this agent; stopping it is SIGTERM to
-//!   the group, then SIGKILL after the pod's grace period, and whatever is left of a group
-//!   is SIGKILLed as soon as its main process exits. [`NodeAgentHandle::shutdown`] returns only
-//!   when every group is gone. The helper also sets `PR_SET_PDEATHSIG`, so a crashed agent
-//!   does not leave containers behind.
+//! - **Every container is a process group and a PID namespace** started by this agent: the
+//!   program runs as PID 1 of its own PID namespace below a small shim (the helper), so when
+//!   it exits the kernel kills the rest of the container. Stopping is SIGTERM to the group,
+//!   then SIGKILL (container PID 1, then the group) after the pod's grace period.
+//!   [`NodeAgentHandle::shutdown`] returns only when every container is gone. Both helper
+//!   stages set `PR_SET_PDEATHSIG`, so even an agent killed with SIGKILL leaves no running
+//!   process behind.
 //! - **No mount reaches the host.** Each container runs in its own mount namespace (made
 //!   `rprivate` first); hostPath volumes are bind-mounted at their `mountPath` inside it, so
 //!   node A's `/var/lib/etcd` is `<rootA>/var/lib/etcd` and node B never sees it. Missing mount
@@ -45,7 +47,7 @@
 //!   process exits its namespace, and every mount in it, is gone.
 //! - **No `unsafe`**: the namespace work happens in `node-agent exec-container`, a
 //!   single-threaded subcommand of this crate's binary that calls nix's safe `unshare`,
-//!   `mount` and `execv` (no `pre_exec`).
+//!   `mount`, `prctl` and `execv` (no `pre_exec`); see [`helper`].
 //! - **Status is a pure function** of observations ([`status::pod_status`]): the same
 //!   observation gives the same status, `now` is an input, condition transition times are kept.
 //! - hostPath `path`s are read relative to the node root and may not contain `..`.

@@ -103,7 +103,8 @@ pub async fn publish_loop(
     let spec = pod.spec.clone().unwrap_or_default();
     let mut published: Option<PodStatus> = None;
     let mut force = true;
-    let retry = resync.min(Duration::from_millis(500));
+    // Failed API calls are retried with a doubling delay, from 200 ms up to the resync period.
+    let mut retry = Duration::from_millis(200).min(resync);
     loop {
         let obs = observations.borrow_and_update().clone();
         let status = pod_status(&spec, &obs, published.as_ref(), Timestamp::now());
@@ -142,7 +143,14 @@ pub async fn publish_loop(
             // Terminal phase of a run-to-completion pod is final.
             return;
         }
-        let wait = if ok { resync } else { retry };
+        let wait = if ok {
+            retry = Duration::from_millis(200).min(resync);
+            resync
+        } else {
+            let w = retry;
+            retry = (retry * 2).min(resync);
+            w
+        };
         tokio::select! {
             changed = observations.changed() => {
                 if changed.is_err() {

@@ -164,7 +164,8 @@ pub async fn delete(
         }
         let deleting = objects::is_deleting(&obj);
         let mut finalizers = objects::finalizers(&obj);
-        if !deleting {
+        // Namespaces are emptied by the namespace controller whatever the policy.
+        if !deleting && !is_namespace {
             let extra = match opts.propagation {
                 Propagation::Foreground => Some("foregroundDeletion"),
                 Propagation::Orphan => Some("orphan"),

@@ -33,7 +33,7 @@ struct Entry {
     object: Value,
 }
 
-/// What a sweep decided to do (pure decision, applied by [`apply`]).
+/// What a sweep decided to do (a pure decision from [`decide`], applied by [`sweep`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Delete an object with a propagation policy.

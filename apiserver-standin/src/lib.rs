@@ -31,6 +31,9 @@
 //!   transitions and deletions are reported correctly; a compacted start revision gives an
 //!   `ERROR` event carrying a 410 `Expired` Status; bookmarks come from etcd progress
 //!   notifications. See [`watch`].
+//! - **Compaction**: like kube-apiserver, the stand-in compacts etcd every
+//!   [`StandInConfig::compaction_interval`] (default 5 minutes) up to the revision seen one
+//!   interval earlier; [`ApiServerStandIn::compact`] compacts at once (tests of 410 handling).
 //! - **HTTP** is real HTTP/1.1 on a loopback address of the caller's choosing.
 //!
 //! ## What it serves

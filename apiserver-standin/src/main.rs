@@ -28,6 +28,9 @@ struct Args {
     /// Seconds between watch bookmarks.
     #[arg(long, default_value_t = 10)]
     bookmark_interval_seconds: u64,
+    /// Seconds between etcd compactions (0 = never).
+    #[arg(long, default_value_t = 300)]
+    compaction_interval_seconds: u64,
     /// Do not require a pod's service account to exist.
     #[arg(long)]
     no_service_account_admission: bool,
@@ -64,7 +67,11 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut config = StandInConfig::new(endpoints, args.listen)
         .with_key_prefix(args.key_prefix.clone())
-        .with_bookmark_interval(Duration::from_secs(args.bookmark_interval_seconds.max(1)));
+        .with_bookmark_interval(Duration::from_secs(args.bookmark_interval_seconds.max(1)))
+        .with_compaction_interval(
+            (args.compaction_interval_seconds > 0)
+                .then(|| Duration::from_secs(args.compaction_interval_seconds)),
+        );
     config.service_account_admission = !args.no_service_account_admission;
     config.graceful_pod_deletion = !args.no_graceful_pod_deletion;
     let standin = ApiServerStandIn::start(config)

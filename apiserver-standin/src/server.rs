@@ -41,6 +41,9 @@ pub struct StandInConfig {
     pub graceful_pod_deletion: bool,
     /// Namespaces created at start if missing.
     pub default_namespaces: Vec<String>,
+    /// Compact etcd history every interval, up to the revision seen one interval earlier
+    /// (kube-apiserver: every 5 minutes). `None` never compacts.
+    pub compaction_interval: Option<Duration>,
 }
 
 impl StandInConfig {
@@ -64,7 +67,14 @@ impl StandInConfig {
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
+            compaction_interval: Some(Duration::from_secs(300)),
         }
+    }
+
+    /// Sets (or disables) periodic compaction.
+    pub fn with_compaction_interval(mut self, interval: Option<Duration>) -> Self {
+        self.compaction_interval = interval;
+        self
     }
 
     /// Sets the bookmark interval.
@@ -94,6 +104,7 @@ pub struct ApiServerStandIn {
     shutdown: Option<oneshot::Sender<()>>,
     server: JoinHandle<()>,
     gc: JoinHandle<()>,
+    compactor: Option<JoinHandle<()>>,
 }
 
 impl ApiServerStandIn {
@@ -139,6 +150,10 @@ impl ApiServerStandIn {
             }
         });
         let gc = tokio::spawn(gc::run(Arc::clone(&state)));
+        let compactor = state
+            .config
+            .compaction_interval
+            .map(|every| tokio::spawn(compact_every(Arc::clone(&state), every)));
         tracing::info!(url = %format!("http://{addr}"), etcd = ?state.config.etcd_endpoints,
             "API stand-in serving the Kubernetes API");
         Ok(Self {
@@ -147,6 +162,7 @@ impl ApiServerStandIn {
             shutdown: Some(tx),
             server,
             gc,
+            compactor,
         })
     }
 
@@ -211,6 +227,9 @@ impl ApiServerStandIn {
             let _ = tx.send(());
         }
         self.gc.abort();
+        if let Some(c) = &self.compactor {
+            c.abort();
+        }
     }
 
     /// Waits until the HTTP server task ends (after [`Self::stop`]) or `within` passes.
@@ -224,6 +243,26 @@ impl Drop for ApiServerStandIn {
     fn drop(&mut self) {
         self.stop();
         self.server.abort();
+    }
+}
+
+/// Compacts etcd every `every`, up to the revision seen at the previous tick, so history of
+/// about one interval stays available to watches (kube-apiserver's compaction loop).
+async fn compact_every(state: Arc<State>, every: Duration) {
+    let mut previous: Option<i64> = None;
+    loop {
+        tokio::time::sleep(every).await;
+        if let Some(rev) = previous
+            && rev > 0
+        {
+            match state.store.compact(rev).await {
+                Ok(()) => tracing::debug!(revision = rev, "API stand-in: compacted etcd"),
+                Err(e) => {
+                    tracing::debug!(revision = rev, error = %e, "API stand-in: compaction skipped")
+                }
+            }
+        }
+        previous = state.store.revision().await.ok();
     }
 }
 

@@ -37,6 +37,14 @@ pub enum FetchError {
         waited: Duration,
         last: String,
     },
+    #[error("{kind} {namespace}/{name}: API unavailable for {waited:?} (last: {last})")]
+    Unavailable {
+        kind: Kind,
+        namespace: String,
+        name: String,
+        waited: Duration,
+        last: String,
+    },
     #[error("reading {kind} {namespace}/{name}: {source}")]
     Api {
         kind: Kind,
@@ -61,6 +69,7 @@ impl FetchError {
                 "ClientConfig"
             }
             FetchError::MissingRequired { .. } => "MissingResource",
+            FetchError::Unavailable { .. } => "ApiUnavailable",
             FetchError::Api { .. } => "ApiError",
             FetchError::Conflict { .. } => "InvalidResource",
         }
@@ -149,9 +158,11 @@ where
     let started = Instant::now();
     let mut backoff = FIRST_BACKOFF;
     let mut attempt = 0u32;
+    // The last real answer: (was it "not found", what it said).
+    let mut last: Option<(bool, String)> = None;
     loop {
         attempt += 1;
-        let last = match tokio::time::timeout_at(deadline, api.get_opt(&name)).await {
+        match tokio::time::timeout_at(deadline, api.get_opt(&name)).await {
             Ok(Ok(Some(obj))) => {
                 tracing::info!(kind = %w.kind, %name, attempt, "fetched");
                 return Ok(Some(obj));
@@ -160,7 +171,7 @@ where
                 tracing::info!(kind = %w.kind, %name, "optional object not found, skipped");
                 return Ok(None);
             }
-            Ok(Ok(None)) => "not found".to_owned(),
+            Ok(Ok(None)) => last = Some((true, "not found".to_owned())),
             Ok(Err(e)) if !transient(&e) => {
                 return Err(FetchError::Api {
                     kind: w.kind,
@@ -169,20 +180,35 @@ where
                     source: e,
                 });
             }
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => "no answer before the deadline".to_owned(),
-        };
+            Ok(Err(e)) => last = Some((false, e.to_string())),
+            // Cut off by the deadline: an earlier answer says more than this.
+            Err(_) => {
+                last.get_or_insert_with(|| (false, "no answer before the deadline".to_owned()));
+            }
+        }
+        let (not_found, said) = last.clone().unwrap_or_default();
         let now = Instant::now();
         if now >= deadline {
-            return Err(FetchError::MissingRequired {
-                kind: w.kind,
-                namespace: namespace.to_owned(),
-                name,
-                waited: now - started,
-                last,
+            let (kind, namespace, waited) = (w.kind, namespace.to_owned(), now - started);
+            return Err(if not_found {
+                FetchError::MissingRequired {
+                    kind,
+                    namespace,
+                    name,
+                    waited,
+                    last: said,
+                }
+            } else {
+                FetchError::Unavailable {
+                    kind,
+                    namespace,
+                    name,
+                    waited,
+                    last: said,
+                }
             });
         }
-        tracing::warn!(kind = %w.kind, %name, attempt, error = %last, retry_in = ?backoff, "not available yet");
+        tracing::warn!(kind = %w.kind, %name, attempt, error = %said, retry_in = ?backoff, "not available yet");
         tokio::time::sleep_until(deadline.min(now + backoff)).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }

@@ -59,7 +59,7 @@
 //! | exit | outcome | meaning | operator action |
 //! |---|---|---|---|
 //! | 0 | `installed` / `unchanged` | revision in place (`unchanged`: nothing was written) | done |
-//! | 1 | `failed` | API error, required object missing within the timeout, I/O error | retry with back-off |
+//! | 1 | `failed` | API error or unreachable, required object missing within the timeout, I/O error | retry with back-off |
 //! | 2 | `invalid` | bad flags (clap usage errors also exit 2, without a JSON line) | fix the pod spec |
 //! | 3 | `refused` | see below; the same revision will be refused again | new revision needed |
 //! | 4 | `busy` | another installer holds the lock on this node | retry later |
@@ -80,7 +80,7 @@
 //! ```
 //!
 //! `reason` is one of `Installed`, `AlreadyInstalled`, `InvalidArgs`, `ClientConfig`,
-//! `MissingResource`, `ApiError`, `InvalidResource`, `HostileKey`, `NoManifestForNode`,
+//! `MissingResource`, `ApiUnavailable`, `ApiError`, `InvalidResource`, `HostileKey`, `NoManifestForNode`,
 //! `ManifestForAnotherNode`, `InvalidManifest`, `Duplicate`, `Downgrade`, `Busy`, `IoError`,
 //! `Timeout`.
 //!

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use tokio::sync::Mutex;
@@ -27,7 +27,7 @@ use crate::backoff::Backoff;
 use crate::context::NodeContext;
 use crate::images::ImageTable;
 use crate::probes::cancelled_sleep;
-use crate::publish::{delete_now, publish_loop};
+use crate::publish::{Publisher, delete_now, publish_loop};
 use crate::static_pods::{Change, ManifestError, PodKey, StaticPod, desired_pods, diff, scan_dir};
 use crate::status::{PodObservation, pod_status};
 use crate::worker::PodWorker;
@@ -142,6 +142,8 @@ pub(crate) struct Pods {
     map: Mutex<BTreeMap<PodKey, Managed>>,
     /// UIDs of API pods already run here (a pod is never run twice).
     pub(crate) seen_uids: Mutex<BTreeSet<String>>,
+    /// The Node's UID once registered (owner of mirror pods).
+    node_uid: tokio::sync::watch::Receiver<Option<String>>,
 }
 
 impl std::fmt::Debug for Pods {
@@ -161,17 +163,16 @@ impl Pods {
             let api: Api<Pod> = Api::namespaced(client, &key.namespace);
             let cancel = CancellationToken::new();
             let span = tracing::info_span!("publish", node = %self.ctx.name, pod = %key);
+            let publisher = Publisher {
+                api,
+                key: key.clone(),
+                pod: worker.pod.clone(),
+                is_static,
+                node_uid: self.node_uid.clone(),
+                resync: self.resync,
+            };
             let task = tokio::spawn(
-                publish_loop(
-                    api,
-                    key.clone(),
-                    worker.pod.clone(),
-                    is_static,
-                    worker.observations(),
-                    self.resync,
-                    cancel.clone(),
-                )
-                .instrument(span),
+                publish_loop(publisher, worker.observations(), cancel.clone()).instrument(span),
             );
             (cancel, task)
         });
@@ -273,12 +274,14 @@ impl NodeAgent {
             root: config.root.clone(),
             source,
         })?;
+        let (uid_tx, uid_rx) = tokio::sync::watch::channel(None);
         let pods = Arc::new(Pods {
             ctx: ctx.clone(),
             client: config.client.clone(),
             resync: config.resync,
             map: Mutex::new(BTreeMap::new()),
             seen_uids: Mutex::new(BTreeSet::new()),
+            node_uid: uid_rx,
         });
         let cancel = CancellationToken::new();
         let mut tasks = Vec::new();
@@ -288,13 +291,13 @@ impl NodeAgent {
                 .instrument(span.clone()),
         ));
         if let Some(client) = &config.client {
-            let nodes: Api<Node> = Api::all(client.clone());
             tasks.push(tokio::spawn(
                 crate::node::heartbeat_loop(
-                    nodes,
+                    client.clone(),
                     ctx.name.clone(),
                     ctx.ip,
                     config.heartbeat,
+                    uid_tx,
                     cancel.clone(),
                 )
                 .instrument(span.clone()),

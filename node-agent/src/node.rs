@@ -5,16 +5,20 @@
 //! `Ready=True` condition whose `lastHeartbeatTime` moves and whose `lastTransitionTime`
 //! stays, and the usual pressure conditions `False`. On shutdown it reports
 //! `Ready=Unknown` (what the node lifecycle controller would do after missed heartbeats;
-//! there is no controller-manager to do it here).
+//! there is no controller-manager to do it here). It also renews a Lease
+//! `kube-node-lease/<node>` when that namespace exists (kube-apiserver creates it; the API
+//! stand-in may not, in which case the Node condition is the only heartbeat).
 
 use std::net::IpAddr;
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeStatus, NodeSystemInfo};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::probes::cancelled_sleep;
@@ -145,6 +149,63 @@ pub fn node_status(
     }
 }
 
+/// The owner reference the kubelet puts on mirror pods and node leases.
+pub fn node_owner(name: &str, uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: name.to_string(),
+        uid: uid.to_string(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    }
+}
+
+/// The node lease (pure).
+pub fn lease_object(name: &str, uid: &str, now: Timestamp) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(LEASE_NAMESPACE.into()),
+            owner_references: Some(vec![node_owner(name, uid)]),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(name.to_string()),
+            lease_duration_seconds: Some(40),
+            renew_time: Some(MicroTime(now)),
+            ..Default::default()
+        }),
+    }
+}
+
+/// Where node leases live.
+pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// Renews (or creates) the node lease. `Ok(false)` when the lease namespace does not exist.
+pub async fn renew_lease(api: &Api<Lease>, name: &str, uid: &str) -> Result<bool, kube::Error> {
+    let now = Timestamp::now();
+    let patch = serde_json::json!({"spec": {"holderIdentity": name, "renewTime": MicroTime(now)}});
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.is_not_found() => {
+            match api
+                .create(&PostParams::default(), &lease_object(name, uid, now))
+                .await
+            {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(true),
+                Err(kube::Error::Api(s)) if s.is_not_found() => Ok(false),
+                Err(e) => Err(e),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Creates the Node if it does not exist and makes sure the control-plane label is set.
 pub async fn register(api: &Api<Node>, name: &str) -> Result<Node, kube::Error> {
     match api.get_opt(name).await? {
@@ -181,20 +242,28 @@ pub async fn post_status(
 }
 
 /// Registers the node, then heartbeats until cancelled; reports `Ready=Unknown` at the end.
+/// The Node's UID is published on `uid` once known (mirror pods name the Node as owner).
 pub async fn heartbeat_loop(
-    api: Api<Node>,
+    client: kube::Client,
     name: String,
     ip: IpAddr,
     interval: Duration,
+    uid: watch::Sender<Option<String>>,
     cancel: CancellationToken,
 ) {
+    let api: Api<Node> = Api::all(client.clone());
+    let leases: Api<Lease> = Api::namespaced(client, LEASE_NAMESPACE);
     let since = Timestamp::now();
     let retry = interval.min(Duration::from_secs(1));
     let mut registered = false;
+    let mut use_lease = true;
     loop {
         if !registered {
             match register(&api, &name).await {
-                Ok(_) => registered = true,
+                Ok(node) => {
+                    registered = true;
+                    uid.send_replace(node.metadata.uid.clone());
+                }
                 Err(e) => tracing::warn!(node = %name, error = %e, "registering node failed"),
             }
         }
@@ -207,6 +276,19 @@ pub async fn heartbeat_loop(
                     registered = false;
                 }
                 wait = retry;
+            }
+            let node_uid = uid.borrow().clone().unwrap_or_default();
+            if use_lease {
+                match renew_lease(&leases, &name, &node_uid).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::info!(node = %name, "no {LEASE_NAMESPACE} namespace; heartbeat is the Node's Ready condition only");
+                        use_lease = false;
+                    }
+                    Err(e) => {
+                        tracing::warn!(node = %name, error = %e, "renewing node lease failed")
+                    }
+                }
             }
         } else {
             wait = retry;

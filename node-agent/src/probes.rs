@@ -522,4 +522,45 @@ mod tests {
             .is_err()
         );
     }
+
+    #[tokio::test]
+    async fn https_probe_skips_certificate_verification() {
+        // A self-signed certificate for a name that is not the address probed.
+        let ck =
+            rcgen::generate_simple_self_signed(vec!["not-this-host.example".to_string()]).unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![ck.cert.der().clone()], key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let srv = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut tls = acceptor.accept(tcp).await.unwrap();
+            let mut b = [0u8; 1024];
+            let n = tls.read(&mut b).await.unwrap();
+            let req = String::from_utf8_lossy(&b[..n]).into_owned();
+            let _ = tls
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                .await;
+            let _ = tls.shutdown().await;
+            req
+        });
+        let action = Action::Http {
+            https: true,
+            host: "127.0.0.1".into(),
+            port,
+            path: "/readyz".into(),
+            headers: vec![("X-Probe".into(), "1".into())],
+        };
+        check(&action, Duration::from_secs(5)).await.unwrap();
+        let req = srv.await.unwrap();
+        assert!(req.starts_with("GET /readyz HTTP/1.1\r\n"), "{req}");
+        assert!(req.contains("X-Probe: 1\r\n"), "{req}");
+    }
 }

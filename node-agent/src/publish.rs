@@ -39,17 +39,24 @@ fn mirror_hash(pod: &Pod) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// The mirror pod object to create for a static pod (pure).
-pub fn mirror_pod(static_pod: &Pod) -> Pod {
+/// The mirror pod object to create for a static pod (pure): owned by the Node, as the
+/// kubelet does it.
+pub fn mirror_pod(static_pod: &Pod, node_uid: &str) -> Pod {
     let mut p = static_pod.clone();
     p.metadata.uid = None;
     p.metadata.resource_version = None;
     p.status = None;
+    let node = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    p.metadata.owner_references = Some(vec![crate::node::node_owner(&node, node_uid)]);
     p
 }
 
 /// Makes sure the mirror pod exists with the right hash; returns whether it was (re)created.
-pub async fn ensure_mirror(api: &Api<Pod>, pod: &Pod) -> Result<bool, kube::Error> {
+pub async fn ensure_mirror(api: &Api<Pod>, pod: &Pod, node_uid: &str) -> Result<bool, kube::Error> {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let want = mirror_hash(pod);
     if let Some(existing) = api.get_opt(&name).await? {
@@ -59,7 +66,10 @@ pub async fn ensure_mirror(api: &Api<Pod>, pod: &Pod) -> Result<bool, kube::Erro
         tracing::info!(pod = %name, "replacing outdated mirror pod");
         delete_now(api, &name).await?;
     }
-    match api.create(&PostParams::default(), &mirror_pod(pod)).await {
+    match api
+        .create(&PostParams::default(), &mirror_pod(pod, node_uid))
+        .await
+    {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(false),
         Err(e) => Err(e),
@@ -90,16 +100,42 @@ pub async fn patch_status(
         .map(|_| ())
 }
 
+/// What one pod's publisher needs.
+#[derive(Clone)]
+pub struct Publisher {
+    pub api: Api<Pod>,
+    pub key: PodKey,
+    pub pod: Arc<Pod>,
+    /// Static pod (mirror pod managed here) or API pod (status only).
+    pub is_static: bool,
+    /// The Node's UID once registered.
+    pub node_uid: watch::Receiver<Option<String>>,
+    pub resync: Duration,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("key", &self.key)
+            .field("is_static", &self.is_static)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Keeps the API's view of one pod in line with the worker's observations until cancelled.
 pub async fn publish_loop(
-    api: Api<Pod>,
-    key: PodKey,
-    pod: Arc<Pod>,
-    is_static: bool,
+    publisher: Publisher,
     mut observations: watch::Receiver<PodObservation>,
-    resync: Duration,
     cancel: CancellationToken,
 ) {
+    let Publisher {
+        api,
+        key,
+        pod,
+        is_static,
+        node_uid,
+        resync,
+    } = publisher;
     let spec = pod.spec.clone().unwrap_or_default();
     let mut published: Option<PodStatus> = None;
     let mut force = true;
@@ -109,8 +145,12 @@ pub async fn publish_loop(
         let obs = observations.borrow_and_update().clone();
         let status = pod_status(&spec, &obs, published.as_ref(), Timestamp::now());
         let mut ok = true;
-        if is_static && force {
-            match ensure_mirror(&api, &pod).await {
+        let uid = node_uid.borrow().clone();
+        if is_static && force && uid.is_none() {
+            // Like the kubelet: no mirror pod before the Node is registered.
+            ok = false;
+        } else if is_static && force {
+            match ensure_mirror(&api, &pod, uid.as_deref().unwrap_or_default()).await {
                 Ok(created) => {
                     if created {
                         published = None;

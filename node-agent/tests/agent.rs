@@ -934,6 +934,34 @@ mod api {
             .await;
         }
 
+        // Node leases are renewed (kube-node-lease exists on kube-apiserver and the stand-in).
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(client.clone(), "kube-node-lease");
+        for n in [&na, &nb] {
+            let first = eventually("node lease", DEADLINE, || async {
+                let l = leases
+                    .get_opt(&n.name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or("absent")?;
+                let spec = l.spec.ok_or("no spec")?;
+                spec.renew_time.ok_or_else(|| "no renewTime".to_string())
+            })
+            .await;
+            eventually("node lease renewed", DEADLINE, || async {
+                let l = leases.get(&n.name).await.map_err(|e| e.to_string())?;
+                let spec = l.spec.unwrap_or_default();
+                if spec.renew_time.as_ref() != Some(&first)
+                    && spec.holder_identity.as_deref() == Some(n.name.as_str())
+                {
+                    Ok(())
+                } else {
+                    Err(format!("{spec:?}"))
+                }
+            })
+            .await;
+        }
+
         // Static etcd pods → mirror pods with real status.
         for n in [&na, &nb] {
             n.install_manifest("etcd.yaml", &in_namespace(&etcd_manifest(1), &ns));
@@ -960,6 +988,12 @@ mod api {
             .await;
             let ann = p.metadata.annotations.clone().unwrap();
             assert_eq!(ann["kubernetes.io/config.source"], "file");
+            let node_uid = nodes.get(&n.name).await.unwrap().metadata.uid.unwrap();
+            let owner = &p.metadata.owner_references.as_ref().unwrap()[0];
+            assert_eq!(
+                (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+                ("Node", n.name.as_str(), node_uid.as_str())
+            );
             assert!(!mirror_hash(&p).is_empty());
             assert_eq!(
                 p.spec.as_ref().unwrap().node_name.as_deref(),

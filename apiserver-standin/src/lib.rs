@@ -84,12 +84,16 @@
 //! - **Strategic merge patch** is applied as a JSON merge patch: lists are replaced whole
 //!   instead of being merged by their patch merge key (e.g. `containers` by `name`), and
 //!   `$patch`/`$retainKeys` directives are not understood.
-//! - **Server-side apply** (`application/apply-patch+yaml`) is a recursive merge of the applied
-//!   configuration into the live object: maps merge, lists and scalars are replaced, `null`
-//!   removes a field. There is **no `managedFields`** and no field ownership: fields a manager
-//!   stops applying are **not** removed, there are **never apply conflicts**, so `force` is
-//!   accepted and has no effect; `fieldManager` is required (400 without it) but not recorded.
-//!   Applying to a missing object creates it (201).
+//! - **Server-side apply** (`application/apply-patch+yaml`) is "apply-lite" ([`apply`]): the
+//!   applied configuration is merged into the live object (maps merge, `null` removes), each
+//!   applying `fieldManager` owns the leaf fields of its configuration (recorded in
+//!   `metadata.managedFields`, `operation: Apply`, `FieldsV1`), and a manager that stops
+//!   applying a field has it removed unless another applier owns it; a no-op apply writes
+//!   nothing. Unlike the real thing: **lists are owned and replaced whole** (no associative
+//!   lists keyed by e.g. container `name`), **there are never conflicts** (so `force` is
+//!   accepted and changes nothing), and **non-apply writes record no ownership** (no
+//!   `operation: Update` entries; their fields are never removed by an apply). `fieldManager`
+//!   is required (400 without it). Applying to a missing object creates it (201).
 //! - **Validation** covers the checks listed above plus decoding every built-in body into its
 //!   k8s-openapi type and encoding it back (wrong field types and bad base64 in Secret data are
 //!   a 400; unknown fields are dropped, as the real server does, but without its `Warning`
@@ -132,6 +136,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod apply;
 pub mod crd;
 pub mod delete;
 pub mod discovery;

@@ -1,6 +1,6 @@
 //! Patch application: JSON merge patch (RFC 7386), JSON patch (RFC 6902, including `test`),
-//! strategic merge patch (treated as a JSON merge patch) and server-side apply (a recursive
-//! merge, see the crate docs for how it differs from real server-side apply).
+//! strategic merge patch (treated as a JSON merge patch) and the recursive merge under
+//! server-side apply (ownership is in [`crate::apply`]).
 
 use serde_json::{Map, Value};
 

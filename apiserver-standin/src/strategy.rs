@@ -40,7 +40,6 @@ pub fn prepare_for_create(info: &ResourceInfo, obj: &mut Value, uid: &str, now: 
             "deletionTimestamp",
             "deletionGracePeriodSeconds",
             "selfLink",
-            "managedFields",
         ] {
             meta.remove(f);
         }
@@ -152,7 +151,13 @@ pub fn prepare_for_status_update(info: &ResourceInfo, old: &Value, new: &Value) 
 fn carry_server_meta(old: &Value, new: &mut Value) {
     let old_meta = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
     let new_meta = objects::metadata_mut(new);
-    new_meta.remove("managedFields");
+    // managedFields: kept from the stored object unless the request sets them (an empty list
+    // resets them, as on the real server).
+    if !new_meta.contains_key("managedFields")
+        && let Some(mf) = old_meta.get("managedFields")
+    {
+        new_meta.insert("managedFields".into(), mf.clone());
+    }
     for f in SERVER_META {
         match old_meta.get(f) {
             Some(v) => {

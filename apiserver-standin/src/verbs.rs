@@ -6,6 +6,7 @@
 use base64::Engine;
 use serde_json::{Value, json};
 
+use crate::apply;
 use crate::crd;
 use crate::error::{ApiError, Cause, GroupResource};
 use crate::objects;
@@ -663,7 +664,14 @@ pub async fn patch(
         let current = read(state, info, t.ns(), t.name()).await?;
         let Some(current) = current else {
             if kind == PatchKind::Apply && !t.status {
-                let mut obj = patch_doc.clone();
+                let mut obj = json!({});
+                apply::apply(
+                    &mut obj,
+                    &patch_doc,
+                    opts.field_manager.as_deref().unwrap_or_default(),
+                    &info.api_version(),
+                    &objects::now_rfc3339(),
+                );
                 objects::remove_meta(&mut obj, "resourceVersion");
                 check_name(t.name(), &mut obj, true)?;
                 match create(state, t, obj, opts).await {
@@ -679,7 +687,13 @@ pub async fn patch(
         match kind {
             PatchKind::Merge | PatchKind::Strategic => patch::merge(&mut doc, &patch_doc)?,
             PatchKind::Json => patch::json_patch(&mut doc, &patch_doc)?,
-            PatchKind::Apply => patch::apply(&mut doc, &patch_doc),
+            PatchKind::Apply => apply::apply(
+                &mut doc,
+                &patch_doc,
+                opts.field_manager.as_deref().unwrap_or_default(),
+                &info.api_version(),
+                &objects::now_rfc3339(),
+            ),
         }
         let patched_rv = objects::resource_version(&doc).to_string();
         let pinned = !patched_rv.is_empty() && patched_rv != current.mod_revision.to_string();

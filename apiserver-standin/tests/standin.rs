@@ -232,19 +232,45 @@ async fn crud_conflicts_and_structural_errors() {
         .await
         .unwrap();
     assert_eq!(applied.data.unwrap()["k"], "v");
+    // Apply-lite: the same manager dropping a field removes it; another manager's stays; a
+    // no-op apply writes nothing.
+    let other = PatchParams::apply("other-manager");
+    cms.patch(
+        "applied",
+        &other,
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k2": "v2"}})),
+    )
+    .await
+    .unwrap();
     let reapplied = cms
         .patch(
             "applied",
             &apply,
-            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k2": "v2"}})),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k3": "v3"}})),
         )
         .await
         .unwrap();
+    let keys: Vec<String> = reapplied.data.clone().unwrap().into_keys().collect();
     assert_eq!(
-        reapplied.data.unwrap().len(),
-        2,
-        "apply keeps fields it does not mention"
+        keys,
+        vec!["k2", "k3"],
+        "k dropped by its manager, k2 kept for the other"
     );
+    let managers: Vec<String> = reapplied
+        .managed_fields()
+        .iter()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert_eq!(managers, vec!["other-manager", "standin-test"]);
+    let again = cms
+        .patch(
+            "applied",
+            &apply,
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k3": "v3"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.resource_version(), reapplied.resource_version());
 
     // Immutable ConfigMap.
     let mut frozen = cm("frozen", json!({"a": "1"}));

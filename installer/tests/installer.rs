@@ -841,6 +841,43 @@ async fn a_second_installer_is_refused_while_the_first_holds_the_lock() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_installers_never_corrupt_the_node() {
+    let w = World::start().await;
+    w.publish(1, &["n1", "n2"]).await;
+    let racers: Vec<Spawned> = (0..4).map(|_| w.installer(1, "n1").spawn()).collect();
+    let mut outcomes = Vec::new();
+    for r in racers {
+        let run = r.wait().await;
+        let report = run.report();
+        outcomes.push((run.code, report["outcome"].as_str().unwrap().to_owned()));
+    }
+    for (code, outcome) in &outcomes {
+        assert!(
+            matches!(
+                (*code, outcome.as_str()),
+                (0, "installed") | (0, "unchanged") | (4, "busy")
+            ),
+            "{outcomes:?}"
+        );
+    }
+    assert_eq!(
+        outcomes.iter().filter(|(_, o)| o == "installed").count(),
+        1,
+        "exactly one racer writes: {outcomes:?}"
+    );
+    assert_eq!(read(&w.manifest_file()), manifest("n1", 1));
+    assert_eq!(
+        names(&w.resources()),
+        vec![".etcd-pod-installer.lock", "etcd-pod-1"]
+    );
+    assert_eq!(names(&w.manifests()), vec!["etcd-pod.yaml"]);
+    w.installer(1, "n1")
+        .run()
+        .await
+        .expect(0, "unchanged", "AlreadyInstalled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_between_files_keeps_the_old_manifest_and_leaves_no_partial_revision() {
     let w = World::start().await;
     for rev in 1..=3 {

@@ -33,6 +33,7 @@
 //!   annotation `revision`, or env `ETCD_STATIC_POD_REVISION`); a lower one is refused.
 //! * **Nothing is touched before a refusal that depends only on the input** (flags, fetched
 //!   content, installed revision): the lock file and directories are created after planning.
+//!   The installed revision is checked again under the lock (a newer install that raced in).
 //!
 //! ## For the operator: how to run it
 //!
@@ -76,16 +77,19 @@
 //! message become spaces; it is cut to 1800 bytes so the line stays under the kubelet's 4 KiB):
 //!
 //! ```text
+//! {"outcome":"installed","revision":4,"node":"n1","reason":"Installed","message":"revision 4 installed on node n1: ..."}
 //! {"outcome":"refused","revision":3,"node":"n1","reason":"Downgrade","message":"refusing revision 3: revision 4 is already installed (...)"}
 //! ```
 //!
 //! `reason` is one of `Installed`, `AlreadyInstalled`, `InvalidArgs`, `ClientConfig`,
-//! `MissingResource`, `ApiUnavailable`, `ApiError`, `InvalidResource`, `HostileKey`, `NoManifestForNode`,
-//! `ManifestForAnotherNode`, `InvalidManifest`, `Duplicate`, `Downgrade`, `Busy`, `IoError`,
-//! `Timeout`.
+//! `MissingResource`, `ApiUnavailable`, `ApiError`, `InvalidResource`, `HostileKey`,
+//! `NoManifestForNode`, `ManifestForAnotherNode`, `InvalidManifest`, `Duplicate`, `Downgrade`,
+//! `Busy`, `IoError`, `Timeout` (and `TestHook` under the test hook).
 //!
 //! Concurrency: the lock is taken without blocking, so a second installer on the node exits 4
-//! at once; the kernel releases it when the holder exits or dies.
+//! at once, without writing anything; the kernel releases the lock when the holder exits or
+//! dies. The holder writes its PID into the lock file (the only thing a repeated, otherwise
+//! no-op run rewrites).
 //!
 //! Test-only: `ETCD_INSTALLER_TEST_HOOK` ([`hook`]) injects a pause or failure while writing.
 

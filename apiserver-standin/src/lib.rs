@@ -81,9 +81,12 @@
 //!   v2); the legacy discovery documents are served whatever `Accept` says.
 //! - **Storage encoding** is JSON, not protobuf; no encryption at rest; no watch cache (every
 //!   list and watch reads etcd). `resourceVersion=0` lists read the latest state.
-//! - **Strategic merge patch** is applied as a JSON merge patch: lists are replaced whole
-//!   instead of being merged by their patch merge key (e.g. `containers` by `name`), and
-//!   `$patch`/`$retainKeys` directives are not understood.
+//! - **Strategic merge patch** ([`strategic`]) knows the patch strategies of the lists of the
+//!   kinds served here (containers/env/ports/volumeMounts/volumes, pod and node conditions,
+//!   node addresses, finalizers as a set, ownerReferences by uid, ...) and the `$patch`,
+//!   `$retainKeys` and `$deleteFromPrimitiveList` directives; `$setElementOrder` is ignored
+//!   (merged items keep the live order, new ones are appended) and lists missing from its table
+//!   are replaced whole. On custom resources it is a 415, as on the real server.
 //! - **Server-side apply** (`application/apply-patch+yaml`) is "apply-lite" ([`apply`]): the
 //!   applied configuration is merged into the live object (maps merge, `null` removes), each
 //!   applying `fieldManager` owns the leaf fields of its configuration (recorded in
@@ -151,6 +154,7 @@ pub mod resources;
 pub mod selectors;
 pub mod state;
 pub mod store;
+pub mod strategic;
 pub mod strategy;
 pub mod validation;
 pub mod verbs;

@@ -15,6 +15,7 @@ use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector, Selectors};
 use crate::state::{State, from_storage, to_storage};
 use crate::store::{StoreError, Stored, encode};
+use crate::strategic;
 use crate::strategy;
 use crate::validation;
 
@@ -632,6 +633,11 @@ pub async fn patch(
     opts: &WriteOptions,
 ) -> Result<(u16, Value), ApiError> {
     let info = &t.info;
+    if kind == PatchKind::Strategic && info.crd.is_some() {
+        return Err(ApiError::unsupported_media_type(
+            "application/strategic-merge-patch+json (not supported for custom resources)",
+        ));
+    }
     let patch_doc = patch::parse_body(kind, body)?;
     if kind == PatchKind::Apply {
         if opts.field_manager.as_deref().is_none_or(str::is_empty) {
@@ -685,7 +691,10 @@ pub async fn patch(
         let old = from_storage(info, current.object.clone());
         let mut doc = old.clone();
         match kind {
-            PatchKind::Merge | PatchKind::Strategic => patch::merge(&mut doc, &patch_doc)?,
+            PatchKind::Merge => patch::merge(&mut doc, &patch_doc)?,
+            PatchKind::Strategic => {
+                strategic::apply(&mut doc, &patch_doc, &info.group, &info.resource)?
+            }
             PatchKind::Json => patch::json_patch(&mut doc, &patch_doc)?,
             PatchKind::Apply => apply::apply(
                 &mut doc,

@@ -572,6 +572,15 @@ async fn crd_registration_watcher_and_controller() {
         .unwrap();
     assert_eq!(status_write.spec.size, 5);
     assert_eq!(status_write.metadata.generation, Some(2));
+    // Custom resources do not take strategic merge patches (415), as on the real server.
+    let smp = widgets
+        .patch(
+            "w1",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"size": 6}})),
+        )
+        .await;
+    assert_eq!(code(smp).0, 415);
 
     wait_for("the watcher to see w1", || async {
         let s = seen.lock().unwrap().clone();
@@ -672,6 +681,41 @@ async fn status_isolation_for_pods_and_nodes() {
         "spec writes do not touch status"
     );
     assert_eq!(main.metadata.labels.unwrap()["x"], "y");
+
+    // Strategic merge patch merges conditions by type.
+    pods.patch_status(
+        "p",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"status": {"conditions": [
+            {"type": "Initialized", "status": "True"}, {"type": "Ready", "status": "False"}]}})),
+    )
+    .await
+    .unwrap();
+    let merged = pods
+        .patch_status(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(
+                json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let conds: Vec<(String, String)> = merged
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.type_, c.status))
+        .collect();
+    assert_eq!(
+        conds,
+        vec![
+            ("Initialized".to_string(), "True".to_string()),
+            ("Ready".to_string(), "True".to_string())
+        ]
+    );
 
     // Pod spec is mostly immutable; images may change.
     let node_change = pods

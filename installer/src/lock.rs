@@ -6,11 +6,14 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
+
+/// Mode of the lock file (no secret in it; the installer's "other files" mode).
+const LOCK_FILE_MODE: u32 = 0o644;
 
 /// Why the lock was not taken.
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +32,7 @@ pub struct InstallLock {
 }
 
 impl InstallLock {
-    /// Takes the lock on `path` (created 0600 if missing) without blocking.
+    /// Takes the lock on `path` (created 0644 if missing; it holds only a PID) without blocking.
     pub fn acquire(path: &Path) -> Result<Self, LockError> {
         let io_err = |source| LockError::Io {
             path: path.to_path_buf(),
@@ -40,7 +43,7 @@ impl InstallLock {
             .write(true)
             .create(true)
             .truncate(false)
-            .mode(0o600)
+            .mode(LOCK_FILE_MODE)
             .open(path)
             .map_err(io_err)?;
         let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
@@ -60,6 +63,8 @@ impl InstallLock {
             }
             Err((_, errno)) => return Err(io_err(io::Error::from(errno))),
         };
+        lock.set_permissions(std::fs::Permissions::from_mode(LOCK_FILE_MODE))
+            .map_err(io_err)?;
         lock.set_len(0).map_err(io_err)?;
         lock.rewind().map_err(io_err)?;
         writeln!(lock, "{}", std::process::id()).map_err(io_err)?;

@@ -502,6 +502,8 @@ async fn full_install_writes_every_file_with_its_mode_and_the_manifest_last() {
         }
     }
     assert_eq!(mode(&w.resources()), 0o755);
+    assert_eq!(mode(&w.manifests()), 0o755);
+    assert_eq!(mode(&w.resources().join(".etcd-pod-installer.lock")), 0o644);
     assert_eq!(read(&w.manifest_file()), manifest("n1", 1));
     assert_eq!(mode(&w.manifest_file()), 0o644);
     // Nothing else: no temp or staging leftovers, only the lock file.

@@ -1012,6 +1012,48 @@ async fn events_leases_endpoints_and_kubeconfig() {
     assert_eq!(seen.message.as_deref(), Some("promoted n4"));
     assert_eq!(seen.involved_object.name.as_deref(), Some("n4"));
 
+    // kube-runtime's event Recorder: create, then a merge patch with a series on repeat.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "n9"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let recorder = kube::runtime::events::Recorder::new(
+        client.clone(),
+        kube::runtime::events::Reporter {
+            controller: "etcd-operator".into(),
+            instance: Some("op-1".into()),
+        },
+    );
+    let event = kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Normal,
+        reason: "MemberAddedAsLearner".into(),
+        note: Some("added n9".into()),
+        action: "AddLearner".into(),
+        secondary: None,
+    };
+    recorder
+        .publish(&event, &node.object_ref(&()))
+        .await
+        .unwrap();
+    recorder
+        .publish(&event, &node.object_ref(&()))
+        .await
+        .unwrap();
+    let recorded: Vec<k8s_openapi::api::events::v1::Event> = ev1
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("MemberAddedAsLearner"))
+        .collect();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0].series.as_ref().map(|s| s.count), Some(2));
+
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(client.clone(), "kube-system");
     let l = serde_json::from_value(

@@ -163,4 +163,4 @@ pub mod watch;
 mod server;
 
 pub use error::{ApiError, StandInError};
-pub use server::{ApiServerStandIn, StandInConfig};
+pub use server::{ApiServerStandIn, EtcdTls, StandInConfig};

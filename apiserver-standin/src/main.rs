@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use apiserver_standin::{ApiServerStandIn, StandInConfig};
+use apiserver_standin::{ApiServerStandIn, EtcdTls, StandInConfig};
 use clap::Parser;
 
 /// Kubernetes API stand-in backed by a real etcd.
@@ -19,6 +19,15 @@ struct Args {
     /// etcd client URLs, comma-separated. Without it, a private etcd is started.
     #[arg(long, env = "STANDIN_ETCD", value_delimiter = ',')]
     etcd: Vec<String>,
+    /// CA of an etcd that requires mTLS (with --etcd-cert and --etcd-key).
+    #[arg(long, env = "STANDIN_ETCD_CACERT", requires_all = ["etcd_cert", "etcd_key"])]
+    etcd_cacert: Option<PathBuf>,
+    /// Client certificate for etcd.
+    #[arg(long, env = "STANDIN_ETCD_CERT", requires_all = ["etcd_cacert", "etcd_key"])]
+    etcd_cert: Option<PathBuf>,
+    /// Client key for etcd.
+    #[arg(long, env = "STANDIN_ETCD_KEY", requires_all = ["etcd_cacert", "etcd_cert"])]
+    etcd_key: Option<PathBuf>,
     /// Write a kubeconfig for the stand-in here.
     #[arg(long, env = "STANDIN_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
@@ -72,6 +81,14 @@ async fn main() -> anyhow::Result<()> {
             (args.compaction_interval_seconds > 0)
                 .then(|| Duration::from_secs(args.compaction_interval_seconds)),
         );
+    if let (Some(ca), Some(cert), Some(key)) = (&args.etcd_cacert, &args.etcd_cert, &args.etcd_key)
+    {
+        config = config.with_etcd_tls(EtcdTls {
+            ca: ca.clone(),
+            cert: cert.clone(),
+            key: key.clone(),
+        });
+    }
     config.service_account_admission = !args.no_service_account_admission;
     config.graceful_pod_deletion = !args.no_graceful_pod_deletion;
     let standin = ApiServerStandIn::start(config)

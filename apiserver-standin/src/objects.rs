@@ -36,38 +36,21 @@ pub fn is_deleting(obj: &Value) -> bool {
 
 /// `metadata`, created (as an empty map) if missing or not a map.
 pub fn metadata_mut(obj: &mut Value) -> &mut Map<String, Value> {
-    if !obj.is_object() {
-        *obj = Value::Object(Map::new());
-    }
-    let map = match obj {
-        Value::Object(map) => map,
-        _ => unreachable_map(),
-    };
-    let meta = map
+    let meta = object_mut(obj)
         .entry("metadata")
         .or_insert_with(|| Value::Object(Map::new()));
-    if !meta.is_object() {
-        *meta = Value::Object(Map::new());
-    }
-    match meta {
-        Value::Object(m) => m,
-        _ => unreachable_map(),
-    }
+    object_mut(meta)
 }
 
-// Both call sites have just made the value an object; this keeps the code free of panics.
-fn unreachable_map() -> &'static mut Map<String, Value> {
-    Box::leak(Box::new(Map::new()))
-}
-
-/// The top-level map of an object (made an empty map if it is not one).
+/// The map inside a value, which is made an empty map first if it is not one.
 pub fn object_mut(obj: &mut Value) -> &mut Map<String, Value> {
-    if !obj.is_object() {
-        *obj = Value::Object(Map::new());
-    }
     match obj {
         Value::Object(map) => map,
-        _ => unreachable_map(),
+        other => {
+            *other = Value::Object(Map::new());
+            // Now a map: the recursion ends here.
+            object_mut(other)
+        }
     }
 }
 

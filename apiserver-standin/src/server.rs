@@ -2,7 +2,7 @@
 //! namespaces, bind, serve, run the garbage collector; stop on drop.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -17,11 +17,24 @@ use crate::store::Store;
 use crate::verbs::{self, Target, WriteOptions};
 use crate::{gc, http, kubeconfig, objects};
 
+/// Client certificate files for an etcd that requires mTLS (PEM).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// CA bundle that signed etcd's serving certificate.
+    pub ca: PathBuf,
+    /// Client certificate.
+    pub cert: PathBuf,
+    /// Client key.
+    pub key: PathBuf,
+}
+
 /// How the stand-in runs.
 #[derive(Clone, Debug)]
 pub struct StandInConfig {
     /// etcd client URLs (e.g. `http://127.0.100.7:2379`).
     pub etcd_endpoints: Vec<String>,
+    /// Client certificates when etcd requires mTLS (`https://` endpoints).
+    pub etcd_tls: Option<EtcdTls>,
     /// Address to serve HTTP on; port 0 picks a free port.
     pub listen: SocketAddr,
     /// etcd key prefix (`/registry`, as kube-apiserver).
@@ -55,6 +68,7 @@ impl StandInConfig {
     {
         Self {
             etcd_endpoints: etcd_endpoints.into_iter().map(Into::into).collect(),
+            etcd_tls: None,
             listen,
             key_prefix: "/registry".into(),
             etcd_timeout: Duration::from_secs(5),
@@ -74,6 +88,12 @@ impl StandInConfig {
     /// Sets (or disables) periodic compaction.
     pub fn with_compaction_interval(mut self, interval: Option<Duration>) -> Self {
         self.compaction_interval = interval;
+        self
+    }
+
+    /// Talks to etcd over mTLS with these files.
+    pub fn with_etcd_tls(mut self, tls: EtcdTls) -> Self {
+        self.etcd_tls = Some(tls);
         self
     }
 
@@ -113,14 +133,18 @@ impl ApiServerStandIn {
         if config.etcd_endpoints.is_empty() {
             return Err(StandInError::NoEtcdEndpoints);
         }
-        let store = Store::connect(&config.etcd_endpoints, config.etcd_timeout)
-            .await
-            .map_err(|e| {
-                StandInError::Init(format!(
-                    "connecting to etcd {:?}: {e}",
-                    config.etcd_endpoints
-                ))
-            })?;
+        let store = Store::connect(
+            &config.etcd_endpoints,
+            config.etcd_timeout,
+            config.etcd_tls.as_ref(),
+        )
+        .await
+        .map_err(|e| {
+            StandInError::Init(format!(
+                "connecting to etcd {:?}: {e}",
+                config.etcd_endpoints
+            ))
+        })?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|source| StandInError::Bind {

@@ -56,6 +56,9 @@ pub enum StoreError {
     /// etcd did not answer in time.
     #[error("etcd {0} timed out")]
     Timeout(&'static str),
+    /// The etcd client certificates could not be read.
+    #[error("etcd TLS: {0}")]
+    Tls(String),
     /// A stored value is not JSON.
     #[error("stored value at {key} is not JSON: {source}")]
     Decode {
@@ -107,11 +110,27 @@ fn is_compacted(err: &etcd_client::Error) -> bool {
 }
 
 impl Store {
-    /// Connects to etcd.
-    pub async fn connect(endpoints: &[String], timeout: Duration) -> Result<Self, StoreError> {
-        let opts = etcd_client::ConnectOptions::new()
+    /// Connects to etcd (over mTLS when `tls` is given).
+    pub async fn connect(
+        endpoints: &[String],
+        timeout: Duration,
+        tls: Option<&crate::EtcdTls>,
+    ) -> Result<Self, StoreError> {
+        let mut opts = etcd_client::ConnectOptions::new()
             .with_connect_timeout(timeout)
             .with_timeout(timeout);
+        if let Some(tls) = tls {
+            let read = |p: &std::path::Path| {
+                std::fs::read(p)
+                    .map_err(|e| StoreError::Tls(format!("reading {}: {e}", p.display())))
+            };
+            let (ca, cert, key) = (read(&tls.ca)?, read(&tls.cert)?, read(&tls.key)?);
+            opts = opts.with_tls(
+                etcd_client::TlsOptions::new()
+                    .ca_certificate(etcd_client::Certificate::from_pem(ca))
+                    .identity(etcd_client::Identity::from_pem(cert, key)),
+            );
+        }
         let client = tokio::time::timeout(timeout, Client::connect(endpoints, Some(opts)))
             .await
             .map_err(|_| StoreError::Timeout("connect"))??;

@@ -1103,3 +1103,32 @@ async fn events_leases_endpoints_and_kubeconfig() {
     let _ = Widget::api_resource();
     let _ = <Widget as Resource>::kind(&());
 }
+
+#[tokio::test]
+async fn etcd_over_mutual_tls() {
+    let etcd = EtcdCluster::start(ClusterSpec::tls(1))
+        .await
+        .expect("TLS etcd starts");
+    let files = etcd.client_tls().expect("client certificates");
+    let addr = LoopbackAddr::acquire().expect("a loopback address");
+    let config = StandInConfig::new(
+        etcd.client_urls().iter().map(|u| u.to_string()),
+        SocketAddr::new(addr.ip().into(), 0),
+    )
+    .with_etcd_tls(apiserver_standin::EtcdTls {
+        ca: files.ca.clone(),
+        cert: files.cert.clone(),
+        key: files.key.clone(),
+    });
+    let standin = ApiServerStandIn::start(config)
+        .await
+        .expect("stand-in starts over TLS");
+    let cms: Api<ConfigMap> = Api::namespaced(standin.client().unwrap(), "default");
+    cms.create(&PostParams::default(), &cm("tls", json!({"a": "1"})))
+        .await
+        .unwrap();
+    assert_eq!(
+        cms.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+}

@@ -74,6 +74,7 @@ pub fn resources_of(crd: &Value) -> Vec<ResourceInfo> {
                 representation: Representation::Native,
                 crd: Some(objects::name(crd).to_string()),
                 return_deleted_object: true,
+                allow_create_on_update: false,
             }
         })
         .collect()

@@ -277,8 +277,9 @@ async fn dispatch(
             Ok(json_response(201, &obj))
         }
         (Method::PUT, false) => {
-            let obj = verbs::update(state, &t, parse_json(&body)?, &q.write_options()).await?;
-            Ok(json_response(200, &obj))
+            let (code, obj) =
+                verbs::update(state, &t, parse_json(&body)?, &q.write_options()).await?;
+            Ok(json_response(code, &obj))
         }
         (Method::PATCH, false) => {
             let ct = headers

@@ -53,7 +53,8 @@
 //! from the real alphabet), 409 AlreadyExists, 404 on a create into a missing namespace, 403 on
 //! a create into a terminating namespace, 400 on body/URL name or namespace mismatch, 422 on
 //! invalid names, labels, finalizers, owner references, immutable ConfigMap/Secret data, pod
-//! spec changes other than images/activeDeadlineSeconds/added tolerations, `metadata.uid`
+//! spec changes other than images/activeDeadlineSeconds/added tolerations, ConfigMap/Secret
+//! data over 1 MiB, `metadata.uid`
 //! changes and new finalizers on an object being deleted; 405 for unsupported verbs; status
 //! isolation for resources with a status subresource (main writes keep the stored `.status`,
 //! status writes change only `.status`); finalizers (`deletionTimestamp` set, object kept until
@@ -62,7 +63,8 @@
 //! (`metadata.name`, `metadata.namespace`, pods' `spec.nodeName`, `status.phase`,
 //! `spec.serviceAccountName`, a few event fields, CRD `selectableFields`); `limit`/`continue`
 //! paging pinned to one etcd revision (410 when that revision is compacted);
-//! `resourceVersionMatch=Exact`; `dryRun=All`; DeleteOptions preconditions; CRD status
+//! `resourceVersionMatch=Exact`; `dryRun=All`; create-on-update (PUT creates a missing object)
+//! for Endpoints and Events only; 500 on a create that carries a `resourceVersion`; DeleteOptions preconditions; CRD status
 //! (`NamesAccepted`, `Established`, `acceptedNames`, `storedVersions`); the `ServiceAccount`
 //! admission check that a pod's service account exists (mirror pods exempt).
 //!

@@ -60,6 +60,8 @@ pub struct ResourceInfo {
     /// An immediate delete answers with the deleted object (pods, service accounts, custom
     /// resources); otherwise with a `Status` of `Success`, as kube-apiserver's storages do.
     pub return_deleted_object: bool,
+    /// A PUT to a missing object creates it (Endpoints and Events, as on the real server).
+    pub allow_create_on_update: bool,
 }
 
 impl ResourceInfo {
@@ -95,6 +97,7 @@ impl ResourceInfo {
             representation: Representation::Native,
             crd: None,
             return_deleted_object: false,
+            allow_create_on_update: false,
         }
     }
 
@@ -192,6 +195,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
         "spec.serviceAccountName".into(),
     ];
     let mut events = ResourceInfo::builtin("", "v1", "events", "Event", true, false, &["ev"]);
+    events.allow_create_on_update = true;
     events.name_rule = NameRule::PathSegment;
     events.extra_fields = [
         "involvedObject.kind",
@@ -214,6 +218,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
         &["ev"],
     );
     events_v1.name_rule = NameRule::PathSegment;
+    events_v1.allow_create_on_update = true;
     events_v1.representation = Representation::EventsV1;
     events_v1.extra_fields = vec![
         "regarding.kind".into(),
@@ -223,6 +228,9 @@ pub fn builtins() -> Vec<ResourceInfo> {
     ];
     let mut secrets = ResourceInfo::builtin("", "v1", "secrets", "Secret", true, false, &[]);
     secrets.extra_fields = vec!["type".into()];
+    let mut endpoints =
+        ResourceInfo::builtin("", "v1", "endpoints", "Endpoints", true, false, &["ep"]);
+    endpoints.allow_create_on_update = true;
     let mut service_accounts = ResourceInfo::builtin(
         "",
         "v1",
@@ -251,7 +259,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
         secrets,
         events,
         service_accounts,
-        ResourceInfo::builtin("", "v1", "endpoints", "Endpoints", true, false, &["ep"]),
+        endpoints,
         events_v1,
         ResourceInfo::builtin(
             "coordination.k8s.io",

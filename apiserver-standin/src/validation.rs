@@ -202,6 +202,31 @@ pub fn validate_data_keys(obj: &Value) -> Vec<Cause> {
     causes
 }
 
+/// ConfigMap and Secret: the data may total at most 1 MiB (keys and values; Secret values
+/// counted decoded, approximated as 3/4 of their base64 length).
+pub fn validate_data_size(obj: &Value, secret: bool) -> Vec<Cause> {
+    const LIMIT: usize = 1024 * 1024;
+    let mut total = 0usize;
+    for field in ["data", "binaryData"] {
+        if let Some(map) = obj.get(field).and_then(Value::as_object) {
+            for (k, v) in map {
+                let len = v.as_str().map_or(0, str::len);
+                let decoded = secret || field == "binaryData";
+                total += k.len() + if decoded { len / 4 * 3 } else { len };
+            }
+        }
+    }
+    if total > LIMIT {
+        vec![Cause {
+            reason: "FieldValueTooLong",
+            field: "data".into(),
+            message: format!("Too long: must have at most {LIMIT} bytes"),
+        }]
+    } else {
+        Vec::new()
+    }
+}
+
 /// ConfigMap and Secret with `immutable: true`: data and the flag itself may not change.
 pub fn validate_immutable_data(old: &Value, new: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
@@ -469,6 +494,14 @@ mod tests {
         assert!(check_name(NameRule::Dns1123Subdomain, "UPPER").is_some());
         assert!(check_name(NameRule::Dns1123Subdomain, "").is_some());
         assert!(check_name(NameRule::PathSegment, "a.b_C").is_none());
+    }
+
+    #[test]
+    fn data_is_limited_to_one_mebibyte() {
+        let small = json!({"data": {"a": "x".repeat(1000)}});
+        assert!(validate_data_size(&small, false).is_empty());
+        let big = json!({"data": {"a": "x".repeat(1024 * 1024 + 1)}});
+        assert_eq!(validate_data_size(&big, false).len(), 1);
     }
 
     #[test]

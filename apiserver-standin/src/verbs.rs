@@ -294,6 +294,7 @@ fn validate_create(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
     let mut causes = validation::validate_object_meta(info, obj);
     if is(info, "", "configmaps") || is(info, "", "secrets") {
         causes.extend(validation::validate_data_keys(obj));
+        causes.extend(validation::validate_data_size(obj, is(info, "", "secrets")));
     }
     if is(info, "", "pods") {
         causes.extend(validation::validate_pod_spec(obj));
@@ -314,6 +315,7 @@ fn validate_update(
     causes.extend(validation::validate_meta_update(old, new));
     if is(info, "", "configmaps") || is(info, "", "secrets") {
         causes.extend(validation::validate_data_keys(new));
+        causes.extend(validation::validate_data_size(new, is(info, "", "secrets")));
         causes.extend(validation::validate_immutable_data(old, new));
     }
     if is(info, "", "secrets") {
@@ -595,27 +597,37 @@ pub async fn commit_update(
     }
 }
 
-/// PUT: replace an object (or its status).
+/// PUT: replace an object (or its status). Returns 201 when it created a missing object of a
+/// kind that allows create-on-update (Endpoints, Events), 200 otherwise.
 pub async fn update(
     state: &State,
     t: &Target,
     mut body: Value,
     opts: &WriteOptions,
-) -> Result<Value, ApiError> {
+) -> Result<(u16, Value), ApiError> {
     let info = &t.info;
     check_type(info, &body)?;
     check_name(t.name(), &mut body, false)?;
     normalize_namespace(info, t.ns(), &mut body)?;
     let pinned = objects::resource_version(&body).to_string();
     for _ in 0..RETRIES {
-        let current = read(state, info, t.ns(), t.name())
-            .await?
-            .ok_or_else(|| ApiError::not_found(info.gr(), t.name()))?;
+        let Some(current) = read(state, info, t.ns(), t.name()).await? else {
+            if info.allow_create_on_update && !t.status {
+                let mut obj = body.clone();
+                objects::remove_meta(&mut obj, "resourceVersion");
+                match create(state, t, obj, opts).await {
+                    Ok(v) => return Ok((201, v)),
+                    Err(e) if e.code == 409 && e.reason == "AlreadyExists" => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            return Err(ApiError::not_found(info.gr(), t.name()));
+        };
         if !pinned.is_empty() && pinned != current.mod_revision.to_string() {
             return Err(ApiError::stale(info.gr(), t.name()));
         }
         match commit_update(state, info, &current, body.clone(), t.status, opts.dry_run).await? {
-            Commit::Done(v) => return Ok(v),
+            Commit::Done(v) => return Ok((200, v)),
             Commit::Retry if pinned.is_empty() => continue,
             Commit::Retry => return Err(ApiError::stale(info.gr(), t.name())),
         }

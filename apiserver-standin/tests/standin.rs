@@ -1067,7 +1067,20 @@ async fn events_leases_endpoints_and_kubeconfig() {
         Api::namespaced(client.clone(), "default");
     let ep = serde_json::from_value(json!({"metadata": {"name": "etcd"},
         "subsets": [{"addresses": [{"ip": "127.0.100.1"}], "ports": [{"name": "etcd", "port": 2379}]}]})).unwrap();
-    eps.create(&PostParams::default(), &ep).await.unwrap();
+    // Endpoints allow create-on-update (PUT to a missing object creates it); leases do not.
+    eps.replace("etcd", &PostParams::default(), &ep)
+        .await
+        .unwrap();
+    let ghost = serde_json::from_value(json!({"metadata": {"name": "ghost"}})).unwrap();
+    assert_eq!(
+        code(
+            leases
+                .replace("ghost", &PostParams::default(), &ghost)
+                .await
+        )
+        .0,
+        404
+    );
     assert_eq!(
         eps.list(&ListParams::default()).await.unwrap().items.len(),
         1

@@ -157,6 +157,12 @@ impl std::fmt::Debug for Pods {
 
 impl Pods {
     pub(crate) async fn start(&self, key: PodKey, pod: Pod, source: PodSource) {
+        // A pod replacing one of the same name: the old one is gone before the new one starts
+        // (they would share ports and data directories).
+        let old = self.map.lock().await.remove(&key);
+        if let Some(old) = old {
+            stop_managed(old).await;
+        }
         let is_static = matches!(source, PodSource::Static { .. });
         let worker = PodWorker::start(self.ctx.clone(), key.clone(), pod);
         let publisher = self.client.clone().map(|client| {
@@ -176,7 +182,7 @@ impl Pods {
             );
             (cancel, task)
         });
-        let old = self.map.lock().await.insert(
+        let raced = self.map.lock().await.insert(
             key,
             Managed {
                 worker,
@@ -184,8 +190,8 @@ impl Pods {
                 publisher,
             },
         );
-        if let Some(old) = old {
-            stop_managed(old).await;
+        if let Some(raced) = raced {
+            stop_managed(raced).await;
         }
     }
 

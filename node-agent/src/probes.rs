@@ -331,24 +331,39 @@ async fn check_inner(action: &Action) -> Result<(), String> {
     }
 }
 
-/// One probe attempt bounded by `timeout`.
-pub async fn check(action: &Action, timeout: Duration) -> Result<(), String> {
+/// One probe attempt bounded by `timeout`. An exec probe's process is stopped and reaped
+/// when the attempt times out or `cancel` fires, so no probe process outlives its container.
+pub async fn check(
+    action: &Action,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> Result<(), String> {
     match action {
         Action::Exec(launch) => {
-            // Exec probes must not outlive their timeout: stop the process group.
-            let mut p = Process::spawn(launch).map_err(|e| e.to_string())?;
-            match tokio::time::timeout(timeout, p.wait()).await {
-                Ok(exit) if exit.code == 0 => Ok(()),
-                Ok(exit) => Err(format!("command exited with {}", exit.code)),
-                Err(_) => {
+            let mut p = Process::spawn(launch).await.map_err(|e| e.to_string())?;
+            let outcome = tokio::select! {
+                exit = tokio::time::timeout(timeout, p.wait()) => Some(exit),
+                _ = cancel.cancelled() => None,
+            };
+            match outcome {
+                Some(Ok(exit)) if exit.code == 0 => Ok(()),
+                Some(Ok(exit)) => Err(format!("command exited with {}", exit.code)),
+                Some(Err(_)) => {
                     p.stop(Duration::ZERO).await;
                     Err(format!("command timed out after {timeout:?}"))
                 }
+                None => {
+                    p.stop(Duration::ZERO).await;
+                    Err("probe cancelled".into())
+                }
             }
         }
-        _ => tokio::time::timeout(timeout, check_inner(action))
-            .await
-            .unwrap_or_else(|_| Err(format!("probe timed out after {timeout:?}"))),
+        _ => tokio::select! {
+            r = tokio::time::timeout(timeout, check_inner(action)) => {
+                r.unwrap_or_else(|_| Err(format!("probe timed out after {timeout:?}")))
+            }
+            _ = cancel.cancelled() => Err("probe cancelled".into()),
+        },
     }
 }
 
@@ -376,10 +391,10 @@ pub async fn probe_loop(
         return;
     }
     loop {
-        let outcome = tokio::select! {
-            o = check(&action, timings.timeout) => o,
-            _ = cancel.cancelled() => return,
-        };
+        let outcome = check(&action, timings.timeout, &cancel).await;
+        if cancel.is_cancelled() {
+            return;
+        }
         let message = outcome.as_ref().err().cloned().unwrap_or_default();
         if let Err(m) = &outcome {
             tracing::debug!(probe = kind.as_str(), message = %m, "probe attempt failed");
@@ -494,8 +509,14 @@ mod tests {
             headers: vec![],
         };
         let d = Duration::from_secs(2);
-        assert!(check(&http("/health"), d).await.is_ok());
-        let err = check(&http("/health"), d).await.unwrap_err();
+        assert!(
+            check(&http("/health"), d, &CancellationToken::new())
+                .await
+                .is_ok()
+        );
+        let err = check(&http("/health"), d, &CancellationToken::new())
+            .await
+            .unwrap_err();
         assert!(err.contains("500"), "{err}");
         // tcpSocket consumes one accept.
         assert!(
@@ -504,7 +525,8 @@ mod tests {
                     host: "127.0.0.1".into(),
                     port
                 },
-                d
+                d,
+                &CancellationToken::new()
             )
             .await
             .is_ok()
@@ -516,7 +538,8 @@ mod tests {
                     host: "127.0.0.1".into(),
                     port
                 },
-                d
+                d,
+                &CancellationToken::new()
             )
             .await
             .is_err()
@@ -558,7 +581,9 @@ mod tests {
             path: "/readyz".into(),
             headers: vec![("X-Probe".into(), "1".into())],
         };
-        check(&action, Duration::from_secs(5)).await.unwrap();
+        check(&action, Duration::from_secs(5), &CancellationToken::new())
+            .await
+            .unwrap();
         let req = srv.await.unwrap();
         assert!(req.starts_with("GET /readyz HTTP/1.1\r\n"), "{req}");
         assert!(req.contains("X-Probe: 1\r\n"), "{req}");

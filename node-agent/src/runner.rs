@@ -12,6 +12,7 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
@@ -132,9 +133,56 @@ fn log_stdio(path: &Option<PathBuf>) -> Result<(Stdio, Stdio), RunnerError> {
     Ok((Stdio::from(open()?), Stdio::from(open()?)))
 }
 
+/// A request to the spawner thread.
+struct SpawnRequest {
+    cmd: Command,
+    runtime: tokio::runtime::Handle,
+    reply: tokio::sync::oneshot::Sender<std::io::Result<Child>>,
+}
+
+/// The process-wide spawner thread. Container shims are spawned from this one long-lived
+/// thread because `PR_SET_PDEATHSIG` fires when the *thread* that forked exits: a tokio
+/// worker or blocking thread can go away (idle blocking threads, `block_in_place`) while the
+/// agent lives on, and that would kill its containers. This thread never exits, so the signal
+/// fires only when the agent's process dies.
+fn spawner() -> Option<&'static std::sync::mpsc::Sender<SpawnRequest>> {
+    static SPAWNER: OnceLock<Option<std::sync::mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    SPAWNER
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<SpawnRequest>();
+            std::thread::Builder::new()
+                .name("node-agent-spawner".into())
+                .spawn(move || {
+                    for mut req in rx {
+                        let _guard = req.runtime.enter();
+                        let _ = req.reply.send(req.cmd.spawn());
+                    }
+                })
+                .ok()
+                .map(|_| tx)
+        })
+        .as_ref()
+}
+
+async fn spawn_from_spawner(cmd: Command, program: &std::path::Path) -> Result<Child, RunnerError> {
+    let err = |source| RunnerError::Spawn {
+        program: program.to_path_buf(),
+        source,
+    };
+    let gone = || err(std::io::Error::other("node-agent spawner thread is gone"));
+    let (reply, rx) = tokio::sync::oneshot::channel();
+    let req = SpawnRequest {
+        cmd,
+        runtime: tokio::runtime::Handle::current(),
+        reply,
+    };
+    spawner().ok_or_else(gone)?.send(req).map_err(|_| gone())?;
+    rx.await.map_err(|_| gone())?.map_err(err)
+}
+
 impl Process {
     /// Starts the container process in its own process group.
-    pub fn spawn(launch: &Launch) -> Result<Self, RunnerError> {
+    pub async fn spawn(launch: &Launch) -> Result<Self, RunnerError> {
         let (out, err) = log_stdio(&launch.log_path)?;
         let mut cmd = Command::new(&launch.helper);
         cmd.args(launch.helper_args()?)
@@ -145,10 +193,7 @@ impl Process {
             .stderr(err)
             .process_group(0)
             .kill_on_drop(true);
-        let child = cmd.spawn().map_err(|source| RunnerError::Spawn {
-            program: launch.helper.clone(),
-            source,
-        })?;
+        let child = spawn_from_spawner(cmd, &launch.helper).await?;
         let pid = child
             .id()
             .and_then(|p| i32::try_from(p).ok())

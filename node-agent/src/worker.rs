@@ -462,13 +462,14 @@ fn spawn_probe(
     spec: Option<Result<(Timings, Action), String>>,
     tx: &mpsc::Sender<ProbeEvent>,
     cancel: &CancellationToken,
+    tasks: &mut Vec<JoinHandle<()>>,
 ) {
     match spec {
         Some(Ok((timings, action))) => {
             let span = tracing::debug_span!("probe", probe = kind.as_str());
-            tokio::spawn(
+            tasks.push(tokio::spawn(
                 probe_loop(kind, timings, action, tx.clone(), cancel.clone()).instrument(span),
-            );
+            ));
         }
         Some(Err(e)) => tracing::warn!(probe = kind.as_str(), error = %e, "probe ignored"),
         None => {}
@@ -495,7 +496,7 @@ async fn run_once(run: &PodRun, slot: Slot) -> RunOutcome {
         Ok(p) => p,
         Err((reason, message)) => return RunOutcome::StartFailed { reason, message },
     };
-    let mut process = match Process::spawn(&prepared.launch) {
+    let mut process = match Process::spawn(&prepared.launch).await {
         Ok(p) => p,
         Err(e) => {
             return RunOutcome::StartFailed {
@@ -542,11 +543,24 @@ async fn run_once(run: &PodRun, slot: Slot) -> RunOutcome {
     let probe_cancel = run.cancel.child_token();
     let (tx, mut rx) = mpsc::channel(8);
     let mut later = Some((liveness, readiness));
+    let mut probe_tasks: Vec<JoinHandle<()>> = Vec::new();
     if startup.is_some() {
-        spawn_probe(ProbeKind::Startup, startup, &tx, &probe_cancel);
+        spawn_probe(
+            ProbeKind::Startup,
+            startup,
+            &tx,
+            &probe_cancel,
+            &mut probe_tasks,
+        );
     } else if let Some((l, r)) = later.take() {
-        spawn_probe(ProbeKind::Liveness, l, &tx, &probe_cancel);
-        spawn_probe(ProbeKind::Readiness, r, &tx, &probe_cancel);
+        spawn_probe(ProbeKind::Liveness, l, &tx, &probe_cancel, &mut probe_tasks);
+        spawn_probe(
+            ProbeKind::Readiness,
+            r,
+            &tx,
+            &probe_cancel,
+            &mut probe_tasks,
+        );
     }
     let grace = Duration::from_secs(
         u64::try_from(run.spec.termination_grace_period_seconds.unwrap_or(30)).unwrap_or(30),
@@ -562,8 +576,8 @@ async fn run_once(run: &PodRun, slot: Slot) -> RunOutcome {
                     ready = !has_readiness;
                     set_running(started, ready);
                     if let Some((l, r)) = later.take() {
-                        spawn_probe(ProbeKind::Liveness, l, &tx, &probe_cancel);
-                        spawn_probe(ProbeKind::Readiness, r, &tx, &probe_cancel);
+                        spawn_probe(ProbeKind::Liveness, l, &tx, &probe_cancel, &mut probe_tasks);
+                        spawn_probe(ProbeKind::Readiness, r, &tx, &probe_cancel, &mut probe_tasks);
                     }
                 }
                 ProbeEvent::Ready(r) => {
@@ -586,6 +600,11 @@ async fn run_once(run: &PodRun, slot: Slot) -> RunOutcome {
         }
     };
     probe_cancel.cancel();
+    // Exec probes stop (and reap) their processes when cancelled; wait for that. Dropping the
+    // receiver first makes a probe blocked on sending an event return at once.
+    drop(rx);
+    drop(tx);
+    futures::future::join_all(probe_tasks).await;
     let ran_for = process.started.elapsed();
     let message = read_termination_message(
         c,

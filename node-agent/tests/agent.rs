@@ -436,7 +436,7 @@ async fn exec_container_gives_each_node_its_own_var_lib_etcd() {
             log_path: Some(log.clone()),
         };
         std::fs::write(root.path().join("tlog"), "").unwrap();
-        let mut p = Process::spawn(&launch).unwrap();
+        let mut p = Process::spawn(&launch).await.unwrap();
         let exit = tokio::time::timeout(DEADLINE, p.wait()).await.unwrap();
         let out = std::fs::read_to_string(&log).unwrap();
         assert_eq!(exit.code, 0, "helper failed: {out}");

@@ -141,6 +141,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admission;
 pub mod apply;
 pub mod crd;
 pub mod delete;
@@ -150,6 +151,7 @@ pub mod events;
 pub mod gc;
 pub mod http;
 pub mod kubeconfig;
+pub mod list;
 pub mod objects;
 pub mod patch;
 pub mod resources;

@@ -1,23 +1,24 @@
-//! The REST verbs on one resource: get, list, create, update (PUT), patch. Delete lives in
-//! [`crate::delete`], watch in [`crate::watch`]. Every write is a read-modify-write guarded by
+//! The REST verbs on one resource: get, create, update (PUT), patch. List lives in
+//! [`crate::list`], delete in [`crate::delete`], watch in [`crate::watch`]. Every write is a read-modify-write guarded by
 //! the object's etcd mod revision, retried on a lost race unless the client pinned a
 //! `resourceVersion` (then the race is the client's 409 Conflict).
 
-use base64::Engine;
 use serde_json::{Value, json};
 
+use crate::admission;
 use crate::apply;
 use crate::crd;
-use crate::error::{ApiError, Cause, GroupResource};
+use crate::error::{ApiError, Cause};
 use crate::objects;
 use crate::patch::{self, PatchKind};
 use crate::resources::ResourceInfo;
-use crate::selectors::{FieldSelector, LabelSelector, Selectors};
 use crate::state::{State, from_storage, to_storage};
 use crate::store::{StoreError, Stored, encode};
 use crate::strategic;
 use crate::strategy;
 use crate::validation;
+
+pub use crate::list::{ListOptions, list, selectors};
 
 /// How many times a write is retried after losing a race it did not pin.
 const RETRIES: usize = 16;
@@ -45,23 +46,6 @@ impl Target {
     }
 }
 
-/// List parameters.
-#[derive(Clone, Debug, Default)]
-pub struct ListOptions {
-    /// `labelSelector`.
-    pub label_selector: String,
-    /// `fieldSelector`.
-    pub field_selector: String,
-    /// `limit` (0 = no limit).
-    pub limit: i64,
-    /// `continue`.
-    pub continue_token: Option<String>,
-    /// `resourceVersion`.
-    pub resource_version: String,
-    /// `resourceVersionMatch`.
-    pub resource_version_match: String,
-}
-
 /// Write parameters.
 #[derive(Clone, Debug, Default)]
 pub struct WriteOptions {
@@ -85,14 +69,6 @@ pub fn store_err(e: StoreError) -> ApiError {
     }
 }
 
-/// Parses both selectors for a resource.
-pub fn selectors(info: &ResourceInfo, opts: &ListOptions) -> Result<Selectors, ApiError> {
-    Ok(Selectors {
-        labels: LabelSelector::parse(&opts.label_selector)?,
-        fields: FieldSelector::parse(&opts.field_selector, &info.field_selectable())?,
-    })
-}
-
 /// Reads one object (stored form).
 pub async fn read(
     state: &State,
@@ -113,97 +89,6 @@ pub async fn get(state: &State, t: &Target) -> Result<Value, ApiError> {
         Some(s) => Ok(from_storage(&t.info, s.object)),
         None => Err(ApiError::not_found(t.info.gr(), t.name())),
     }
-}
-
-#[derive(serde::Serialize, serde::Deserialize)]
-struct ContinueToken {
-    rv: i64,
-    start: String,
-}
-
-/// LIST a collection, honouring selectors, `limit`/`continue` and `resourceVersionMatch=Exact`.
-pub async fn list(state: &State, t: &Target, opts: &ListOptions) -> Result<Value, ApiError> {
-    let info = &t.info;
-    let sel = selectors(info, opts)?;
-    let prefix = info.collection_prefix(state.prefix(), t.namespace.as_deref());
-    let (mut revision, mut start) = match &opts.continue_token {
-        Some(tok) if !tok.is_empty() => {
-            let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(tok)
-                .map_err(|_| ApiError::bad_request("continue key is not valid"))?;
-            let tok: ContinueToken = serde_json::from_slice(&raw)
-                .map_err(|_| ApiError::bad_request("continue key is not valid"))?;
-            if !tok.start.starts_with(&prefix) {
-                return Err(ApiError::bad_request("continue key is not valid"));
-            }
-            (tok.rv, Some(tok.start))
-        }
-        _ => {
-            let rv = if opts.resource_version_match == "Exact" {
-                opts.resource_version.parse::<i64>().map_err(|_| {
-                    ApiError::bad_request(format!(
-                        "invalid resource version {:?}",
-                        opts.resource_version
-                    ))
-                })?
-            } else {
-                0
-            };
-            (rv, None)
-        }
-    };
-    let mut items = Vec::new();
-    let mut next_start: Option<String> = None;
-    loop {
-        let page = state
-            .store
-            .list(&prefix, start.as_deref(), revision, if opts.limit > 0 { opts.limit } else { 0 })
-            .await
-            .map_err(|e| match e {
-                StoreError::Compacted { .. } if opts.continue_token.is_some() => ApiError {
-                    code: 410,
-                    reason: "Expired",
-                    message: "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.".into(),
-                    details: None,
-                },
-                other => store_err(other),
-            })?;
-        revision = page.revision;
-        let last_key = page.items.last().map(|s| s.key.clone());
-        for s in page.items {
-            let obj = from_storage(info, s.object);
-            if sel.matches(&obj) {
-                items.push(obj);
-            }
-        }
-        match (page.more, last_key) {
-            (true, Some(k)) => {
-                let next = format!("{k}\0");
-                if opts.limit > 0 && items.len() as i64 >= opts.limit {
-                    next_start = Some(next);
-                    break;
-                }
-                start = Some(next);
-            }
-            _ => break,
-        }
-    }
-    let mut metadata = json!({"resourceVersion": revision.to_string()});
-    if let Some(start) = next_start {
-        let tok = serde_json::to_vec(&ContinueToken {
-            rv: revision,
-            start,
-        })
-        .unwrap_or_default();
-        metadata["continue"] =
-            Value::String(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tok));
-    }
-    Ok(json!({
-        "kind": format!("{}List", info.kind),
-        "apiVersion": info.api_version(),
-        "metadata": metadata,
-        "items": items,
-    }))
 }
 
 /// Rejects a body whose `apiVersion`/`kind` name another type.
@@ -347,75 +232,6 @@ pub fn generate_name(prefix: &str) -> String {
     format!("{prefix}{suffix}")
 }
 
-const NAMESPACES: GroupResource<'static> = GroupResource {
-    group: "",
-    resource: "namespaces",
-};
-
-/// The namespace must exist and not be terminating (admission `NamespaceLifecycle`).
-async fn namespace_admission(
-    state: &State,
-    info: &ResourceInfo,
-    ns: &str,
-    name: &str,
-) -> Result<(), ApiError> {
-    let reg = state.registry();
-    let Some(ns_info) = reg.lookup("", "v1", "namespaces") else {
-        return Ok(());
-    };
-    match read(state, &ns_info, "", ns).await? {
-        None => Err(ApiError::not_found(NAMESPACES, ns)),
-        Some(s) if objects::is_deleting(&s.object) => Err(ApiError::forbidden(
-            info.gr(),
-            name,
-            &format!(
-                "unable to create new content in namespace {ns} because it is being terminated"
-            ),
-        )),
-        Some(_) => Ok(()),
-    }
-}
-
-/// Admission `ServiceAccount`: a pod names a service account (`default` if none) that must
-/// exist; mirror pods are exempt.
-async fn service_account_admission(
-    state: &State,
-    ns: &str,
-    pod: &mut Value,
-) -> Result<(), ApiError> {
-    let mirror = pod
-        .pointer("/metadata/annotations/kubernetes.io~1config.mirror")
-        .is_some();
-    if mirror || !state.config.service_account_admission {
-        return Ok(());
-    }
-    let sa = pod
-        .pointer("/spec/serviceAccountName")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .unwrap_or("default")
-        .to_string();
-    if let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.insert("serviceAccountName".into(), Value::String(sa.clone()));
-    }
-    let reg = state.registry();
-    let Some(sa_info) = reg.lookup("", "v1", "serviceaccounts") else {
-        return Ok(());
-    };
-    if read(state, &sa_info, ns, &sa).await?.is_none() {
-        let pods = GroupResource {
-            group: "",
-            resource: "pods",
-        };
-        return Err(ApiError::forbidden(
-            pods,
-            objects::name(pod),
-            &format!("error looking up service account {ns}/{sa}: serviceaccount {sa:?} not found"),
-        ));
-    }
-    Ok(())
-}
-
 /// POST: create an object.
 pub async fn create(
     state: &State,
@@ -439,10 +255,10 @@ pub async fn create(
         .filter(|_| objects::name(&obj).is_empty())
         .map(str::to_string);
     if info.namespaced {
-        namespace_admission(state, info, &ns, objects::name(&obj)).await?;
+        admission::namespace_admission(state, info, &ns, objects::name(&obj)).await?;
     }
     if is(info, "", "pods") {
-        service_account_admission(state, &ns, &mut obj).await?;
+        admission::service_account_admission(state, &ns, &mut obj).await?;
     }
     for _ in 0..RETRIES {
         let mut candidate = obj.clone();

@@ -1,7 +1,7 @@
 //! The REST verbs on one resource: get, create, update (PUT), patch. List lives in
-//! [`crate::list`], delete in [`crate::delete`], watch in [`crate::watch`]. Every write is a read-modify-write guarded by
-//! the object's etcd mod revision, retried on a lost race unless the client pinned a
-//! `resourceVersion` (then the race is the client's 409 Conflict).
+//! [`crate::list`], delete in [`crate::delete`], watch in [`crate::watch`]. Every write is a
+//! read-modify-write guarded by the object's etcd mod revision, retried on a lost race unless
+//! the client pinned a `resourceVersion` (then the race is the client's 409 Conflict).
 
 use serde_json::{Value, json};
 

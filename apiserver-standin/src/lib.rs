@@ -8,13 +8,16 @@
 //! `kube::runtime::Controller` work against it unchanged.
 //!
 //! ```text
-//!   kube::Client ──HTTP/JSON──▶ http.rs (routing) ──▶ verbs.rs / delete.rs / watch.rs
-//!                                                        │  strategy.rs, validation.rs,
-//!                                                        │  patch.rs, selectors.rs
-//!                                                        ▼
-//!                                   store.rs ──gRPC──▶ etcd (its own process, loopback)
-//!                                        ▲
-//!                  gc.rs (owner references, finalizers, namespaces) ─┘
+//!   kube::Client ──HTTP/JSON──▶ http.rs (routing, query, responses)
+//!                                  │
+//!                                  ├─▶ verbs.rs (get/create/update/patch), list.rs, delete.rs,
+//!                                  │   watch.rs, discovery.rs
+//!                                  │     uses: admission.rs, strategy.rs, validation.rs,
+//!                                  │           patch.rs, strategic.rs, apply.rs, selectors.rs
+//!                                  ▼
+//!                               store.rs ──gRPC──▶ etcd (its own process, loopback)
+//!                                  ▲
+//!   gc.rs (garbage collector, namespace controller) ─┘
 //! ```
 //!
 //! ## What is real
@@ -46,27 +49,33 @@
 //! Discovery: `/version`, `/api`, `/api/v1`, `/apis`, `/apis/<g>`, `/apis/<g>/<v>`; health:
 //! `/healthz`, `/readyz`, `/livez`.
 //!
-//! Behaviour kept from kube-apiserver: a body of a built-in kind must decode as its type
-//! (checked with the k8s-openapi types; a wrongly typed field is a 400; unknown fields are
-//! dropped), uid, creationTimestamp, `generation` (1 on create,
-//! bumped on spec change, for pods, CRDs and custom resources), `generateName` (five characters
-//! from the real alphabet), 409 AlreadyExists, 404 on a create into a missing namespace, 403 on
-//! a create into a terminating namespace, 400 on body/URL name or namespace mismatch, 422 on
-//! invalid names, labels, finalizers, owner references, immutable ConfigMap/Secret data, pod
-//! spec changes other than images/activeDeadlineSeconds/added tolerations, ConfigMap/Secret
-//! data over 1 MiB, `metadata.uid`
-//! changes and new finalizers on an object being deleted; 405 for unsupported verbs; status
-//! isolation for resources with a status subresource (main writes keep the stored `.status`,
-//! status writes change only `.status`); finalizers (`deletionTimestamp` set, object kept until
-//! the finalizers are gone, then removed by the update that empties them); label selectors
-//! (`=`, `==`, `!=`, `in`, `notin`, `key`, `!key`, `>`/`<`) and field selectors
-//! (`metadata.name`, `metadata.namespace`, pods' `spec.nodeName`, `status.phase`,
-//! `spec.serviceAccountName`, a few event fields, CRD `selectableFields`); `limit`/`continue`
-//! paging pinned to one etcd revision (410 when that revision is compacted);
-//! `resourceVersionMatch=Exact`; `dryRun=All`; create-on-update (PUT creates a missing object)
-//! for Endpoints and Events only; 500 on a create that carries a `resourceVersion`; DeleteOptions preconditions; CRD status
-//! (`NamesAccepted`, `Established`, `acceptedNames`, `storedVersions`); the `ServiceAccount`
-//! admission check that a pod's service account exists (mirror pods exempt).
+//! Behaviour kept from kube-apiserver:
+//! - server-set metadata: uid, creationTimestamp, `generation` (1 on create, bumped when the
+//!   spec changes, for pods, CRDs and custom resources), `generateName` (five characters from
+//!   the real alphabet);
+//! - decoding: a built-in kind's body must decode as its type (k8s-openapi types; a wrongly
+//!   typed field is a 400) and unknown fields are dropped; 500 on a create that carries a
+//!   `resourceVersion`;
+//! - errors with `Status` bodies: 404 NotFound (also for a create into a missing namespace),
+//!   409 AlreadyExists, 409 Conflict (stale `resourceVersion`, failed DeleteOptions
+//!   preconditions), 403 on a create into a terminating namespace or of a pod whose service
+//!   account is missing (mirror pods exempt), 400 on a body/URL name or namespace mismatch,
+//!   422 Invalid for names, labels, annotations, finalizers, owner references, ConfigMap/Secret
+//!   keys, immutable ConfigMap/Secret data, data over 1 MiB, pod spec changes other than
+//!   images/activeDeadlineSeconds/added tolerations, `metadata.uid` changes, new finalizers
+//!   on an object being deleted, malformed CRDs; 405 for verbs a path does not take; 410
+//!   Expired; 415 for unknown patch types;
+//! - status isolation for resources with a status subresource (main writes keep the stored
+//!   `.status`, status writes change only `.status`);
+//! - finalizers: delete sets `deletionTimestamp` and keeps the object until
+//!   `metadata.finalizers` is empty; the update that empties it removes the object;
+//! - selectors: labels (`=`, `==`, `!=`, `in`, `notin`, `key`, `!key`, `>`/`<`), fields
+//!   (`metadata.name`, `metadata.namespace`, pods' `spec.nodeName`, `status.phase`,
+//!   `spec.serviceAccountName`, a few event fields, CRD `selectableFields`);
+//! - lists: `limit`/`continue` paging pinned to one etcd revision (410 when it is compacted),
+//!   `resourceVersionMatch=Exact`; `dryRun=All`; create-on-update (a PUT creates a missing
+//!   object) for Endpoints and Events only;
+//! - CRD status (`NamesAccepted`, `Established`, `acceptedNames`, `storedVersions`).
 //!
 //! ## What stands in for other components
 //! The stand-in also plays, in-process, the parts of kube-controller-manager the project's code
@@ -77,8 +86,9 @@
 //! [`StandInConfig::default_service_accounts`]). A real bare kube-apiserver does none of this.
 //!
 //! ## How it differs from kube-apiserver (exactly)
-//! - **No authentication, authorization or TLS**; no admission webhooks; admission is limited to
-//!   NamespaceLifecycle and the ServiceAccount existence check.
+//! - **No authentication, authorization or TLS on the HTTP side** (etcd may be reached over
+//!   mTLS, [`StandInConfig::etcd_tls`]); no admission webhooks; admission is limited to
+//!   NamespaceLifecycle and the ServiceAccount existence check ([`admission`]).
 //! - **JSON only**: no protobuf, no table output, no aggregated discovery (`apidiscovery.k8s.io`
 //!   v2); the legacy discovery documents are served whatever `Accept` says.
 //! - **Storage encoding** is JSON, not protobuf; no encryption at rest; no watch cache (every

@@ -43,7 +43,8 @@ pub struct StandInConfig {
     pub etcd_timeout: Duration,
     /// How often watches with `allowWatchBookmarks` get a bookmark.
     pub bookmark_interval: Duration,
-    /// How often the garbage collector sweeps when nothing wakes it.
+    /// How often the garbage collector sweeps when nothing wakes it (every deletion wakes it;
+    /// default 10 s).
     pub gc_interval: Duration,
     /// Reject pods whose service account does not exist (kube-apiserver's admission plugin).
     pub service_account_admission: bool,
@@ -73,7 +74,7 @@ impl StandInConfig {
             key_prefix: "/registry".into(),
             etcd_timeout: Duration::from_secs(5),
             bookmark_interval: Duration::from_secs(10),
-            gc_interval: Duration::from_secs(2),
+            gc_interval: Duration::from_secs(10),
             service_account_admission: true,
             default_service_accounts: true,
             graceful_pod_deletion: true,

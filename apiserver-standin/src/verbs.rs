@@ -287,6 +287,10 @@ pub async fn create(
                 objects::set_meta_str(&mut candidate, "resourceVersion", &rev.to_string());
                 tracing::debug!(resource = %info.resource, namespace = %ns, %name, rev, "API stand-in: created");
                 after_create(state, info, &candidate).await;
+                if !objects::owner_uids(&candidate).is_empty() {
+                    // An owner that does not exist makes this a garbage-collection candidate.
+                    state.gc_wake.notify_one();
+                }
                 return Ok(candidate);
             }
             Err(StoreError::Exists) if generate_prefix.is_some() => continue,

@@ -23,7 +23,7 @@
 //! |---|---|
 //! | kubelet static pod source | [`static_pods`]: polls the manifest dir (250 ms), content hash per file |
 //! | kubelet API pod source | [`api_pods`]: watch with field selector `spec.nodeName` |
-//! | kubelet pod workers | [`worker`]: init containers in order, restart policies, back-off ([`backoff`]) |
+//! | kubelet pod workers | [`worker`]: init containers in order, restart policies, back-off ([`backoff`]); one container run (env, image, mounts, probes, termination message) in `container.rs` |
 //! | kubelet prober | [`probes`]: httpGet (http/https, no verification), tcpSocket, exec |
 //! | kubelet status/mirror manager | [`status`] (pure) + [`publish`] |
 //! | kubelet node status | [`node`]: Node registration and `Ready` heartbeat |
@@ -73,6 +73,7 @@
 pub mod agent;
 pub mod api_pods;
 pub mod backoff;
+mod container;
 pub mod context;
 pub mod env;
 pub mod expand;

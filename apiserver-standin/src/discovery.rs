@@ -1,10 +1,68 @@
 //! Discovery documents: `/version`, `/api`, `/api/v1`, `/apis`, `/apis/<group>`,
 //! `/apis/<group>/<version>`, built from the live [`Registry`] so custom resources appear
-//! once their CRD exists. Only the legacy (non-aggregated) discovery format is served.
+//! once their CRD exists. Both the legacy documents and aggregated discovery
+//! (`apidiscovery.k8s.io/v2` `APIGroupDiscoveryList` at `/api` and `/apis`, when the client's
+//! `Accept` asks for it) are served.
 
 use serde_json::{Value, json};
 
-use crate::resources::Registry;
+use crate::resources::{Registry, ResourceInfo};
+
+/// The content type of an aggregated discovery answer.
+pub const AGGREGATED_CONTENT_TYPE: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// Whether an `Accept` header asks for aggregated discovery (v2 or v2beta1).
+pub fn wants_aggregated(accept: &str) -> bool {
+    accept.split(',').any(|t| {
+        let t = t.replace(' ', "");
+        t.contains("g=apidiscovery.k8s.io") && t.contains("as=APIGroupDiscoveryList")
+    })
+}
+
+fn resource_discovery(r: &ResourceInfo) -> Value {
+    let kind = json!({"group": r.group, "version": r.version, "kind": r.kind});
+    let mut subresources = Vec::new();
+    if r.status_subresource {
+        subresources.push(json!({"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}));
+    }
+    json!({
+        "resource": r.resource,
+        "responseKind": kind,
+        "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+        "singularResource": r.singular,
+        "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+        "shortNames": r.short_names,
+        "subresources": subresources,
+    })
+}
+
+/// Aggregated discovery for the core group (`/api`) or every named group (`/apis`).
+pub fn aggregated(reg: &Registry, core: bool) -> Value {
+    let groups: Vec<(String, Vec<String>)> = if core {
+        vec![(String::new(), vec!["v1".to_string()])]
+    } else {
+        reg.groups()
+    };
+    let items: Vec<Value> = groups
+        .iter()
+        .map(|(g, versions)| {
+            let vs: Vec<Value> = versions
+                .iter()
+                .map(|v| {
+                    let resources: Vec<Value> = reg
+                        .group_version(g, v)
+                        .iter()
+                        .map(resource_discovery)
+                        .collect();
+                    json!({"version": v, "freshness": "Current", "resources": resources})
+                })
+                .collect();
+            json!({"metadata": {"name": g}, "versions": vs})
+        })
+        .collect();
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
+}
 
 /// The Kubernetes minor version the stand-in claims (k8s-openapi's `latest`).
 pub const MINOR: &str = "37";
@@ -90,6 +148,27 @@ pub fn group(reg: &Registry, name: &str) -> Option<Value> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+
+    #[test]
+    fn aggregated_discovery() {
+        assert!(wants_aggregated(
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+        ));
+        assert!(!wants_aggregated("application/json"));
+        let reg = Registry::default();
+        let core = aggregated(&reg, true);
+        let pods = core["items"][0]["versions"][0]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resource"] == "pods")
+            .unwrap()
+            .clone();
+        assert_eq!(pods["scope"], "Namespaced");
+        assert_eq!(pods["subresources"][0]["subresource"], "status");
+        let apis = aggregated(&reg, false);
+        assert_eq!(apis["items"].as_array().unwrap().len(), 3);
+    }
 
     #[test]
     fn core_list_has_status_subresources() {

@@ -219,9 +219,22 @@ async fn dispatch(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let q = Query::parse(uri);
+    let aggregated = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(discovery::wants_aggregated);
     let t = match route(state, uri.path())? {
         Route::Version => return Ok(json_response(200, &discovery::version())),
         Route::Health => return Ok(text_response("ok")),
+        route @ (Route::CoreVersions | Route::Groups) if aggregated => {
+            let core = matches!(route, Route::CoreVersions);
+            let mut resp = json_response(200, &discovery::aggregated(&state.registry(), core));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(discovery::AGGREGATED_CONTENT_TYPE),
+            );
+            return Ok(resp);
+        }
         Route::CoreVersions => {
             return Ok(json_response(
                 200,

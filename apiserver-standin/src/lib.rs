@@ -89,8 +89,9 @@
 //! - **No authentication, authorization or TLS on the HTTP side** (etcd may be reached over
 //!   mTLS, [`StandInConfig::etcd_tls`]); no admission webhooks; admission is limited to
 //!   NamespaceLifecycle and the ServiceAccount existence check ([`admission`]).
-//! - **JSON only**: no protobuf, no table output, no aggregated discovery (`apidiscovery.k8s.io`
-//!   v2); the legacy discovery documents are served whatever `Accept` says.
+//! - **JSON only**: no protobuf, no table output; discovery is served in the legacy format and,
+//!   when `Accept` asks for it, as aggregated discovery (`apidiscovery.k8s.io/v2`), without
+//!   categories or OpenAPI (`/openapi/v2`, `/openapi/v3` are 404).
 //! - **Storage encoding** is JSON, not protobuf; no encryption at rest; no watch cache (every
 //!   list and watch reads etcd). `resourceVersion=0` lists read the latest state.
 //! - **Strategic merge patch** ([`strategic`]) knows the patch strategies of the lists of the

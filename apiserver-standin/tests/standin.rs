@@ -626,6 +626,15 @@ async fn crd_registration_watcher_and_controller() {
         .await
         .unwrap();
     assert!(discovered.groups().any(|g| g.name() == "example.com"));
+    let aggregated = kube::Discovery::new(env.client.clone())
+        .run_aggregated()
+        .await
+        .unwrap();
+    assert!(aggregated.groups().any(|g| g.name() == "example.com"));
+    assert!(
+        aggregated.groups().any(|g| g.name().is_empty()),
+        "the core group"
+    );
 
     // Deleting the CRD stops serving its resources.
     crds.delete("gadgets.example.com", &DeleteParams::default())

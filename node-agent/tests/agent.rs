@@ -411,7 +411,9 @@ async fn exec_container_gives_each_node_its_own_var_lib_etcd() {
             program: "/bin/sh".into(),
             args: vec![
                 "-c".into(),
-                "ls /var/lib/etcd; ls -d /etc/kubernetes/manifests; echo msg > /dev/termination-log; cat /proc/self/mountinfo".into(),
+                "ls /var/lib/etcd; ls -d /etc/kubernetes/manifests; echo msg > /dev/termination-log; \
+                 test -c /dev/null || exit 7; grep -q ' /dev/shm ' /proc/self/mountinfo || exit 8; \
+                 touch /etc/kubernetes/manifests/x 2>/dev/null && exit 9; cat /proc/self/mountinfo".into(),
             ],
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             binds: vec![

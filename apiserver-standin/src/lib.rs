@@ -142,15 +142,29 @@
 //!   deletecollection answers with the list of affected objects.
 //!
 //! ## Use
+//! In tests, start a real etcd with `etcd-fixture`, take a unique loopback address, and start
+//! the stand-in on it; `client()` gives a kube client, `write_kubeconfig` a file for binaries
+//! (`KUBECONFIG=...`). The stand-in stops when dropped.
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::net::SocketAddr;
 //! use apiserver_standin::{ApiServerStandIn, StandInConfig};
-//! let config = StandInConfig::new(["http://127.0.100.7:2379"], "127.0.0.1:0".parse()?);
+//! use etcd_fixture::{ClusterSpec, EtcdCluster, LoopbackAddr};
+//!
+//! let etcd = EtcdCluster::start(ClusterSpec::plain(1)).await?;
+//! let addr = LoopbackAddr::acquire()?;
+//! let config = StandInConfig::new(
+//!     etcd.client_urls().iter().map(|u| u.to_string()),
+//!     SocketAddr::new(addr.ip().into(), 0),
+//! );
 //! let standin = ApiServerStandIn::start(config).await?;
 //! let client: kube::Client = standin.client()?;
+//! standin.write_kubeconfig(std::path::Path::new("/tmp/kubeconfig"))?;
 //! println!("stand-in serving at {}", standin.url());
 //! # Ok(()) }
 //! ```
+//! The `apiserver-standin` binary does the same from the command line (`--etcd URLS`, or a
+//! private etcd when omitted; `--listen`, `--kubeconfig`); it prints the URL on stdout.
 
 pub mod admission;
 pub mod apply;

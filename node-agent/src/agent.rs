@@ -209,11 +209,11 @@ impl Pods {
         }
     }
 
-    pub(crate) async fn stop_all(&self) {
+    pub(crate) async fn stop_all(&self, kill: bool) {
         let all: Vec<Managed> = std::mem::take(&mut *self.map.lock().await)
             .into_values()
             .collect();
-        futures::future::join_all(all.into_iter().map(stop_managed)).await;
+        futures::future::join_all(all.into_iter().map(|m| stop_or_kill(m, kill))).await;
     }
 
     pub(crate) async fn sources(&self) -> BTreeMap<PodKey, PodSource> {
@@ -234,7 +234,15 @@ impl Pods {
 }
 
 async fn stop_managed(m: Managed) {
-    m.worker.stop().await;
+    stop_or_kill(m, false).await;
+}
+
+async fn stop_or_kill(m: Managed, kill: bool) {
+    if kill {
+        m.worker.kill().await;
+    } else {
+        m.worker.stop().await;
+    }
     if let Some((cancel, task)) = m.publisher {
         cancel.cancel();
         let _ = task.await;
@@ -246,6 +254,8 @@ async fn stop_managed(m: Managed) {
 pub struct NodeAgentHandle {
     pods: Arc<Pods>,
     cancel: CancellationToken,
+    /// Set by [`NodeAgentHandle::crash`]: the node goes silent instead of reporting its stop.
+    silent: Arc<std::sync::atomic::AtomicBool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -290,6 +300,7 @@ impl NodeAgent {
             node_uid: uid_rx,
         });
         let cancel = CancellationToken::new();
+        let silent = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut tasks = Vec::new();
         let span = tracing::info_span!("node", node = %ctx.name);
         tasks.push(tokio::spawn(
@@ -304,6 +315,7 @@ impl NodeAgent {
                     ctx.ip,
                     config.heartbeat,
                     uid_tx,
+                    silent.clone(),
                     cancel.clone(),
                 )
                 .instrument(span.clone()),
@@ -317,6 +329,7 @@ impl NodeAgent {
         Ok(NodeAgentHandle {
             pods,
             cancel,
+            silent,
             tasks,
         })
     }
@@ -374,18 +387,32 @@ impl NodeAgentHandle {
         key
     }
 
-    /// Stops every pod and loop. After it returns no process the agent started is alive.
+    /// Stops every pod (SIGTERM, grace period, SIGKILL) and loop, and reports the Node
+    /// `Ready=Unknown`. After it returns no process the agent started is alive.
     pub async fn shutdown(self) {
         tracing::info!(node = %self.pods.ctx.name, "node agent stopping");
+        self.finish(false).await;
+    }
+
+    /// Simulates a node crash: every container is SIGKILLed at once (no grace period), the
+    /// loops stop and the Node is left as it was (no final status; its heartbeat just stops).
+    /// After it returns no process the agent started is alive. Mirror pods stay in the API.
+    pub async fn crash(self) {
+        tracing::warn!(node = %self.pods.ctx.name, "node agent crashing (simulated)");
+        self.silent.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.finish(true).await;
+    }
+
+    async fn finish(self, kill: bool) {
         self.cancel.cancel();
-        self.pods.stop_all().await;
+        self.pods.stop_all(kill).await;
         for t in self.tasks {
             if let Err(e) = t.await {
                 tracing::error!(error = %e, "agent task failed");
             }
         }
         // A loop may have started a pod while we were stopping.
-        self.pods.stop_all().await;
+        self.pods.stop_all(kill).await;
         tracing::info!(node = %self.pods.ctx.name, "node agent stopped");
     }
 }

@@ -314,6 +314,11 @@ pub(crate) async fn run_once(run: &PodRun, slot: Slot) -> RunOutcome {
             _ = run.cancel.cancelled() => {
                 cancelled = true;
                 probe_cancel.cancel();
+                let grace = if run.kill.load(std::sync::atomic::Ordering::SeqCst) {
+                    Duration::ZERO
+                } else {
+                    grace
+                };
                 break process.stop(grace).await;
             }
         }

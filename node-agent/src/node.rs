@@ -241,7 +241,8 @@ pub async fn post_status(
         .map(|_| ())
 }
 
-/// Registers the node, then heartbeats until cancelled; reports `Ready=Unknown` at the end.
+/// Registers the node, then heartbeats until cancelled; reports `Ready=Unknown` at the end
+/// unless `silent` is set by then (a simulated crash).
 /// The Node's UID is published on `uid` once known (mirror pods name the Node as owner).
 pub async fn heartbeat_loop(
     client: kube::Client,
@@ -249,6 +250,7 @@ pub async fn heartbeat_loop(
     ip: IpAddr,
     interval: Duration,
     uid: watch::Sender<Option<String>>,
+    silent: std::sync::Arc<std::sync::atomic::AtomicBool>,
     cancel: CancellationToken,
 ) {
     let api: Api<Node> = Api::all(client.clone());
@@ -296,6 +298,9 @@ pub async fn heartbeat_loop(
         if cancelled_sleep(&cancel, wait).await {
             break;
         }
+    }
+    if silent.load(std::sync::atomic::Ordering::SeqCst) {
+        return;
     }
     let now = Timestamp::now();
     let st = node_status(&name, ip, Readiness::Stopped, now, now);

@@ -52,6 +52,8 @@ pub(crate) struct PodRun {
     pub(crate) facts: PodFacts,
     pub(crate) obs: watch::Sender<PodObservation>,
     pub(crate) cancel: CancellationToken,
+    /// Set before `cancel` to stop without grace period (a simulated node crash).
+    pub(crate) kill: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How one container run ended.
@@ -67,6 +69,7 @@ pub(crate) enum RunOutcome {
 /// A running pod worker.
 #[derive(Debug)]
 pub struct PodWorker {
+    kill: Arc<std::sync::atomic::AtomicBool>,
     pub key: PodKey,
     pub uid: String,
     pub pod: Arc<Pod>,
@@ -100,6 +103,7 @@ impl PodWorker {
             annotations: pod.metadata.annotations.clone().unwrap_or_default(),
         };
         let cancel = CancellationToken::new();
+        let kill = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let run = Arc::new(PodRun {
             ctx: ctx.clone(),
             key: key.clone(),
@@ -108,6 +112,7 @@ impl PodWorker {
             facts,
             obs: tx,
             cancel: cancel.clone(),
+            kill: kill.clone(),
         });
         let span = tracing::info_span!("pod", node = %ctx.name, pod = %key);
         let task = tokio::spawn(run_pod(run).instrument(span));
@@ -116,6 +121,7 @@ impl PodWorker {
             uid,
             pod: Arc::new(pod),
             cancel,
+            kill,
             task,
             observations: rx,
         }
@@ -133,6 +139,18 @@ impl PodWorker {
 
     /// Stops every container (SIGTERM, grace, SIGKILL) and waits for the worker.
     pub async fn stop(self) {
+        self.shut(false).await;
+    }
+
+    /// SIGKILLs every container at once (no grace period) and waits for the worker.
+    pub async fn kill(self) {
+        self.shut(true).await;
+    }
+
+    async fn shut(self, kill: bool) {
+        if kill {
+            self.kill.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         self.cancel.cancel();
         if let Err(e) = self.task.await {
             tracing::error!(pod = %self.key, error = %e, "pod worker task failed");

@@ -1246,3 +1246,24 @@ async fn the_binary_leaves_no_process_behind_on_sigterm_or_sigkill() {
         assert!(!host_mountinfo().contains(&root.path().display().to_string()));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_kills_every_container_without_grace() {
+    let mut n = TestNode::start("node-c", None).await;
+    n.install_manifest(
+        "stubborn.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: stubborn}\nspec:\n  terminationGracePeriodSeconds: 300\n  containers:\n  - name: c\n    image: busybox\n    command: [sh, -c, 'trap \"\" TERM; sleep 1000 & wait; sleep 1000']\n",
+    );
+    let key = n.key("default", "stubborn-node-c");
+    let pid = eventually("stubborn running", DEADLINE, || async {
+        let (st, obs) = n.status(&key).await?;
+        running_pid(&obs, "c").ok_or_else(|| brief(&st))
+    })
+    .await;
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(20), n.agent.take().unwrap().crash())
+        .await
+        .expect("crash returns without waiting for the grace period");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_clean(&[pid].into(), &[n.root.path()]);
+}

@@ -1,14 +1,17 @@
 //! Server-side apply, simplified ("apply-lite"). What it keeps from real server-side apply:
 //!
-//! - each `fieldManager` that applies owns the fields of its applied configuration, recorded in
-//!   `metadata.managedFields` (`operation: Apply`, `fieldsType: FieldsV1`);
+//! - each `fieldManager` that applies owns the leaf fields of its applied configuration,
+//!   recorded in `metadata.managedFields` (`operation: Apply`, `fieldsType: FieldsV1`);
+//! - setting a field another applier owns to a different value is a conflict (409) unless
+//!   `force`, which moves the field to the new manager; the same value is shared ownership;
 //! - applying again **removes the fields the same manager applied before and no longer
 //!   applies**, unless another applying manager also owns them;
-//! - the configuration is merged into the live object: maps merge key by key, `null` removes.
+//! - the configuration is merged into the live object: maps merge key by key, `null` removes;
+//!   a no-op apply changes nothing (not even the entry's time).
 //!
 //! What it leaves out: lists and scalars are owned whole (no associative-list merge keys, no
-//! `k:`/`v:` set entries), there are **no conflicts** (so `force` changes nothing), and
-//! non-apply writes (`Update`) do not record ownership.
+//! `k:`/`v:` set entries), and non-apply writes (`Update`) record no ownership, so they never
+//! conflict with an applier.
 
 use std::collections::BTreeSet;
 
@@ -56,16 +59,18 @@ pub fn owned_fields(config: &Value) -> BTreeSet<FieldPath> {
     out
 }
 
+/// Maps are not owned themselves, only their leaves (an empty map owns nothing: merged into
+/// the live object it changes nothing).
 fn collect(v: &Value, path: FieldPath, out: &mut BTreeSet<FieldPath>) {
     match v.as_object() {
-        Some(map) if !map.is_empty() => {
+        Some(map) => {
             for (k, child) in map {
                 let mut p = path.clone();
                 p.push(k.clone());
                 collect(child, p, out);
             }
         }
-        _ => {
+        None => {
             out.insert(path);
         }
     }
@@ -149,11 +154,97 @@ fn is_apply_by(entry: &Value, manager: &str) -> bool {
         && entry.get("operation").and_then(Value::as_str) == Some("Apply")
 }
 
-/// Applies `config` for `manager` to `doc` (the live object, or `{}` for a create): removes the
-/// fields the manager applied before and dropped now (unless another applier owns them), merges
-/// the configuration, and records the manager's field set in `metadata.managedFields`.
-pub fn apply(doc: &mut Value, config: &Value, manager: &str, api_version: &str, now: &str) {
+/// A field another applier owns with a different value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conflict {
+    /// The other manager.
+    pub manager: String,
+    /// The field, as `.data.key`.
+    pub field: String,
+}
+
+/// Who applies, and how.
+#[derive(Clone, Copy, Debug)]
+pub struct Applier<'a> {
+    /// `fieldManager`.
+    pub manager: &'a str,
+    /// `apiVersion` recorded in the managed fields entry.
+    pub api_version: &'a str,
+    /// Time recorded when the field set changes.
+    pub now: &'a str,
+    /// `force`: take over conflicting fields instead of failing.
+    pub force: bool,
+}
+
+fn value_at<'a>(v: &'a Value, path: &[String]) -> Option<&'a Value> {
+    path.iter().try_fold(v, |node, part| node.get(part))
+}
+
+fn set_fields(entry: &mut Value, fields: &BTreeSet<FieldPath>) {
+    if let Some(map) = entry.as_object_mut() {
+        map.insert("fieldsV1".into(), to_fields_v1(fields));
+    }
+}
+
+/// Applies `config` for a manager to `doc` (the live object, or `{}` for a create).
+///
+/// A field the configuration sets to a value other than the live one, while another applier
+/// owns it, is a conflict: without `force` nothing changes and the conflicts are returned; with
+/// `force` the field changes hands. Then the fields the manager applied before and dropped now
+/// are removed (unless another applier owns them), the configuration is merged, and the
+/// manager's field set is recorded in `metadata.managedFields`.
+pub fn apply(doc: &mut Value, config: &Value, who: Applier<'_>) -> Result<(), Vec<Conflict>> {
+    let Applier {
+        manager,
+        api_version,
+        now,
+        force,
+    } = who;
     let mut managed = entries(doc);
+    let now_owned = owned_fields(config);
+    let mut conflicts = Vec::new();
+    for entry in managed.iter_mut() {
+        if is_apply_by(entry, manager)
+            || entry.get("operation").and_then(Value::as_str) != Some("Apply")
+        {
+            continue;
+        }
+        let other = entry
+            .get("manager")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let mut theirs = entry
+            .get("fieldsV1")
+            .map(from_fields_v1)
+            .unwrap_or_default();
+        let contested: Vec<FieldPath> = theirs
+            .iter()
+            .filter(|q| {
+                now_owned
+                    .iter()
+                    .any(|p| overlaps(p, q) && value_at(doc, p) != value_at(config, p))
+            })
+            .cloned()
+            .collect();
+        for q in &contested {
+            conflicts.push(Conflict {
+                manager: other.clone(),
+                field: format!(".{}", q.join(".")),
+            });
+            theirs.remove(q);
+        }
+        if force && !contested.is_empty() {
+            set_fields(entry, &theirs);
+        }
+    }
+    if !conflicts.is_empty() && !force {
+        return Err(conflicts);
+    }
+    managed.retain(|e| {
+        e.get("fieldsV1")
+            .is_none_or(|f| is_apply_by(e, manager) || !from_fields_v1(f).is_empty())
+    });
     let previous: BTreeSet<FieldPath> = managed
         .iter()
         .find(|e| is_apply_by(e, manager))
@@ -167,7 +258,6 @@ pub fn apply(doc: &mut Value, config: &Value, manager: &str, api_version: &str, 
         .filter_map(|e| e.get("fieldsV1"))
         .flat_map(from_fields_v1)
         .collect();
-    let now_owned = owned_fields(config);
     for dropped in previous.difference(&now_owned) {
         // Still owned (the same field, or something below it), or owned by another applier.
         let claimed_now = now_owned.iter().any(|p| p.starts_with(dropped));
@@ -207,12 +297,27 @@ pub fn apply(doc: &mut Value, config: &Value, manager: &str, api_version: &str, 
         key(a).cmp(&key(b))
     });
     objects::metadata_mut(doc).insert("managedFields".into(), Value::Array(managed));
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+
+    fn by(manager: &str) -> Applier<'_> {
+        Applier {
+            manager,
+            api_version: "v1",
+            now: "t",
+            force: false,
+        }
+    }
+
+    fn apply(doc: &mut Value, config: &Value, manager: &str, _v: &str, now: &str) {
+        let who = Applier { now, ..by(manager) };
+        super::apply(doc, config, who).unwrap();
+    }
 
     fn cm(data: Value) -> Value {
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": data})
@@ -225,10 +330,7 @@ mod tests {
             "spec": {"a": {"b": 1}, "l": [1], "e": {}}}),
         );
         let paths: Vec<String> = set.iter().map(|p| p.join(".")).collect();
-        assert_eq!(
-            paths,
-            vec!["metadata.labels.x", "spec.a.b", "spec.e", "spec.l"]
-        );
+        assert_eq!(paths, vec!["metadata.labels.x", "spec.a.b", "spec.l"]);
         let v1 = to_fields_v1(&set);
         assert_eq!(v1["f:spec"]["f:a"]["f:b"], json!({}));
         assert_eq!(from_fields_v1(&v1), set);
@@ -251,6 +353,41 @@ mod tests {
             doc["metadata"]["managedFields"].as_array().unwrap().len(),
             1
         );
+    }
+
+    #[test]
+    fn a_different_value_for_another_appliers_field_conflicts_unless_forced() {
+        let mut doc = json!({});
+        apply(&mut doc, &cm(json!({"k": "1"})), "a", "v1", "t");
+        let same = super::apply(&mut doc.clone(), &cm(json!({"k": "1"})), by("b"));
+        assert!(same.is_ok(), "the same value is shared ownership");
+        let before = doc.clone();
+        let err = super::apply(&mut doc, &cm(json!({"k": "2"})), by("b")).unwrap_err();
+        assert_eq!(
+            err,
+            vec![Conflict {
+                manager: "a".into(),
+                field: ".data.k".into()
+            }]
+        );
+        assert_eq!(doc, before, "a conflict changes nothing");
+        super::apply(
+            &mut doc,
+            &cm(json!({"k": "2"})),
+            Applier {
+                force: true,
+                ..by("b")
+            },
+        )
+        .unwrap();
+        assert_eq!(doc["data"]["k"], "2");
+        let managers: Vec<&str> = doc["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["manager"].as_str().unwrap())
+            .collect();
+        assert_eq!(managers, vec!["b"], "a lost its only field");
     }
 
     #[test]

@@ -101,15 +101,17 @@
 //!   (merged items keep the live order, new ones are appended) and lists missing from its table
 //!   are replaced whole. On custom resources it is a 415, as on the real server.
 //! - **Server-side apply** (`application/apply-patch+yaml`) is "apply-lite" ([`apply`]): the
-//!   applied configuration is merged into the live object (maps merge, `null` removes), each
+//!   applied configuration is merged into the live object (maps merge, `null` removes); each
 //!   applying `fieldManager` owns the leaf fields of its configuration (recorded in
-//!   `metadata.managedFields`, `operation: Apply`, `FieldsV1`), and a manager that stops
-//!   applying a field has it removed unless another applier owns it; a no-op apply writes
-//!   nothing. Unlike the real thing: **lists are owned and replaced whole** (no associative
-//!   lists keyed by e.g. container `name`), **there are never conflicts** (so `force` is
-//!   accepted and changes nothing), and **non-apply writes record no ownership** (no
-//!   `operation: Update` entries; their fields are never removed by an apply). `fieldManager`
-//!   is required (400 without it). Applying to a missing object creates it (201).
+//!   `metadata.managedFields`, `operation: Apply`, `FieldsV1`); setting a field another
+//!   applier owns to a different value is a 409 Conflict unless `force=true`, which moves the
+//!   field to the new manager; a manager that stops applying a field has it removed unless
+//!   another applier owns it; a no-op apply writes nothing. Unlike the real thing: **lists are
+//!   owned and replaced whole** (no associative lists keyed by e.g. container `name`, so two
+//!   appliers cannot share a list), and **non-apply writes record no ownership** (no
+//!   `operation: Update` entries: an apply never conflicts with a PUT/PATCH writer, and their
+//!   fields are never removed by an apply). `fieldManager` is required (400 without it).
+//!   Applying to a missing object creates it (201).
 //! - **Validation** covers the checks listed above plus decoding every built-in body into its
 //!   k8s-openapi type and encoding it back (wrong field types and bad base64 in Secret data are
 //!   a 400; unknown fields are dropped, as the real server does, but without its `Warning`

@@ -455,6 +455,44 @@ pub async fn update(
     Err(ApiError::stale(info.gr(), t.name()))
 }
 
+fn applier<'a>(api_version: &'a str, opts: &'a WriteOptions, now: &'a str) -> apply::Applier<'a> {
+    apply::Applier {
+        manager: opts.field_manager.as_deref().unwrap_or_default(),
+        api_version,
+        now,
+        force: opts.force,
+    }
+}
+
+/// 409 for apply conflicts, worded like kube-apiserver.
+fn apply_conflict(info: &ResourceInfo, name: &str, conflicts: &[apply::Conflict]) -> ApiError {
+    let list: Vec<String> = conflicts
+        .iter()
+        .map(|c| format!("conflict with {:?}: {}", c.manager, c.field))
+        .collect();
+    let causes: Vec<Value> = conflicts
+        .iter()
+        .map(|c| json!({"reason": "FieldManagerConflict", "message": format!("conflict with {:?}", c.manager), "field": c.field}))
+        .collect();
+    let noun = if conflicts.len() == 1 {
+        "conflict"
+    } else {
+        "conflicts"
+    };
+    ApiError {
+        code: 409,
+        reason: "Conflict",
+        message: format!(
+            "Apply failed with {} {noun}: {}",
+            conflicts.len(),
+            list.join("\n")
+        ),
+        details: Some(
+            json!({"name": name, "group": info.group, "kind": info.resource, "causes": causes}),
+        ),
+    }
+}
+
 /// PATCH: merge / strategic (as merge) / JSON patch / apply. Returns the HTTP code (201 when an
 /// apply created the object) and the object.
 pub async fn patch(
@@ -498,18 +536,15 @@ pub async fn patch(
         }
         check_type(info, &patch_doc)?;
     }
+    let api_version = info.api_version();
     for _ in 0..RETRIES {
+        let now = objects::now_rfc3339();
         let current = read(state, info, t.ns(), t.name()).await?;
         let Some(current) = current else {
             if kind == PatchKind::Apply && !t.status {
                 let mut obj = json!({});
-                apply::apply(
-                    &mut obj,
-                    &patch_doc,
-                    opts.field_manager.as_deref().unwrap_or_default(),
-                    &info.api_version(),
-                    &objects::now_rfc3339(),
-                );
+                apply::apply(&mut obj, &patch_doc, applier(&api_version, opts, &now))
+                    .map_err(|c| apply_conflict(info, t.name(), &c))?;
                 objects::remove_meta(&mut obj, "resourceVersion");
                 check_name(t.name(), &mut obj, true)?;
                 match create(state, t, obj, opts).await {
@@ -528,13 +563,10 @@ pub async fn patch(
                 strategic::apply(&mut doc, &patch_doc, &info.group, &info.resource)?
             }
             PatchKind::Json => patch::json_patch(&mut doc, &patch_doc)?,
-            PatchKind::Apply => apply::apply(
-                &mut doc,
-                &patch_doc,
-                opts.field_manager.as_deref().unwrap_or_default(),
-                &info.api_version(),
-                &objects::now_rfc3339(),
-            ),
+            PatchKind::Apply => {
+                apply::apply(&mut doc, &patch_doc, applier(&api_version, opts, &now))
+                    .map_err(|c| apply_conflict(info, t.name(), &c))?
+            }
         }
         let patched_rv = objects::resource_version(&doc).to_string();
         let pinned = !patched_rv.is_empty() && patched_rv != current.mod_revision.to_string();

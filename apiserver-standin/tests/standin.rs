@@ -271,6 +271,21 @@ async fn crud_conflicts_and_structural_errors() {
         .await
         .unwrap();
     assert_eq!(again.resource_version(), reapplied.resource_version());
+    // Setting another applier's field to a different value conflicts unless forced.
+    let unforced = PatchParams::apply("third-manager");
+    let clash =
+        Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k2": "mine"}}));
+    let conflict = cms.patch("applied", &unforced, &clash).await;
+    assert_eq!(code(conflict), (409, "Conflict".into()));
+    let forced = cms
+        .patch(
+            "applied",
+            &PatchParams::apply("third-manager").force(),
+            &clash,
+        )
+        .await
+        .unwrap();
+    assert_eq!(forced.data.unwrap()["k2"], "mine");
 
     // Immutable ConfigMap.
     let mut frozen = cm("frozen", json!({"a": "1"}));

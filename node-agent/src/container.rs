@@ -97,6 +97,7 @@ fn prepare(run: &PodRun, c: &Container, restart: u32) -> Result<Prepared, (&'sta
             &c.name,
             restart,
         )),
+        error_file: Some(termination_file.clone()),
     };
     Ok(Prepared {
         launch,
@@ -125,6 +126,7 @@ fn exec_probe_launch(
         env: p.env.clone(),
         binds: p.binds.clone(),
         log_path: None,
+        error_file: None,
         ..p.launch.clone()
     })
 }

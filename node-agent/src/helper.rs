@@ -67,6 +67,8 @@ pub struct ExecSpec {
     pub program: PathBuf,
     pub args: Vec<String>,
     pub die_with_parent: bool,
+    /// Passed on to stage 2, which writes there why `execv` failed.
+    pub error_file: Option<PathBuf>,
 }
 
 /// The signals the agent sends to a container's process group to stop it.
@@ -107,8 +109,12 @@ pub fn run_container(spec: &ExecSpec) -> Result<i32, HelperError> {
         .thread_block()
         .map_err(sys("block signals"))?;
     // /proc/self/exe names this very binary whatever the new mounts hide.
-    let status = Command::new("/proc/self/exe")
-        .arg("exec-init")
+    let mut init = Command::new("/proc/self/exe");
+    init.arg("exec-init");
+    if let Some(f) = &spec.error_file {
+        init.arg("--error-file").arg(f);
+    }
+    let status = init
         .arg("--")
         .arg(&spec.program)
         .args(&spec.args)

@@ -51,6 +51,9 @@ enum Cmd {
         binds: Vec<String>,
         #[arg(long)]
         workdir: Option<PathBuf>,
+        /// Host file to write the reason to when the program cannot be started.
+        #[arg(long)]
+        error_file: Option<PathBuf>,
         /// SIGKILL the container when the agent thread that spawned it dies.
         #[arg(long)]
         die_with_parent: bool,
@@ -60,6 +63,8 @@ enum Cmd {
     /// Internal: PID 1 of a container (started by exec-container); execs the program.
     #[command(hide = true)]
     ExecInit {
+        #[arg(long)]
+        error_file: Option<PathBuf>,
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
@@ -72,6 +77,7 @@ fn main() -> anyhow::Result<()> {
             staging,
             binds,
             workdir,
+            error_file,
             die_with_parent,
             command,
         } => {
@@ -88,22 +94,34 @@ fn main() -> anyhow::Result<()> {
                 program: PathBuf::from(program),
                 args: rest.to_vec(),
                 die_with_parent,
+                error_file: error_file.clone(),
             };
             match run_container(&spec) {
                 Ok(code) => std::process::exit(code),
                 Err(e) => {
-                    eprintln!("node-agent exec-container: {e}");
+                    let msg = format!("node-agent exec-container: {e}\n");
+                    eprint!("{msg}");
+                    if let Some(f) = error_file {
+                        let _ = std::fs::write(f, &msg);
+                    }
                     std::process::exit(127);
                 }
             }
         }
-        Cmd::ExecInit { command } => {
+        Cmd::ExecInit {
+            error_file,
+            command,
+        } => {
             let (program, rest) = command.split_first().context("no command")?;
             let err = match exec_init(std::path::Path::new(program), rest) {
                 Ok(never) => match never {},
                 Err(e) => e,
             };
-            eprintln!("node-agent exec-init: {err}");
+            let msg = format!("node-agent exec-init: {err}\n");
+            eprint!("{msg}");
+            if let Some(f) = error_file {
+                let _ = std::fs::write(f, &msg);
+            }
             std::process::exit(127);
         }
         Cmd::Run {

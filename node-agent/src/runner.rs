@@ -53,6 +53,9 @@ pub struct Launch {
     pub staging: PathBuf,
     pub working_dir: Option<PathBuf>,
     pub log_path: Option<PathBuf>,
+    /// Host file where the helper writes why it could not start the program (the container's
+    /// termination message file), so the reason shows in the container status.
+    pub error_file: Option<PathBuf>,
 }
 
 impl Launch {
@@ -64,6 +67,10 @@ impl Launch {
         for b in &self.binds {
             a.push("--bind".into());
             a.push(b.to_arg()?);
+        }
+        if let Some(f) = &self.error_file {
+            a.push("--error-file".into());
+            a.push(f.display().to_string());
         }
         if let Some(w) = &self.working_dir {
             a.push("--workdir".into());
@@ -283,6 +290,7 @@ mod tests {
             staging: "/r/run/staging".into(),
             working_dir: None,
             log_path: None,
+            error_file: None,
         };
         assert_eq!(
             l.helper_args().unwrap(),

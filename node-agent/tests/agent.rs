@@ -436,6 +436,7 @@ async fn exec_container_gives_each_node_its_own_var_lib_etcd() {
             staging: root.path().join("staging"),
             working_dir: Some("/var/lib/etcd".into()),
             log_path: Some(log.clone()),
+            error_file: None,
         };
         std::fs::write(root.path().join("tlog"), "").unwrap();
         let mut p = Process::spawn(&launch).await.unwrap();
@@ -466,6 +467,24 @@ async fn exec_container_gives_each_node_its_own_var_lib_etcd() {
         "mountinfo inside A lacks {own}: {}",
         outputs[0]
     );
+    // A program that cannot be exec'd: exit 127 and the reason in the error file.
+    let err_file = a.path().join("why");
+    let launch = Launch {
+        helper: helper(),
+        program: "/nonexistent/etcd".into(),
+        args: vec![],
+        env: vec![],
+        binds: vec![],
+        staging: a.path().join("staging"),
+        working_dir: None,
+        log_path: None,
+        error_file: Some(err_file.clone()),
+    };
+    let mut p = Process::spawn(&launch).await.unwrap();
+    let exit = tokio::time::timeout(DEADLINE, p.wait()).await.unwrap();
+    assert_eq!(exit.code, 127);
+    let why = std::fs::read_to_string(&err_file).unwrap();
+    assert!(why.contains("exec /nonexistent/etcd"), "{why}");
     // Outside: nothing changed.
     assert_eq!(host_mountinfo(), before);
     assert_clean(&BTreeSet::new(), &[a.path(), b.path()]);

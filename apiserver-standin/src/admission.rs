@@ -15,6 +15,31 @@ const NAMESPACES: GroupResource<'static> = GroupResource {
     resource: "namespaces",
 };
 
+/// Custom resources cannot be created while their CRD is being deleted (405, as on the real
+/// server).
+pub async fn crd_not_terminating(
+    state: &State,
+    info: &ResourceInfo,
+    crd_name: &str,
+) -> Result<(), ApiError> {
+    let reg = state.registry();
+    let Some(crds) = reg.lookup("apiextensions.k8s.io", "v1", "customresourcedefinitions") else {
+        return Ok(());
+    };
+    match read(state, &crds, "", crd_name).await? {
+        Some(s) if objects::is_deleting(&s.object) => Err(ApiError {
+            code: 405,
+            reason: "MethodNotAllowed",
+            message: format!(
+                "create not allowed while custom resource definition is terminating ({})",
+                info.resource
+            ),
+            details: None,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// The namespace must exist and not be terminating (admission `NamespaceLifecycle`).
 pub async fn namespace_admission(
     state: &State,

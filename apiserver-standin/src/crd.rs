@@ -7,6 +7,32 @@ use serde_json::{Value, json};
 use crate::objects;
 use crate::resources::{NameRule, Representation, ResourceInfo};
 
+/// The finalizer a CRD carries so its custom resources are deleted before it goes.
+pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
+
+/// Adds [`CLEANUP_FINALIZER`] (done on create, as the real server does).
+pub fn add_cleanup_finalizer(crd: &mut Value) {
+    let mut f = objects::finalizers(crd);
+    if !f.iter().any(|x| x == CLEANUP_FINALIZER) {
+        f.push(CLEANUP_FINALIZER.to_string());
+        objects::set_finalizers(crd, &f);
+    }
+}
+
+/// Sets the `Terminating` condition of a CRD being deleted.
+pub fn mark_terminating(crd: &mut Value, now: &str) {
+    let cond = json!({"type": "Terminating", "status": "True", "reason": "InstanceDeletionInProgress",
+        "message": "CustomResource deletion is in progress", "lastTransitionTime": now});
+    if let Some(conds) = crd
+        .get_mut("status")
+        .and_then(|s| s.get_mut("conditions"))
+        .and_then(Value::as_array_mut)
+    {
+        conds.retain(|c| c.get("type").and_then(Value::as_str) != Some("Terminating"));
+        conds.push(cond);
+    }
+}
+
 /// The resources a CRD serves: one per served version.
 pub fn resources_of(crd: &Value) -> Vec<ResourceInfo> {
     let s = |p: &str| {
@@ -124,7 +150,17 @@ pub fn set_status(crd: &mut Value, old_status: Option<&Value>, now: &str) {
             .unwrap_or(now)
             .to_string()
     };
-    let status = json!({
+    let terminating: Vec<Value> = old_status
+        .and_then(|s| s.get("conditions"))
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .filter(|c| c.get("type").and_then(Value::as_str) == Some("Terminating"))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut status = json!({
         "conditions": [
             {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
              "message": "no conflicts found", "lastTransitionTime": since("NamesAccepted")},
@@ -134,6 +170,9 @@ pub fn set_status(crd: &mut Value, old_status: Option<&Value>, now: &str) {
         "acceptedNames": names,
         "storedVersions": stored,
     });
+    if let Some(conds) = status.get_mut("conditions").and_then(Value::as_array_mut) {
+        conds.extend(terminating);
+    }
     objects::object_mut(crd).insert("status".into(), status);
 }
 

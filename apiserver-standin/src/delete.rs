@@ -208,6 +208,9 @@ pub async fn delete(
         if is_namespace && let Some(map) = next.as_object_mut() {
             map.insert("status".into(), json!({"phase": "Terminating"}));
         }
+        if info.group == "apiextensions.k8s.io" && info.resource == "customresourcedefinitions" {
+            crate::crd::mark_terminating(&mut next, &objects::now_rfc3339());
+        }
         if next == obj {
             return Ok((200, obj));
         }

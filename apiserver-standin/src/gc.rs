@@ -1,5 +1,6 @@
-//! The stand-in's garbage collector and namespace controller (controller-manager's jobs on a
-//! real cluster), run in-process: woken after every deletion and every `gc_interval`.
+//! The stand-in's garbage collector, namespace controller (controller-manager's jobs on a
+//! real cluster) and CRD finalizer (apiextensions-apiserver's), run in-process: woken after
+//! every deletion and every `gc_interval`.
 //!
 //! One sweep reads every stored object at a single etcd revision (a consistent snapshot, so an
 //! owner created together with its dependent is never missed) and then:
@@ -10,6 +11,8 @@
 //!    then drops the finalizer;
 //! 4. objects whose owner references all name uids that no longer exist: deletes them
 //!    (background).
+//! 5. CRDs being deleted: deletes their custom resources; drops the
+//!    `customresourcecleanup.apiextensions.k8s.io` finalizer once none remain.
 //!
 //! Every write is guarded by the mod revision seen in the snapshot; a lost race waits for the
 //! next sweep.
@@ -64,35 +67,88 @@ pub enum Action {
     },
 }
 
-/// Decides a sweep's actions over a snapshot of (is-namespace, namespaced, object) triples.
-pub fn decide(objects_in: &[(bool, bool, Value)]) -> Vec<Action> {
+/// What the collector needs to know about one object of the snapshot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Item {
+    /// The object is a Namespace.
+    pub is_namespace: bool,
+    /// The object is a CustomResourceDefinition.
+    pub is_crd: bool,
+    /// The object's kind is namespaced.
+    pub namespaced: bool,
+    /// The CRD that defines the object's kind, for custom resources.
+    pub defined_by: Option<String>,
+    /// The object.
+    pub object: Value,
+}
+
+impl Item {
+    /// An ordinary object.
+    pub fn plain(namespaced: bool, object: Value) -> Self {
+        Self {
+            is_namespace: false,
+            is_crd: false,
+            namespaced,
+            defined_by: None,
+            object,
+        }
+    }
+}
+
+/// Decides a sweep's actions over a snapshot.
+pub fn decide(items: &[Item]) -> Vec<Action> {
     let mut actions = Vec::new();
-    let uids: BTreeSet<&str> = objects_in.iter().map(|(_, _, o)| objects::uid(o)).collect();
+    let uids: BTreeSet<&str> = items.iter().map(|it| objects::uid(&it.object)).collect();
     let mut dependents: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (i, (_, _, o)) in objects_in.iter().enumerate() {
-        for owner in objects::owner_uids(o) {
+    for (i, it) in items.iter().enumerate() {
+        for owner in objects::owner_uids(&it.object) {
             dependents.entry(owner).or_default().push(i);
         }
     }
-    for (i, (is_ns, _, o)) in objects_in.iter().enumerate() {
+    let delete_all = |indices: &[usize], actions: &mut Vec<Action>| {
+        for &j in indices {
+            if !objects::is_deleting(&items[j].object) {
+                actions.push(Action::Delete {
+                    index: j,
+                    propagation: Propagation::Background,
+                });
+            }
+        }
+    };
+    for (i, it) in items.iter().enumerate() {
+        let o = &it.object;
         let deleting = objects::is_deleting(o);
         let finalizers = objects::finalizers(o);
-        if *is_ns && deleting {
-            let ns = objects::name(o);
-            let contents: Vec<usize> = objects_in
+        if it.is_crd
+            && deleting
+            && finalizers
+                .iter()
+                .any(|f| f == crate::crd::CLEANUP_FINALIZER)
+        {
+            let name = objects::name(o);
+            let instances: Vec<usize> = items
                 .iter()
                 .enumerate()
-                .filter(|(_, (_, namespaced, c))| *namespaced && objects::namespace(c) == ns)
+                .filter(|(_, c)| c.defined_by.as_deref() == Some(name))
                 .map(|(j, _)| j)
                 .collect();
-            for &j in &contents {
-                if !objects::is_deleting(&objects_in[j].2) {
-                    actions.push(Action::Delete {
-                        index: j,
-                        propagation: Propagation::Background,
-                    });
-                }
+            delete_all(&instances, &mut actions);
+            if instances.is_empty() {
+                actions.push(Action::RemoveFinalizer {
+                    index: i,
+                    finalizer: crate::crd::CLEANUP_FINALIZER,
+                });
             }
+        }
+        if it.is_namespace && deleting {
+            let ns = objects::name(o);
+            let contents: Vec<usize> = items
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.namespaced && objects::namespace(&c.object) == ns)
+                .map(|(j, _)| j)
+                .collect();
+            delete_all(&contents, &mut actions);
             if contents.is_empty() && finalizers.is_empty() {
                 actions.push(Action::RemoveNamespace { index: i });
             }
@@ -107,7 +163,7 @@ pub fn decide(objects_in: &[(bool, bool, Value)]) -> Vec<Action> {
                 });
             }
             for &j in &deps {
-                if !objects::is_deleting(&objects_in[j].2) {
+                if !objects::is_deleting(&items[j].object) {
                     actions.push(Action::Delete {
                         index: j,
                         propagation: Propagation::Foreground,
@@ -161,14 +217,15 @@ async fn snapshot(state: &State) -> Result<Vec<Entry>, StoreError> {
 /// Runs one sweep; returns how many actions were attempted.
 pub async fn sweep(state: &State) -> Result<usize, StoreError> {
     let snap = snapshot(state).await?;
-    let input: Vec<(bool, bool, Value)> = snap
+    let input: Vec<Item> = snap
         .iter()
-        .map(|e| {
-            (
-                e.info.group.is_empty() && e.info.resource == "namespaces",
-                e.info.namespaced,
-                e.object.clone(),
-            )
+        .map(|e| Item {
+            is_namespace: e.info.group.is_empty() && e.info.resource == "namespaces",
+            is_crd: e.info.group == "apiextensions.k8s.io"
+                && e.info.resource == "customresourcedefinitions",
+            namespaced: e.info.namespaced,
+            defined_by: e.info.crd.clone(),
+            object: e.object.clone(),
         })
         .collect();
     let actions = decide(&input);
@@ -273,6 +330,42 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn ns_item(ns: Value) -> Item {
+        Item {
+            is_namespace: true,
+            namespaced: false,
+            ..Item::plain(false, ns)
+        }
+    }
+
+    #[test]
+    fn deleting_a_crd_deletes_its_instances_first() {
+        let crd = json!({"metadata": {"name": "widgets.example.com", "uid": "c", "deletionTimestamp": "t",
+            "finalizers": [crate::crd::CLEANUP_FINALIZER]}});
+        let crd_item = Item {
+            is_crd: true,
+            ..Item::plain(false, crd)
+        };
+        let widget = Item {
+            defined_by: Some("widgets.example.com".into()),
+            ..Item::plain(true, obj("w", "u", &[]))
+        };
+        assert_eq!(
+            decide(&[crd_item.clone(), widget]),
+            vec![Action::Delete {
+                index: 1,
+                propagation: Propagation::Background
+            }]
+        );
+        assert_eq!(
+            decide(&[crd_item]),
+            vec![Action::RemoveFinalizer {
+                index: 0,
+                finalizer: crate::crd::CLEANUP_FINALIZER
+            }]
+        );
+    }
+
     fn obj(name: &str, uid: &str, owners: &[&str]) -> Value {
         let refs: Vec<Value> = owners
             .iter()
@@ -284,10 +377,10 @@ mod tests {
     #[test]
     fn dangling_dependents_are_deleted() {
         let input = vec![
-            (false, true, obj("owner", "u1", &[])),
-            (false, true, obj("kept", "u2", &["u1"])),
-            (false, true, obj("orphaned", "u3", &["gone"])),
-            (false, true, obj("half", "u4", &["gone", "u1"])),
+            Item::plain(true, obj("owner", "u1", &[])),
+            Item::plain(true, obj("kept", "u2", &["u1"])),
+            Item::plain(true, obj("orphaned", "u3", &["gone"])),
+            Item::plain(true, obj("half", "u4", &["gone", "u1"])),
         ];
         assert_eq!(
             decide(&input),
@@ -304,8 +397,8 @@ mod tests {
         owner["metadata"]["deletionTimestamp"] = json!("t");
         owner["metadata"]["finalizers"] = json!(["foregroundDeletion"]);
         let input = vec![
-            (false, true, owner.clone()),
-            (false, true, obj("dep", "u2", &["u1"])),
+            Item::plain(true, owner.clone()),
+            Item::plain(true, obj("dep", "u2", &["u1"])),
         ];
         assert_eq!(
             decide(&input),
@@ -315,7 +408,7 @@ mod tests {
             }]
         );
         assert_eq!(
-            decide(&[(false, true, owner)]),
+            decide(&[Item::plain(true, owner)]),
             vec![Action::RemoveFinalizer {
                 index: 0,
                 finalizer: "foregroundDeletion"
@@ -329,8 +422,8 @@ mod tests {
         owner["metadata"]["deletionTimestamp"] = json!("t");
         owner["metadata"]["finalizers"] = json!(["orphan"]);
         let input = vec![
-            (false, true, owner),
-            (false, true, obj("dep", "u2", &["u1"])),
+            Item::plain(true, owner),
+            Item::plain(true, obj("dep", "u2", &["u1"])),
         ];
         assert_eq!(
             decide(&input),
@@ -344,10 +437,7 @@ mod tests {
     #[test]
     fn terminating_namespace_empties_then_goes() {
         let ns = json!({"metadata": {"name": "ns", "uid": "n", "deletionTimestamp": "t"}});
-        let input = vec![
-            (true, false, ns.clone()),
-            (false, true, obj("cm", "u", &[])),
-        ];
+        let input = vec![ns_item(ns.clone()), Item::plain(true, obj("cm", "u", &[]))];
         assert_eq!(
             decide(&input),
             vec![Action::Delete {
@@ -356,7 +446,7 @@ mod tests {
             }]
         );
         assert_eq!(
-            decide(&[(true, false, ns)]),
+            decide(&[ns_item(ns)]),
             vec![Action::RemoveNamespace { index: 0 }]
         );
     }

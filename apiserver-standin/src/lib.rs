@@ -75,13 +75,15 @@
 //! - lists: `limit`/`continue` paging pinned to one etcd revision (410 when it is compacted),
 //!   `resourceVersionMatch=Exact`; `dryRun=All`; create-on-update (a PUT creates a missing
 //!   object) for Endpoints and Events only;
-//! - CRD status (`NamesAccepted`, `Established`, `acceptedNames`, `storedVersions`).
+//! - CRD status (`NamesAccepted`, `Established`, `acceptedNames`, `storedVersions`,
+//!   `Terminating` while deleted) and CRD deletion through the cleanup finalizer.
 //!
 //! ## What stands in for other components
 //! The stand-in also plays, in-process, the parts of kube-controller-manager the project's code
 //! relies on ([`gc`]): the **garbage collector** (owner-reference cascade with Background,
 //! Foreground and Orphan propagation; dependents whose owners are all gone are deleted), the
-//! **namespace controller** (a deleted namespace is `Terminating` until its contents are gone)
+//! **namespace controller** (a deleted namespace is `Terminating` until its contents are gone),
+//! the apiextensions **CRD finalizer** (a deleted CRD's custom resources are deleted first)
 //! and the **service-account controller** (each new namespace gets a `default` ServiceAccount;
 //! [`StandInConfig::default_service_accounts`]). A real bare kube-apiserver does none of this.
 //!
@@ -123,9 +125,10 @@
 //!   real pod status strategy lets some metadata through).
 //! - **Custom resources**: no OpenAPI schema validation, pruning or defaulting; no conversion
 //!   webhooks (versions are converted by rewriting `apiVersion`); no `scale` subresource; no
-//!   CEL. Deleting a CRD removes its custom resources at once (no
-//!   `customresourcecleanup` finalizer, custom-resource finalizers are not waited for). There
-//!   is no 429 window after a CRD becomes Established.
+//!   CEL; no 429 window after a CRD becomes Established. Deleting a CRD works as on the real
+//!   server: it carries the `customresourcecleanup.apiextensions.k8s.io` finalizer, turns
+//!   `Terminating`, refuses new custom resources (405), has its custom resources deleted
+//!   (their finalizers respected) by the in-process collector, and goes when none remain.
 //! - **Pods**: a pod bound to a node (`spec.nodeName`) that is not finished is deleted
 //!   gracefully (`deletionTimestamp` = now + grace period) and stays until deleted again with
 //!   `gracePeriodSeconds=0` (the kubelet's job; [`StandInConfig::graceful_pod_deletion`]);

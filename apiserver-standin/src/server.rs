@@ -15,7 +15,7 @@ use crate::resources::Registry;
 use crate::state::State;
 use crate::store::Store;
 use crate::verbs::{self, Target, WriteOptions};
-use crate::{gc, http, kubeconfig, objects};
+use crate::{gc, http, kubeconfig};
 
 /// Client certificate files for an etcd that requires mTLS (PEM).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -302,10 +302,9 @@ async fn bootstrap(state: &State) -> Result<(), StandInError> {
         .list(&crds.collection_prefix(state.prefix(), None), None, 0, 0)
         .await
         .map_err(|e| StandInError::Init(format!("loading CRDs: {e}")))?;
+    // Terminating CRDs too: their instances must stay reachable until the GC removes them.
     for s in &page.items {
-        if !objects::is_deleting(&s.object) {
-            verbs::register_crd(state, &s.object);
-        }
+        verbs::register_crd(state, &s.object);
     }
     let namespaces = reg
         .lookup("", "v1", "namespaces")

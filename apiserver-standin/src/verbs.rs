@@ -257,6 +257,9 @@ pub async fn create(
     if info.namespaced {
         admission::namespace_admission(state, info, &ns, objects::name(&obj)).await?;
     }
+    if let Some(crd_name) = &info.crd {
+        admission::crd_not_terminating(state, info, crd_name).await?;
+    }
     if is(info, "", "pods") {
         admission::service_account_admission(state, &ns, &mut obj).await?;
     }
@@ -272,6 +275,7 @@ pub async fn create(
         validate_create(info, &candidate)?;
         if is(info, "apiextensions.k8s.io", "customresourcedefinitions") {
             crd::set_status(&mut candidate, None, &now);
+            crd::add_cleanup_finalizer(&mut candidate);
         }
         if opts.dry_run {
             return Ok(candidate);

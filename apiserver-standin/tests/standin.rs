@@ -623,7 +623,8 @@ async fn crd_registration_watcher_and_controller() {
     let ar = kube::discovery::ApiResource::from_gvk_with_plural(&gvk, "gadgets");
     let gadgets: Api<DynamicObject> = Api::all_with(env.client.clone(), &ar);
     let g: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g1"}, "spec": {"x": 1}
+        "apiVersion": "example.com/v1", "kind": "Gadget",
+        "metadata": {"name": "g1", "finalizers": ["example.com/hold"]}, "spec": {"x": 1}
     }))
     .unwrap();
     gadgets.create(&PostParams::default(), &g).await.unwrap();
@@ -651,11 +652,50 @@ async fn crd_registration_watcher_and_controller() {
         "the core group"
     );
 
-    // Deleting the CRD stops serving its resources.
+    // Deleting the CRD deletes its custom resources first (finalizers respected), refuses new
+    // ones meanwhile, then stops serving them.
     crds.delete("gadgets.example.com", &DeleteParams::default())
         .await
         .unwrap();
-    assert_eq!(code(gadgets.list(&ListParams::default()).await).0, 404);
+    wait_for("g1 to be marked for deletion", || async {
+        let g = gadgets.get("g1").await.unwrap();
+        (
+            g.metadata.deletion_timestamp.is_some().then_some(()),
+            format!("{:?}", g.metadata),
+        )
+    })
+    .await;
+    let terminating = crds.get("gadgets.example.com").await.unwrap();
+    let conds = terminating.status.unwrap().conditions.unwrap_or_default();
+    assert!(
+        conds
+            .iter()
+            .any(|c| c.type_ == "Terminating" && c.status == "True"),
+        "{conds:?}"
+    );
+    let mut g2 = g.clone();
+    g2.metadata.name = Some("g2".into());
+    g2.metadata.finalizers = None;
+    assert_eq!(
+        code(gadgets.create(&PostParams::default(), &g2).await).0,
+        405
+    );
+    gadgets
+        .patch(
+            "g1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    wait_for("the Gadget resource to stop being served", || async {
+        match gadgets.list(&ListParams::default()).await {
+            Err(kube::Error::Api(s)) if s.code == 404 => (Some(()), String::new()),
+            other => (None, format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(crds.get_opt("gadgets.example.com").await.unwrap().is_none());
 
     controller.abort();
     watched.abort();

@@ -7,17 +7,8 @@ use serde_json::{Value, json};
 use crate::objects;
 use crate::resources::{NameRule, Representation, ResourceInfo};
 
-/// The finalizer a CRD carries so its custom resources are deleted before it goes.
+/// The finalizer a CRD gets on its first delete, so its custom resources go before it.
 pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
-
-/// Adds [`CLEANUP_FINALIZER`] (done on create, as the real server does).
-pub fn add_cleanup_finalizer(crd: &mut Value) {
-    let mut f = objects::finalizers(crd);
-    if !f.iter().any(|x| x == CLEANUP_FINALIZER) {
-        f.push(CLEANUP_FINALIZER.to_string());
-        objects::set_finalizers(crd, &f);
-    }
-}
 
 /// Sets the `Terminating` condition of a CRD being deleted.
 pub fn mark_terminating(crd: &mut Value, now: &str) {

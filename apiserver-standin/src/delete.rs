@@ -152,6 +152,8 @@ pub async fn delete(
             ));
         }
         let is_namespace = info.group.is_empty() && info.resource == "namespaces";
+        let is_crd =
+            info.group == "apiextensions.k8s.io" && info.resource == "customresourcedefinitions";
         if is_namespace && PROTECTED_NAMESPACES.contains(&name) {
             return Err(ApiError::forbidden(
                 info.gr(),
@@ -175,6 +177,15 @@ pub async fn delete(
                 && !finalizers.iter().any(|x| x == f)
             {
                 finalizers.push(f.to_string());
+            }
+            // Like apiextensions-apiserver's CRD storage: the first delete adds the cleanup
+            // finalizer, so the custom resources go before the definition.
+            if is_crd
+                && !finalizers
+                    .iter()
+                    .any(|x| x == crate::crd::CLEANUP_FINALIZER)
+            {
+                finalizers.push(crate::crd::CLEANUP_FINALIZER.to_string());
             }
         }
         let grace = pod_grace(state, info, &obj, opts.grace_period_seconds);
@@ -208,7 +219,7 @@ pub async fn delete(
         if is_namespace && let Some(map) = next.as_object_mut() {
             map.insert("status".into(), json!({"phase": "Terminating"}));
         }
-        if info.group == "apiextensions.k8s.io" && info.resource == "customresourcedefinitions" {
+        if is_crd {
             crate::crd::mark_terminating(&mut next, &objects::now_rfc3339());
         }
         if next == obj {

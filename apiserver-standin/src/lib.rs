@@ -126,8 +126,8 @@
 //! - **Custom resources**: no OpenAPI schema validation, pruning or defaulting; no conversion
 //!   webhooks (versions are converted by rewriting `apiVersion`); no `scale` subresource; no
 //!   CEL; no 429 window after a CRD becomes Established. Deleting a CRD works as on the real
-//!   server: it carries the `customresourcecleanup.apiextensions.k8s.io` finalizer, turns
-//!   `Terminating`, refuses new custom resources (405), has its custom resources deleted
+//!   server: the first delete adds the `customresourcecleanup.apiextensions.k8s.io` finalizer
+//!   and the `Terminating` condition; the CRD then refuses new custom resources (405), has its custom resources deleted
 //!   (their finalizers respected) by the in-process collector, and goes when none remain.
 //! - **Pods**: a pod bound to a node (`spec.nodeName`) that is not finished is deleted
 //!   gracefully (`deletionTimestamp` = now + grace period) and stays until deleted again with

@@ -275,7 +275,6 @@ pub async fn create(
         validate_create(info, &candidate)?;
         if is(info, "apiextensions.k8s.io", "customresourcedefinitions") {
             crd::set_status(&mut candidate, None, &now);
-            crd::add_cleanup_finalizer(&mut candidate);
         }
         if opts.dry_run {
             return Ok(candidate);

@@ -127,8 +127,9 @@
 //!   webhooks (versions are converted by rewriting `apiVersion`); no `scale` subresource; no
 //!   CEL; no 429 window after a CRD becomes Established. Deleting a CRD works as on the real
 //!   server: the first delete adds the `customresourcecleanup.apiextensions.k8s.io` finalizer
-//!   and the `Terminating` condition; the CRD then refuses new custom resources (405), has its custom resources deleted
-//!   (their finalizers respected) by the in-process collector, and goes when none remain.
+//!   and the `Terminating` condition; the CRD then refuses new custom resources (405), has
+//!   its custom resources deleted (their finalizers respected) by the in-process collector,
+//!   and goes when none remain.
 //! - **Pods**: a pod bound to a node (`spec.nodeName`) that is not finished is deleted
 //!   gracefully (`deletionTimestamp` = now + grace period) and stays until deleted again with
 //!   `gracePeriodSeconds=0` (the kubelet's job; [`StandInConfig::graceful_pod_deletion`]);

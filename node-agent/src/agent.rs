@@ -65,6 +65,10 @@ pub struct NodeConfig {
     pub heartbeat: Duration,
     /// Mirror pod / status resync interval.
     pub resync: Duration,
+    /// A kubeconfig every container gets as `KUBECONFIG`: stands in for the ServiceAccount token
+    /// and `KUBERNETES_SERVICE_*` env a kubelet gives pods (the API stand-in has no auth or TLS,
+    /// so in-cluster config can't reach it). `None`: containers get no API access.
+    pub kubeconfig: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -99,7 +103,14 @@ impl NodeConfig {
             manifest_poll: Duration::from_millis(250),
             heartbeat: Duration::from_secs(10),
             resync: Duration::from_secs(10),
+            kubeconfig: None,
         }
+    }
+
+    /// Gives every container `KUBECONFIG=<path>` (see [`NodeConfig::kubeconfig`]).
+    pub fn with_kubeconfig(mut self, path: impl Into<PathBuf>) -> Self {
+        self.kubeconfig = Some(path.into());
+        self
     }
 
     pub fn with_client(mut self, client: kube::Client) -> Self {
@@ -285,6 +296,7 @@ impl NodeAgent {
                     .unwrap_or_else(|| ImageTable::standard(&config.bin_dir)),
             ),
             backoff: config.backoff,
+            kubeconfig: config.kubeconfig.clone(),
         };
         ctx.create_dirs().map_err(|source| AgentError::Dirs {
             root: config.root.clone(),

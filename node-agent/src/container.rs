@@ -180,20 +180,16 @@ fn read_termination_message(
 
 fn spawn_probe(
     kind: ProbeKind,
-    spec: Option<Result<(Timings, Action), String>>,
+    spec: Option<(Timings, Action)>,
     tx: &mpsc::Sender<ProbeEvent>,
     cancel: &CancellationToken,
     tasks: &mut Vec<JoinHandle<()>>,
 ) {
-    match spec {
-        Some(Ok((timings, action))) => {
-            let span = tracing::debug_span!("probe", probe = kind.as_str());
-            tasks.push(tokio::spawn(
-                probe_loop(kind, timings, action, tx.clone(), cancel.clone()).instrument(span),
-            ));
-        }
-        Some(Err(e)) => tracing::warn!(probe = kind.as_str(), error = %e, "probe ignored"),
-        None => {}
+    if let Some((timings, action)) = spec {
+        let span = tracing::debug_span!("probe", probe = kind.as_str());
+        tasks.push(tokio::spawn(
+            probe_loop(kind, timings, action, tx.clone(), cancel.clone()).instrument(span),
+        ));
     }
 }
 
@@ -228,21 +224,22 @@ pub(crate) async fn run_once(run: &PodRun, slot: Slot) -> RunOutcome {
     };
     let container_id = format!("node-agent://{}/{}", run.ctx.name, process.pid());
     let is_app = matches!(slot, Slot::App(_));
-    let startup = if is_app {
-        probe_action(run, c, &prepared, ProbeKind::Startup)
-    } else {
-        None
+    // Init containers have no probes; an unusable probe is reported and treated as absent.
+    let probe = |kind: ProbeKind| -> Option<(Timings, Action)> {
+        if !is_app {
+            return None;
+        }
+        match probe_action(run, c, &prepared, kind)? {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::warn!(probe = kind.as_str(), error = %e, "probe ignored");
+                None
+            }
+        }
     };
-    let liveness = if is_app {
-        probe_action(run, c, &prepared, ProbeKind::Liveness)
-    } else {
-        None
-    };
-    let readiness = if is_app {
-        probe_action(run, c, &prepared, ProbeKind::Readiness)
-    } else {
-        None
-    };
+    let startup = probe(ProbeKind::Startup);
+    let liveness = probe(ProbeKind::Liveness);
+    let readiness = probe(ProbeKind::Readiness);
     let mut started = startup.is_none();
     let has_readiness = readiness.is_some();
     let mut ready = started && !has_readiness;

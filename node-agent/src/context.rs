@@ -20,6 +20,8 @@ pub struct NodeContext {
     pub helper: PathBuf,
     pub images: Arc<ImageTable>,
     pub backoff: Backoff,
+    /// Given to every container as `KUBECONFIG` (the stand-in for in-cluster credentials).
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// A host path that would escape the node root.

@@ -30,6 +30,8 @@ pub struct PodFacts {
     pub service_account: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
+    /// `KUBECONFIG` for the container (the node agent's stand-in for in-cluster credentials).
+    pub kubeconfig: Option<String>,
 }
 
 impl PodFacts {
@@ -55,14 +57,18 @@ impl PodFacts {
 
 /// The default environment a container starts with before the pod's `env`.
 pub fn base_env(facts: &PodFacts) -> Vec<(String, String)> {
-    vec![
+    let mut env = vec![
         (
             "PATH".into(),
             "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
         ),
         ("HOSTNAME".into(), facts.node_name.clone()),
         ("HOME".into(), "/root".into()),
-    ]
+    ];
+    if let Some(k) = &facts.kubeconfig {
+        env.push(("KUBECONFIG".into(), k.clone()));
+    }
+    env
 }
 
 /// Resolves the container's `env` in order (later entries may reference earlier ones).
@@ -187,6 +193,12 @@ mod tests {
         assert_eq!(env["ESC"], "$(IP)");
         assert_eq!(env["HOSTNAME"], "custom");
         assert!(env["PATH"].contains("/usr/bin"));
+        let with_kc = PodFacts {
+            kubeconfig: Some("/srv/kubeconfig".into()),
+            ..facts.clone()
+        };
+        let env: BTreeMap<_, _> = container_env(&c, &with_kc).unwrap().into_iter().collect();
+        assert_eq!(env["KUBECONFIG"], "/srv/kubeconfig");
         let bad = Container {
             name: "c".into(),
             env: Some(vec![field("X", "status.phase")]),

@@ -41,6 +41,10 @@ enum Cmd {
         /// Run static pods only; do not talk to a Kubernetes API.
         #[arg(long)]
         no_api: bool,
+        /// Kubeconfig given to every container as `KUBECONFIG` (stand-in for in-cluster
+        /// credentials); defaults to the agent's own `KUBECONFIG`.
+        #[arg(long, env = "KUBECONFIG")]
+        pod_kubeconfig: Option<PathBuf>,
     },
     /// Internal: start one container process in a private mount namespace.
     ExecContainer {
@@ -130,6 +134,7 @@ fn main() -> anyhow::Result<()> {
             root,
             bin_dir,
             no_api,
+            pod_kubeconfig,
         } => {
             tracing_subscriber::fmt()
                 .with_env_filter(
@@ -152,6 +157,7 @@ fn main() -> anyhow::Result<()> {
                 let mut config = NodeConfig::new(&name, ip, &root, &bin_dir);
                 config.helper = Some(helper);
                 config.client = client;
+                config.kubeconfig = pod_kubeconfig.filter(|p| !p.as_os_str().is_empty());
                 let agent = NodeAgent::start(config).await?;
                 let mut term =
                     tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

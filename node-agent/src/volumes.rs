@@ -147,6 +147,7 @@ mod tests {
             helper: "/x".into(),
             images: Arc::new(ImageTable::standard(Path::new("/b"))),
             backoff: Backoff::kubelet(),
+            kubeconfig: None,
         };
         let spec = PodSpec {
             volumes: Some(vec![

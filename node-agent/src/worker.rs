@@ -101,6 +101,7 @@ impl PodWorker {
             service_account: spec.service_account_name.clone().unwrap_or_default(),
             labels: pod.metadata.labels.clone().unwrap_or_default(),
             annotations: pod.metadata.annotations.clone().unwrap_or_default(),
+            kubeconfig: ctx.kubeconfig.as_ref().map(|p| p.display().to_string()),
         };
         let cancel = CancellationToken::new();
         let kill = Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -1,8 +1,14 @@
 //! # e2e
 //!
 //! The local control plane and everything that runs on it: the `sandbox` command (the project's
-//! main job), scenarios and benchmarks. Today it holds the `etcd-verify` demonstration
-//! ([`verify_demo`]); the API stand-in and node agents join as their crates land.
+//! main job), scenarios and benchmarks.
+//!
+//! * [`controlplane`]: the Kubernetes API (stand-in or real), simulated nodes (node agents),
+//!   the bootstrap with `etcd-operator render`, the operator as a local process;
+//! * [`view`]: the live status view;
+//! * [`verify_demo`]: `sandbox demo-verify`, the `etcd-verify` gate on a throw-away cluster.
 
 pub mod binaries;
+pub mod controlplane;
 pub mod verify_demo;
+pub mod view;

@@ -1,7 +1,18 @@
-//! `sandbox`: the project's main job. Today: `sandbox demo-verify` (the `etcd-verify` gate on a
-//! throw-away cluster).
+//! `sandbox`: the project's main job.
+//!
+//! * `sandbox up [--nodes N]`: the local control plane with N simulated control-plane nodes;
+//!   node 1 is bootstrapped with `etcd-operator render`, the operator grows etcd to N voting
+//!   members, and a live view shows it happening. Runs until Ctrl-C, then tears down.
+//! * `sandbox demo-verify`: the `etcd-verify membership` gate on a throw-away cluster.
+
+use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+use e2e::controlplane::LocalControlPlane;
+use etcd_operator::api::EtcdClusterSpec;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::ListParams;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -15,8 +26,116 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Bring the local control plane up and grow etcd from one bootstrapped node; Ctrl-C ends it.
+    Up {
+        /// Number of simulated control-plane nodes.
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// Exit (and tear down) once every member is a healthy voter on the latest revision.
+        #[arg(long)]
+        exit_when_settled: bool,
+        /// Give up after this long (e.g. 5m); default: run until Ctrl-C.
+        #[arg(long, value_parser = membership::parse_duration)]
+        timeout: Option<Duration>,
+    },
     /// Show `etcd-verify membership` deciding on a throw-away 3-member TLS cluster.
     DemoVerify,
+}
+
+async fn up(
+    nodes: usize,
+    exit_when_settled: bool,
+    timeout: Option<Duration>,
+) -> anyhow::Result<bool> {
+    let started = Instant::now();
+    println!("starting the Kubernetes API ...");
+    let mut cp = LocalControlPlane::start().await?;
+    let mode = if cp.api.is_real() {
+        "real cluster (KUBECONFIG)"
+    } else {
+        "API stand-in on its own etcd"
+    };
+    println!("  API: {mode}; sandbox dir {}", cp.path().display());
+    let names: Vec<String> = (1..=nodes).map(|i| format!("n{i}")).collect();
+    for name in &names {
+        let node = cp.add_node(name).await?;
+        println!(
+            "  node {} at {} (node agent, root {})",
+            node.name,
+            node.ip(),
+            node.root.display()
+        );
+    }
+    println!("bootstrapping {} with `etcd-operator render` ...", names[0]);
+    cp.bootstrap(&names[0]).await?;
+    cp.create_cluster(EtcdClusterSpec::default()).await?;
+    cp.start_operator()?;
+    if let Some(addr) = cp.operator_metrics {
+        println!(
+            "operator running (metrics on http://{addr}/metrics, log {}/operator.log)",
+            cp.path().display()
+        );
+    }
+    println!("watching (Ctrl-C to stop):\n");
+    let nodes_api: Api<Node> = Api::all(cp.client());
+    let mut last: Vec<String> = Vec::new();
+    let mut settled = false;
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        let node_list = nodes_api
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        let cluster = cp.cluster().await.ok().flatten();
+        let lines = e2e::view::render(&node_list, cluster.as_ref());
+        if lines != last {
+            println!("[{:>6.1}s]", started.elapsed().as_secs_f64());
+            for l in &lines {
+                println!("  {l}");
+            }
+            last = lines;
+        }
+        let now_settled = cluster
+            .and_then(|c| c.status)
+            .is_some_and(|s| e2e::view::settled(&s, nodes));
+        if now_settled && !settled {
+            println!(
+                "\nsettled after {:.1}s: {nodes} healthy voting members, every node on the latest revision\n",
+                started.elapsed().as_secs_f64()
+            );
+            settled = true;
+            if exit_when_settled {
+                break;
+            }
+        }
+        if timeout.is_some_and(|t| started.elapsed() > t) {
+            println!(
+                "timed out after {:.0?}; the operator's last log lines:",
+                timeout.unwrap_or_default()
+            );
+            let log = cp.operator_log();
+            for l in log
+                .lines()
+                .rev()
+                .take(20)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+            {
+                println!("  {l}");
+            }
+            break;
+        }
+        tokio::select! {
+            _ = &mut ctrl_c => { println!("\nCtrl-C: tearing down ..."); break; }
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
+    cp.shutdown().await;
+    println!("torn down: operator, node agents (and their pods), API.");
+    Ok(settled)
 }
 
 #[tokio::main]
@@ -29,6 +148,16 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     match Cli::parse().command {
+        Command::Up {
+            nodes,
+            exit_when_settled,
+            timeout,
+        } => {
+            let settled = up(nodes.max(1), exit_when_settled, timeout).await?;
+            if exit_when_settled && !settled {
+                anyhow::bail!("the cluster did not settle");
+            }
+        }
         Command::DemoVerify => e2e::verify_demo::run().await?,
     }
     Ok(())

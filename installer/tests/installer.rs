@@ -648,6 +648,7 @@ async fn configmap_with_key(w: &World, name: &str, key: &str) -> bool {
     let store = apiserver_standin::store::Store::connect(
         &server.config().etcd_endpoints,
         Duration::from_secs(5),
+        None,
     )
     .await
     .unwrap();

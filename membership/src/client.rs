@@ -85,6 +85,28 @@ fn read_pem(var: &'static str, path: &Path, label: &str) -> Result<Vec<u8>, Clie
     Ok(bytes)
 }
 
+/// Client TLS material held in memory (PEM), for a process that issued its own certificate.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TlsPem {
+    pub ca: Vec<u8>,
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+}
+
+impl fmt::Debug for TlsPem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsPem").finish_non_exhaustive()
+    }
+}
+
+impl TlsPem {
+    fn options(&self) -> TlsOptions {
+        TlsOptions::new()
+            .ca_certificate(Certificate::from_pem(&self.ca))
+            .identity(Identity::from_pem(&self.cert, &self.key))
+    }
+}
+
 /// How to reach etcd.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -225,24 +247,42 @@ type EtcdResult<T> = Result<T, etcd_client::Error>;
 impl EtcdClient {
     /// Validates the configuration and loads TLS material; connects lazily.
     pub fn new(config: ClientConfig) -> Result<Self, ClientError> {
-        if config.endpoints.is_empty() {
+        let tls = config.tls.as_ref().map(TlsFiles::load).transpose()?;
+        Self::build(config.endpoints, tls, config.call_timeout)
+    }
+
+    /// Like [`EtcdClient::new`], with TLS material from memory.
+    pub fn with_pem(
+        endpoints: Vec<MemberUrl>,
+        tls: Option<&TlsPem>,
+        call_timeout: Duration,
+    ) -> Result<Self, ClientError> {
+        Self::build(endpoints, tls.map(TlsPem::options), call_timeout)
+    }
+
+    fn build(
+        endpoints: Vec<MemberUrl>,
+        tls: Option<TlsOptions>,
+        call_timeout: Duration,
+    ) -> Result<Self, ClientError> {
+        if endpoints.is_empty() {
             return Err(ClientError::NoEndpoints);
         }
         let mut options = ConnectOptions::new()
-            .with_connect_timeout(config.call_timeout)
-            .with_timeout(config.call_timeout);
-        match &config.tls {
-            Some(tls) => options = options.with_tls(tls.load()?),
+            .with_connect_timeout(call_timeout)
+            .with_timeout(call_timeout);
+        match tls {
+            Some(tls) => options = options.with_tls(tls),
             None => {
-                if let Some(url) = config.endpoints.iter().find(|u| u.is_tls()) {
+                if let Some(url) = endpoints.iter().find(|u| u.is_tls()) {
                     return Err(ClientError::HttpsWithoutTls(url.clone()));
                 }
             }
         }
         Ok(Self {
-            endpoints: config.endpoints,
+            endpoints,
             options,
-            call_timeout: config.call_timeout,
+            call_timeout,
             connections: Mutex::new(BTreeMap::new()),
         })
     }

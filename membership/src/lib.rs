@@ -26,7 +26,7 @@ mod quorum;
 
 pub use client::{
     ClientConfig, ClientError, EndpointFailure, EndpointStatus, EtcdClient, FailureKind,
-    LiveMembers, TlsFiles,
+    LiveMembers, TlsFiles, TlsPem,
 };
 pub use duration::{DurationError, parse_duration};
 pub use env::{

@@ -36,7 +36,6 @@ struct Prepared {
     launch: Launch,
     termination_file: PathBuf,
     env: Vec<(String, String)>,
-    binds: Vec<BindMount>,
 }
 
 fn prepare(run: &PodRun, c: &Container, restart: u32) -> Result<Prepared, (&'static str, String)> {
@@ -67,7 +66,6 @@ fn prepare(run: &PodRun, c: &Container, restart: u32) -> Result<Prepared, (&'sta
     std::fs::create_dir_all(&container_dir).map_err(|e| ("RunContainerError", e.to_string()))?;
     let termination_file = container_dir.join(format!("termination-log-{restart}"));
     std::fs::write(&termination_file, b"").map_err(|e| ("RunContainerError", e.to_string()))?;
-    let service_binds = binds.clone();
     binds.push(BindMount {
         source: termination_file.clone(),
         target: PathBuf::from(
@@ -98,12 +96,12 @@ fn prepare(run: &PodRun, c: &Container, restart: u32) -> Result<Prepared, (&'sta
             restart,
         )),
         error_file: Some(termination_file.clone()),
+        join: None,
     };
     Ok(Prepared {
         launch,
         termination_file,
         env,
-        binds: service_binds,
     })
 }
 
@@ -113,6 +111,7 @@ fn exec_probe_launch(
     c: &Container,
     p: &Prepared,
     command: &[String],
+    shim: i32,
 ) -> Result<Launch, String> {
     let image = c.image.clone().unwrap_or_default();
     let resolved = run
@@ -124,9 +123,10 @@ fn exec_probe_launch(
         program: resolved.program,
         args: resolved.args,
         env: p.env.clone(),
-        binds: p.binds.clone(),
+        binds: Vec::new(),
         log_path: None,
         error_file: None,
+        join: Some(shim),
         ..p.launch.clone()
     })
 }
@@ -136,6 +136,7 @@ fn probe_action(
     c: &Container,
     p: &Prepared,
     kind: ProbeKind,
+    shim: i32,
 ) -> Option<Result<(Timings, Action), String>> {
     let probe = match kind {
         ProbeKind::Startup => c.startup_probe.as_ref(),
@@ -147,7 +148,7 @@ fn probe_action(
         Ok(Some(a)) => Ok(a),
         Ok(None) => match probe.exec.as_ref().and_then(|e| e.command.clone()) {
             Some(cmd) if !cmd.is_empty() => {
-                exec_probe_launch(run, c, p, &cmd).map(|l| Action::Exec(Box::new(l)))
+                exec_probe_launch(run, c, p, &cmd, shim).map(|l| Action::Exec(Box::new(l)))
             }
             _ => Err(format!("{} probe has no action", kind.as_str())),
         },
@@ -229,7 +230,7 @@ pub(crate) async fn run_once(run: &PodRun, slot: Slot) -> RunOutcome {
         if !is_app {
             return None;
         }
-        match probe_action(run, c, &prepared, kind)? {
+        match probe_action(run, c, &prepared, kind, process.pid())? {
             Ok(p) => Some(p),
             Err(e) => {
                 tracing::warn!(probe = kind.as_str(), error = %e, "probe ignored");

@@ -23,13 +23,17 @@
 //! the process group, so it outlives the program's graceful shutdown and reports its real exit
 //! code. As PID 1, a program without a SIGTERM handler ignores SIGTERM (as in Kubernetes) and
 //! is SIGKILLed after the grace period.
+//!
+//! With `--join <shim pid>` (exec probes) stage 1 enters the running container's mount
+//! namespace and its PID namespace (for its child) instead of creating new ones, so the probe
+//! command sees exactly the container's files and dies with the container.
 
 use std::ffi::CString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use nix::sched::{CloneFlags, unshare};
+use nix::sched::{CloneFlags, setns, unshare};
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::mounts::{BindMount, MountError, setup_mounts};
@@ -69,6 +73,8 @@ pub struct ExecSpec {
     pub die_with_parent: bool,
     /// Passed on to stage 2, which writes there why `execv` failed.
     pub error_file: Option<PathBuf>,
+    /// Join the namespaces of this running container shim instead of creating new ones.
+    pub join: Option<i32>,
 }
 
 /// The signals the agent sends to a container's process group to stop it.
@@ -91,8 +97,13 @@ pub fn run_container(spec: &ExecSpec) -> Result<i32, HelperError> {
     if spec.die_with_parent {
         nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(sys("prctl(PR_SET_PDEATHSIG)"))?;
     }
-    unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID).map_err(sys("unshare"))?;
-    setup_mounts(&spec.staging, &spec.binds)?;
+    match spec.join {
+        Some(pid) => join_container(pid)?,
+        None => {
+            unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID).map_err(sys("unshare"))?;
+            setup_mounts(&spec.staging, &spec.binds)?;
+        }
+    }
     if let Some(dir) = &spec.workdir {
         std::fs::create_dir_all(dir).map_err(|source| HelperError::Io {
             op: "mkdir",
@@ -128,6 +139,29 @@ pub fn run_container(spec: &ExecSpec) -> Result<i32, HelperError> {
         (Some(code), _) => code,
         (None, Some(sig)) => 128 + sig,
         (None, None) => 255,
+    })
+}
+
+/// Enters the mount namespace of container shim `pid` and makes our children join its PID
+/// namespace (so they die with the container).
+fn join_container(pid: i32) -> Result<(), HelperError> {
+    let open = |what: &str| {
+        let path = PathBuf::from(format!("/proc/{pid}/ns/{what}"));
+        std::fs::File::open(&path).map_err(|source| HelperError::Io {
+            op: "open",
+            path,
+            source,
+        })
+    };
+    let mnt = open("mnt")?;
+    let pid_ns = open("pid_for_children")?;
+    setns(&mnt, CloneFlags::CLONE_NEWNS).map_err(sys("setns(mnt)"))?;
+    setns(&pid_ns, CloneFlags::CLONE_NEWPID).map_err(sys("setns(pid)"))?;
+    // The old working directory belongs to the old mount namespace.
+    std::env::set_current_dir("/").map_err(|source| HelperError::Io {
+        op: "chdir",
+        path: PathBuf::from("/"),
+        source,
     })
 }
 

@@ -58,6 +58,9 @@ enum Cmd {
         /// Host file to write the reason to when the program cannot be started.
         #[arg(long)]
         error_file: Option<PathBuf>,
+        /// Join the namespaces of this running container shim (exec probes).
+        #[arg(long)]
+        join: Option<i32>,
         /// SIGKILL the container when the agent thread that spawned it dies.
         #[arg(long)]
         die_with_parent: bool,
@@ -82,6 +85,7 @@ fn main() -> anyhow::Result<()> {
             binds,
             workdir,
             error_file,
+            join,
             die_with_parent,
             command,
         } => {
@@ -99,6 +103,7 @@ fn main() -> anyhow::Result<()> {
                 args: rest.to_vec(),
                 die_with_parent,
                 error_file: error_file.clone(),
+                join,
             };
             match run_container(&spec) {
                 Ok(code) => std::process::exit(code),

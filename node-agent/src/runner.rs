@@ -56,6 +56,10 @@ pub struct Launch {
     /// Host file where the helper writes why it could not start the program (the container's
     /// termination message file), so the reason shows in the container status.
     pub error_file: Option<PathBuf>,
+    /// Enter the mount and PID namespaces of this running container shim (by PID) instead of
+    /// creating new ones (`binds` and `staging` are then unused): exec probes run inside
+    /// their container, as the kubelet runs them.
+    pub join: Option<i32>,
 }
 
 impl Launch {
@@ -67,6 +71,10 @@ impl Launch {
         for b in &self.binds {
             a.push("--bind".into());
             a.push(b.to_arg()?);
+        }
+        if let Some(pid) = self.join {
+            a.push("--join".into());
+            a.push(pid.to_string());
         }
         if let Some(f) = &self.error_file {
             a.push("--error-file".into());
@@ -291,6 +299,7 @@ mod tests {
             working_dir: None,
             log_path: None,
             error_file: None,
+            join: None,
         };
         assert_eq!(
             l.helper_args().unwrap(),

@@ -446,6 +446,7 @@ async fn exec_container_gives_each_node_its_own_var_lib_etcd() {
             working_dir: Some("/var/lib/etcd".into()),
             log_path: Some(log.clone()),
             error_file: None,
+            join: None,
         };
         std::fs::write(root.path().join("tlog"), "").unwrap();
         let mut p = Process::spawn(&launch).await.unwrap();
@@ -488,6 +489,7 @@ async fn exec_container_gives_each_node_its_own_var_lib_etcd() {
         working_dir: None,
         log_path: None,
         error_file: Some(err_file.clone()),
+        join: None,
     };
     let mut p = Process::spawn(&launch).await.unwrap();
     let exit = tokio::time::timeout(DEADLINE, p.wait()).await.unwrap();
@@ -681,9 +683,9 @@ spec:
   containers:
   - name: main
     image: busybox
-    command: ["sh", "-c", "echo started; exec sleep 1000"]
+    command: ["sh", "-c", "mkdir -p /etc/kubernetes/private && touch /etc/kubernetes/private/seen && exec sleep 1000"]
     readinessProbe:
-      exec: {command: ["test", "-f", "/flags/ready"]}
+      exec: {command: ["sh", "-c", "test -f /flags/ready && test -f /etc/kubernetes/private/seen"]}
       periodSeconds: 1
       failureThreshold: 1
     livenessProbe:
@@ -692,9 +694,12 @@ spec:
       failureThreshold: 2
     volumeMounts:
     - {name: flags, mountPath: /flags}
+    - {name: etc, mountPath: /etc/kubernetes/manifests}
   volumes:
   - name: flags
     hostPath: {path: /flags, type: DirectoryOrCreate}
+  - name: etc
+    hostPath: {path: /etc/kubernetes/manifests}
 "#
 }
 

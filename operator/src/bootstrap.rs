@@ -113,7 +113,7 @@ pub fn plan(
         node,
         nodes: &nodes,
         members: &[],
-        revision: 0,
+        revision: Some(0),
         bootstrap: true,
         spec: &spec,
         images: &request.images,

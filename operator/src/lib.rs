@@ -19,4 +19,8 @@ pub mod bootstrap;
 pub mod certs;
 pub mod controllers;
 pub mod manifests;
+pub mod metrics;
+pub mod observe;
 pub mod podspec;
+pub mod reconcile;
+pub mod run;

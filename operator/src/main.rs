@@ -1,7 +1,7 @@
 //! `etcd-operator`: runs etcd as static pods and changes membership through one quorum gate.
 //!
-//! Subcommands: `crd` (print the CustomResourceDefinition), `render` (the bootstrap static pod
-//! for the first node, before any operator runs).
+//! Subcommands: `run` (the operator), `crd` (print the CustomResourceDefinition), `render` (the
+//! bootstrap static pod for the first node, before any operator runs).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -48,6 +48,26 @@ impl ImageArgs {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the operator (leader-elected) against the cluster in KUBECONFIG or in-cluster config.
+    Run {
+        /// Namespace the operator runs in (its Lease, CA and client certificate live there).
+        #[arg(long, env = "POD_NAMESPACE", default_value = etcd_operator::bootstrap::OPERATOR_NAMESPACE)]
+        namespace: String,
+        /// This instance's identity in the leader Lease.
+        #[arg(long, env = "POD_NAME")]
+        identity: Option<String>,
+        /// Address for /metrics, /healthz and /readyz.
+        #[arg(long, default_value = "0.0.0.0:8443")]
+        listen: std::net::SocketAddr,
+        /// Leader lease duration.
+        #[arg(long, default_value = "15s", value_parser = membership::parse_duration)]
+        lease_duration: std::time::Duration,
+        /// Bound on each etcd call.
+        #[arg(long, default_value = "3s", value_parser = membership::parse_duration)]
+        etcd_timeout: std::time::Duration,
+        #[command(flatten)]
+        images: ImageArgs,
+    },
     /// Print the EtcdCluster CustomResourceDefinition (YAML).
     Crd,
     /// Write the bootstrap static pod, its certificates and the manifests the operator adopts.
@@ -69,7 +89,8 @@ enum Command {
     },
 }
 
-fn main() -> anyhow::Result<()> {
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -78,6 +99,34 @@ fn main() -> anyhow::Result<()> {
         )
         .init();
     match Cli::parse().command {
+        Command::Run {
+            namespace,
+            identity,
+            listen,
+            lease_duration,
+            etcd_timeout,
+            images,
+        } => {
+            let client = kube::Client::try_default().await?;
+            let identity = identity.unwrap_or_else(|| {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+                format!("{}-{}", host.trim(), std::process::id())
+            });
+            etcd_operator::run::run(
+                client,
+                etcd_operator::run::RunOptions {
+                    config: etcd_operator::reconcile::OperatorConfig {
+                        images: images.images(),
+                        operator_namespace: namespace,
+                        etcd_timeout,
+                    },
+                    listen,
+                    identity,
+                    lease_duration,
+                },
+            )
+            .await?;
+        }
         Command::Crd => {
             print!(
                 "{}",

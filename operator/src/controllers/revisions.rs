@@ -1,9 +1,12 @@
 //! Revisions: numbered, immutable snapshots of the static pod's sources.
 //!
-//! Sources: ConfigMap `etcd-pod` (one `pod-<node>.yaml` per node plus `version`), ConfigMap
-//! `etcd-all-bundles`, Secret `etcd-all-certs`. Revision N is the copies `<source>-N`, owned by
-//! ConfigMap `revision-status-N`. Creation order is status first, then the copies, then
-//! `status.latestAvailableRevision`; a revision is *complete* when its status and every copy exist.
+//! Sources: ConfigMap `etcd-pod` (one `pod-<node>.yaml` per node), ConfigMap `etcd-all-bundles`,
+//! Secret `etcd-all-certs`. Revision N is the copies `<source>-N` (the `etcd-pod` copy with the
+//! revision token replaced by N), owned by ConfigMap `revision-status-N`, which records a SHA-256
+//! fingerprint of every source it was made from. Creation order is status first, then the
+//! copies, then `status.latestAvailableRevision`; a revision is *complete* when its status and
+//! every copy exist. "The sources changed" means their fingerprints differ from the latest
+//! complete revision's.
 //!
 //! [`decide`] is pure. From the sources and the revisions found it returns one next step:
 //! * discard an incomplete revision (a crash between its writes): no node can be on it, since
@@ -16,8 +19,22 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use sha2::{Digest, Sha256};
+
 /// Data of one source or copy (ConfigMap `data` or Secret `data`, bytes).
 pub type Data = BTreeMap<String, Vec<u8>>;
+
+/// SHA-256 (hex) of a source's data: each key and value, length-prefixed, in key order.
+pub fn fingerprint(data: &Data) -> String {
+    let mut h = Sha256::new();
+    for (k, v) in data {
+        h.update((k.len() as u64).to_le_bytes());
+        h.update(k.as_bytes());
+        h.update((v.len() as u64).to_le_bytes());
+        h.update(v);
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
 
 /// The revisioned sources, by source name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -25,19 +42,33 @@ pub struct Sources {
     pub by_name: BTreeMap<String, Data>,
 }
 
+impl Sources {
+    /// Source name → fingerprint.
+    pub fn fingerprints(&self) -> BTreeMap<String, String> {
+        self.by_name
+            .iter()
+            .map(|(n, d)| (n.clone(), fingerprint(d)))
+            .collect()
+    }
+}
+
 /// One revision as found in the API.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FoundRevision {
     pub number: i64,
-    /// `revision-status-N` exists.
-    pub has_status: bool,
-    /// The copies found (`<source>` → data), keyed by source name.
-    pub copies: BTreeMap<String, Data>,
+    /// The fingerprints recorded in `revision-status-N`, if it exists.
+    pub status: Option<BTreeMap<String, String>>,
+    /// Names of the sources whose copy exists.
+    pub copies: BTreeSet<String>,
 }
 
 impl FoundRevision {
     fn complete(&self, source_names: &BTreeSet<String>) -> bool {
-        self.has_status && source_names.iter().all(|s| self.copies.contains_key(s))
+        self.status.as_ref().is_some_and(|fp| {
+            source_names
+                .iter()
+                .all(|s| self.copies.contains(s) && fp.contains_key(s))
+        })
     }
 }
 
@@ -82,12 +113,15 @@ pub struct RevisionView<'a> {
     pub limits: Limits,
 }
 
-/// Names of the sources that differ between `a` and `b`.
-fn changed_sources(a: &Sources, b: &BTreeMap<String, Data>) -> Vec<String> {
-    let names: BTreeSet<&String> = a.by_name.keys().chain(b.keys()).collect();
+/// Names of the sources whose fingerprint differs from `recorded`.
+fn changed_sources(
+    current: &BTreeMap<String, String>,
+    recorded: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let names: BTreeSet<&String> = current.keys().chain(recorded.keys()).collect();
     names
         .into_iter()
-        .filter(|n| a.by_name.get(*n) != b.get(*n))
+        .filter(|n| current.get(*n) != recorded.get(*n))
         .cloned()
         .collect()
 }
@@ -105,12 +139,12 @@ pub fn decide(view: &RevisionView<'_>) -> RevisionStep {
     {
         let missing: Vec<String> = names
             .iter()
-            .filter(|n| !broken.copies.contains_key(*n))
+            .filter(|n| !broken.copies.contains(*n))
             .cloned()
             .collect();
         return RevisionStep::Discard {
             number: broken.number,
-            reason: if broken.has_status {
+            reason: if broken.status.is_some() {
                 format!(
                     "revision {} is incomplete (missing {})",
                     broken.number,
@@ -124,9 +158,10 @@ pub fn decide(view: &RevisionView<'_>) -> RevisionStep {
             },
         };
     }
-    let changed = match latest_complete {
+    let current = view.sources.fingerprints();
+    let changed = match latest_complete.and_then(|r| r.status.as_ref()) {
         None => names.iter().cloned().collect(),
-        Some(r) => changed_sources(view.sources, &r.copies),
+        Some(recorded) => changed_sources(&current, recorded),
     };
     if !changed.is_empty() {
         let number = found.last().map_or(0, |r| r.number).max(view.published) + 1;
@@ -188,10 +223,11 @@ mod tests {
     }
 
     fn revision(n: i64, pod: &str, certs: &str) -> FoundRevision {
+        let s = sources(pod, certs);
         FoundRevision {
             number: n,
-            has_status: true,
-            copies: sources(pod, certs).by_name,
+            status: Some(s.fingerprints()),
+            copies: s.by_name.keys().cloned().collect(),
         }
     }
 
@@ -255,7 +291,7 @@ mod tests {
         }
         // Copies without a status (crash after deleting the status) are discarded too.
         let mut orphan = revision(2, "b", "x");
-        orphan.has_status = false;
+        orphan.status = None;
         let found = [revision(1, "a", "x"), orphan];
         assert!(matches!(
             decide(&view(&s, &found, 1, &in_use)),
@@ -277,6 +313,17 @@ mod tests {
             decide(&view(&s, &found, 5, &InUse::default())),
             RevisionStep::Create { number: 6, .. }
         ));
+    }
+
+    #[test]
+    fn fingerprints_are_stable_and_sensitive() {
+        let a = data("v");
+        assert_eq!(fingerprint(&a), fingerprint(&data("v")));
+        assert_ne!(fingerprint(&a), fingerprint(&data("w")));
+        // Key/value boundaries matter.
+        let ab = BTreeMap::from([("ab".to_owned(), b"c".to_vec())]);
+        let a_bc = BTreeMap::from([("a".to_owned(), b"bc".to_vec())]);
+        assert_ne!(fingerprint(&ab), fingerprint(&a_bc));
     }
 
     #[test]

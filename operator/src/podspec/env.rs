@@ -22,7 +22,7 @@ pub struct EnvInput<'a> {
     pub nodes: &'a [NodeTarget],
     /// The live member list (voters and learners). Empty for the bootstrap render.
     pub members: &'a [Member],
-    pub revision: i64,
+    pub revision: &'a str,
     /// `ETCD_INITIAL_CLUSTER_STATE=new` (bootstrap render only).
     pub bootstrap: bool,
     pub certs: &'a CertPaths,
@@ -90,6 +90,6 @@ pub fn contract_env(input: &EnvInput<'_>) -> Result<BTreeMap<String, String>, Re
     set("ETCDCTL_CACERT", certs.server_ca.clone());
     set("ETCDCTL_CERT", certs.peer_cert.clone());
     set("ETCDCTL_KEY", certs.peer_key.clone());
-    set("ETCD_STATIC_POD_REVISION", input.revision.to_string());
+    set("ETCD_STATIC_POD_REVISION", input.revision.to_owned());
     Ok(env)
 }

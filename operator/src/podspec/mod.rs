@@ -22,8 +22,17 @@ use paths::CertPaths;
 pub const STATIC_POD_NAMESPACE: &str = "etcd";
 /// Bound on `etcd-verify membership` in the init container (below the pod's 180 s startup budget).
 pub const VERIFY_TIMEOUT: &str = "120s";
+/// Stands for the revision number in the `etcd-pod` source; the revision controller replaces it
+/// in the `etcd-pod-<N>` copy, so the installer receives a concrete manifest.
+pub const REVISION_TOKEN: &str = "__ETCD_STATIC_POD_REVISION__";
+
+/// Replaces [`REVISION_TOKEN`] with `revision`.
+pub fn substitute_revision(text: &str, revision: i64) -> String {
+    text.replace(REVISION_TOKEN, &revision.to_string())
+}
 
 const TEMPLATE: &str = include_str!("../../../bindata/etcd-pod.yaml.hbs");
+const INSTALLER_TEMPLATE: &str = include_str!("../../../bindata/installer-pod.yaml.hbs");
 
 /// A control-plane node etcd runs on.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -79,7 +88,8 @@ pub struct PodInput<'a> {
     pub node: &'a NodeTarget,
     pub nodes: &'a [NodeTarget],
     pub members: &'a [Member],
-    pub revision: i64,
+    /// The revision, or `None` for the revision-controller source (rendered with [`REVISION_TOKEN`]).
+    pub revision: Option<i64>,
     pub bootstrap: bool,
     pub spec: &'a EtcdClusterSpec,
     pub images: &'a Images,
@@ -104,7 +114,7 @@ struct TemplateData<'a> {
     node_name: &'a str,
     node_ip: String,
     url_host: String,
-    revision: i64,
+    revision: String,
     operator_image: &'a str,
     etcd_image: &'a str,
     log_level: &'static str,
@@ -131,17 +141,22 @@ fn registry() -> Result<Handlebars<'static>, RenderError> {
     hb.register_helper("str", Box::new(as_string));
     hb.register_template_string("etcd-pod", TEMPLATE)
         .map_err(|e| RenderError::Template(e.to_string()))?;
+    hb.register_template_string("installer-pod", INSTALLER_TEMPLATE)
+        .map_err(|e| RenderError::Template(e.to_string()))?;
     Ok(hb)
 }
 
 /// Renders one node's static-pod manifest.
 pub fn render_pod(input: &PodInput<'_>) -> Result<String, RenderError> {
     let certs = CertPaths::for_node(&input.node.name);
+    let revision = input
+        .revision
+        .map_or_else(|| REVISION_TOKEN.to_owned(), |r| r.to_string());
     let env = contract_env(&EnvInput {
         node: input.node,
         nodes: input.nodes,
         members: input.members,
-        revision: input.revision,
+        revision: &revision,
         bootstrap: input.bootstrap,
         certs: &certs,
     })?;
@@ -150,7 +165,7 @@ pub fn render_pod(input: &PodInput<'_>) -> Result<String, RenderError> {
         node_name: &input.node.name,
         node_ip: input.node.ip.to_string(),
         url_host: input.node.url_host(),
-        revision: input.revision,
+        revision: revision.clone(),
         operator_image: &input.images.operator,
         etcd_image: input
             .spec
@@ -167,13 +182,49 @@ pub fn render_pod(input: &PodInput<'_>) -> Result<String, RenderError> {
         resource_host_dir: input
             .resource_host_dir
             .clone()
-            .unwrap_or_else(|| paths::revision_host_dir(input.revision)),
+            .unwrap_or_else(|| paths::revision_host_dir(&revision)),
     };
     let text = registry()?
         .render("etcd-pod", &data)
         .map_err(|e| RenderError::Template(e.to_string()))?;
     parse_pod(&text)?;
     Ok(text)
+}
+
+/// Name of the installer pod for one attempt at one revision on one node.
+pub fn installer_pod_name(node: &str, revision: i64, attempt: u32) -> String {
+    format!("installer-{revision}-{node}-{attempt}")
+}
+
+#[derive(serde::Serialize)]
+struct InstallerData<'a> {
+    pod_name: String,
+    namespace: &'static str,
+    node_name: &'a str,
+    revision: i64,
+    attempt: u32,
+    operator_image: &'a str,
+}
+
+/// Renders the installer pod for `node` at `revision` (attempt `attempt`).
+pub fn render_installer(
+    node: &str,
+    revision: i64,
+    attempt: u32,
+    images: &Images,
+) -> Result<Pod, RenderError> {
+    let data = InstallerData {
+        pod_name: installer_pod_name(node, revision, attempt),
+        namespace: STATIC_POD_NAMESPACE,
+        node_name: node,
+        revision,
+        attempt,
+        operator_image: &images.operator,
+    };
+    let text = registry()?
+        .render("installer-pod", &data)
+        .map_err(|e| RenderError::Template(e.to_string()))?;
+    parse_pod(&text)
 }
 
 /// Parses a manifest (YAML booleans strict: `yes`/`on` stay strings).

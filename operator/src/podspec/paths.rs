@@ -15,8 +15,8 @@ pub const ALL_BUNDLES_CONFIGMAP: &str = "etcd-all-bundles";
 /// ConfigMap holding the per-node manifests (`pod-<node>.yaml`).
 pub const POD_CONFIGMAP: &str = "etcd-pod";
 
-/// Host dir of revision `revision`.
-pub fn revision_host_dir(revision: i64) -> String {
+/// Host dir of revision `revision` (a number, or the revision token).
+pub fn revision_host_dir(revision: &str) -> String {
     format!("{HOST_RESOURCE_DIR}/{POD_CONFIGMAP}-{revision}")
 }
 

@@ -52,7 +52,7 @@ fn render_for(n: u8, members: &[Member], spec: &EtcdClusterSpec) -> String {
         node: &nodes[usize::from(n - 1)],
         nodes: &nodes,
         members,
-        revision: 7,
+        revision: Some(7),
         bootstrap: false,
         spec,
         images: &imgs,
@@ -116,7 +116,7 @@ fn env_follows_the_contract() {
         node: &nodes[2],
         nodes: &nodes,
         members: &scale_up_members(),
-        revision: 7,
+        revision: "7",
         bootstrap: false,
         certs: &certs,
     })
@@ -194,7 +194,7 @@ fn bootstrap_render_starts_a_new_single_member_cluster() {
         node: &nodes[0],
         nodes: &nodes,
         members: &[],
-        revision: 0,
+        revision: Some(0),
         bootstrap: true,
         spec: &EtcdClusterSpec::default(),
         images: &imgs,
@@ -204,4 +204,42 @@ fn bootstrap_render_starts_a_new_single_member_cluster() {
     assert!(text.contains("value: \"new\""));
     assert!(text.contains("- name: ETCD_MEMBER_IDS\n      value: \"\""));
     assert!(text.contains("- name: ETCDCTL_ENDPOINTS\n      value: \"https://10.0.0.1:2379\""));
+}
+
+#[test]
+fn installer_pod_is_pinned_and_names_the_revision() {
+    let pod = render_installer("master-2", 5, 3, &images()).unwrap();
+    assert_eq!(pod.metadata.name.as_deref(), Some("installer-5-master-2-3"));
+    let spec = pod.spec.unwrap();
+    assert_eq!(spec.node_name.as_deref(), Some("master-2"));
+    assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+    let args = spec.containers[0].args.clone().unwrap();
+    assert!(args.contains(&"--revision=5".to_owned()));
+    assert!(args.contains(&"--node-name=master-2".to_owned()));
+    let labels = pod.metadata.labels.unwrap();
+    assert_eq!(labels["revision"], "5");
+    assert_eq!(labels["attempt"], "3");
+}
+
+#[test]
+fn the_source_carries_a_token_the_revision_replaces() {
+    let nodes = [node(1), node(2), node(3)];
+    let imgs = images();
+    let spec = EtcdClusterSpec::default();
+    let source = render_pod(&PodInput {
+        node: &nodes[0],
+        nodes: &nodes,
+        members: &scale_up_members(),
+        revision: None,
+        bootstrap: false,
+        spec: &spec,
+        images: &imgs,
+        resource_host_dir: None,
+    })
+    .unwrap();
+    assert!(source.contains(REVISION_TOKEN));
+    assert_eq!(
+        substitute_revision(&source, 7),
+        render_for(1, &scale_up_members(), &spec)
+    );
 }

@@ -1,0 +1,472 @@
+//! The local control plane: a Kubernetes API ([`kube_testapi::TestApi`]: the API stand-in on its
+//! own etcd, or a real cluster when `KUBECONFIG` is set), simulated control-plane nodes (one
+//! `node-agent` each, the kubelet stand-in, with its own loopback address and root dir), the
+//! bootstrap of the first node with `etcd-operator render`, and the operator as a local process.
+//!
+//! ```text
+//!  <dir>/nodes/n1/ (root of node n1: etc/kubernetes/{manifests,static-pod-resources,bootstrap},
+//!                   var/lib/etcd)         node-agent n1 @ 127.0.x.y
+//!  <dir>/nodes/n2/ ...                    node-agent n2 @ 127.0.x.z
+//!  <dir>/operator.log                     etcd-operator run (KUBECONFIG = the API)
+//! ```
+//!
+//! Everything is torn down by [`LocalControlPlane::shutdown`]: the operator (SIGTERM, then SIGKILL),
+//! every node agent (which stops its pods), then the API. Dropping without shutdown still kills
+//! the operator process.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use etcd_fixture::LoopbackAddr;
+use etcd_operator::api::{EtcdCluster, EtcdClusterSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::{Api, Client, CustomResourceExt};
+use kube_testapi::TestApi;
+use node_agent::{NodeAgent, NodeAgentHandle, NodeConfig};
+
+/// What went wrong bringing the control plane up or driving it.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlPlaneError {
+    #[error("API: {0}")]
+    Api(#[from] kube_testapi::TestApiError),
+    #[error("Kubernetes call: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("node agent: {0}")]
+    Agent(#[from] node_agent::AgentError),
+    #[error("address: {0}")]
+    Address(#[from] etcd_fixture::FixtureError),
+    #[error("{0}: {1}")]
+    Io(String, std::io::Error),
+    #[error("{0}")]
+    Failed(String),
+}
+
+fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> ControlPlaneError {
+    let c = context.into();
+    move |e| ControlPlaneError::Io(c, e)
+}
+
+/// One simulated control-plane node.
+pub struct SimNode {
+    pub name: String,
+    pub addr: LoopbackAddr,
+    pub root: PathBuf,
+    agent: Option<NodeAgentHandle>,
+}
+
+impl std::fmt::Debug for SimNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimNode")
+            .field("name", &self.name)
+            .field("ip", &self.addr.ip())
+            .field("running", &self.agent.is_some())
+            .finish()
+    }
+}
+
+impl SimNode {
+    pub fn ip(&self) -> IpAddr {
+        IpAddr::V4(self.addr.ip())
+    }
+
+    /// The node's static-pod manifest dir.
+    pub fn manifest_dir(&self) -> PathBuf {
+        self.root.join("etc/kubernetes/manifests")
+    }
+
+    /// The node's etcd data dir.
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.join("var/lib/etcd")
+    }
+}
+
+/// The running local control plane.
+pub struct LocalControlPlane {
+    pub api: TestApi,
+    pub dir: tempfile::TempDir,
+    pub bin_dir: PathBuf,
+    pub nodes: Vec<SimNode>,
+    operator: Option<Child>,
+    pub operator_metrics: Option<SocketAddr>,
+}
+
+impl std::fmt::Debug for LocalControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalControlPlane")
+            .field("dir", &self.dir.path())
+            .field("nodes", &self.nodes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The namespace of the etcd static pods and the operator's own.
+pub const STATIC_NS: &str = etcd_operator::podspec::STATIC_POD_NAMESPACE;
+pub const OPERATOR_NS: &str = etcd_operator::bootstrap::OPERATOR_NAMESPACE;
+
+impl LocalControlPlane {
+    /// The API plus the objects the operator expects (namespaces, the installer's
+    /// ServiceAccount, the CRD). No nodes yet.
+    pub async fn start() -> Result<Self, ControlPlaneError> {
+        let api = TestApi::start().await?;
+        let dir = tempfile::Builder::new()
+            .prefix("sandbox-")
+            .tempdir()
+            .map_err(io("creating the sandbox dir"))?;
+        let bin_dir = crate::binaries::bin_dir().map_err(io("locating the project's binaries"))?;
+        let cp = Self {
+            api,
+            dir,
+            bin_dir,
+            nodes: Vec::new(),
+            operator: None,
+            operator_metrics: None,
+        };
+        cp.install_prerequisites().await?;
+        Ok(cp)
+    }
+
+    pub fn client(&self) -> Client {
+        self.api.client()
+    }
+
+    async fn install_prerequisites(&self) -> Result<(), ControlPlaneError> {
+        let client = self.client();
+        for ns in [STATIC_NS, OPERATOR_NS] {
+            let obj = Namespace {
+                metadata: ObjectMeta {
+                    name: Some(ns.to_owned()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            create_or_keep(&Api::<Namespace>::all(client.clone()), &obj).await?;
+        }
+        let sa = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some("etcd-installer".to_owned()),
+                namespace: Some(STATIC_NS.to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        create_or_keep(
+            &Api::<ServiceAccount>::namespaced(client.clone(), STATIC_NS),
+            &sa,
+        )
+        .await?;
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        create_or_keep(&crds, &EtcdCluster::crd()).await?;
+        let name = EtcdCluster::crd_name();
+        wait_for(
+            Duration::from_secs(30),
+            "the EtcdCluster CRD to be Established",
+            || {
+                let crds = crds.clone();
+                async move {
+                    let crd = crds.get(name).await.map_err(|e| e.to_string())?;
+                    let established = crd.status.and_then(|s| s.conditions).is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c.type_ == "Established" && c.status == "True")
+                    });
+                    if established {
+                        Ok(())
+                    } else {
+                        Err("not Established yet".into())
+                    }
+                }
+            },
+        )
+        .await
+    }
+
+    /// Adds a simulated node (its agent starts at once).
+    pub async fn add_node(&mut self, name: &str) -> Result<&SimNode, ControlPlaneError> {
+        let addr = LoopbackAddr::acquire()?;
+        let root = self.dir.path().join("nodes").join(name);
+        std::fs::create_dir_all(root.join("etc/kubernetes/manifests"))
+            .map_err(io(format!("creating {}", root.display())))?;
+        let mut node = SimNode {
+            name: name.to_owned(),
+            addr,
+            root,
+            agent: None,
+        };
+        self.start_agent(&mut node).await?;
+        self.nodes.push(node);
+        self.nodes
+            .last()
+            .ok_or_else(|| ControlPlaneError::Failed("node vanished".into()))
+    }
+
+    async fn start_agent(&self, node: &mut SimNode) -> Result<(), ControlPlaneError> {
+        let cfg = NodeConfig::new(&node.name, node.ip(), &node.root, &self.bin_dir)
+            .with_client(self.client())
+            .with_kubeconfig(self.api.kubeconfig());
+        node.agent = Some(NodeAgent::start(cfg).await?);
+        Ok(())
+    }
+
+    /// The node called `name`.
+    pub fn node(&self, name: &str) -> Result<&SimNode, ControlPlaneError> {
+        self.nodes
+            .iter()
+            .find(|n| n.name == name)
+            .ok_or_else(|| ControlPlaneError::Failed(format!("no node {name}")))
+    }
+
+    /// Stops a node's agent (its pods stop, like a powered-off machine); the Node object stays.
+    pub async fn stop_node(&mut self, name: &str) -> Result<(), ControlPlaneError> {
+        let node = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.name == name)
+            .ok_or_else(|| ControlPlaneError::Failed(format!("no node {name}")))?;
+        if let Some(agent) = node.agent.take() {
+            agent.shutdown().await;
+        }
+        Ok(())
+    }
+
+    /// Starts a stopped node's agent again (same address and root).
+    pub async fn restart_node(&mut self, name: &str) -> Result<(), ControlPlaneError> {
+        let idx = self
+            .nodes
+            .iter()
+            .position(|n| n.name == name)
+            .ok_or_else(|| ControlPlaneError::Failed(format!("no node {name}")))?;
+        let mut node = self.nodes.remove(idx);
+        let result = self.start_agent(&mut node).await;
+        self.nodes.insert(idx, node);
+        result
+    }
+
+    /// Stops a node's agent and deletes its Node object (the machine is gone).
+    pub async fn delete_node(&mut self, name: &str) -> Result<(), ControlPlaneError> {
+        self.stop_node(name).await?;
+        let api: Api<Node> = Api::all(self.client());
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.nodes.retain(|n| n.name != name);
+        Ok(())
+    }
+
+    /// `etcd-operator render` for the first node, its static pod placed, and the CA and
+    /// certificates applied for the operator to adopt.
+    pub async fn bootstrap(&self, name: &str) -> Result<(), ControlPlaneError> {
+        let node = self.node(name)?;
+        let out_dir = node.root.join("etc/kubernetes/bootstrap");
+        let output = Command::new(self.bin_dir.join("etcd-operator"))
+            .args(["render", "--node-name", name])
+            .arg("--node-ip")
+            .arg(node.ip().to_string())
+            .arg("--output-dir")
+            .arg(&out_dir)
+            .args([
+                "--resource-host-dir",
+                "/etc/kubernetes/bootstrap/etcd-certs",
+            ])
+            .output()
+            .map_err(io("running etcd-operator render"))?;
+        if !output.status.success() {
+            return Err(ControlPlaneError::Failed(format!(
+                "etcd-operator render failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            )));
+        }
+        let client = self.client();
+        let read = |f: &str| -> Result<Vec<u8>, ControlPlaneError> {
+            let p = out_dir.join("manifests").join(f);
+            std::fs::read(&p).map_err(io(format!("reading {}", p.display())))
+        };
+        let parse =
+            |what: &str, e: serde_json::Error| ControlPlaneError::Failed(format!("{what}: {e}"));
+        let signer: Secret = serde_json::from_slice(&read("etcd-signer.json")?)
+            .map_err(|e| parse("etcd-signer.json", e))?;
+        create_or_keep(
+            &Api::<Secret>::namespaced(client.clone(), OPERATOR_NS),
+            &signer,
+        )
+        .await?;
+        let certs: Secret = serde_json::from_slice(&read("etcd-all-certs.json")?)
+            .map_err(|e| parse("etcd-all-certs.json", e))?;
+        create_or_keep(
+            &Api::<Secret>::namespaced(client.clone(), STATIC_NS),
+            &certs,
+        )
+        .await?;
+        let bundles: ConfigMap = serde_json::from_slice(&read("etcd-all-bundles.json")?)
+            .map_err(|e| parse("etcd-all-bundles.json", e))?;
+        create_or_keep(
+            &Api::<ConfigMap>::namespaced(client.clone(), STATIC_NS),
+            &bundles,
+        )
+        .await?;
+        // Placing the manifest is what the platform's bootstrap does on the first node.
+        let pod = out_dir.join("etcd-pod.yaml");
+        let target = node.manifest_dir().join("etcd-pod.yaml");
+        std::fs::copy(&pod, &target).map_err(io(format!("placing {}", target.display())))?;
+        Ok(())
+    }
+
+    /// Creates the EtcdCluster (defaults unless `spec` is given).
+    pub async fn create_cluster(&self, spec: EtcdClusterSpec) -> Result<(), ControlPlaneError> {
+        let cr = EtcdCluster::new(etcd_operator::api::SINGLETON, spec);
+        create_or_keep(&Api::<EtcdCluster>::all(self.client()), &cr).await
+    }
+
+    /// Starts `etcd-operator run` as a local process (output in `<dir>/operator.log`).
+    pub fn start_operator(&mut self) -> Result<(), ControlPlaneError> {
+        if self.operator.is_some() {
+            return Ok(());
+        }
+        let addr = LoopbackAddr::acquire()?;
+        let listen = SocketAddr::from((addr.ip(), 8443));
+        let log_path = self.dir.path().join("operator.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(io(format!("opening {}", log_path.display())))?;
+        let err = log.try_clone().map_err(io("operator log"))?;
+        let child = Command::new(self.bin_dir.join("etcd-operator"))
+            .arg("run")
+            .arg("--listen")
+            .arg(listen.to_string())
+            .args(["--identity", "sandbox-operator", "--lease-duration", "6s"])
+            .env("KUBECONFIG", self.api.kubeconfig())
+            .env("ETCD_OPERATOR_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .map_err(io("starting etcd-operator run"))?;
+        self.operator = Some(child);
+        self.operator_metrics = Some(listen);
+        // The address reservation only guards against parallel tests; the port is ours now.
+        drop(addr);
+        Ok(())
+    }
+
+    /// Stops the operator: SIGTERM, then SIGKILL after `grace`. With `grace` zero: SIGKILL
+    /// (a crash).
+    pub fn stop_operator(&mut self, grace: Duration) -> Result<(), ControlPlaneError> {
+        let Some(mut child) = self.operator.take() else {
+            return Ok(());
+        };
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+        let signal = if grace.is_zero() {
+            nix::sys::signal::Signal::SIGKILL
+        } else {
+            nix::sys::signal::Signal::SIGTERM
+        };
+        let _ = nix::sys::signal::kill(pid, signal);
+        let started = Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => return Ok(()),
+                Ok(None) if started.elapsed() < grace + Duration::from_secs(1) => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// The operator's log so far.
+    pub fn operator_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("operator.log")).unwrap_or_default()
+    }
+
+    /// Stops everything: operator, agents (and their pods), then the API.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop_operator(Duration::from_secs(5));
+        for node in &mut self.nodes {
+            if let Some(agent) = node.agent.take() {
+                agent.shutdown().await;
+            }
+        }
+        if self.api.is_real() {
+            let nodes: Api<Node> = Api::all(self.api.client());
+            for node in &self.nodes {
+                let _ = nodes.delete(&node.name, &DeleteParams::default()).await;
+            }
+        }
+    }
+
+    /// The EtcdCluster as the API has it now.
+    pub async fn cluster(&self) -> Result<Option<EtcdCluster>, ControlPlaneError> {
+        Ok(Api::<EtcdCluster>::all(self.client())
+            .get_opt(etcd_operator::api::SINGLETON)
+            .await?)
+    }
+
+    /// Node name → its loopback address.
+    pub fn addresses(&self) -> BTreeMap<String, IpAddr> {
+        self.nodes
+            .iter()
+            .map(|n| (n.name.clone(), n.ip()))
+            .collect()
+    }
+
+    /// Path of the sandbox dir.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for LocalControlPlane {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.operator.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Creates `obj`; AlreadyExists is fine (the object is kept as it is).
+pub async fn create_or_keep<K>(api: &Api<K>, obj: &K) -> Result<(), ControlPlaneError>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Polls `check` until it succeeds or `deadline` passes; the error names what was last seen.
+pub async fn wait_for<F, Fut>(
+    deadline: Duration,
+    what: &str,
+    mut check: F,
+) -> Result<(), ControlPlaneError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let started = Instant::now();
+    let mut last = String::from("nothing checked yet");
+    while started.elapsed() < deadline {
+        match check().await {
+            Ok(()) => return Ok(()),
+            Err(seen) => last = seen,
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Err(ControlPlaneError::Failed(format!(
+        "timed out after {deadline:?} waiting for {what}; last seen: {last}"
+    )))
+}

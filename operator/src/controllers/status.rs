@@ -1,0 +1,246 @@
+//! Status conditions: typed condition types, a pure merge that keeps `lastTransitionTime` while a
+//! condition's status doesn't change, and the aggregate `Available` / `Progressing` / `Degraded`
+//! computed from the detail conditions, with messages that say what is happening and, when
+//! waiting, what for.
+
+use crate::api::Condition;
+
+/// Condition types the operator sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ConditionType {
+    Available,
+    Progressing,
+    Degraded,
+    EtcdMembersAvailable,
+    EtcdMembersDegraded,
+    EtcdMembersProgressing,
+    NodeInstallerProgressing,
+    NodeInstallerDegraded,
+    CertSignerDegraded,
+    EtcdObserverDegraded,
+    MembershipControllerDegraded,
+    TargetConfigControllerDegraded,
+    RevisionControllerDegraded,
+    InstallerControllerDegraded,
+    EndpointsControllerDegraded,
+}
+
+impl ConditionType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionType::Available => "Available",
+            ConditionType::Progressing => "Progressing",
+            ConditionType::Degraded => "Degraded",
+            ConditionType::EtcdMembersAvailable => "EtcdMembersAvailable",
+            ConditionType::EtcdMembersDegraded => "EtcdMembersDegraded",
+            ConditionType::EtcdMembersProgressing => "EtcdMembersProgressing",
+            ConditionType::NodeInstallerProgressing => "NodeInstallerProgressing",
+            ConditionType::NodeInstallerDegraded => "NodeInstallerDegraded",
+            ConditionType::CertSignerDegraded => "CertSignerDegraded",
+            ConditionType::EtcdObserverDegraded => "EtcdObserverDegraded",
+            ConditionType::MembershipControllerDegraded => "MembershipControllerDegraded",
+            ConditionType::TargetConfigControllerDegraded => "TargetConfigControllerDegraded",
+            ConditionType::RevisionControllerDegraded => "RevisionControllerDegraded",
+            ConditionType::InstallerControllerDegraded => "InstallerControllerDegraded",
+            ConditionType::EndpointsControllerDegraded => "EndpointsControllerDegraded",
+        }
+    }
+
+    /// The per-controller Degraded conditions.
+    pub const CONTROLLERS: [ConditionType; 7] = [
+        ConditionType::CertSignerDegraded,
+        ConditionType::EtcdObserverDegraded,
+        ConditionType::MembershipControllerDegraded,
+        ConditionType::TargetConfigControllerDegraded,
+        ConditionType::RevisionControllerDegraded,
+        ConditionType::InstallerControllerDegraded,
+        ConditionType::EndpointsControllerDegraded,
+    ];
+}
+
+/// A condition as computed this pass (no timestamp yet).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Computed {
+    pub type_: ConditionType,
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Computed {
+    pub fn new(
+        type_: ConditionType,
+        status: bool,
+        reason: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            type_,
+            status,
+            reason: reason.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Adds the aggregate conditions to the detail ones.
+pub fn with_aggregates(mut detail: Vec<Computed>) -> Vec<Computed> {
+    let get = |t: ConditionType| detail.iter().find(|c| c.type_ == t).cloned();
+    let available = get(ConditionType::EtcdMembersAvailable);
+    let progressing: Vec<Computed> = [
+        ConditionType::EtcdMembersProgressing,
+        ConditionType::NodeInstallerProgressing,
+    ]
+    .into_iter()
+    .filter_map(get)
+    .filter(|c| c.status)
+    .collect();
+    let degraded: Vec<Computed> = detail
+        .iter()
+        .filter(|c| c.status && c.type_.as_str().ends_with("Degraded"))
+        .cloned()
+        .collect();
+    let join = |cs: &[Computed]| {
+        cs.iter()
+            .map(|c| format!("{}: {}", c.type_.as_str(), c.message))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    detail.push(match available {
+        Some(a) if a.status => Computed::new(ConditionType::Available, true, "Quorate", a.message),
+        Some(a) => Computed::new(ConditionType::Available, false, "NotQuorate", a.message),
+        None => Computed::new(
+            ConditionType::Available,
+            false,
+            "Unknown",
+            "etcd membership not observed yet",
+        ),
+    });
+    detail.push(if progressing.is_empty() {
+        Computed::new(
+            ConditionType::Progressing,
+            false,
+            "AsExpected",
+            "every node runs the latest revision; membership is as desired",
+        )
+    } else {
+        Computed::new(
+            ConditionType::Progressing,
+            true,
+            "Progressing",
+            join(&progressing),
+        )
+    });
+    detail.push(if degraded.is_empty() {
+        Computed::new(ConditionType::Degraded, false, "AsExpected", "")
+    } else {
+        Computed::new(ConditionType::Degraded, true, "Degraded", join(&degraded))
+    });
+    detail
+}
+
+/// Merges computed conditions into the previous ones: `lastTransitionTime` changes only when the
+/// status does. Output sorted by type.
+pub fn merge(previous: &[Condition], computed: &[Computed], now: &str) -> Vec<Condition> {
+    let mut out: Vec<Condition> = computed
+        .iter()
+        .map(|c| {
+            let status = if c.status { "True" } else { "False" };
+            let since = previous
+                .iter()
+                .find(|p| p.type_ == c.type_.as_str() && p.status == status)
+                .map_or_else(|| now.to_owned(), |p| p.last_transition_time.clone());
+            Condition {
+                type_: c.type_.as_str().to_owned(),
+                status: status.to_owned(),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+                last_transition_time: since,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.type_.cmp(&b.type_));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_moves_only_with_status() {
+        let first = merge(
+            &[],
+            &[Computed::new(
+                ConditionType::EtcdMembersAvailable,
+                true,
+                "Quorate",
+                "3 of 3",
+            )],
+            "t1",
+        );
+        let same = merge(
+            &first,
+            &[Computed::new(
+                ConditionType::EtcdMembersAvailable,
+                true,
+                "Quorate",
+                "2 of 3",
+            )],
+            "t2",
+        );
+        assert_eq!(same[0].last_transition_time, "t1");
+        assert_eq!(same[0].message, "2 of 3");
+        let flipped = merge(
+            &same,
+            &[Computed::new(
+                ConditionType::EtcdMembersAvailable,
+                false,
+                "NotQuorate",
+                "1 of 3",
+            )],
+            "t3",
+        );
+        assert_eq!(flipped[0].last_transition_time, "t3");
+    }
+
+    #[test]
+    fn aggregates_say_what_is_happening() {
+        let all = with_aggregates(vec![
+            Computed::new(
+                ConditionType::EtcdMembersAvailable,
+                true,
+                "Quorate",
+                "2 of 2 voters healthy",
+            ),
+            Computed::new(
+                ConditionType::EtcdMembersProgressing,
+                true,
+                "LearnerPending",
+                "waiting for learner 3 to start",
+            ),
+            Computed::new(
+                ConditionType::NodeInstallerProgressing,
+                false,
+                "AllCurrent",
+                "",
+            ),
+            Computed::new(
+                ConditionType::RevisionControllerDegraded,
+                true,
+                "ApiError",
+                "conflict",
+            ),
+        ]);
+        let find = |t: ConditionType| all.iter().find(|c| c.type_ == t).unwrap();
+        assert!(find(ConditionType::Available).status);
+        assert_eq!(
+            find(ConditionType::Progressing).message,
+            "EtcdMembersProgressing: waiting for learner 3 to start"
+        );
+        assert_eq!(
+            find(ConditionType::Degraded).message,
+            "RevisionControllerDegraded: conflict"
+        );
+    }
+}

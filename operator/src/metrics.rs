@@ -1,0 +1,230 @@
+//! The operator's Prometheus metrics, all under the `etcd_operator_` prefix, registered once in
+//! [`Metrics::new`] and served on `/metrics`. Labels are static categories (never built from
+//! Debug strings), so the series stay few and stable.
+
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    pub controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub controller: String,
+    pub category: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabel {
+    pub rule: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabel {
+    pub action: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberRoleLabels {
+    pub role: String,
+    pub healthy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeLabel {
+    pub node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberLabel {
+    pub member: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertLabels {
+    pub secret_key: String,
+    pub node: String,
+}
+
+/// Every metric the operator exports.
+#[derive(Debug)]
+pub struct Metrics {
+    pub registry: Registry,
+    pub reconcile_duration: Family<ControllerLabel, Histogram, fn() -> Histogram>,
+    pub reconcile_errors: Family<ErrorLabels, Counter>,
+    pub gate_denials: Family<RuleLabel, Counter>,
+    pub membership_changes: Family<ActionLabel, Counter>,
+    pub members: Family<MemberRoleLabels, Gauge>,
+    pub control_plane_nodes: Gauge,
+    pub latest_revision: Gauge,
+    pub node_current_revision: Family<NodeLabel, Gauge>,
+    pub learner_age_seconds: Family<MemberLabel, Gauge>,
+    pub learner_raft_index: Family<MemberLabel, Gauge>,
+    pub leader_raft_index: Gauge,
+    pub certificate_expiry: Family<CertLabels, Gauge>,
+    pub ca_expiry: Gauge,
+    pub is_leader: Gauge,
+}
+
+fn duration_histogram() -> Histogram {
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ])
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("etcd_operator");
+        let m = Self {
+            reconcile_duration: Family::new_with_constructor(
+                duration_histogram as fn() -> Histogram,
+            ),
+            reconcile_errors: Family::default(),
+            gate_denials: Family::default(),
+            membership_changes: Family::default(),
+            members: Family::default(),
+            control_plane_nodes: Gauge::default(),
+            latest_revision: Gauge::default(),
+            node_current_revision: Family::default(),
+            learner_age_seconds: Family::default(),
+            learner_raft_index: Family::default(),
+            leader_raft_index: Gauge::default(),
+            certificate_expiry: Family::default(),
+            ca_expiry: Gauge::default(),
+            is_leader: Gauge::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of one controller step of a reconcile pass",
+            m.reconcile_duration.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Failed controller steps by category",
+            m.reconcile_errors.clone(),
+        );
+        registry.register(
+            "gate_denials",
+            "Actions the quorum gate denied, by rule",
+            m.gate_denials.clone(),
+        );
+        registry.register(
+            "membership_changes",
+            "etcd membership changes made, by action",
+            m.membership_changes.clone(),
+        );
+        registry.register(
+            "members",
+            "etcd members by role and health",
+            m.members.clone(),
+        );
+        registry.register(
+            "control_plane_nodes",
+            "Control-plane nodes eligible to run etcd",
+            m.control_plane_nodes.clone(),
+        );
+        registry.register(
+            "latest_revision",
+            "The latest available static-pod revision",
+            m.latest_revision.clone(),
+        );
+        registry.register(
+            "node_current_revision",
+            "The revision running Ready on each node",
+            m.node_current_revision.clone(),
+        );
+        registry.register(
+            "learner_age_seconds",
+            "Seconds since a pending learner was added",
+            m.learner_age_seconds.clone(),
+        );
+        registry.register(
+            "learner_raft_index",
+            "Raft index of a pending learner (catch-up progress)",
+            m.learner_raft_index.clone(),
+        );
+        registry.register(
+            "leader_raft_index",
+            "Raft index of the etcd leader",
+            m.leader_raft_index.clone(),
+        );
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "notAfter of each certificate in etcd-all-certs",
+            m.certificate_expiry.clone(),
+        );
+        registry.register(
+            "ca_expiry_timestamp_seconds",
+            "notAfter of the etcd CA",
+            m.ca_expiry.clone(),
+        );
+        registry.register(
+            "is_leader",
+            "1 when this operator instance holds the leader lease",
+            m.is_leader.clone(),
+        );
+        Self { registry, ..m }
+    }
+
+    /// Starts timing one controller step; the time is recorded when the guard drops.
+    pub fn time(&self, controller: &str) -> StepTimer<'_> {
+        StepTimer {
+            metrics: self,
+            controller: controller.to_owned(),
+            started: Instant::now(),
+        }
+    }
+
+    /// Counts a failed step.
+    pub fn error(&self, controller: &str, category: &str) {
+        self.reconcile_errors
+            .get_or_create(&ErrorLabels {
+                controller: controller.to_owned(),
+                category: category.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Renders the OpenMetrics text.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+/// Records a step's duration when dropped.
+#[derive(Debug)]
+pub struct StepTimer<'a> {
+    metrics: &'a Metrics,
+    controller: String,
+    started: Instant,
+}
+
+impl Drop for StepTimer<'_> {
+    fn drop(&mut self) {
+        self.metrics
+            .reconcile_duration
+            .get_or_create(&ControllerLabel {
+                controller: std::mem::take(&mut self.controller),
+            })
+            .observe(self.started.elapsed().as_secs_f64());
+    }
+}

@@ -1,0 +1,312 @@
+//! Turns Kubernetes objects into the typed views the controllers decide from. Pure: no client,
+//! no clock; every function takes what it reads.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use membership::MemberId;
+
+use crate::controllers::membership::NodeInfo;
+use crate::controllers::rollout::{InstallerPhase, InstallerState, PodState};
+use crate::podspec::NodeTarget;
+
+/// Label on installer pods.
+pub const INSTALLER_LABEL: &str = "etcd.static-operator.io/installer";
+/// Label with the revision (static pods and installer pods).
+pub const REVISION_LABEL: &str = "revision";
+
+/// A control-plane node selected by the spec's node selector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControlPlaneNode {
+    pub target: NodeTarget,
+    pub ready: bool,
+    pub deleting: bool,
+}
+
+/// The selected control-plane nodes (sorted by name), with their InternalIP. Nodes without an
+/// InternalIP are skipped (etcd can't advertise anything for them).
+pub fn control_plane_nodes(
+    nodes: &[Node],
+    selector: &BTreeMap<String, String>,
+) -> Vec<ControlPlaneNode> {
+    let mut out: Vec<ControlPlaneNode> = nodes
+        .iter()
+        .filter(|n| {
+            let labels = n.metadata.labels.clone().unwrap_or_default();
+            selector
+                .iter()
+                .all(|(k, v)| labels.get(k).is_some_and(|have| v.is_empty() || have == v))
+        })
+        .filter_map(|n| {
+            let name = n.metadata.name.clone()?;
+            let status = n.status.as_ref()?;
+            let ip: IpAddr = status
+                .addresses
+                .as_ref()?
+                .iter()
+                .find(|a| a.type_ == "InternalIP")?
+                .address
+                .parse()
+                .ok()?;
+            let ready = status
+                .conditions
+                .as_ref()
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            Some(ControlPlaneNode {
+                target: NodeTarget::new(&name, ip),
+                ready,
+                deleting: n.metadata.deletion_timestamp.is_some(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.target.name.cmp(&b.target.name));
+    out
+}
+
+/// Membership's view of the nodes: eligible = Ready, not being deleted, certificates issued.
+pub fn node_infos(nodes: &[ControlPlaneNode], with_certs: &BTreeSet<String>) -> Vec<NodeInfo> {
+    nodes
+        .iter()
+        .map(|n| NodeInfo {
+            target: n.target.clone(),
+            eligible: n.ready && !n.deleting && with_certs.contains(&n.target.name),
+        })
+        .collect()
+}
+
+/// What `etcd-verify membership` reported (its termination message).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+pub struct VerifyReport {
+    pub decision: String,
+    pub reason: String,
+    pub member_id: Option<String>,
+}
+
+impl VerifyReport {
+    /// The member whose data dir was lost, when that is what blocks.
+    pub fn data_lost_member(&self) -> Option<MemberId> {
+        if self.decision == "block" && self.reason.contains("data dir lost") {
+            self.member_id.as_deref()?.parse().ok()
+        } else {
+            None
+        }
+    }
+}
+
+fn pod_node(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref()?.node_name.as_deref()
+}
+
+fn revision_of(pod: &Pod) -> Option<i64> {
+    pod.metadata
+        .labels
+        .as_ref()?
+        .get(REVISION_LABEL)?
+        .parse()
+        .ok()
+}
+
+/// The etcd static pod's state on each node, from the mirror pods.
+pub fn etcd_pods(pods: &[Pod]) -> BTreeMap<String, (PodState, Option<VerifyReport>)> {
+    let mut out = BTreeMap::new();
+    for pod in pods {
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        if labels.get("app").map(String::as_str) != Some("etcd") {
+            continue;
+        }
+        let Some(node) = pod_node(pod) else { continue };
+        let status = pod.status.clone().unwrap_or_default();
+        let ready = status
+            .conditions
+            .as_ref()
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let report = status
+            .init_container_statuses
+            .as_ref()
+            .and_then(|cs| cs.iter().find(|c| c.name == "etcd-verify"))
+            .and_then(|c| {
+                let term = c
+                    .state
+                    .as_ref()
+                    .and_then(|s| s.terminated.clone())
+                    .or_else(|| c.last_state.as_ref().and_then(|s| s.terminated.clone()))?;
+                serde_json::from_str::<VerifyReport>(term.message.as_deref()?).ok()
+            });
+        let blocked = report
+            .as_ref()
+            .filter(|r| r.decision != "start" && !ready)
+            .map(|r| r.reason.clone());
+        out.insert(
+            node.to_owned(),
+            (
+                PodState {
+                    revision: revision_of(pod).unwrap_or(0),
+                    ready,
+                    blocked,
+                },
+                report,
+            ),
+        );
+    }
+    out
+}
+
+/// The installer's termination message is one JSON line (`{"outcome","reason","message",...}`);
+/// status shows `reason: message`. Anything else (e.g. a crash's log tail) is shown as it is.
+fn installer_message(raw: &str) -> String {
+    #[derive(serde::Deserialize)]
+    struct Line {
+        reason: String,
+        message: String,
+    }
+    match serde_json::from_str::<Line>(raw.trim()) {
+        Ok(l) => format!("{}: {}", l.reason, l.message),
+        Err(_) => raw.trim().to_owned(),
+    }
+}
+
+/// The newest installer pod of each node.
+pub fn installers(pods: &[Pod]) -> BTreeMap<String, InstallerState> {
+    let mut out: BTreeMap<String, InstallerState> = BTreeMap::new();
+    for pod in pods {
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        if !labels.contains_key(INSTALLER_LABEL) {
+            continue;
+        }
+        let (Some(node), Some(revision)) = (pod_node(pod), revision_of(pod)) else {
+            continue;
+        };
+        let attempt = labels
+            .get("attempt")
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(1);
+        let status = pod.status.clone().unwrap_or_default();
+        let phase = match status.phase.as_deref() {
+            Some("Succeeded") => InstallerPhase::Succeeded,
+            Some("Failed") => {
+                let message = status
+                    .container_statuses
+                    .as_ref()
+                    .and_then(|cs| cs.first())
+                    .and_then(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
+                    .unwrap_or_else(|| {
+                        status
+                            .message
+                            .clone()
+                            .unwrap_or_else(|| "installer failed".into())
+                    });
+                InstallerPhase::Failed(installer_message(&message))
+            }
+            _ => InstallerPhase::Running,
+        };
+        let state = InstallerState {
+            revision,
+            attempt,
+            phase,
+        };
+        let newer = out
+            .get(node)
+            .is_none_or(|cur| (state.revision, state.attempt) > (cur.revision, cur.attempt));
+        if newer {
+            out.insert(node.to_owned(), state);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(json: serde_json::Value) -> Pod {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn a_blocked_verify_is_read_from_the_termination_message() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "etcd-n3", "labels": {"app": "etcd", "revision": "4"}},
+            "spec": {"nodeName": "n3", "containers": []},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "False"}],
+                "initContainerStatuses": [{
+                    "name": "etcd-verify", "image": "x", "imageID": "", "ready": false, "restartCount": 2,
+                    "lastState": {"terminated": {"exitCode": 1, "message":
+                        "{\"decision\":\"block\",\"reason\":\"data dir lost: member 3 (n3) has started before\",\"member_id\":\"3\",\"archived\":null}"}}
+                }]
+            }
+        }));
+        let pods = etcd_pods(&[p]);
+        let (state, report) = &pods["n3"];
+        assert_eq!(state.revision, 4);
+        assert!(!state.ready);
+        assert!(
+            state
+                .blocked
+                .as_deref()
+                .unwrap()
+                .starts_with("data dir lost")
+        );
+        assert_eq!(
+            report.as_ref().unwrap().data_lost_member(),
+            MemberId::new(3)
+        );
+    }
+
+    #[test]
+    fn newest_installer_per_node_wins() {
+        let mk = |rev: i64, attempt: u32, phase: &str| {
+            pod(serde_json::json!({
+                "metadata": {"name": format!("installer-{rev}-n1-{attempt}"),
+                    "labels": {INSTALLER_LABEL: "true", "revision": rev.to_string(), "attempt": attempt.to_string()}},
+                "spec": {"nodeName": "n1", "containers": []},
+                "status": {"phase": phase}
+            }))
+        };
+        let got = installers(&[
+            mk(2, 1, "Failed"),
+            mk(2, 2, "Running"),
+            mk(1, 1, "Succeeded"),
+        ]);
+        assert_eq!(
+            got["n1"],
+            InstallerState {
+                revision: 2,
+                attempt: 2,
+                phase: InstallerPhase::Running
+            }
+        );
+    }
+
+    #[test]
+    fn selects_control_plane_nodes_with_an_address() {
+        let node = |name: &str, label: bool, ip: Option<&str>, ready: &str| -> Node {
+            let mut labels = serde_json::Map::new();
+            if label {
+                labels.insert(crate::api::CONTROL_PLANE_LABEL.into(), "".into());
+            }
+            let addresses: Vec<serde_json::Value> = ip
+                .map(|ip| vec![serde_json::json!({"type": "InternalIP", "address": ip})])
+                .unwrap_or_default();
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "labels": labels},
+                "status": {"addresses": addresses, "conditions": [{"type": "Ready", "status": ready}]}
+            }))
+            .unwrap()
+        };
+        let nodes = [
+            node("b", true, Some("10.0.0.2"), "True"),
+            node("a", true, Some("10.0.0.1"), "False"),
+            node("worker", false, Some("10.0.0.9"), "True"),
+            node("noip", true, None, "True"),
+        ];
+        let selector = crate::api::EtcdClusterSpec::default().node_selector();
+        let got = control_plane_nodes(&nodes, &selector);
+        let names: Vec<(&str, bool)> = got
+            .iter()
+            .map(|n| (n.target.name.as_str(), n.ready))
+            .collect();
+        assert_eq!(names, [("a", false), ("b", true)]);
+    }
+}

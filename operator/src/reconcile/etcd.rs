@@ -1,0 +1,141 @@
+//! Observes etcd: the member list from any voter, then each started member's status (learners
+//! serve status) to tell health, the leader and raft indexes. Every call is bounded by the
+//! client's timeout; an unreachable member is unhealthy, never a hang.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use membership::{ClusterView, EtcdClient, Member, MemberHealth, MemberId, MemberUrl, TlsPem};
+
+/// What etcd looked like this pass.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EtcdObservation {
+    pub members: Vec<Member>,
+    pub health: BTreeMap<MemberId, MemberObs>,
+    pub leader: Option<MemberId>,
+    /// Why the member list could not be read, if it couldn't.
+    pub error: Option<String>,
+}
+
+/// One member's observed state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberObs {
+    pub healthy: bool,
+    pub raft_index: Option<u64>,
+    pub error: Option<String>,
+}
+
+impl EtcdObservation {
+    /// The quorum gate's view of the cluster.
+    pub fn cluster_view(&self) -> ClusterView {
+        ClusterView {
+            members: self
+                .members
+                .iter()
+                .map(|m| MemberHealth {
+                    member: m.clone(),
+                    healthy: self.health.get(&m.id).is_some_and(|h| h.healthy),
+                })
+                .collect(),
+            rolling_node: None,
+        }
+    }
+
+    /// The leader's raft index, if known.
+    pub fn leader_raft_index(&self) -> Option<u64> {
+        self.leader.and_then(|l| self.health.get(&l)?.raft_index)
+    }
+}
+
+/// A client whose endpoint list follows the cluster.
+#[derive(Debug, Default)]
+pub struct EtcdConnection {
+    current: Option<(Vec<MemberUrl>, EtcdClient)>,
+}
+
+impl EtcdConnection {
+    /// The client of the last [`EtcdConnection::client`] call.
+    pub fn current(&self) -> Option<(&Vec<MemberUrl>, &EtcdClient)> {
+        self.current.as_ref().map(|(e, c)| (e, c))
+    }
+
+    /// The client for `endpoints`, rebuilt when they change.
+    pub fn client(
+        &mut self,
+        endpoints: Vec<MemberUrl>,
+        tls: &TlsPem,
+        timeout: Duration,
+    ) -> Result<&EtcdClient, membership::ClientError> {
+        let stale = self
+            .current
+            .as_ref()
+            .is_none_or(|(eps, _)| *eps != endpoints);
+        if stale {
+            let client = EtcdClient::with_pem(endpoints.clone(), Some(tls), timeout)?;
+            self.current = Some((endpoints, client));
+        }
+        match &self.current {
+            Some((_, c)) => Ok(c),
+            None => Err(membership::ClientError::NoEndpoints),
+        }
+    }
+}
+
+/// Reads the member list and every started member's status.
+pub async fn observe(client: &EtcdClient) -> EtcdObservation {
+    let live = match client.member_list().await {
+        Ok(live) => live,
+        Err(e) => {
+            return EtcdObservation {
+                error: Some(e.to_string()),
+                ..Default::default()
+            };
+        }
+    };
+    let mut obs = EtcdObservation {
+        members: live.members.clone(),
+        ..Default::default()
+    };
+    let checks = live.members.iter().map(|m| async move {
+        let Some(url) = m.client_urls.first() else {
+            return (
+                m.id,
+                MemberObs {
+                    error: Some("not started".into()),
+                    ..Default::default()
+                },
+                None,
+            );
+        };
+        match client.status_of(url).await {
+            Ok(s) => {
+                // A voter is healthy when it answers and knows a leader; a learner when it answers.
+                let healthy = m.is_learner || s.leader != 0;
+                (
+                    m.id,
+                    MemberObs {
+                        healthy,
+                        raft_index: Some(s.raft_index),
+                        error: (!healthy).then(|| "no leader".to_owned()),
+                    },
+                    MemberId::new(s.leader),
+                )
+            }
+            Err(e) => (
+                m.id,
+                MemberObs {
+                    error: Some(e.to_string()),
+                    ..Default::default()
+                },
+                None,
+            ),
+        }
+    });
+    for (id, member_obs, leader) in futures::future::join_all(checks).await {
+        if member_obs.healthy && obs.leader.is_none() {
+            obs.leader = leader;
+        }
+        obs.health.insert(id, member_obs);
+    }
+    obs
+}

@@ -1,0 +1,290 @@
+//! API writes of the reconcile pass, and the read-your-writes barrier: every write records the
+//! resourceVersion it produced, and the next pass acts only once the watch caches show it (or
+//! show a deletion), so decisions are never made from a cache that predates the operator's own
+//! writes.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::{Api, Client};
+
+/// An object the caches must show before the next pass acts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Awaited {
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    /// `Some(rv)`: present with at least this resourceVersion; `None`: absent.
+    pub resource_version: Option<String>,
+}
+
+/// True when `seen` (the cache's resourceVersion, if the object is there) satisfies `want`.
+pub fn satisfied(want: &Awaited, seen: Option<&str>) -> bool {
+    match (&want.resource_version, seen) {
+        (None, None) => true,
+        (None, Some(_)) | (Some(_), None) => false,
+        (Some(w), Some(s)) => match (w.parse::<u64>(), s.parse::<u64>()) {
+            (Ok(w), Ok(s)) => s >= w,
+            _ => s == w,
+        },
+    }
+}
+
+/// Errors of API writes, with a static category for metrics.
+#[derive(Debug, thiserror::Error)]
+#[error("{action} {kind} {namespace}/{name}: {source}")]
+pub struct WriteError {
+    pub action: &'static str,
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    pub source: kube::Error,
+}
+
+impl WriteError {
+    pub fn category(&self) -> &'static str {
+        match &self.source {
+            kube::Error::Api(s) if s.code == 409 => "conflict",
+            kube::Error::Api(s) if s.code == 404 => "not_found",
+            kube::Error::Api(s) if s.code == 422 => "invalid",
+            kube::Error::Api(_) => "api",
+            _ => "transport",
+        }
+    }
+}
+
+/// Writes the pass makes, collecting what the caches must show next.
+pub struct Writer {
+    client: Client,
+    pub awaited: Vec<Awaited>,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("awaited", &self.awaited)
+            .finish_non_exhaustive()
+    }
+}
+
+fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+impl Writer {
+    pub fn new(client: Client) -> Self {
+        Self {
+            client,
+            awaited: Vec::new(),
+        }
+    }
+
+    fn remember(&mut self, kind: &'static str, meta: &ObjectMeta) {
+        self.awaited.push(Awaited {
+            kind,
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            resource_version: meta.resource_version.clone(),
+        });
+    }
+
+    /// Makes ConfigMap `name` hold exactly `data` (creating it, or replacing its data).
+    /// Returns true when something was written.
+    pub async fn configmap(
+        &mut self,
+        ns: &str,
+        name: &str,
+        current: Option<&ConfigMap>,
+        data: &BTreeMap<String, String>,
+        owner: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+    ) -> Result<bool, WriteError> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
+        let err = |action, source| WriteError {
+            action,
+            kind: "ConfigMap",
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+            source,
+        };
+        let written = match current {
+            Some(cm) if cm.data.as_ref() == Some(data) => return Ok(false),
+            Some(cm) => {
+                let mut next = cm.clone();
+                next.data = Some(data.clone());
+                api.replace(name, &PostParams::default(), &next)
+                    .await
+                    .map_err(|e| err("replacing", e))?
+            }
+            None => {
+                let cm = ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some(name.to_owned()),
+                        namespace: Some(ns.to_owned()),
+                        owner_references: owner.map(|o| vec![o.clone()]),
+                        ..Default::default()
+                    },
+                    data: Some(data.clone()),
+                    ..Default::default()
+                };
+                api.create(&PostParams::default(), &cm)
+                    .await
+                    .map_err(|e| err("creating", e))?
+            }
+        };
+        self.remember("ConfigMap", &written.metadata);
+        Ok(true)
+    }
+
+    /// Makes Secret `name` hold exactly `data`.
+    pub async fn secret(
+        &mut self,
+        ns: &str,
+        name: &str,
+        current: Option<&Secret>,
+        data: &BTreeMap<String, Vec<u8>>,
+        owner: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+    ) -> Result<bool, WriteError> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), ns);
+        let wanted: BTreeMap<String, ByteString> = data
+            .iter()
+            .map(|(k, v)| (k.clone(), ByteString(v.clone())))
+            .collect();
+        let err = |action, source| WriteError {
+            action,
+            kind: "Secret",
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+            source,
+        };
+        let written = match current {
+            Some(s) if s.data.as_ref() == Some(&wanted) => return Ok(false),
+            Some(s) => {
+                let mut next = s.clone();
+                next.data = Some(wanted);
+                next.string_data = None;
+                api.replace(name, &PostParams::default(), &next)
+                    .await
+                    .map_err(|e| err("replacing", e))?
+            }
+            None => {
+                let s = Secret {
+                    metadata: ObjectMeta {
+                        name: Some(name.to_owned()),
+                        namespace: Some(ns.to_owned()),
+                        owner_references: owner.map(|o| vec![o.clone()]),
+                        ..Default::default()
+                    },
+                    data: Some(wanted),
+                    type_: Some("Opaque".to_owned()),
+                    ..Default::default()
+                };
+                api.create(&PostParams::default(), &s)
+                    .await
+                    .map_err(|e| err("creating", e))?
+            }
+        };
+        self.remember("Secret", &written.metadata);
+        Ok(true)
+    }
+
+    /// Creates an object; AlreadyExists counts as done (a previous pass made it).
+    pub async fn create<K>(&mut self, ns: &str, object: &K) -> Result<(), WriteError>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), ns);
+        let kind = static_kind::<K>();
+        match api.create(&PostParams::default(), object).await {
+            Ok(created) => {
+                self.remember(kind, created.meta());
+                Ok(())
+            }
+            Err(e) if is_status(&e, 409) => Ok(()),
+            Err(source) => Err(WriteError {
+                action: "creating",
+                kind,
+                namespace: ns.to_owned(),
+                name: object.meta().name.clone().unwrap_or_default(),
+                source,
+            }),
+        }
+    }
+
+    /// Deletes an object; NotFound counts as done. The caches must then show it gone.
+    pub async fn delete<K>(&mut self, ns: &str, name: &str) -> Result<(), WriteError>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), ns);
+        let kind = static_kind::<K>();
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(e) if is_status(&e, 404) => {}
+            Err(source) => {
+                return Err(WriteError {
+                    action: "deleting",
+                    kind,
+                    namespace: ns.to_owned(),
+                    name: name.to_owned(),
+                    source,
+                });
+            }
+        }
+        self.awaited.push(Awaited {
+            kind,
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+            resource_version: None,
+        });
+        Ok(())
+    }
+}
+
+fn static_kind<K: kube::Resource>() -> &'static str
+where
+    K::DynamicType: Default,
+{
+    match K::kind(&K::DynamicType::default()).as_ref() {
+        "ConfigMap" => "ConfigMap",
+        "Secret" => "Secret",
+        "Pod" => "Pod",
+        "Endpoints" => "Endpoints",
+        _ => "Object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn want(rv: Option<&str>) -> Awaited {
+        Awaited {
+            kind: "ConfigMap",
+            namespace: "etcd".into(),
+            name: "x".into(),
+            resource_version: rv.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn the_barrier_compares_versions_numerically() {
+        assert!(satisfied(&want(Some("100")), Some("100")));
+        assert!(satisfied(&want(Some("100")), Some("120")));
+        assert!(!satisfied(&want(Some("100")), Some("99")));
+        assert!(!satisfied(&want(Some("100")), None));
+        assert!(satisfied(&want(None), None));
+        assert!(!satisfied(&want(None), Some("5")));
+        assert!(satisfied(&want(Some("abc")), Some("abc")));
+    }
+}

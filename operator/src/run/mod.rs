@@ -1,0 +1,152 @@
+//! `etcd-operator run`: the control loop. Starts the watch caches and the HTTP endpoints, takes
+//! the leader Lease, and runs reconcile passes whenever a cache changes or a pass asked to be
+//! called again (etcd is not watched, so a settled cluster is still looked at every few seconds).
+//! On SIGTERM or Ctrl-C it finishes the pass in progress and exits.
+
+mod http;
+pub mod leader;
+mod stores;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64};
+use std::time::Duration;
+
+use kube::Client;
+use kube::runtime::events::Reporter;
+use tokio::sync::Mutex;
+use tracing::Instrument;
+
+use crate::metrics::Metrics;
+use crate::reconcile::{self, Context, OperatorConfig, PassState};
+pub use stores::Stores;
+
+/// How `run` is configured.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub config: OperatorConfig,
+    /// Where `/metrics`, `/healthz`, `/readyz` are served.
+    pub listen: SocketAddr,
+    /// This instance's identity in the Lease (the pod name).
+    pub identity: String,
+    pub lease_duration: Duration,
+}
+
+/// Why `run` stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("serving HTTP on {addr}: {source}")]
+    Http {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("the watch caches stopped before they synced")]
+    Caches,
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term => {},
+    }
+}
+
+/// Runs the operator until SIGTERM / Ctrl-C.
+pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
+    let metrics = Arc::new(Metrics::new());
+    let health = http::Health {
+        metrics: metrics.clone(),
+        ready: Arc::new(AtomicBool::new(false)),
+        last_loop: Arc::new(AtomicI64::new(
+            time::OffsetDateTime::now_utc().unix_timestamp(),
+        )),
+    };
+    let addr = opts.listen;
+    let server = tokio::spawn(http::serve(addr, health.clone()));
+    let stores = Stores::start(&client, &opts.config.operator_namespace);
+    let ctx = Context {
+        client: client.clone(),
+        metrics: metrics.clone(),
+        config: opts.config.clone(),
+        reporter: Reporter {
+            controller: "etcd-operator".into(),
+            instance: Some(opts.identity.clone()),
+        },
+        state: Mutex::new(PassState::default()),
+    };
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    tokio::select! {
+        r = stores.wait_ready() => r.map_err(|_| RunError::Caches)?,
+        _ = &mut shutdown => return Ok(()),
+    }
+    health
+        .ready
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    tracing::info!(identity = %opts.identity, "caches synced");
+    let renew = opts.lease_duration / 3;
+    let mut next_renew = tokio::time::Instant::now();
+    let mut leading = false;
+    let mut wait = Duration::ZERO;
+    loop {
+        if server.is_finished() {
+            return match server.await {
+                Ok(Err(source)) => Err(RunError::Http { addr, source }),
+                _ => Ok(()),
+            };
+        }
+        tokio::select! {
+            _ = &mut shutdown => {
+                tracing::info!("shutting down");
+                return Ok(());
+            }
+            _ = stores.changed.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep_until(next_renew) => {}
+        }
+        if tokio::time::Instant::now() >= next_renew {
+            let was = leading;
+            leading = match leader::try_lead(
+                &client,
+                &opts.config.operator_namespace,
+                &opts.identity,
+                opts.lease_duration,
+            )
+            .await
+            {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(error = %e, "lease renewal failed");
+                    false
+                }
+            };
+            metrics.is_leader.set(i64::from(leading));
+            if leading != was {
+                tracing::info!(leading, "leadership changed");
+            }
+            next_renew = tokio::time::Instant::now() + renew;
+        }
+        health.beat();
+        if !leading {
+            wait = renew;
+            continue;
+        }
+        let now = time::OffsetDateTime::now_utc();
+        let span = tracing::info_span!("reconcile", cluster = crate::api::SINGLETON);
+        let report = reconcile::pass(&ctx, &stores.snapshot(), now)
+            .instrument(span)
+            .await;
+        for line in &report.lines {
+            tracing::info!("{line}");
+        }
+        wait = report.requeue_after;
+    }
+}

@@ -3,7 +3,8 @@
 //! [`ProbeTracker`] is the pure threshold logic (`successThreshold`, `failureThreshold`);
 //! [`check`] runs one probe attempt (httpGet over http or https **without certificate
 //! verification**, as the kubelet does; tcpSocket; exec, which runs the command through the
-//! same `exec-container` helper, mounts and env as the container); [`probe_loop`] drives
+//! `exec-container` helper inside the running container's mount and PID namespaces, with the
+//! container's env); [`probe_loop`] drives
 //! attempts on `initialDelaySeconds`/`periodSeconds`/`timeoutSeconds` and reports changes.
 
 use std::sync::Arc;

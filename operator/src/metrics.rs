@@ -48,6 +48,13 @@ pub struct MemberLabel {
     pub member: String,
 }
 
+/// A status condition of the `EtcdCluster`: its type and a status (`True`, `False`, `Unknown`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConditionLabels {
+    pub r#type: String,
+    pub status: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CertLabels {
     pub secret_key: String,
@@ -72,6 +79,7 @@ pub struct Metrics {
     pub certificate_expiry: Family<CertLabels, Gauge>,
     pub ca_expiry: Gauge,
     pub is_leader: Gauge,
+    pub condition: Family<ConditionLabels, Gauge>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -106,6 +114,7 @@ impl Metrics {
             certificate_expiry: Family::default(),
             ca_expiry: Gauge::default(),
             is_leader: Gauge::default(),
+            condition: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -178,6 +187,11 @@ impl Metrics {
             "1 when this operator instance holds the leader lease",
             m.is_leader.clone(),
         );
+        registry.register(
+            "condition",
+            "EtcdCluster status conditions: 1 on the current status of each type, 0 on the others",
+            m.condition.clone(),
+        );
         Self { registry, ..m }
     }
 
@@ -198,6 +212,19 @@ impl Metrics {
                 category: category.to_owned(),
             })
             .inc();
+    }
+
+    /// Records a condition's current status (`True`, `False` or `Unknown`): 1 on that status,
+    /// 0 on the other two, so every condition type keeps three stable series for alerts.
+    pub fn condition(&self, type_: &str, status: &str) {
+        for s in ["True", "False", "Unknown"] {
+            self.condition
+                .get_or_create(&ConditionLabels {
+                    r#type: type_.to_owned(),
+                    status: s.to_owned(),
+                })
+                .set(i64::from(s == status));
+        }
     }
 
     /// Renders the OpenMetrics text.
@@ -226,5 +253,21 @@ impl Drop for StepTimer<'_> {
                 controller: std::mem::take(&mut self.controller),
             })
             .observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn condition_keeps_one_series_per_status() {
+        let m = Metrics::new();
+        m.condition("Degraded", "True");
+        m.condition("Degraded", "False");
+        let text = m.encode();
+        assert!(text.contains(r#"etcd_operator_condition{type="Degraded",status="False"} 1"#));
+        assert!(text.contains(r#"etcd_operator_condition{type="Degraded",status="True"} 0"#));
+        assert!(text.contains(r#"etcd_operator_condition{type="Degraded",status="Unknown"} 0"#));
     }
 }

@@ -1315,3 +1315,69 @@ async fn crash_kills_every_container_without_grace() {
     assert!(started.elapsed() < Duration::from_secs(20));
     assert_clean(&[pid].into(), &[n.root.path()]);
 }
+
+fn shell_pod(name: &str, policy: &str, script: &str) -> Pod {
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default}}
+spec:
+  restartPolicy: {policy}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: busybox
+    command: ["sh", "-c", "{script}"]
+    volumeMounts: [{{name: d, mountPath: /d}}]
+  volumes:
+  - {{name: d, hostPath: {{path: /d/{name}, type: DirectoryOrCreate}}}}
+"#
+    );
+    serde_saphyr::from_str(&yaml).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_policies_on_failure_and_always() {
+    let mut n = TestNode::start("node-r", None).await;
+    // Fails twice, then succeeds: OnFailure restarts it with back-off until it succeeds.
+    let flaky = "n=$(cat /d/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > /d/count; \
+                 echo attempt $n > /dev/termination-log; [ $n -ge 3 ]";
+    let on_failure = n
+        .agent()
+        .run_pod(shell_pod("flaky", "OnFailure", flaky))
+        .await;
+    // Exits 0 at once: Always restarts it anyway.
+    let always = n
+        .agent()
+        .run_pod(shell_pod("quick", "Always", "exit 0"))
+        .await;
+    let st = wait_phase(&n, &on_failure, "Succeeded").await;
+    let cs = &st.container_statuses.as_ref().unwrap()[0];
+    assert_eq!(cs.restart_count, 2, "{}", brief(&st));
+    assert_eq!(terminated(&st, "c"), (0, "attempt 3\n".into()));
+    let last = cs
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .unwrap();
+    assert_eq!(
+        (last.exit_code, last.message.as_deref()),
+        (1, Some("attempt 2\n"))
+    );
+    eventually(
+        "Always restarts a container that exited 0",
+        DEADLINE,
+        || async {
+            let (st, _) = n.status(&always).await?;
+            let cs = &st.container_statuses.as_ref().unwrap()[0];
+            if cs.restart_count >= 2 && st.phase.as_deref() == Some("Running") {
+                Ok(())
+            } else {
+                Err(brief(&st))
+            }
+        },
+    )
+    .await;
+    n.shutdown().await;
+    assert_clean(&BTreeSet::new(), &[n.root.path()]);
+}

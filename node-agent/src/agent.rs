@@ -18,6 +18,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
+use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -177,7 +178,7 @@ impl Pods {
         let is_static = matches!(source, PodSource::Static { .. });
         let worker = PodWorker::start(self.ctx.clone(), key.clone(), pod);
         let publisher = self.client.clone().map(|client| {
-            let api: Api<Pod> = Api::namespaced(client, &key.namespace);
+            let api: Api<Pod> = Api::namespaced(client.clone(), &key.namespace);
             let cancel = CancellationToken::new();
             let span = tracing::info_span!("publish", node = %self.ctx.name, pod = %key);
             let publisher = Publisher {
@@ -187,6 +188,13 @@ impl Pods {
                 is_static,
                 node_uid: self.node_uid.clone(),
                 resync: self.resync,
+                recorder: Recorder::new(
+                    client,
+                    Reporter {
+                        controller: "kubelet".into(),
+                        instance: Some(self.ctx.name.clone()),
+                    },
+                ),
             };
             let task = tokio::spawn(
                 publish_loop(publisher, worker.observations(), cancel.clone()).instrument(span),

@@ -26,7 +26,8 @@
 //! | kubelet pod workers | [`worker`]: init containers in order, restart policies, back-off ([`backoff`]); one container run (env, image, mounts, probes, termination message) in `container.rs` |
 //! | kubelet prober | [`probes`]: httpGet (http/https, no verification), tcpSocket, exec |
 //! | kubelet status/mirror manager | [`status`] (pure) + [`publish`] |
-//! | kubelet node status | [`node`]: Node registration and `Ready` heartbeat |
+//! | kubelet node status | [`node`]: Node registration, `Ready` heartbeat, node Lease |
+//! | kubelet events | [`events`] (pure, from observations), recorded by [`publish`] |
 //! | container runtime | [`runner`] (process groups) + [`helper`] (mount and PID namespaces, exec) + [`mounts`] (bind mounts) |
 //! | container images | [`images`]: one table mapping image names to local binaries |
 //! | pod network | none: every pod shares the host network; pod IP = node IP |
@@ -76,6 +77,7 @@ pub mod backoff;
 mod container;
 pub mod context;
 pub mod env;
+pub mod events;
 pub mod expand;
 pub mod helper;
 pub mod images;

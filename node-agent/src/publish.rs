@@ -11,12 +11,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::events::{PodEvent, events_between};
 use crate::static_pods::PodKey;
 use crate::status::{PodObservation, pod_phase, pod_status};
 
@@ -111,6 +114,8 @@ pub struct Publisher {
     /// The Node's UID once registered.
     pub node_uid: watch::Receiver<Option<String>>,
     pub resync: Duration,
+    /// Records pod events (reporter `kubelet`, instance = node).
+    pub recorder: Recorder,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -119,6 +124,51 @@ impl std::fmt::Debug for Publisher {
             .field("key", &self.key)
             .field("is_static", &self.is_static)
             .finish_non_exhaustive()
+    }
+}
+
+/// Records events on the pod (the mirror pod for a static pod); failures are only logged.
+async fn record(
+    recorder: &Recorder,
+    key: &PodKey,
+    pod: &Pod,
+    is_static: bool,
+    events: &[PodEvent],
+) {
+    let reference = |field_path: &str| ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(key.name.clone()),
+        namespace: Some(key.namespace.clone()),
+        // A mirror pod's UID is the API's, not the static pod's.
+        uid: if is_static {
+            None
+        } else {
+            pod.metadata.uid.clone()
+        },
+        field_path: Some(field_path.to_string()),
+        ..Default::default()
+    };
+    for e in events {
+        let ev = Event {
+            type_: if e.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: e.reason.to_string(),
+            note: Some(e.note.clone()),
+            action: e.action.to_string(),
+            secondary: None,
+        };
+        let published = tokio::time::timeout(
+            Duration::from_secs(5),
+            recorder.publish(&ev, &reference(&e.field_path)),
+        )
+        .await;
+        if !matches!(published, Ok(Ok(()))) {
+            tracing::debug!(pod = %key, reason = e.reason, "recording event failed");
+        }
     }
 }
 
@@ -135,7 +185,9 @@ pub async fn publish_loop(
         is_static,
         node_uid,
         resync,
+        recorder,
     } = publisher;
+    let mut last_obs = PodObservation::default();
     let spec = pod.spec.clone().unwrap_or_default();
     let mut published: Option<PodStatus> = None;
     let mut force = true;
@@ -143,6 +195,8 @@ pub async fn publish_loop(
     let mut retry = Duration::from_millis(200).min(resync);
     loop {
         let obs = observations.borrow_and_update().clone();
+        let events = events_between(&last_obs, &obs);
+        last_obs = obs.clone();
         let status = pod_status(&spec, &obs, published.as_ref(), Timestamp::now());
         let mut ok = true;
         let uid = node_uid.borrow().clone();
@@ -179,6 +233,9 @@ pub async fn publish_loop(
             }
         }
         force = !ok;
+        if !events.is_empty() {
+            record(&recorder, &key, &pod, is_static, &events).await;
+        }
         if !is_static && ok && pod_phase(&spec, &obs).is_terminal() && published.is_some() {
             // Terminal phase of a run-to-completion pod is final.
             return;

@@ -1063,6 +1063,35 @@ mod api {
             );
         }
 
+        // Pod events, as the kubelet records them (reporter kubelet, instance = node).
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+        for n in [&na, &nb] {
+            let name = format!("etcd-{}", n.name);
+            eventually(&format!("Started events on {name}"), DEADLINE, || async {
+                let list = events
+                    .list(&Default::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let started: Vec<_> = list
+                    .items
+                    .iter()
+                    .filter(|e| {
+                        e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str())
+                            && e.reason.as_deref() == Some("Started")
+                            && e.reporting_instance.as_deref() == Some(n.name.as_str())
+                    })
+                    .filter_map(|e| e.note.clone())
+                    .collect();
+                // One per container: the init container and etcd.
+                if started.len() >= 2 {
+                    Ok(())
+                } else {
+                    Err(format!("{started:?}"))
+                }
+            })
+            .await;
+        }
+
         // Run-to-completion pods bound through the API.
         for n in [&na, &nb] {
             // KUBECONFIG stands in for in-cluster credentials.

@@ -6,9 +6,11 @@
 //! * [`controlplane`]: the Kubernetes API (stand-in or real), simulated nodes (node agents),
 //!   the bootstrap with `etcd-operator render`, the operator as a local process;
 //! * [`view`]: the live status view;
+//! * [`scenario`]: named scenarios under a write load, with `report.json`;
 //! * [`verify_demo`]: `sandbox demo-verify`, the `etcd-verify` gate on a throw-away cluster.
 
 pub mod binaries;
 pub mod controlplane;
+pub mod scenario;
 pub mod verify_demo;
 pub mod view;

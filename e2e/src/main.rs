@@ -38,6 +38,16 @@ enum Command {
         #[arg(long, value_parser = membership::parse_duration)]
         timeout: Option<Duration>,
     },
+    /// Run a named scenario (or `all`) under a write load; writes <out>/<name>/report.json and
+    /// exits 0 only when every scenario passed.
+    Run {
+        /// bootstrap, data-loss, node-replacement, operator-crash, forged-member-id,
+        /// full-restart, rollout, or all.
+        scenario: String,
+        /// Where reports go.
+        #[arg(long, default_value = "sandbox-reports")]
+        out: std::path::PathBuf,
+    },
     /// Show `etcd-verify membership` deciding on a throw-away 3-member TLS cluster.
     DemoVerify,
 }
@@ -156,6 +166,39 @@ async fn main() -> anyhow::Result<()> {
             let settled = up(nodes.max(1), exit_when_settled, timeout).await?;
             if exit_when_settled && !settled {
                 anyhow::bail!("the cluster did not settle");
+            }
+        }
+        Command::Run { scenario, out } => {
+            let names: Vec<&str> = if scenario == "all" {
+                e2e::scenario::NAMES.to_vec()
+            } else {
+                vec![scenario.as_str()]
+            };
+            let mut failed = Vec::new();
+            for name in names {
+                println!("scenario {name} ...");
+                let (path, r) = e2e::scenario::run(name, &out)
+                    .await
+                    .map_err(anyhow::Error::msg)?;
+                println!(
+                    "  {}: {:.1}s, writes acknowledged {}, lost {}, failed {}, longest write gap {} ms",
+                    if r.passed { "passed" } else { "FAILED" },
+                    r.duration_s,
+                    r.writes_acknowledged,
+                    r.writes_lost,
+                    r.writes_failed,
+                    r.longest_write_gap_ms
+                );
+                if let Some(f) = &r.failure {
+                    println!("  failure: {f}");
+                }
+                println!("  report: {}", path.display());
+                if !r.passed {
+                    failed.push(name);
+                }
+            }
+            if !failed.is_empty() {
+                anyhow::bail!("scenario(s) failed: {}", failed.join(", "));
             }
         }
         Command::DemoVerify => e2e::verify_demo::run().await?,

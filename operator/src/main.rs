@@ -68,6 +68,19 @@ enum Command {
         #[command(flatten)]
         images: ImageArgs,
     },
+    /// Print the next action each controller would take, every quorum-gate result and why
+    /// anything waits, without changing anything.
+    Plan {
+        #[arg(long, env = "POD_NAMESPACE", default_value = etcd_operator::bootstrap::OPERATOR_NAMESPACE)]
+        namespace: String,
+        /// `text` or `json`.
+        #[arg(long, default_value = "text")]
+        output: String,
+        #[arg(long, default_value = "3s", value_parser = membership::parse_duration)]
+        etcd_timeout: std::time::Duration,
+        #[command(flatten)]
+        images: ImageArgs,
+    },
     /// Print the EtcdCluster CustomResourceDefinition (YAML).
     Crd,
     /// Write the bootstrap static pod, its certificates and the manifests the operator adopts.
@@ -126,6 +139,38 @@ async fn main() -> anyhow::Result<()> {
                 },
             )
             .await?;
+        }
+        Command::Plan {
+            namespace,
+            output,
+            etcd_timeout,
+            images,
+        } => {
+            let client = kube::Client::try_default().await?;
+            let report = etcd_operator::run::plan(
+                client,
+                etcd_operator::reconcile::OperatorConfig {
+                    images: images.images(),
+                    operator_namespace: namespace,
+                    etcd_timeout,
+                },
+            )
+            .await?;
+            match output.as_str() {
+                "json" => println!("{}", serde_json::to_string_pretty(&report.plan)?),
+                "text" => {
+                    let width = report
+                        .plan
+                        .iter()
+                        .map(|p| p.controller.len())
+                        .max()
+                        .unwrap_or(0);
+                    for p in &report.plan {
+                        println!("{:<width$}  {}", p.controller, p.next);
+                    }
+                }
+                other => anyhow::bail!("--output must be text or json, not {other:?}"),
+            }
         }
         Command::Crd => {
             print!(

@@ -83,8 +83,32 @@ impl Computed {
     }
 }
 
-/// Adds the aggregate conditions to the detail ones.
-pub fn with_aggregates(mut detail: Vec<Computed>) -> Vec<Computed> {
+/// Merges several reports of one condition type: True if any is, with the True reports'
+/// messages joined (the first True report's reason).
+pub fn combine(conds: Vec<Computed>) -> Vec<Computed> {
+    let mut out: Vec<Computed> = Vec::new();
+    for c in conds {
+        match out.iter_mut().find(|o| o.type_ == c.type_) {
+            None => out.push(c),
+            Some(o) if c.status && o.status => {
+                if !c.message.is_empty() {
+                    o.message = if o.message.is_empty() {
+                        c.message
+                    } else {
+                        format!("{}; {}", o.message, c.message)
+                    };
+                }
+            }
+            Some(o) if c.status => *o = c,
+            Some(_) => {}
+        }
+    }
+    out
+}
+
+/// Adds the aggregate conditions to the detail ones (after [`combine`]).
+pub fn with_aggregates(detail: Vec<Computed>) -> Vec<Computed> {
+    let mut detail = combine(detail);
     let get = |t: ConditionType| detail.iter().find(|c| c.type_ == t).cloned();
     let available = get(ConditionType::EtcdMembersAvailable);
     let progressing: Vec<Computed> = [
@@ -202,6 +226,34 @@ mod tests {
             "t3",
         );
         assert_eq!(flipped[0].last_transition_time, "t3");
+    }
+
+    #[test]
+    fn reports_of_one_type_combine() {
+        let c = combine(vec![
+            Computed::new(
+                ConditionType::EtcdMembersProgressing,
+                false,
+                "AsExpected",
+                "",
+            ),
+            Computed::new(
+                ConditionType::EtcdMembersProgressing,
+                true,
+                "PlannedRestart",
+                "n1 restarting",
+            ),
+            Computed::new(
+                ConditionType::EtcdMembersProgressing,
+                true,
+                "LearnerPending",
+                "learner 4 pending",
+            ),
+        ]);
+        assert_eq!(c.len(), 1);
+        assert!(c[0].status);
+        assert_eq!(c[0].reason, "PlannedRestart");
+        assert_eq!(c[0].message, "n1 restarting; learner 4 pending");
     }
 
     #[test]

@@ -47,6 +47,9 @@ pub struct Context {
     pub config: OperatorConfig,
     pub reporter: Reporter,
     pub state: Mutex<PassState>,
+    /// `etcd-operator plan`: decide everything, change nothing (no API write, no etcd change,
+    /// no event); the would-be actions are the report's plan.
+    pub plan_only: bool,
 }
 
 impl std::fmt::Debug for Context {
@@ -111,11 +114,27 @@ impl Inputs {
 pub struct PassReport {
     pub lines: Vec<String>,
     pub requeue_after: Duration,
+    /// Each controller's next action (or why it waits), in pipeline order.
+    pub plan: Vec<PlanEntry>,
+}
+
+/// One controller's next action, as `etcd-operator plan` prints it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PlanEntry {
+    pub controller: String,
+    pub next: String,
 }
 
 impl PassReport {
     fn note(&mut self, line: impl Into<String>) {
         self.lines.push(line.into());
+    }
+
+    fn next(&mut self, controller: &str, next: impl Into<String>) {
+        self.plan.push(PlanEntry {
+            controller: controller.to_owned(),
+            next: next.into(),
+        });
     }
 }
 
@@ -132,15 +151,20 @@ pub async fn pass(ctx: &Context, inputs: &Inputs, now: OffsetDateTime) -> PassRe
         .filter(|a| !writes::satisfied(a, inputs.resource_version(a).as_deref()))
         .collect();
     if let Some(first) = pending.first() {
+        let line = format!(
+            "waiting for the caches to show {} write(s), e.g. {} {}/{}",
+            pending.len(),
+            first.kind,
+            first.namespace,
+            first.name
+        );
         return PassReport {
-            lines: vec![format!(
-                "waiting for the caches to show {} write(s), e.g. {} {}/{}",
-                pending.len(),
-                first.kind,
-                first.namespace,
-                first.name
-            )],
+            lines: vec![line.clone()],
             requeue_after: Duration::from_millis(100),
+            plan: vec![PlanEntry {
+                controller: "caches".into(),
+                next: line,
+            }],
         };
     }
     state.awaited.clear();

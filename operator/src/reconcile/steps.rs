@@ -79,6 +79,9 @@ fn to_strings(data: &BTreeMap<String, Vec<u8>>) -> BTreeMap<String, String> {
 
 /// Publishes an event on the EtcdCluster (failures are logged, never fatal).
 async fn event(ctx: &Context, cluster: &EtcdCluster, warning: bool, reason: &str, note: String) {
+    if ctx.plan_only {
+        return;
+    }
     let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
     let ev = Event {
         type_: if warning {
@@ -104,9 +107,11 @@ struct CertState {
     bundles: BTreeMap<String, String>,
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn certs_step(
     ctx: &Context,
     w: &mut Writer,
+    mut report_next: impl FnMut(String),
     inputs: &Inputs,
     cluster: &EtcdCluster,
     nodes: &[ControlPlaneNode],
@@ -155,6 +160,12 @@ async fn certs_step(
         certs::apply_plan(&ca, &policy, &plan, &current, now).map_err(cert_err)?
     };
     let bundles = certs::bundle_data(&ca);
+    let changes = plan.describe_changes();
+    report_next(if changes.is_empty() {
+        "every node certificate is valid".to_owned()
+    } else {
+        format!("would update etcd-all-certs: {}", changes.join("; "))
+    });
     if managed {
         if w.secret(NS, ALL_CERTS_SECRET, current_secret, &all_certs, None)
             .await
@@ -254,7 +265,13 @@ fn member_statuses(obs: &EtcdObservation) -> Vec<MemberStatus> {
     out
 }
 
-fn member_conditions(obs: &EtcdObservation, out: &mut Vec<Computed>) {
+/// Member conditions. A member whose node is being rolled (`restarting`: member id → the revision
+/// it moves to) and is down is a planned restart, reported as progress rather than degradation.
+fn member_conditions(
+    obs: &EtcdObservation,
+    restarting: &BTreeMap<MemberId, i64>,
+    out: &mut Vec<Computed>,
+) {
     if let Some(e) = &obs.error {
         out.push(Computed::new(
             C::EtcdMembersAvailable,
@@ -291,7 +308,7 @@ fn member_conditions(obs: &EtcdObservation, out: &mut Vec<Computed>) {
     let unhealthy: Vec<String> = view
         .members
         .iter()
-        .filter(|m| !m.healthy && m.member.is_started())
+        .filter(|m| !m.healthy && m.member.is_started() && !restarting.contains_key(&m.member.id))
         .map(|m| {
             let why = obs
                 .health
@@ -317,6 +334,26 @@ fn member_conditions(obs: &EtcdObservation, out: &mut Vec<Computed>) {
         "AsExpected",
         "",
     ));
+    let planned: Vec<String> = view
+        .members
+        .iter()
+        .filter(|m| !m.healthy)
+        .filter_map(|m| {
+            let target = restarting.get(&m.member.id)?;
+            Some(format!(
+                "{} restarting for revision {target}",
+                m.member.name
+            ))
+        })
+        .collect();
+    if !planned.is_empty() {
+        out.push(Computed::new(
+            C::EtcdMembersProgressing,
+            true,
+            "PlannedRestart",
+            planned.join("; "),
+        ));
+    }
 }
 
 /// Node name → its member id, matched by peer URL.
@@ -346,6 +383,13 @@ pub(super) async fn run(
         ..Default::default()
     };
     let Some(cluster) = inputs.cluster.clone() else {
+        if ctx.plan_only {
+            report.next(
+                "cluster",
+                "would create EtcdCluster/cluster with the default spec",
+            );
+            return report;
+        }
         let api: Api<EtcdCluster> = Api::all(ctx.client.clone());
         let cr = EtcdCluster::new(crate::api::SINGLETON, EtcdClusterSpec::default());
         match api.create(&PostParams::default(), &cr).await {
@@ -359,7 +403,7 @@ pub(super) async fn run(
     let managed = spec.management_state == ManagementState::Managed;
     let prev = cluster.status.clone().unwrap_or_default();
     let mut conds: Vec<Computed> = Vec::new();
-    let mut w = Writer::new(ctx.client.clone());
+    let mut w = Writer::new(ctx.client.clone(), ctx.plan_only);
     let nodes = observe::control_plane_nodes(&inputs.nodes, &spec.node_selector());
     ctx.metrics
         .control_plane_nodes
@@ -372,9 +416,22 @@ pub(super) async fn run(
         // 1. Certificates.
         let certs = {
             let _t = ctx.metrics.time("certs");
-            certs_step(ctx, &mut w, inputs, &cluster, &nodes, managed, now)
-                .await
-                .map_err(|e| (e, EtcdObservation::default()))?
+            let mut cert_lines = Vec::new();
+            let r = certs_step(
+                ctx,
+                &mut w,
+                |l| cert_lines.push(l),
+                inputs,
+                &cluster,
+                &nodes,
+                managed,
+                now,
+            )
+            .await;
+            for l in cert_lines {
+                report.next("certs", l);
+            }
+            r.map_err(|e| (e, EtcdObservation::default()))?
         };
         conds.push(Computed::new(
             C::CertSignerDegraded,
@@ -405,7 +462,42 @@ pub(super) async fn run(
                 },
             }
         };
-        member_conditions(&obs, &mut conds);
+        let restarting: BTreeMap<MemberId, i64> = members_by_node(&nodes, &obs)
+            .into_iter()
+            .filter_map(|(node, id)| {
+                let status = node_statuses.iter().find(|s| s.node_name == node)?;
+                Some((id, status.target_revision?))
+            })
+            .collect();
+        member_conditions(&obs, &restarting, &mut conds);
+        let pods = observe::etcd_pods(&inputs.pods);
+        let blocked: Vec<String> = pods
+            .iter()
+            .filter_map(|(node, (p, _))| {
+                Some(format!(
+                    "{node}: etcd-verify blocks etcd: {}",
+                    p.blocked.as_ref()?
+                ))
+            })
+            .collect();
+        if !blocked.is_empty() {
+            conds.push(Computed::new(
+                C::EtcdMembersDegraded,
+                true,
+                "BlockedByVerify",
+                blocked.join("; "),
+            ));
+        }
+        report.next(
+            "etcd",
+            match &obs.error {
+                Some(e) => format!("unreachable: {e}"),
+                None => obs.cluster_view().health_summary(),
+            },
+        );
+        for b in &blocked {
+            report.next("etcd", b.clone());
+        }
         if obs.error.is_none() {
             st.known_endpoints = obs
                 .members
@@ -430,7 +522,6 @@ pub(super) async fn run(
         }
 
         // 3. Membership.
-        let pods = observe::etcd_pods(&inputs.pods);
         let mut data_lost = BTreeMap::new();
         for (node, (_, verify)) in &pods {
             if let Some(id) = verify.as_ref().and_then(|r| r.data_lost_member()) {
@@ -526,6 +617,15 @@ pub(super) async fn run(
                 })?
             {
                 report.note(format!("rendered etcd-pod for {} node(s)", targets.len()));
+                report.next(
+                    "target-config",
+                    format!("update etcd-pod for {} node(s)", targets.len()),
+                );
+            } else {
+                report.next(
+                    "target-config",
+                    format!("etcd-pod is up to date for {} node(s)", targets.len()),
+                );
             }
         }
         conds.push(Computed::new(
@@ -536,6 +636,10 @@ pub(super) async fn run(
         ));
         if pod_data.is_empty() {
             report.note("no node has a member yet; nothing to render");
+            report.next(
+                "target-config",
+                "no node has a member yet; nothing to render",
+            );
             return Ok(obs);
         }
 
@@ -674,7 +778,11 @@ pub(super) async fn run(
             let _t = ctx.metrics.time("endpoints");
             let data = endpoint_data(&obs.members);
             let ep_err = |m: String| (fail(C::EndpointsControllerDegraded, "api", m), obs.clone());
-            if !data.is_empty() {
+            report.next(
+                "endpoints",
+                format!("publish {} voter endpoint(s)", data.len()),
+            );
+            if !data.is_empty() && !ctx.plan_only {
                 w.configmap(
                     NS,
                     ENDPOINTS_CONFIGMAP,
@@ -709,6 +817,9 @@ pub(super) async fn run(
             obs
         }
     };
+    if ctx.plan_only {
+        return report;
+    }
     st.awaited.append(&mut w.awaited);
     let status = EtcdClusterStatus {
         observed_generation: cluster.metadata.generation,
@@ -819,10 +930,49 @@ async fn membership_act(
     };
     let degraded =
         |e: membership::ClientError| fail(C::MembershipControllerDegraded, "etcd", e.to_string());
+    let _ = certs;
+    match step {
+        MembershipStep::None => report.next(
+            "membership",
+            "nothing to do: every eligible node has a member",
+        ),
+        MembershipStep::Waiting { message } => {
+            report.next("membership", format!("waiting: {message}"))
+        }
+        MembershipStep::Denied { step, denial } => {
+            let _ = step;
+            report.next(
+                "membership",
+                format!(
+                    "blocked by the quorum gate: {denial} [{}]",
+                    denial.rule.category()
+                ),
+            )
+        }
+        MembershipStep::AddLearner { node, peer_url } => {
+            report.next("membership", format!("add learner for {node} ({peer_url})"))
+        }
+        MembershipStep::Promote { id, node } => {
+            report.next("membership", format!("promote learner {id} ({node})"))
+        }
+        MembershipStep::Remove { id, message, .. } => {
+            report.next("membership", format!("remove member {id}: {message}"))
+        }
+    }
+    if ctx.plan_only
+        && matches!(
+            step,
+            MembershipStep::AddLearner { .. }
+                | MembershipStep::Promote { .. }
+                | MembershipStep::Remove { .. }
+        )
+    {
+        progressing_plan(conds);
+        return Ok(false);
+    }
     let Some((_, client)) = st.etcd.current() else {
         return Ok(false);
     };
-    let _ = certs;
     match step {
         MembershipStep::None => {
             conds.push(Computed::new(
@@ -935,6 +1085,15 @@ async fn membership_act(
     }
 }
 
+fn progressing_plan(conds: &mut Vec<Computed>) {
+    conds.push(Computed::new(
+        C::EtcdMembersProgressing,
+        true,
+        "Planned",
+        "a membership change is due",
+    ));
+}
+
 fn count(ctx: &Context, action: &str) {
     ctx.metrics
         .membership_changes
@@ -1019,6 +1178,22 @@ async fn revision_act(
     let err = |e: super::writes::WriteError| {
         fail(C::RevisionControllerDegraded, e.category(), e.to_string())
     };
+    report.next(
+        "revisions",
+        match step {
+            RevisionStep::None => {
+                format!("revision {latest} is the latest and matches the sources")
+            }
+            RevisionStep::Publish { number } => format!("publish revision {number} as the latest"),
+            RevisionStep::Create { number, reason } => {
+                format!("create revision {number}: {reason}")
+            }
+            RevisionStep::Discard { number, reason } => {
+                format!("discard revision {number}: {reason}")
+            }
+            RevisionStep::Prune { numbers } => format!("prune revisions {numbers:?}"),
+        },
+    );
     match step {
         RevisionStep::None => Ok(()),
         RevisionStep::Publish { number } => {
@@ -1178,6 +1353,35 @@ async fn rollout_act(
             msg,
         ));
     };
+    report.next(
+        "rollout",
+        match action {
+            RolloutAction::Done => "every node runs the latest revision".to_owned(),
+            RolloutAction::Install {
+                node,
+                revision,
+                attempt,
+            } => {
+                format!("install revision {revision} on {node} (attempt {attempt})")
+            }
+            RolloutAction::Wait { node, reason } => format!("waiting: {node}: {reason}"),
+            RolloutAction::BackOff {
+                node,
+                reason,
+                until,
+                ..
+            } => {
+                format!(
+                    "backing off: {node}: {reason}; next try after {}",
+                    rfc3339(*until)
+                )
+            }
+            RolloutAction::Denied { denial, .. } => format!(
+                "blocked by the quorum gate: {denial} [{}]",
+                denial.rule.category()
+            ),
+        },
+    );
     match action {
         RolloutAction::Done => {
             conds.push(Computed::new(

@@ -59,6 +59,10 @@ impl WriteError {
 pub struct Writer {
     client: Client,
     pub awaited: Vec<Awaited>,
+    /// Plan only: record what would be written instead of writing.
+    dry_run: bool,
+    /// The writes a dry run would have made.
+    pub planned: Vec<String>,
 }
 
 impl std::fmt::Debug for Writer {
@@ -74,11 +78,22 @@ fn is_status(e: &kube::Error, code: u16) -> bool {
 }
 
 impl Writer {
-    pub fn new(client: Client) -> Self {
+    pub fn new(client: Client, dry_run: bool) -> Self {
         Self {
             client,
             awaited: Vec::new(),
+            dry_run,
+            planned: Vec::new(),
         }
+    }
+
+    /// In a dry run, records the write and returns true (skip the API call).
+    fn planned(&mut self, action: &str, kind: &str, ns: &str, name: &str) -> bool {
+        if self.dry_run {
+            self.planned
+                .push(format!("would {action} {kind} {ns}/{name}"));
+        }
+        self.dry_run
     }
 
     fn remember(&mut self, kind: &'static str, meta: &ObjectMeta) {
@@ -108,6 +123,21 @@ impl Writer {
             name: name.to_owned(),
             source,
         };
+        if current.is_some_and(|cm| cm.data.as_ref() == Some(data)) {
+            return Ok(false);
+        }
+        if self.planned(
+            if current.is_some() {
+                "replace"
+            } else {
+                "create"
+            },
+            "ConfigMap",
+            ns,
+            name,
+        ) {
+            return Ok(true);
+        }
         let written = match current {
             Some(cm) if cm.data.as_ref() == Some(data) => return Ok(false),
             Some(cm) => {
@@ -158,6 +188,21 @@ impl Writer {
             name: name.to_owned(),
             source,
         };
+        if current.is_some_and(|s| s.data.as_ref() == Some(&wanted)) {
+            return Ok(false);
+        }
+        if self.planned(
+            if current.is_some() {
+                "replace"
+            } else {
+                "create"
+            },
+            "Secret",
+            ns,
+            name,
+        ) {
+            return Ok(true);
+        }
         let written = match current {
             Some(s) if s.data.as_ref() == Some(&wanted) => return Ok(false),
             Some(s) => {
@@ -201,6 +246,14 @@ impl Writer {
     {
         let api: Api<K> = Api::namespaced(self.client.clone(), ns);
         let kind = static_kind::<K>();
+        if self.planned(
+            "create",
+            kind,
+            ns,
+            object.meta().name.as_deref().unwrap_or(""),
+        ) {
+            return Ok(());
+        }
         match api.create(&PostParams::default(), object).await {
             Ok(created) => {
                 self.remember(kind, created.meta());
@@ -228,6 +281,9 @@ impl Writer {
     {
         let api: Api<K> = Api::namespaced(self.client.clone(), ns);
         let kind = static_kind::<K>();
+        if self.planned("delete", kind, ns, name) {
+            return Ok(());
+        }
         match api.delete(name, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(e) if is_status(&e, 404) => {}

@@ -59,6 +59,61 @@ async fn shutdown_signal() {
     }
 }
 
+/// Reads everything a pass needs straight from the API (list calls, no watch): for
+/// `etcd-operator plan`, which runs once.
+pub async fn read_inputs(
+    client: &Client,
+    operator_namespace: &str,
+) -> Result<reconcile::Inputs, kube::Error> {
+    use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+    use kube::Api;
+    use kube::api::ListParams;
+    let ns = crate::podspec::STATIC_POD_NAMESPACE;
+    let lp = ListParams::default();
+    Ok(reconcile::Inputs {
+        cluster: Api::<crate::api::EtcdCluster>::all(client.clone())
+            .get_opt(crate::api::SINGLETON)
+            .await?,
+        nodes: Api::<Node>::all(client.clone()).list(&lp).await?.items,
+        pods: Api::<Pod>::namespaced(client.clone(), ns)
+            .list(&lp)
+            .await?
+            .items,
+        configmaps: Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .list(&lp)
+            .await?
+            .items,
+        secrets: Api::<Secret>::namespaced(client.clone(), ns)
+            .list(&lp)
+            .await?
+            .items,
+        operator_secrets: Api::<Secret>::namespaced(client.clone(), operator_namespace)
+            .list(&lp)
+            .await?
+            .items,
+    })
+}
+
+/// `etcd-operator plan`: one pass that decides everything and changes nothing.
+pub async fn plan(
+    client: Client,
+    config: OperatorConfig,
+) -> Result<reconcile::PassReport, kube::Error> {
+    let inputs = read_inputs(&client, &config.operator_namespace).await?;
+    let ctx = Context {
+        client,
+        metrics: Arc::new(Metrics::new()),
+        config,
+        reporter: Reporter {
+            controller: "etcd-operator-plan".into(),
+            instance: None,
+        },
+        state: Mutex::new(PassState::default()),
+        plan_only: true,
+    };
+    Ok(reconcile::pass(&ctx, &inputs, time::OffsetDateTime::now_utc()).await)
+}
+
 /// Runs the operator until SIGTERM / Ctrl-C.
 pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
     let metrics = Arc::new(Metrics::new());
@@ -81,6 +136,7 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
             instance: Some(opts.identity.clone()),
         },
         state: Mutex::new(PassState::default()),
+        plan_only: false,
     };
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);

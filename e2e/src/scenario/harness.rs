@@ -1,0 +1,226 @@
+//! The scenario harness: a bootstrapped local control plane, the write load, a clock for the
+//! report's step log, and waits on the operator's status with a deadline that print what was
+//! last seen (the view, the operator's log tail) when they time out.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use etcd_operator::api::{EtcdClusterSpec, EtcdClusterStatus};
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
+use membership::MemberUrl;
+
+use super::load::{LoadReport, WriteLoad};
+use crate::controlplane::{ControlPlaneError, LocalControlPlane, OPERATOR_NS, STATIC_NS};
+
+/// One line of the scenario's step log.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Step {
+    pub at_s: f64,
+    pub what: String,
+}
+
+/// A running scenario.
+pub struct Harness {
+    pub cp: LocalControlPlane,
+    pub load: Option<WriteLoad>,
+    pub started: Instant,
+    pub steps: Vec<Step>,
+}
+
+impl std::fmt::Debug for Harness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Harness")
+            .field("cp", &self.cp)
+            .field("steps", &self.steps)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Harness {
+    /// `nodes` simulated nodes, n1 bootstrapped with `etcd-operator render`, the operator running.
+    pub async fn bootstrapped(nodes: usize) -> Result<Self, ControlPlaneError> {
+        let mut h = Self {
+            cp: LocalControlPlane::start().await?,
+            load: None,
+            started: Instant::now(),
+            steps: Vec::new(),
+        };
+        for i in 1..=nodes {
+            h.cp.add_node(&format!("n{i}")).await?;
+        }
+        h.cp.bootstrap("n1").await?;
+        h.cp.create_cluster(EtcdClusterSpec::default()).await?;
+        h.cp.start_operator()?;
+        h.step(format!(
+            "{nodes} nodes up, n1 bootstrapped, operator started"
+        ));
+        Ok(h)
+    }
+
+    pub fn step(&mut self, what: impl Into<String>) {
+        let what = what.into();
+        tracing::info!(at_s = self.started.elapsed().as_secs_f64(), "{what}");
+        self.steps.push(Step {
+            at_s: self.started.elapsed().as_secs_f64(),
+            what,
+        });
+    }
+
+    /// Client URLs of every node (used until the operator publishes its endpoints).
+    pub fn node_endpoints(&self) -> Vec<MemberUrl> {
+        self.cp
+            .nodes
+            .iter()
+            .filter_map(|n| format!("https://{}:2379", n.ip()).parse().ok())
+            .collect()
+    }
+
+    /// Starts the write load once the first write is acknowledged.
+    pub async fn start_load(&mut self) -> Result<(), ControlPlaneError> {
+        let load = WriteLoad::start(
+            self.cp.client(),
+            OPERATOR_NS,
+            STATIC_NS,
+            self.node_endpoints(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while load.acknowledged().await == 0 {
+            if Instant::now() > deadline {
+                return Err(ControlPlaneError::Failed(format!(
+                    "the write load got no write acknowledged in 60s; last error: {:?}",
+                    load.last_error().await
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.load = Some(load);
+        self.step("write load running");
+        Ok(())
+    }
+
+    /// The EtcdCluster status now (default when absent).
+    pub async fn status(&self) -> EtcdClusterStatus {
+        self.cp
+            .cluster()
+            .await
+            .ok()
+            .flatten()
+            .and_then(|c| c.status)
+            .unwrap_or_default()
+    }
+
+    /// The current view, for failure messages.
+    pub async fn describe(&self) -> String {
+        let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(self.cp.client())
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        let cluster = self.cp.cluster().await.ok().flatten();
+        let view = crate::view::render(&nodes, cluster.as_ref()).join("\n  ");
+        let log = self.cp.operator_log();
+        let tail: Vec<&str> = log
+            .lines()
+            .rev()
+            .take(15)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        format!(
+            "view:\n  {view}\noperator log tail:\n  {}",
+            tail.join("\n  ")
+        )
+    }
+
+    /// Waits until `check` accepts the status.
+    pub async fn wait_status<F>(
+        &mut self,
+        what: &str,
+        deadline: Duration,
+        check: F,
+    ) -> Result<EtcdClusterStatus, ControlPlaneError>
+    where
+        F: Fn(&EtcdClusterStatus) -> bool,
+    {
+        let started = Instant::now();
+        loop {
+            let s = self.status().await;
+            if check(&s) {
+                self.step(format!(
+                    "{what} (after {:.1}s)",
+                    started.elapsed().as_secs_f64()
+                ));
+                return Ok(s);
+            }
+            if started.elapsed() > deadline {
+                return Err(ControlPlaneError::Failed(format!(
+                    "timed out after {deadline:?} waiting for {what}\n{}",
+                    self.describe().await
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits for `voters` healthy voters, no learner, every node on the latest revision.
+    pub async fn wait_settled(
+        &mut self,
+        voters: usize,
+        deadline: Duration,
+    ) -> Result<EtcdClusterStatus, ControlPlaneError> {
+        self.wait_status(
+            &format!("{voters} healthy voters, every node on the latest revision"),
+            deadline,
+            |s| crate::view::settled(s, voters),
+        )
+        .await
+    }
+
+    /// Patches the EtcdCluster spec.
+    pub async fn patch_spec(&mut self, patch: serde_json::Value) -> Result<(), ControlPlaneError> {
+        let api: Api<etcd_operator::api::EtcdCluster> = Api::all(self.cp.client());
+        api.patch(
+            etcd_operator::api::SINGLETON,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": patch })),
+        )
+        .await?;
+        self.step(format!("patched spec: {patch}"));
+        Ok(())
+    }
+
+    /// Stops the load, checks every acknowledged write, tears everything down.
+    pub async fn finish(mut self) -> (LoadReport, Vec<Step>, Result<(), String>) {
+        let endpoints = self.node_endpoints();
+        let load = match self.load.take() {
+            Some(l) => l.finish(&endpoints).await,
+            None => Ok(LoadReport::default()),
+        };
+        self.step("load stopped and verified; tearing down");
+        let steps = std::mem::take(&mut self.steps);
+        self.cp.shutdown().await;
+        match load {
+            Ok(r) => (r, steps, Ok(())),
+            Err(e) => (
+                LoadReport::default(),
+                steps,
+                Err(format!("checking the writes: {e}")),
+            ),
+        }
+    }
+}
+
+/// Ids of the members in a status.
+pub fn member_ids(s: &EtcdClusterStatus) -> BTreeSet<String> {
+    s.members.iter().map(|m| m.id.clone()).collect()
+}
+
+/// The member id of `node` in a status.
+pub fn member_of(s: &EtcdClusterStatus, node: &str) -> Option<String> {
+    s.members
+        .iter()
+        .find(|m| m.name == node)
+        .map(|m| m.id.clone())
+}

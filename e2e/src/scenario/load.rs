@@ -1,0 +1,240 @@
+//! A write load against the managed etcd that proves no acknowledged write is lost.
+//!
+//! One writer puts `/sandbox-load/<seq>` = `<seq>` one after another (each put bounded by a
+//! timeout), through the voters' client endpoints the operator publishes (ConfigMap
+//! `etcd-endpoints`, re-read every second), with the operator's own client certificate. It
+//! records every acknowledged sequence number and the longest time between two acknowledged
+//! writes. [`WriteLoad::finish`] stops it and reads back every acknowledged key: a key that is
+//! missing or holds another value is a lost write.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::{Api, Client};
+use membership::{EtcdClient, MemberUrl, TlsPem};
+use tokio::sync::Mutex;
+
+const PREFIX: &str = "/sandbox-load/";
+const PUT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the load saw.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct LoadReport {
+    pub writes_acknowledged: u64,
+    pub writes_failed: u64,
+    pub writes_lost: u64,
+    pub longest_write_gap_ms: u64,
+    /// When the longest gap ended, seconds after the load started.
+    pub longest_gap_at_s: f64,
+}
+
+#[derive(Debug, Default)]
+struct Progress {
+    acked: Vec<u64>,
+    failed: u64,
+    longest_gap: Duration,
+    longest_gap_at: Duration,
+    last_error: Option<String>,
+}
+
+/// A running write load.
+pub struct WriteLoad {
+    stop: Arc<AtomicBool>,
+    progress: Arc<Mutex<Progress>>,
+    task: tokio::task::JoinHandle<()>,
+    client: Client,
+    operator_ns: String,
+    static_ns: String,
+}
+
+impl std::fmt::Debug for WriteLoad {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteLoad")
+            .field("operator_ns", &self.operator_ns)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Client TLS from the operator's CA and client certificate Secrets.
+pub async fn operator_tls(client: &Client, operator_ns: &str) -> Result<TlsPem, String> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), operator_ns);
+    let get =
+        |s: &Secret, k: &str| -> Option<Vec<u8>> { s.data.as_ref()?.get(k).map(|b| b.0.clone()) };
+    let ca = secrets
+        .get("etcd-signer")
+        .await
+        .map_err(|e| format!("etcd-signer: {e}"))?;
+    let cl = secrets
+        .get("etcd-client")
+        .await
+        .map_err(|e| format!("etcd-client: {e}"))?;
+    Ok(TlsPem {
+        ca: get(&ca, "tls.crt").ok_or("etcd-signer has no tls.crt")?,
+        cert: get(&cl, "tls.crt").ok_or("etcd-client has no tls.crt")?,
+        key: get(&cl, "tls.key").ok_or("etcd-client has no tls.key")?,
+    })
+}
+
+/// The voters' client URLs the operator publishes.
+pub async fn published_endpoints(client: &Client, static_ns: &str) -> Vec<MemberUrl> {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), static_ns);
+    let Ok(Some(cm)) = cms.get_opt("etcd-endpoints").await else {
+        return Vec::new();
+    };
+    let mut urls: Vec<MemberUrl> = cm
+        .data
+        .unwrap_or_default()
+        .values()
+        .filter_map(|a| format!("https://{a}").parse().ok())
+        .collect();
+    urls.sort();
+    urls
+}
+
+async fn etcd_client(
+    client: &Client,
+    operator_ns: &str,
+    static_ns: &str,
+    fallback: &[MemberUrl],
+) -> Result<EtcdClient, String> {
+    let tls = operator_tls(client, operator_ns).await?;
+    let mut endpoints = published_endpoints(client, static_ns).await;
+    if endpoints.is_empty() {
+        endpoints = fallback.to_vec();
+    }
+    EtcdClient::with_pem(endpoints, Some(&tls), PUT_TIMEOUT).map_err(|e| e.to_string())
+}
+
+impl WriteLoad {
+    /// Starts writing. `fallback` endpoints are used until the operator publishes its own.
+    pub fn start(
+        client: Client,
+        operator_ns: &str,
+        static_ns: &str,
+        fallback: Vec<MemberUrl>,
+    ) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let progress = Arc::new(Mutex::new(Progress::default()));
+        let (s, p, c) = (stop.clone(), progress.clone(), client.clone());
+        let (ons, sns) = (operator_ns.to_owned(), static_ns.to_owned());
+        let task = tokio::spawn(async move {
+            let started = Instant::now();
+            let mut last_ack = Instant::now();
+            let mut seq = 0u64;
+            let mut etcd: Option<(Instant, EtcdClient)> = None;
+            while !s.load(Ordering::SeqCst) {
+                let stale = etcd
+                    .as_ref()
+                    .is_none_or(|(at, _)| at.elapsed() > Duration::from_secs(1));
+                if stale {
+                    match etcd_client(&c, &ons, &sns, &fallback).await {
+                        Ok(e) => etcd = Some((Instant::now(), e)),
+                        Err(e) => {
+                            p.lock().await.last_error = Some(e);
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    }
+                }
+                let Some((_, client)) = etcd.as_ref() else {
+                    continue;
+                };
+                let key = format!("{PREFIX}{seq:010}");
+                let put = tokio::time::timeout(
+                    PUT_TIMEOUT,
+                    client.put(&key, seq.to_string().into_bytes()),
+                )
+                .await;
+                let mut prog = p.lock().await;
+                match put {
+                    Ok(Ok(_)) => {
+                        let gap = last_ack.elapsed();
+                        if gap > prog.longest_gap && !prog.acked.is_empty() {
+                            prog.longest_gap = gap;
+                            prog.longest_gap_at = started.elapsed();
+                        }
+                        last_ack = Instant::now();
+                        prog.acked.push(seq);
+                        seq += 1;
+                    }
+                    Ok(Err(e)) => {
+                        prog.failed += 1;
+                        prog.last_error = Some(e.to_string());
+                        seq += 1;
+                    }
+                    Err(_) => {
+                        prog.failed += 1;
+                        prog.last_error = Some("put timed out".into());
+                        seq += 1;
+                    }
+                }
+                drop(prog);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        Self {
+            stop,
+            progress,
+            task,
+            client,
+            operator_ns: operator_ns.to_owned(),
+            static_ns: static_ns.to_owned(),
+        }
+    }
+
+    /// Acknowledged writes so far.
+    pub async fn acknowledged(&self) -> u64 {
+        self.progress.lock().await.acked.len() as u64
+    }
+
+    /// The last error the writer saw.
+    pub async fn last_error(&self) -> Option<String> {
+        self.progress.lock().await.last_error.clone()
+    }
+
+    /// Stops writing and checks every acknowledged write.
+    pub async fn finish(self, fallback: &[MemberUrl]) -> Result<LoadReport, String> {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.task.await;
+        let prog = self.progress.lock().await;
+        let client =
+            etcd_client(&self.client, &self.operator_ns, &self.static_ns, fallback).await?;
+        let mut lost = 0u64;
+        let mut lost_examples: BTreeMap<u64, String> = BTreeMap::new();
+        for seq in &prog.acked {
+            let key = format!("{PREFIX}{seq:010}");
+            let mut got = None;
+            for _ in 0..5 {
+                match client.get(&key).await {
+                    Ok(v) => {
+                        got = Some(v);
+                        break;
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            }
+            let ok = got
+                .flatten()
+                .is_some_and(|v| v == seq.to_string().into_bytes());
+            if !ok {
+                lost += 1;
+                if lost_examples.len() < 5 {
+                    lost_examples.insert(*seq, key);
+                }
+            }
+        }
+        if !lost_examples.is_empty() {
+            tracing::error!(?lost_examples, "acknowledged writes missing");
+        }
+        Ok(LoadReport {
+            writes_acknowledged: prog.acked.len() as u64,
+            writes_failed: prog.failed,
+            writes_lost: lost,
+            longest_write_gap_ms: u64::try_from(prog.longest_gap.as_millis()).unwrap_or(u64::MAX),
+            longest_gap_at_s: prog.longest_gap_at.as_secs_f64(),
+        })
+    }
+}

@@ -1,0 +1,117 @@
+//! The scenarios on the local control plane, as tests: each must pass with no acknowledged
+//! write lost. They run one at a time (nextest test group `e2e-scenarios`): on a 2-core machine
+//! two clusters electing leaders at once make the timings meaningless.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+async fn scenario(name: &str) {
+    let out = tempfile::tempdir().unwrap();
+    let (path, report) = e2e::scenario::run(name, out.path()).await.unwrap();
+    let json = std::fs::read_to_string(&path).unwrap();
+    eprintln!("{json}");
+    assert_eq!(report.writes_lost, 0, "{json}");
+    assert!(report.writes_acknowledged > 0, "{json}");
+    assert!(
+        report.passed,
+        "scenario {name} failed: {:?}\n{json}",
+        report.failure
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bootstrap() {
+    scenario("bootstrap").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_loss() {
+    scenario("data-loss").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_replacement() {
+    scenario("node-replacement").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_crash() {
+    scenario("operator-crash").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_member_id() {
+    scenario("forged-member-id").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_restart() {
+    scenario("full-restart").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout() {
+    scenario("rollout").await;
+}
+
+/// `etcd-operator plan` explains a blocked state: with voter n3 down, a new node n4 cannot join
+/// (the gate refuses to add a learner while a voter is unhealthy), and plan says so, naming n3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_explains_a_blocked_join() {
+    use e2e::scenario::Harness;
+    let mut h = Harness::bootstrapped(3).await.unwrap();
+    h.wait_settled(3, std::time::Duration::from_secs(240))
+        .await
+        .unwrap();
+    h.cp.stop_node("n3").await.unwrap();
+    h.cp.add_node("n4").await.unwrap();
+    h.wait_status(
+        "the join of n4 held by the gate",
+        std::time::Duration::from_secs(120),
+        |s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == "EtcdMembersProgressing"
+                    && c.message.contains("add learner for n4")
+                    && c.message.contains("n3")
+            })
+        },
+    )
+    .await
+    .unwrap();
+    let run = |output: &str| {
+        let out = std::process::Command::new(h.cp.bin_dir.join("etcd-operator"))
+            .args(["plan", "--output", output])
+            .env("KUBECONFIG", h.cp.api.kubeconfig())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "plan failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = run("text");
+    eprintln!("{text}");
+    let membership = text.lines().find(|l| l.starts_with("membership")).unwrap();
+    assert!(
+        membership.contains("blocked by the quorum gate: add learner for n4"),
+        "{membership}"
+    );
+    assert!(
+        membership.contains("n3") && membership.contains("unhealthy"),
+        "{membership}"
+    );
+    assert!(membership.ends_with("[voter_unhealthy]"), "{membership}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("etcd") && l.contains("2 of 3 voters healthy")),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&run("json")).unwrap();
+    let entries = json.as_array().unwrap();
+    assert!(entries.iter().any(|e| e["controller"] == "membership"
+        && e["next"].as_str().unwrap().contains("voter_unhealthy")));
+    // Plan changed nothing: n4 still has no member.
+    let s = h.status().await;
+    assert!(s.members.iter().all(|m| m.name != "n4"), "{:?}", s.members);
+    let _ = h.finish().await;
+}

@@ -540,6 +540,15 @@ const OPERATOR: &[Need] = &[
     need(
         CLUSTER,
         GROUP,
+        "etcdclusters",
+        &["get"],
+        &[SINGLETON],
+        "run/mod.rs read_inputs: `etcd-operator plan`, run in the operator pod (kubectl exec); \
+         the other reads of `plan` are the lists below",
+    ),
+    need(
+        CLUSTER,
+        GROUP,
         "etcdclusters/status",
         &["patch"],
         &[SINGLETON],

@@ -8,9 +8,10 @@
 //!    the tables [`OPERATOR`] and [`INSTALLER`] name each verb and the code that uses it, and the
 //!    grants must equal them (nothing missing, nothing extra, no wildcard);
 //! 4. an API server accepts every object, the rendered etcd static pod (as the kubelet posts its
-//!    mirror pod) and an installer pod: server-side dry-run creates against a real cluster when
-//!    `KUBECONFIG` is set, and always against the project's API stand-in (which serves no RBAC
-//!    or apps/v1 kinds; those are reported and left to the real cluster).
+//!    mirror pod), an installer pod and the Deployment's pod (Pod Security applies to pods):
+//!    server-side dry-run creates against a real cluster when `KUBECONFIG` is set, and always
+//!    against the project's API stand-in (which serves no RBAC or apps/v1 kinds; those are
+//!    reported and left to the real cluster).
 //!
 //! Against a real cluster the dry runs need a few objects to exist for real: the namespaces (a
 //! namespaced dry run is refused in a missing namespace), the ServiceAccounts (a pod's
@@ -1087,7 +1088,24 @@ async fn validate(client: &Client, real: bool) {
     let installer = render_installer("n1", 3, 1, &images).unwrap();
     let said = dry_run_create(&pods, &installer, "rendered installer pod").await;
     assert_eq!(said, DryRun::Accepted, "installer pod");
-    eprintln!("{who}: rendered etcd mirror pod and installer pod: accepted");
+    // The Deployment's pod as its ReplicaSet would create it: Pod Security is enforced on pods
+    // (a Deployment only warns), and the stand-in checks pods but serves no Deployments.
+    let d = deployment(&docs);
+    let template = d.spec.template.clone();
+    let operator_pod = Pod {
+        metadata: kube::api::ObjectMeta {
+            name: Some("etcd-operator-manifests-test".to_owned()),
+            namespace: d.metadata.namespace.clone(),
+            labels: template.metadata.and_then(|m| m.labels),
+            ..Default::default()
+        },
+        spec: template.spec,
+        ..Default::default()
+    };
+    let operator_pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let said = dry_run_create(&operator_pods, &operator_pod, "the Deployment's pod").await;
+    assert_eq!(said, DryRun::Accepted, "the Deployment's pod");
+    eprintln!("{who}: rendered etcd mirror pod, installer pod, the Deployment's pod: accepted");
     if !not_served.is_empty() {
         eprintln!(
             "{who}: does not serve these kinds, so they were not validated here (a real cluster \

@@ -384,6 +384,11 @@ impl LocalControlPlane {
         }
     }
 
+    /// The operator process's pid, while it runs.
+    pub fn operator_pid(&self) -> Option<u32> {
+        self.operator.as_ref().map(Child::id)
+    }
+
     /// The operator's log so far.
     pub fn operator_log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("operator.log")).unwrap_or_default()

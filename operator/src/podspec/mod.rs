@@ -125,6 +125,7 @@ struct TemplateData<'a> {
     certs: &'a CertPaths,
     env: &'a std::collections::BTreeMap<String, String>,
     resource_host_dir: String,
+    force_redeployment_reason: &'a str,
 }
 
 handlebars_helper!(json: |v: Json| serde_json::to_string(v).unwrap_or_default());
@@ -183,6 +184,7 @@ pub fn render_pod(input: &PodInput<'_>) -> Result<String, RenderError> {
             .resource_host_dir
             .clone()
             .unwrap_or_else(|| paths::revision_host_dir(&revision)),
+        force_redeployment_reason: &input.spec.force_redeployment_reason,
     };
     let text = registry()?
         .render("etcd-pod", &data)

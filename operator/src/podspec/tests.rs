@@ -173,6 +173,18 @@ fn the_rendered_pod_parses_with_the_contract_in_both_containers() {
 }
 
 #[test]
+fn a_force_redeployment_reason_changes_every_manifest() {
+    let plain = render_for(1, &scale_up_members(), &EtcdClusterSpec::default());
+    let spec = EtcdClusterSpec {
+        force_redeployment_reason: "rotate disks".into(),
+        ..Default::default()
+    };
+    let forced = render_for(1, &scale_up_members(), &spec);
+    assert_ne!(plain, forced);
+    assert!(forced.contains("force-redeployment-reason: \"rotate disks\""));
+}
+
+#[test]
 fn hostile_values_stay_quoted() {
     let spec = EtcdClusterSpec {
         etcd_image: Some("etcd:3.4\"\n  injected: yes #".into()),

@@ -222,6 +222,7 @@ async fn certs_step(
         })
         .map(|n| n.target.name.clone())
         .collect();
+    ctx.metrics.certificate_expiry.clear();
     for info in certs::inspect_certs(&ca, &all_certs) {
         if let Some(t) = info.not_after_unix() {
             ctx.metrics
@@ -557,6 +558,26 @@ pub(super) async fn run(
         if !matches!(step, MembershipStep::None) {
             busy = true;
         }
+        let deadline = time::Duration::seconds(i64::from(spec.learner_start_deadline_seconds));
+        for m in obs.members.iter().filter(|m| m.is_learner && m.is_started()) {
+            let added = st.learner_added.get(&m.id).copied().unwrap_or(now);
+            if now - added > deadline {
+                let index = obs.health.get(&m.id).and_then(|h| h.raft_index);
+                conds.push(Computed::new(
+                    C::EtcdMembersDegraded,
+                    true,
+                    "LearnerNotCatchingUp",
+                    format!(
+                        "learner {} ({}) was added {}s ago and etcd still refuses to promote it (learner raft index {}, leader {})",
+                        m.id,
+                        m.name,
+                        (now - added).whole_seconds(),
+                        index.map_or("?".into(), |i| i.to_string()),
+                        obs.leader_raft_index().map_or("?".into(), |i| i.to_string())
+                    ),
+                ));
+            }
+        }
         if changed {
             report.requeue_after = Duration::ZERO;
             return Ok(obs);
@@ -743,6 +764,7 @@ pub(super) async fn run(
                 .collect();
             let d = rollout::decide(&views, latest, &cluster_view, now);
             node_statuses = d.statuses;
+            ctx.metrics.node_current_revision.clear();
             for s in &node_statuses {
                 ctx.metrics
                     .node_current_revision
@@ -836,6 +858,9 @@ pub(super) async fn run(
             prev.members.clone()
         },
     };
+    for c in &status.conditions {
+        ctx.metrics.condition(&c.type_, &c.status);
+    }
     if status != prev {
         let api: Api<EtcdCluster> = Api::all(ctx.client.clone());
         let patch = serde_json::json!({ "status": status });

@@ -7,8 +7,10 @@
 //!   the bootstrap with `etcd-operator render`, the operator as a local process;
 //! * [`view`]: the live status view;
 //! * [`scenario`]: named scenarios under a write load, with `report.json`;
+//! * [`bench`]: `sandbox bench`, scale-up vs the etcd floor, write availability, operator cost;
 //! * [`verify_demo`]: `sandbox demo-verify`, the `etcd-verify` gate on a throw-away cluster.
 
+pub mod bench;
 pub mod binaries;
 pub mod controlplane;
 pub mod scenario;

@@ -50,6 +50,24 @@ enum Command {
     },
     /// Show `etcd-verify membership` deciding on a throw-away 3-member TLS cluster.
     DemoVerify,
+    /// Benchmarks: scale-up vs the etcd floor, write availability, operator cost; writes
+    /// <out>/bench.json, <out>/bench.md and the scale-up timeline SVG.
+    Bench {
+        /// Database sizes, comma-separated: empty, <n>MB, <n>GB.
+        #[arg(long, value_delimiter = ',', default_value = "empty,100MB,1GB")]
+        sizes: Vec<e2e::bench::Size>,
+        #[arg(long, default_value = "bench-out")]
+        out: std::path::PathBuf,
+        /// Where the scale-up timeline SVG goes (also copied into <out>).
+        #[arg(long, default_value = "docs/benchmarks-scaleup.svg")]
+        svg: std::path::PathBuf,
+        /// Length of the idle window.
+        #[arg(long, default_value = "60s", value_parser = membership::parse_duration)]
+        idle: Duration,
+        /// Skip a database size when the run would likely take longer than this.
+        #[arg(long, default_value = "15m", value_parser = membership::parse_duration)]
+        budget: Duration,
+    },
 }
 
 async fn up(
@@ -202,6 +220,26 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         Command::DemoVerify => e2e::verify_demo::run().await?,
+        Command::Bench {
+            sizes,
+            out,
+            svg,
+            idle,
+            budget,
+        } => {
+            let args = e2e::bench::BenchArgs {
+                sizes,
+                out,
+                svg,
+                idle_window: idle,
+                budget,
+                command: std::env::args().collect::<Vec<_>>().join(" "),
+            };
+            let report = e2e::bench::run(&args).await.map_err(anyhow::Error::msg)?;
+            if !report.errors.is_empty() {
+                anyhow::bail!("bench failed: {}", report.errors.join("; "));
+            }
+        }
     }
     Ok(())
 }

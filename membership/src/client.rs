@@ -452,6 +452,20 @@ impl EtcdClient {
         .map(|_| ())
     }
 
+    /// Asks the leader, reached at `leader_endpoint`, to hand leadership to voter `target`.
+    pub async fn move_leader(
+        &self,
+        leader_endpoint: &MemberUrl,
+        target: MemberId,
+    ) -> Result<(), ClientError> {
+        self.on(leader_endpoint, |mut c| async move {
+            c.move_leader(target.get()).await
+        })
+        .await
+        .map(|_| ())
+        .map_err(ClientError::Endpoint)
+    }
+
     /// Writes one key (linearizable; voters only).
     pub async fn put(&self, key: &str, value: Vec<u8>) -> Result<i64, ClientError> {
         let (resp, _) = self

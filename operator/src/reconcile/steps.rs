@@ -773,6 +773,11 @@ pub(super) async fn run(
                     })
                     .set(s.current_revision);
             }
+            if let RolloutAction::Install { node, .. } = &d.action
+                && !ctx.plan_only
+            {
+                move_leadership_off(ctx, st, &cluster, &obs, by_node.get(node).copied(), &mut report).await;
+            }
             rollout_act(
                 ctx,
                 &mut w,
@@ -1107,6 +1112,66 @@ async fn membership_act(
             }
             Err(e) => Err(degraded(e)),
         },
+    }
+}
+
+/// Before the leader's node is restarted, hands leadership to the healthy voter with the highest
+/// raft index, so the restart costs no election. A failure is logged and the restart goes on:
+/// etcd also transfers leadership when it is stopped gracefully.
+async fn move_leadership_off(
+    ctx: &Context,
+    st: &PassState,
+    cluster: &EtcdCluster,
+    obs: &EtcdObservation,
+    member: Option<MemberId>,
+    report: &mut PassReport,
+) {
+    let (Some(leader), Some(member)) = (obs.leader, member) else {
+        return;
+    };
+    if leader != member {
+        return;
+    }
+    let Some(leader_url) = obs
+        .members
+        .iter()
+        .find(|m| m.id == leader)
+        .and_then(|m| m.client_urls.first().cloned())
+    else {
+        return;
+    };
+    let target = obs
+        .members
+        .iter()
+        .filter(|m| !m.is_learner && m.id != leader)
+        .filter_map(|m| {
+            let h = obs.health.get(&m.id)?;
+            h.healthy.then_some((h.raft_index.unwrap_or(0), m.id))
+        })
+        .max();
+    let Some((_, target)) = target else { return };
+    let Some((_, client)) = st.etcd.current() else {
+        return;
+    };
+    match client.move_leader(&leader_url, target).await {
+        Ok(()) => {
+            report.note(format!(
+                "moved etcd leadership from {leader} to {target} before restarting its node"
+            ));
+            event(
+                ctx,
+                cluster,
+                false,
+                "LeaderMoved",
+                format!(
+                    "moved leadership from {leader} to {target} before restarting the leader's node"
+                ),
+            )
+            .await;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not move leadership before restarting the leader")
+        }
     }
 }
 

@@ -1,0 +1,177 @@
+//! The bench's markdown tables (what `docs/benchmarks.md` quotes).
+
+use std::fmt::Write as _;
+
+use super::run::BenchReport;
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or("–".into(), |v| format!("{v:.2}"))
+}
+
+/// `67×`, `3.1×`, `0.82×`: two significant digits at least.
+fn ratio(v: f64) -> String {
+    if v >= 10.0 {
+        format!("{v:.0}×")
+    } else if v >= 1.0 {
+        format!("{v:.1}×")
+    } else {
+        format!("{v:.2}×")
+    }
+}
+
+fn counts(c: &super::proxy::Counts) -> String {
+    if c.is_empty() {
+        return "none".into();
+    }
+    c.iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Markdown for the report.
+pub fn markdown(r: &BenchReport) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "Run `{}` at {} ({:.0} s; {} cores, kernel {}, load average {} at the start, {} at the end).\n",
+        r.command,
+        r.started_at,
+        r.duration_s,
+        r.machine.cores,
+        r.machine.kernel,
+        r.machine.loadavg_start,
+        r.machine.loadavg_end
+    );
+    let _ = writeln!(s, "### Scale-up 3 → 4 vs the etcd floor\n");
+    let _ = writeln!(
+        s,
+        "| database | db size (operator / floor) | etcd floor: add → start → promoted | operator: learner added | learner started | promoted | every node on final revision | ratio (operator / floor) | ratio to promoted |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    for x in &r.scaleup {
+        let p = &x.operator.phases;
+        let _ = writeln!(
+            s,
+            "| {} | {:.0} MB / {:.0} MB | {:.0} → {:.0} → {:.0} ms | {} s | {} s | {} s | **{:.2} s** | **{}** | {} |",
+            x.size,
+            x.operator_db_bytes as f64 / 1e6,
+            x.floor.db_bytes as f64 / 1e6,
+            x.floor.learner_added_ms,
+            x.floor.learner_started_ms,
+            x.floor.promoted_ms,
+            opt(p.learner_added_s),
+            opt(p.learner_started_s),
+            opt(p.promoted_s),
+            p.done_s,
+            ratio(x.ratio),
+            x.ratio_to_promoted.map_or("–".into(), ratio)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nOperator times are seconds after the new Node is Ready (status polled every 50 ms). Per size: revisions created, write probe during the scale-up, operator cost:\n"
+    );
+    let _ = writeln!(
+        s,
+        "| database | Node Ready after add | revisions created | probe puts (failed) | longest probe gap | operator CPU | operator max RSS | API requests (by kind) |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+    for x in &r.scaleup {
+        let o = &x.operator;
+        let _ = writeln!(
+            s,
+            "| {} | {:.2} s | {} | {} ({}) | {:.0} ms | {:.1}% of a core ({:.2} s) | {:.1} MiB | {} ({}) |",
+            x.size,
+            o.phases.node_ready_after_add_s,
+            o.phases.revisions_created,
+            o.probe_writes,
+            o.probe_failed,
+            o.probe_longest_gap_ms,
+            o.cost.cpu_percent,
+            o.cost.cpu_s,
+            o.cost.max_rss_kib as f64 / 1024.0,
+            o.cost.api_requests,
+            counts(&o.cost.api_requests_by_kind)
+        );
+    }
+    for sk in &r.skipped {
+        let _ = writeln!(s, "\nSkipped: {sk}");
+    }
+    let _ = writeln!(s, "\n### Write availability (scenario write load)\n");
+    let _ = writeln!(
+        s,
+        "| disruption | duration | writes acknowledged | failed | lost | longest write gap | gap ended at |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+    for a in &r.availability {
+        let _ = writeln!(
+            s,
+            "| {} | {:.1} s | {} | {} | {} | **{} ms** | {:.1} s |",
+            a.disruption,
+            a.seconds,
+            a.writes_acknowledged,
+            a.writes_failed,
+            a.writes_lost,
+            a.longest_write_gap_ms,
+            a.longest_gap_at_s
+        );
+    }
+    for a in &r.availability {
+        let _ = writeln!(s, "\nSteps of {} (s after the load started):", a.disruption);
+        for (t, what) in &a.steps {
+            let _ = writeln!(s, "- {t:.1}: {what}");
+        }
+    }
+    if let Some(i) = &r.idle {
+        let _ = writeln!(s, "\n### Operator cost while idle\n");
+        let _ = writeln!(
+            s,
+            "| window | RSS | CPU | API requests/min | watches/min | lists/min | etcd requests/min | reconcile passes/min |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(
+            s,
+            "| {:.0} s | {:.1} MiB | {:.2}% of a core | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            i.window_s,
+            i.rss_kib as f64 / 1024.0,
+            i.cpu_percent,
+            i.api_requests_per_min,
+            i.api_watches_per_min,
+            i.api_lists_per_min,
+            i.etcd_requests_per_min,
+            i.reconcile_passes_per_min
+        );
+        let _ = writeln!(
+            s,
+            "\nAPI requests in the idle window: {}",
+            counts(&i.api_by_kind)
+        );
+        let _ = writeln!(
+            s,
+            "\nAPI requests from the operator's start until the idle window: {}",
+            counts(&i.startup_api_by_kind)
+        );
+        let etcd: Vec<String> = i
+            .etcd_by_method
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.1}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "\netcd requests per minute by method: {}",
+            etcd.join(", ")
+        );
+    }
+    if let Some(rss) = r.operator_rss_after_bootstrap_kib {
+        let _ = writeln!(
+            s,
+            "\nRSS of the operator after the bootstrap: {:.1} MiB",
+            rss as f64 / 1024.0
+        );
+    }
+    for e in &r.errors {
+        let _ = writeln!(s, "\nERROR: {e}");
+    }
+    s
+}

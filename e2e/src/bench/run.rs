@@ -1,0 +1,347 @@
+//! The bench run: one local control plane driven through bootstrap, rollout, member replacement,
+//! an idle minute and one scale-up per database size, with the etcd floor measured just before
+//! each scale-up.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use membership::EtcdClient;
+
+use super::availability::{self, Availability};
+use super::fill::{self, Size};
+use super::floor::{self, FloorReport};
+use super::idle::{self, IdleReport};
+use super::opproc::CountedOperator;
+use super::scaleup::{self, ScaleUpReport};
+use super::{procstat, report, svg};
+use crate::controlplane::{OPERATOR_NS, STATIC_NS};
+use crate::scenario::Harness;
+use crate::scenario::harness::{member_ids, member_of};
+use crate::scenario::load::{operator_tls, published_endpoints};
+
+const SETTLE: Duration = Duration::from_secs(600);
+
+/// What `sandbox bench` was asked to do.
+#[derive(Clone, Debug)]
+pub struct BenchArgs {
+    pub sizes: Vec<Size>,
+    pub out: PathBuf,
+    pub svg: PathBuf,
+    pub idle_window: Duration,
+    /// A size is skipped when the run would likely overrun this.
+    pub budget: Duration,
+    pub command: String,
+}
+
+/// One database size: the floor, the operator's scale-up, their ratio.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct SizeResult {
+    pub size: String,
+    pub operator_db_bytes: u64,
+    pub operator_fill: fill::FillReport,
+    pub floor: FloorReport,
+    pub operator: ScaleUpReport,
+    /// Operator time (Ready → all on final revision) / floor time (add → promoted).
+    pub ratio: f64,
+    /// Operator time Ready → promoted / floor time.
+    pub ratio_to_promoted: Option<f64>,
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Machine {
+    pub cores: usize,
+    pub loadavg_start: String,
+    pub loadavg_end: String,
+    pub kernel: String,
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct BenchReport {
+    pub command: String,
+    pub started_at: String,
+    pub duration_s: f64,
+    pub machine: Machine,
+    pub scaleup: Vec<SizeResult>,
+    pub availability: Vec<Availability>,
+    pub idle: Option<IdleReport>,
+    /// RSS (KiB) of the control plane's own operator after the bootstrap.
+    pub operator_rss_after_bootstrap_kib: Option<u64>,
+    pub skipped: Vec<String>,
+    pub errors: Vec<String>,
+}
+
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+/// Runs the bench; writes the JSON, markdown and SVG, and returns the report.
+pub async fn run(args: &BenchArgs) -> Result<BenchReport, String> {
+    let started = Instant::now();
+    let mut rep = BenchReport {
+        command: args.command.clone(),
+        started_at: now_rfc3339(),
+        machine: Machine {
+            cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            loadavg_start: procstat::loadavg(),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    println!("bench: bootstrapping 3 nodes under the write load ...");
+    let mut h = Harness::bootstrapped(3)
+        .await
+        .map_err(|e| format!("control plane: {e}"))?;
+    let outcome = drive(args, &mut h, &mut rep, started).await;
+    if let Err(e) = outcome {
+        println!("bench: FAILED: {e}");
+        rep.errors.push(e);
+    }
+    h.cp.shutdown().await;
+    rep.duration_s = started.elapsed().as_secs_f64();
+    rep.machine.loadavg_end = procstat::loadavg();
+    write_outputs(args, &rep)?;
+    Ok(rep)
+}
+
+fn write_outputs(args: &BenchArgs, rep: &BenchReport) -> Result<(), String> {
+    let json = serde_json::to_string_pretty(rep).map_err(|e| e.to_string())?;
+    let path = args.out.join("bench.json");
+    std::fs::write(&path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    let md = report::markdown(rep);
+    std::fs::write(args.out.join("bench.md"), &md).map_err(|e| e.to_string())?;
+    println!("\n{md}");
+    // Plot the largest size that was measured.
+    if let Some(r) = rep
+        .scaleup
+        .iter()
+        .rev()
+        .find(|r| !r.operator.samples.is_empty())
+    {
+        let title = format!(
+            "Scale-up 3 → 4 with a {} database ({:.0} MB): {:.1} s from Node Ready to every node on the final revision",
+            r.size,
+            r.operator_db_bytes as f64 / 1e6,
+            r.operator.phases.done_s
+        );
+        let text = svg::render(&r.operator, &title);
+        std::fs::write(args.out.join("benchmarks-scaleup.svg"), &text)
+            .map_err(|e| e.to_string())?;
+        if let Some(dir) = args.svg.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        }
+        std::fs::write(&args.svg, &text).map_err(|e| format!("{}: {e}", args.svg.display()))?;
+        println!("timeline: {}", args.svg.display());
+    }
+    println!("report: {}", path.display());
+    Ok(())
+}
+
+async fn operator_client(h: &Harness) -> Result<Arc<EtcdClient>, String> {
+    let client = h.cp.client();
+    let tls = operator_tls(&client, OPERATOR_NS).await?;
+    let endpoints = published_endpoints(&client, STATIC_NS).await;
+    EtcdClient::with_pem(endpoints, Some(&tls), Duration::from_secs(10))
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
+}
+
+/// The member name of the current etcd leader, from the members' own status.
+async fn leader(h: &Harness) -> String {
+    let Ok(client) = operator_client(h).await else {
+        return "?".into();
+    };
+    let status = h.status().await;
+    for e in client.endpoints() {
+        if let Ok(s) = client.status_of(e).await
+            && s.leader != 0
+        {
+            let id = format!("{:x}", s.leader);
+            return status
+                .members
+                .iter()
+                .find(|m| m.id == id)
+                .map_or(id, |m| m.name.clone());
+        }
+    }
+    "?".into()
+}
+
+async fn drive(
+    args: &BenchArgs,
+    h: &mut Harness,
+    rep: &mut BenchReport,
+    started: Instant,
+) -> Result<(), String> {
+    let err = |e: crate::controlplane::ControlPlaneError| e.to_string();
+    // 1. Bootstrap 1 → 3 under the load.
+    let mark = h.steps.len();
+    let (load, t) = availability::start_load(h).await?;
+    h.wait_settled(3, SETTLE).await.map_err(err)?;
+    let a = availability::finish_load(h, "bootstrap 1 → 3", load, t, mark).await?;
+    println!(
+        "bench: bootstrap: longest write gap {} ms",
+        a.longest_write_gap_ms
+    );
+    rep.availability.push(a);
+    rep.operator_rss_after_bootstrap_kib =
+        h.cp.operator_pid()
+            .and_then(procstat::sample)
+            .map(|s| s.rss_kib);
+
+    // 2. A forced revision rollout across the 3 nodes.
+    let mark = h.steps.len();
+    let (load, t) = availability::start_load(h).await?;
+    let before = h.status().await.latest_available_revision;
+    let lead = leader(h).await;
+    h.step(format!("bench: etcd leader before the rollout: {lead}"));
+    h.patch_spec(serde_json::json!({"forceRedeploymentReason": "bench rollout"}))
+        .await
+        .map_err(err)?;
+    h.wait_status(
+        "every node on the new revision",
+        SETTLE,
+        move |s: &etcd_operator::api::EtcdClusterStatus| {
+            s.latest_available_revision > before && crate::view::settled(s, 3)
+        },
+    )
+    .await
+    .map_err(err)?;
+    let lead = leader(h).await;
+    h.step(format!("bench: etcd leader after the rollout: {lead}"));
+    let a = availability::finish_load(h, "revision rollout (3 nodes)", load, t, mark).await?;
+    println!(
+        "bench: rollout: longest write gap {} ms",
+        a.longest_write_gap_ms
+    );
+    rep.availability.push(a);
+
+    // 3. Member replacement: n2 loses its data dir.
+    let mark = h.steps.len();
+    let (load, t) = availability::start_load(h).await?;
+    let old = member_of(&h.status().await, "n2").ok_or("n2 has no member")?;
+    h.cp.stop_node("n2").await.map_err(err)?;
+    let data = h.cp.node("n2").map_err(err)?.data_dir();
+    std::fs::remove_dir_all(&data).map_err(|e| format!("wiping {}: {e}", data.display()))?;
+    h.step("bench: n2 stopped, its data dir wiped");
+    h.cp.restart_node("n2").await.map_err(err)?;
+    h.step("bench: n2 restarted with no data");
+    h.wait_status("n2's old member removed", SETTLE, |s| {
+        !member_ids(s).contains(&old)
+    })
+    .await
+    .map_err(err)?;
+    h.wait_settled(3, SETTLE).await.map_err(err)?;
+    let a =
+        availability::finish_load(h, "member replacement (data loss on n2)", load, t, mark).await?;
+    println!(
+        "bench: member replacement: longest write gap {} ms",
+        a.longest_write_gap_ms
+    );
+    rep.availability.push(a);
+
+    // 4. The operator again, behind the counting proxy; an idle window.
+    h.cp.stop_operator(Duration::from_secs(5)).map_err(err)?;
+    let op = CountedOperator::start(&h.cp).await?;
+    h.step("bench: operator restarted behind the counting proxy");
+    op.wait_leader(Duration::from_secs(60)).await?;
+    h.wait_settled(3, SETTLE).await.map_err(err)?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    println!(
+        "bench: idle window of {:.0} s ...",
+        args.idle_window.as_secs_f64()
+    );
+    let idle = idle::measure(&h.cp, &op, args.idle_window).await?;
+    println!(
+        "bench: idle: RSS {} KiB, CPU {:.2}%, API {:.1}/min, etcd {:.1}/min",
+        idle.rss_kib, idle.cpu_percent, idle.api_requests_per_min, idle.etcd_requests_per_min
+    );
+    rep.idle = Some(idle);
+
+    // 5. One scale-up per size, the floor just before it.
+    let mut filled = 0u64;
+    let mut put_rate: Option<f64> = None; // puts per second of the last fill
+    let mut last_scaleup_s = 0.0f64;
+    for (i, size) in args.sizes.iter().enumerate() {
+        let name = format!("n{}", 4 + i);
+        let to_fill = size.puts.saturating_sub(filled);
+        if let Some(rate) = put_rate {
+            // Two fills (floor and operator), the scale-up and the cleanup; replication grows
+            // with the data, so scale the last scale-up by the data ratio (at least 1).
+            let fills = (size.puts + to_fill) as f64 / rate;
+            let growth = (size.puts as f64 / filled.max(1) as f64).max(1.0);
+            let estimate = fills + last_scaleup_s * growth.sqrt() * 2.0 + 60.0;
+            let left = args.budget.as_secs_f64() - started.elapsed().as_secs_f64();
+            if estimate > left {
+                let why = format!(
+                    "{}: skipped: estimated {:.0} s (fills at {:.0} puts/s, scale-up and cleanup) but {:.0} s of the {:.0} s budget left",
+                    size.label,
+                    estimate,
+                    rate,
+                    left.max(0.0),
+                    args.budget.as_secs_f64()
+                );
+                println!("bench: {why}");
+                rep.skipped.push(why);
+                continue;
+            }
+        }
+        println!("bench: {}: etcd floor ...", size.label);
+        let floor = floor::measure(size).await?;
+        if floor.fill.puts > 0 {
+            put_rate = Some(floor.fill.puts as f64 / floor.fill.seconds.max(0.001));
+        }
+        println!(
+            "bench: {}: floor add → promoted {:.0} ms; filling the operator's cluster ...",
+            size.label, floor.promoted_ms
+        );
+        let client = operator_client(h).await?;
+        let f = fill::fill(client.clone(), "/bench-fill/", filled, size.puts).await?;
+        filled = filled.max(size.puts);
+        let db = fill::db_size(&client).await;
+        println!(
+            "bench: {}: {} puts in {:.1} s, db {:.0} MB; adding {name} ...",
+            size.label,
+            f.puts,
+            f.seconds,
+            db as f64 / 1e6
+        );
+        let r = scaleup::measure(h, &name, 4, Some(op.pid()), Some(&op.proxy), SETTLE).await?;
+        last_scaleup_s = r.phases.done_s + r.phases.node_ready_after_add_s;
+        let ratio = r.phases.done_s * 1000.0 / floor.promoted_ms.max(0.001);
+        println!(
+            "bench: {}: operator {:.2} s (promoted at {:?} s) vs floor {:.0} ms: ratio {ratio:.0}x",
+            size.label, r.phases.done_s, r.phases.promoted_s, floor.promoted_ms
+        );
+        rep.scaleup.push(SizeResult {
+            size: size.label.clone(),
+            operator_db_bytes: db,
+            operator_fill: f,
+            ratio,
+            ratio_to_promoted: r
+                .phases
+                .promoted_s
+                .map(|p| p * 1000.0 / floor.promoted_ms.max(0.001)),
+            floor,
+            operator: r,
+        });
+        if i + 1 < args.sizes.len() {
+            let cleanup = Instant::now();
+            h.cp.delete_node(&name).await.map_err(err)?;
+            h.step(format!("bench: node {name} deleted"));
+            h.wait_settled(3, SETTLE).await.map_err(err)?;
+            last_scaleup_s += cleanup.elapsed().as_secs_f64();
+        }
+    }
+    drop(op);
+    Ok(())
+}

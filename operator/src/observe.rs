@@ -215,6 +215,40 @@ pub fn installers(pods: &[Pod]) -> BTreeMap<String, InstallerState> {
     out
 }
 
+/// Installer pods that can go: finished (Succeeded or Failed), not the newest of their node, and
+/// for a revision the node already runs (or has moved past). Running installers and each node's
+/// newest one are always kept, so the rollout's record of the last attempt survives.
+pub fn prunable_installers(pods: &[Pod], current: &BTreeMap<String, i64>) -> Vec<String> {
+    let newest = installers(pods);
+    let mut out: Vec<String> = pods
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(INSTALLER_LABEL))
+        })
+        .filter(|p| {
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            matches!(phase, Some("Succeeded" | "Failed")) && p.metadata.deletion_timestamp.is_none()
+        })
+        .filter_map(|p| {
+            let node = pod_node(p)?;
+            let revision = revision_of(p)?;
+            let attempt: u32 = p.metadata.labels.as_ref()?.get("attempt")?.parse().ok()?;
+            let is_newest = newest
+                .get(node)
+                .is_some_and(|n| n.revision == revision && n.attempt == attempt);
+            let passed = current.get(node).is_some_and(|c| revision <= *c);
+            (!is_newest && passed)
+                .then(|| p.metadata.name.clone())
+                .flatten()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,6 +286,33 @@ mod tests {
             report.as_ref().unwrap().data_lost_member(),
             MemberId::new(3)
         );
+    }
+
+    #[test]
+    fn only_finished_superseded_installers_are_pruned() {
+        let mk = |rev: i64, attempt: u32, phase: &str| {
+            pod(serde_json::json!({
+                "metadata": {"name": format!("installer-{rev}-n1-{attempt}"),
+                    "labels": {INSTALLER_LABEL: "true", "revision": rev.to_string(), "attempt": attempt.to_string()}},
+                "spec": {"nodeName": "n1", "containers": []},
+                "status": {"phase": phase}
+            }))
+        };
+        let pods = [
+            mk(1, 1, "Succeeded"),
+            mk(2, 1, "Failed"),
+            mk(2, 2, "Succeeded"),
+            mk(3, 1, "Running"),
+        ];
+        let current = BTreeMap::from([("n1".to_owned(), 2)]);
+        // Revision 3 is running (newest, kept); 2/2 and 2/1 and 1/1 are finished and passed.
+        assert_eq!(
+            prunable_installers(&pods, &current),
+            ["installer-1-n1-1", "installer-2-n1-1", "installer-2-n1-2"]
+        );
+        // The node is still on 1: revision 2's attempts are kept.
+        let on_one = BTreeMap::from([("n1".to_owned(), 1)]);
+        assert_eq!(prunable_installers(&pods, &on_one), ["installer-1-n1-1"]);
     }
 
     #[test]

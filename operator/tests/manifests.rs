@@ -582,6 +582,14 @@ const OPERATOR: &[Need] = &[
     need(
         STATIC_POD_NAMESPACE,
         "",
+        "pods",
+        &["delete"],
+        &[],
+        "reconcile/steps.rs prune_installers → writes.rs Writer::delete: finished installer pods a node moved past",
+    ),
+    need(
+        STATIC_POD_NAMESPACE,
+        "",
         "configmaps",
         &["list", "watch"],
         &[],

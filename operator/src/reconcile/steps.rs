@@ -792,6 +792,19 @@ pub(super) async fn run(
             if !matches!(d.action, RolloutAction::Done) {
                 busy = true;
             }
+            let current: BTreeMap<String, i64> = node_statuses
+                .iter()
+                .map(|s| (s.node_name.clone(), s.current_revision))
+                .collect();
+            let prunable = observe::prunable_installers(&inputs.pods, &current);
+            if !prunable.is_empty() {
+                report.next("installer-gc", format!("delete finished installer pods {}", prunable.join(", ")));
+            }
+            for name in prunable {
+                w.delete::<Pod>(NS, &name)
+                    .await
+                    .map_err(|e| (fail(C::InstallerControllerDegraded, e.category(), e.to_string()), obs.clone()))?;
+            }
         }
         conds.push(Computed::new(
             C::InstallerControllerDegraded,

@@ -297,12 +297,17 @@ impl Writer {
                 });
             }
         }
-        self.awaited.push(Awaited {
-            kind,
-            namespace: ns.to_owned(),
-            name: name.to_owned(),
-            resource_version: None,
-        });
+        // A deleted pod bound to a node is gone only once that node's kubelet finalizes it, which
+        // may be never while the node is down: waiting for it would wedge every later pass. No
+        // decision depends on a deleted pod's absence, so pod deletions are not awaited.
+        if kind != "Pod" {
+            self.awaited.push(Awaited {
+                kind,
+                namespace: ns.to_owned(),
+                name: name.to_owned(),
+                resource_version: None,
+            });
+        }
         Ok(())
     }
 }

@@ -68,6 +68,15 @@ pub struct Computed {
 }
 
 impl Computed {
+    /// True with `problems` joined when there are any; False ("AsExpected") otherwise.
+    pub fn from_problems(type_: ConditionType, reason: &str, problems: &[String]) -> Self {
+        if problems.is_empty() {
+            Self::new(type_, false, "AsExpected", "")
+        } else {
+            Self::new(type_, true, reason, problems.join("; "))
+        }
+    }
+
     pub fn new(
         type_: ConditionType,
         status: bool,

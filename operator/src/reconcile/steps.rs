@@ -319,16 +319,11 @@ fn member_conditions(
             format!("{} ({}): {why}", m.member.name, m.member.id)
         })
         .collect();
-    out.push(if unhealthy.is_empty() {
-        Computed::new(C::EtcdMembersDegraded, false, "AsExpected", "")
-    } else {
-        Computed::new(
-            C::EtcdMembersDegraded,
-            true,
-            "UnhealthyMembers",
-            unhealthy.join("; "),
-        )
-    });
+    out.push(Computed::from_problems(
+        C::EtcdMembersDegraded,
+        "UnhealthyMembers",
+        &unhealthy,
+    ));
     out.push(Computed::new(
         C::EtcdObserverDegraded,
         false,
@@ -1438,16 +1433,11 @@ async fn rollout_act(
             )
         })
         .collect();
-    conds.push(if failed.is_empty() {
-        Computed::new(C::NodeInstallerDegraded, false, "AsExpected", "")
-    } else {
-        Computed::new(
-            C::NodeInstallerDegraded,
-            true,
-            "InstallerFailed",
-            failed.join("; "),
-        )
-    });
+    conds.push(Computed::from_problems(
+        C::NodeInstallerDegraded,
+        "InstallerFailed",
+        &failed,
+    ));
     let progressing = |conds: &mut Vec<Computed>, reason: &str, msg: String| {
         conds.push(Computed::new(
             C::NodeInstallerProgressing,

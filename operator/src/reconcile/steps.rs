@@ -1207,56 +1207,45 @@ fn found_revisions(inputs: &Inputs) -> Vec<FoundRevision> {
     let number = |name: &str, prefix: &str| -> Option<i64> {
         name.strip_prefix(prefix)?.strip_prefix('-')?.parse().ok()
     };
+    fn entry(found: &mut BTreeMap<i64, FoundRevision>, n: i64) -> &mut FoundRevision {
+        found.entry(n).or_insert_with(|| FoundRevision {
+            number: n,
+            ..Default::default()
+        })
+    }
+    let ours = |ns: Option<&str>| ns == Some(NS);
     for cm in inputs
         .configmaps
         .iter()
-        .filter(|c| c.metadata.namespace.as_deref() == Some(NS))
+        .filter(|c| ours(c.metadata.namespace.as_deref()))
     {
         let name = cm.name_any();
         if let Some(n) = name
             .strip_prefix(STATUS_PREFIX)
             .and_then(|n| n.parse().ok())
         {
-            let fp: BTreeMap<String, String> = cm
+            let fingerprints: BTreeMap<String, String> = cm
                 .data
                 .clone()
                 .unwrap_or_default()
                 .into_iter()
                 .filter(|(k, _)| SOURCE_NAMES.contains(&k.as_str()))
                 .collect();
-            found
-                .entry(n)
-                .or_insert_with(|| FoundRevision {
-                    number: n,
-                    ..Default::default()
-                })
-                .status = Some(fp);
+            entry(&mut found, n).status = Some(fingerprints);
         }
         for source in [POD_CONFIGMAP, ALL_BUNDLES_CONFIGMAP] {
             if let Some(n) = number(&name, source) {
-                found
-                    .entry(n)
-                    .or_insert_with(|| FoundRevision {
-                        number: n,
-                        ..Default::default()
-                    })
-                    .copies
-                    .insert(source.to_owned());
+                entry(&mut found, n).copies.insert(source.to_owned());
             }
         }
     }
-    for s in inputs
+    for secret in inputs
         .secrets
         .iter()
-        .filter(|c| c.metadata.namespace.as_deref() == Some(NS))
+        .filter(|c| ours(c.metadata.namespace.as_deref()))
     {
-        if let Some(n) = number(&s.name_any(), ALL_CERTS_SECRET) {
-            found
-                .entry(n)
-                .or_insert_with(|| FoundRevision {
-                    number: n,
-                    ..Default::default()
-                })
+        if let Some(n) = number(&secret.name_any(), ALL_CERTS_SECRET) {
+            entry(&mut found, n)
                 .copies
                 .insert(ALL_CERTS_SECRET.to_owned());
         }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, Client};
 
@@ -106,65 +107,20 @@ impl Writer {
     }
 
     /// Makes ConfigMap `name` hold exactly `data` (creating it, or replacing its data).
-    /// Returns true when something was written.
+    /// Returns true when something was (or, in a dry run, would be) written.
     pub async fn configmap(
         &mut self,
         ns: &str,
         name: &str,
         current: Option<&ConfigMap>,
         data: &BTreeMap<String, String>,
-        owner: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+        owner: Option<&OwnerReference>,
     ) -> Result<bool, WriteError> {
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
-        let err = |action, source| WriteError {
-            action,
-            kind: "ConfigMap",
-            namespace: ns.to_owned(),
-            name: name.to_owned(),
-            source,
-        };
-        if current.is_some_and(|cm| cm.data.as_ref() == Some(data)) {
-            return Ok(false);
-        }
-        if self.planned(
-            if current.is_some() {
-                "replace"
-            } else {
-                "create"
-            },
-            "ConfigMap",
-            ns,
-            name,
-        ) {
-            return Ok(true);
-        }
-        let written = match current {
-            Some(cm) if cm.data.as_ref() == Some(data) => return Ok(false),
-            Some(cm) => {
-                let mut next = cm.clone();
-                next.data = Some(data.clone());
-                api.replace(name, &PostParams::default(), &next)
-                    .await
-                    .map_err(|e| err("replacing", e))?
-            }
-            None => {
-                let cm = ConfigMap {
-                    metadata: ObjectMeta {
-                        name: Some(name.to_owned()),
-                        namespace: Some(ns.to_owned()),
-                        owner_references: owner.map(|o| vec![o.clone()]),
-                        ..Default::default()
-                    },
-                    data: Some(data.clone()),
-                    ..Default::default()
-                };
-                api.create(&PostParams::default(), &cm)
-                    .await
-                    .map_err(|e| err("creating", e))?
-            }
-        };
-        self.remember("ConfigMap", &written.metadata);
-        Ok(true)
+        let same = current.is_some_and(|cm| cm.data.as_ref() == Some(data));
+        self.ensure(ns, name, current, same, owner, |cm: &mut ConfigMap| {
+            cm.data = Some(data.clone());
+        })
+        .await
     }
 
     /// Makes Secret `name` hold exactly `data`.
@@ -174,63 +130,90 @@ impl Writer {
         name: &str,
         current: Option<&Secret>,
         data: &BTreeMap<String, Vec<u8>>,
-        owner: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+        owner: Option<&OwnerReference>,
     ) -> Result<bool, WriteError> {
-        let api: Api<Secret> = Api::namespaced(self.client.clone(), ns);
         let wanted: BTreeMap<String, ByteString> = data
             .iter()
             .map(|(k, v)| (k.clone(), ByteString(v.clone())))
             .collect();
-        let err = |action, source| WriteError {
-            action,
-            kind: "Secret",
-            namespace: ns.to_owned(),
-            name: name.to_owned(),
-            source,
-        };
-        if current.is_some_and(|s| s.data.as_ref() == Some(&wanted)) {
+        let same = current.is_some_and(|s| s.data.as_ref() == Some(&wanted));
+        self.ensure(ns, name, current, same, owner, |s: &mut Secret| {
+            s.data = Some(wanted.clone());
+            s.string_data = None;
+            if s.type_.is_none() {
+                s.type_ = Some("Opaque".to_owned());
+            }
+        })
+        .await
+    }
+
+    /// Creates `name` (with `owner`) or replaces the current object, after `fill` set its data.
+    #[allow(clippy::too_many_arguments)]
+    async fn ensure<K>(
+        &mut self,
+        ns: &str,
+        name: &str,
+        current: Option<&K>,
+        same: bool,
+        owner: Option<&OwnerReference>,
+        fill: impl Fn(&mut K),
+    ) -> Result<bool, WriteError>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + Default
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        if same {
             return Ok(false);
         }
+        let kind = static_kind::<K>();
         if self.planned(
             if current.is_some() {
                 "replace"
             } else {
                 "create"
             },
-            "Secret",
+            kind,
             ns,
             name,
         ) {
             return Ok(true);
         }
+        let api: Api<K> = Api::namespaced(self.client.clone(), ns);
+        let err = |action, source| WriteError {
+            action,
+            kind,
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+            source,
+        };
         let written = match current {
-            Some(s) if s.data.as_ref() == Some(&wanted) => return Ok(false),
-            Some(s) => {
-                let mut next = s.clone();
-                next.data = Some(wanted);
-                next.string_data = None;
+            Some(obj) => {
+                let mut next = obj.clone();
+                fill(&mut next);
                 api.replace(name, &PostParams::default(), &next)
                     .await
                     .map_err(|e| err("replacing", e))?
             }
             None => {
-                let s = Secret {
-                    metadata: ObjectMeta {
-                        name: Some(name.to_owned()),
-                        namespace: Some(ns.to_owned()),
-                        owner_references: owner.map(|o| vec![o.clone()]),
-                        ..Default::default()
-                    },
-                    data: Some(wanted),
-                    type_: Some("Opaque".to_owned()),
+                let mut obj = K::default();
+                *obj.meta_mut() = ObjectMeta {
+                    name: Some(name.to_owned()),
+                    namespace: Some(ns.to_owned()),
+                    owner_references: owner.map(|o| vec![o.clone()]),
                     ..Default::default()
                 };
-                api.create(&PostParams::default(), &s)
+                fill(&mut obj);
+                api.create(&PostParams::default(), &obj)
                     .await
                     .map_err(|e| err("creating", e))?
             }
         };
-        self.remember("Secret", &written.metadata);
+        self.remember(kind, written.meta());
         Ok(true)
     }
 

@@ -72,6 +72,8 @@ pub struct PassState {
     pub known_endpoints: BTreeSet<String>,
     /// The last pass's summary, for `plan` and logs.
     pub last: Option<PassReport>,
+    /// Content of the Endpoints object as last applied (it has no watch cache).
+    pub applied_endpoints: Option<BTreeMap<String, String>>,
 }
 
 /// A snapshot of the watch caches.

@@ -827,9 +827,14 @@ pub(super) async fn run(
                 )
                 .await
                 .map_err(|e| ep_err(e.to_string()))?;
-                apply_endpoints(&ctx.client, NS, &endpoints_object(NS, &data))
-                    .await
-                    .map_err(|e| ep_err(format!("applying Endpoints {NS}/etcd: {e}")))?;
+                // Endpoints are not cached: apply when the content changed since the last apply
+                // (and once after start), not on every pass.
+                if st.applied_endpoints.as_ref() != Some(&data) {
+                    apply_endpoints(&ctx.client, NS, &endpoints_object(NS, &data))
+                        .await
+                        .map_err(|e| ep_err(format!("applying Endpoints {NS}/etcd: {e}")))?;
+                    st.applied_endpoints = Some(data.clone());
+                }
             }
         }
         conds.push(Computed::new(

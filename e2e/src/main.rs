@@ -84,6 +84,10 @@ async fn up(
         "API stand-in on its own etcd"
     };
     println!("  API: {mode}; sandbox dir {}", cp.path().display());
+    println!(
+        "  kubeconfig: {} (e.g. for `etcd-operator plan`)",
+        cp.api.kubeconfig().display()
+    );
     let names: Vec<String> = (1..=nodes).map(|i| format!("n{i}")).collect();
     for name in &names {
         let node = cp.add_node(name).await?;

@@ -14,7 +14,6 @@
 //! every node agent (which stops its pods), then the API. Dropping without shutdown still kills
 //! the operator process.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -415,14 +414,6 @@ impl LocalControlPlane {
         Ok(Api::<EtcdCluster>::all(self.client())
             .get_opt(etcd_operator::api::SINGLETON)
             .await?)
-    }
-
-    /// Node name → its loopback address.
-    pub fn addresses(&self) -> BTreeMap<String, IpAddr> {
-        self.nodes
-            .iter()
-            .map(|n| (n.name.clone(), n.ip()))
-            .collect()
     }
 
     /// Path of the sandbox dir.

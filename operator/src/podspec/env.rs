@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use membership::{InitialCluster, Member, MemberIds, MemberUrl};
+use membership::{InitialCluster, Member, MemberId, MemberIds, MemberUrl};
 
 use super::paths::CertPaths;
 use super::{NodeTarget, RenderError};
@@ -28,14 +28,20 @@ pub struct EnvInput<'a> {
     pub certs: &'a CertPaths,
 }
 
-/// The voters' client URLs, sorted: what `ETCDCTL_ENDPOINTS` and the host endpoints publish.
-/// Learners reject client traffic, so they are never listed.
-pub fn voter_client_urls(members: &[Member]) -> Vec<MemberUrl> {
-    let mut urls: Vec<MemberUrl> = members
+/// Each voter's client URL (the one it advertises): the single source of both the manifests'
+/// `ETCDCTL_ENDPOINTS` and the published host endpoints. Learners reject client traffic, so
+/// they are never listed; members that have not started advertise nothing.
+pub fn voter_endpoints(members: &[Member]) -> BTreeMap<MemberId, MemberUrl> {
+    members
         .iter()
         .filter(|m| !m.is_learner)
-        .flat_map(|m| m.client_urls.iter().cloned())
-        .collect();
+        .filter_map(|m| Some((m.id, m.client_urls.first()?.clone())))
+        .collect()
+}
+
+/// The voters' client URLs, sorted (`ETCDCTL_ENDPOINTS`).
+pub fn voter_client_urls(members: &[Member]) -> Vec<MemberUrl> {
+    let mut urls: Vec<MemberUrl> = voter_endpoints(members).into_values().collect();
     urls.sort();
     urls.dedup();
     urls

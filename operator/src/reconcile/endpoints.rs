@@ -11,22 +11,19 @@ use kube::api::{ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client};
 use membership::Member;
 
+use crate::podspec::voter_endpoints;
+
 /// ConfigMap of member id → client address.
 pub const ENDPOINTS_CONFIGMAP: &str = "etcd-endpoints";
 /// Endpoints object name.
 pub const ENDPOINTS_NAME: &str = "etcd";
 
-/// Member id (hex) → `host:port` of every voter with a client URL.
+/// Member id (hex) → `host:port` of every voter with a client URL
+/// ([`voter_endpoints`], the same selection as the manifests' `ETCDCTL_ENDPOINTS`).
 pub fn endpoint_data(members: &[Member]) -> BTreeMap<String, String> {
-    members
-        .iter()
-        .filter(|m| !m.is_learner)
-        .filter_map(|m| {
-            Some((
-                m.id.to_string(),
-                m.client_urls.first()?.authority().to_owned(),
-            ))
-        })
+    voter_endpoints(members)
+        .into_iter()
+        .map(|(id, url)| (id.to_string(), url.authority().to_owned()))
         .collect()
 }
 

@@ -70,8 +70,6 @@ pub struct PassState {
     pub awaited: Vec<Awaited>,
     /// Client URLs of the members last seen (to find etcd next time).
     pub known_endpoints: BTreeSet<String>,
-    /// The last pass's summary, for `plan` and logs.
-    pub last: Option<PassReport>,
     /// Content of the Endpoints object as last applied (it has no watch cache).
     pub applied_endpoints: Option<BTreeMap<String, String>>,
 }
@@ -172,6 +170,5 @@ pub async fn pass(ctx: &Context, inputs: &Inputs, now: OffsetDateTime) -> PassRe
     state.awaited.clear();
     let report = steps::run(ctx, &mut state, inputs, now).await;
     tracing::debug!(lines = ?report.lines, "pass done");
-    state.last = Some(report.clone());
     report
 }

@@ -458,11 +458,12 @@ pub(super) async fn run(
                 },
             }
         };
-        let restarting: BTreeMap<MemberId, i64> = members_by_node(&nodes, &obs)
-            .into_iter()
+        let by_node = members_by_node(&nodes, &obs);
+        let restarting: BTreeMap<MemberId, i64> = by_node
+            .iter()
             .filter_map(|(node, id)| {
-                let status = node_statuses.iter().find(|s| s.node_name == node)?;
-                Some((id, status.target_revision?))
+                let status = node_statuses.iter().find(|s| s.node_name == *node)?;
+                Some((*id, status.target_revision?))
             })
             .collect();
         member_conditions(&obs, &restarting, &mut conds);
@@ -542,7 +543,6 @@ pub(super) async fn run(
                 &cluster,
                 &step,
                 managed,
-                &certs,
                 &mut conds,
                 &mut report,
                 now,
@@ -583,7 +583,6 @@ pub(super) async fn run(
         }
 
         // 4. Target config: a manifest for every node that has a member.
-        let by_node = members_by_node(&nodes, &obs);
         let targets: Vec<&NodeTarget> = nodes
             .iter()
             .filter(|n| by_node.contains_key(&n.target.name))
@@ -963,7 +962,6 @@ async fn membership_act(
     cluster: &EtcdCluster,
     step: &MembershipStep,
     managed: bool,
-    certs: &CertState,
     conds: &mut Vec<Computed>,
     report: &mut PassReport,
     now: OffsetDateTime,
@@ -973,7 +971,6 @@ async fn membership_act(
     };
     let degraded =
         |e: membership::ClientError| fail(C::MembershipControllerDegraded, "etcd", e.to_string());
-    let _ = certs;
     match step {
         MembershipStep::None => report.next(
             "membership",
@@ -982,16 +979,13 @@ async fn membership_act(
         MembershipStep::Waiting { message } => {
             report.next("membership", format!("waiting: {message}"))
         }
-        MembershipStep::Denied { step, denial } => {
-            let _ = step;
-            report.next(
-                "membership",
-                format!(
-                    "blocked by the quorum gate: {denial} [{}]",
-                    denial.rule.category()
-                ),
-            )
-        }
+        MembershipStep::Denied { denial, .. } => report.next(
+            "membership",
+            format!(
+                "blocked by the quorum gate: {denial} [{}]",
+                denial.rule.category()
+            ),
+        ),
         MembershipStep::AddLearner { node, peer_url } => {
             report.next("membership", format!("add learner for {node} ({peer_url})"))
         }

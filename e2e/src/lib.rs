@@ -6,6 +6,8 @@
 //! * [`controlplane`]: the Kubernetes API (stand-in or real), simulated nodes (node agents),
 //!   the bootstrap with `etcd-operator render`, the operator as a local process;
 //! * [`view`]: the live status view;
+//! * [`status_watch`]: watches the status for what a normal run must never show (Degraded, a
+//!   missing name);
 //! * [`scenario`]: named scenarios under a write load, with `report.json`;
 //! * [`bench`]: `sandbox bench`, scale-up vs the etcd floor, write availability, operator cost;
 //! * [`verify_demo`]: `sandbox demo-verify`, the `etcd-verify` gate on a throw-away cluster.
@@ -14,5 +16,6 @@ pub mod bench;
 pub mod binaries;
 pub mod controlplane;
 pub mod scenario;
+pub mod status_watch;
 pub mod verify_demo;
 pub mod view;

@@ -31,7 +31,9 @@ enum Command {
         /// Number of simulated control-plane nodes.
         #[arg(long, default_value_t = 3)]
         nodes: usize,
-        /// Exit (and tear down) once every member is a healthy voter on the latest revision.
+        /// Exit (and tear down) once every member is a healthy voter on the latest revision; the
+        /// exit code is non-zero unless that happened and the status never showed Degraded or a
+        /// member without a name.
         #[arg(long)]
         exit_when_settled: bool,
         /// Give up after this long (e.g. 5m); default: run until Ctrl-C.
@@ -101,6 +103,7 @@ async fn up(
     println!("bootstrapping {} with `etcd-operator render` ...", names[0]);
     cp.bootstrap(&names[0]).await?;
     cp.create_cluster(EtcdClusterSpec::default()).await?;
+    let watch = e2e::status_watch::StatusWatch::start(cp.client(), started);
     cp.start_operator()?;
     if let Some(addr) = cp.operator_metrics {
         println!(
@@ -165,9 +168,19 @@ async fn up(
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
     }
+    let sightings = watch.sightings();
+    drop(watch);
     cp.shutdown().await;
     println!("torn down: operator, node agents (and their pods), API.");
-    Ok(settled)
+    if sightings.is_empty() {
+        println!("status check: never Degraded, no member without a name");
+    } else {
+        println!("status check: the status showed what a normal run must not:");
+        for s in &sightings {
+            println!("  [{:>6.1}s] {}", s.at_s, s.what);
+        }
+    }
+    Ok(settled && sightings.is_empty())
 }
 
 #[tokio::main]
@@ -187,7 +200,7 @@ async fn main() -> anyhow::Result<()> {
         } => {
             let settled = up(nodes.max(1), exit_when_settled, timeout).await?;
             if exit_when_settled && !settled {
-                anyhow::bail!("the cluster did not settle");
+                anyhow::bail!("the cluster did not settle cleanly (see above)");
             }
         }
         Command::Run { scenario, out } => {

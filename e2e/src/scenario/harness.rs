@@ -12,6 +12,7 @@ use membership::MemberUrl;
 
 use super::load::{LoadReport, WriteLoad};
 use crate::controlplane::{ControlPlaneError, LocalControlPlane, OPERATOR_NS, STATIC_NS};
+use crate::status_watch::{Sighting, StatusWatch};
 
 /// One line of the scenario's step log.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -26,6 +27,8 @@ pub struct Harness {
     pub load: Option<WriteLoad>,
     pub started: Instant,
     pub steps: Vec<Step>,
+    /// What the status showed that a normal run must not (see [`crate::status_watch`]).
+    pub watch: Option<StatusWatch>,
 }
 
 impl std::fmt::Debug for Harness {
@@ -45,12 +48,14 @@ impl Harness {
             load: None,
             started: Instant::now(),
             steps: Vec::new(),
+            watch: None,
         };
         for i in 1..=nodes {
             h.cp.add_node(&format!("n{i}")).await?;
         }
         h.cp.bootstrap("n1").await?;
         h.cp.create_cluster(EtcdClusterSpec::default()).await?;
+        h.watch = Some(StatusWatch::start(h.cp.client(), h.started));
         h.cp.start_operator()?;
         h.step(format!(
             "{nodes} nodes up, n1 bootstrapped, operator started"
@@ -134,6 +139,14 @@ impl Harness {
         )
     }
 
+    /// What the status showed so far that a normal run must not.
+    pub fn sightings(&self) -> Vec<Sighting> {
+        self.watch
+            .as_ref()
+            .map(StatusWatch::sightings)
+            .unwrap_or_default()
+    }
+
     /// Waits until `check` accepts the status.
     pub async fn wait_status<F>(
         &mut self,
@@ -198,6 +211,12 @@ impl Harness {
             Some(l) => l.finish(&endpoints).await,
             None => Ok(LoadReport::default()),
         };
+        for seen in self.sightings() {
+            self.step(format!(
+                "the status showed (first at {:.1}s): {}",
+                seen.at_s, seen.what
+            ));
+        }
         self.step("load stopped and verified; tearing down");
         let steps = std::mem::take(&mut self.steps);
         self.cp.shutdown().await;

@@ -3,7 +3,7 @@
 //!
 //! | name | what happens |
 //! |---|---|
-//! | `bootstrap` | n1 rendered, grows to 3 voting members, every node on the latest revision |
+//! | `bootstrap` | n1 rendered, grows to 3 voting members, every node on the latest revision; the status never shows Degraded nor a member without a name |
 //! | `data-loss` | n2's data dir is destroyed: its member is replaced, back to 3 voters |
 //! | `node-replacement` | n3 is deleted (member removed), n4 joins as a learner and is promoted |
 //! | `operator-crash` | the operator is killed after learner add, after revision create, during rollout and after promote: the scale-up still completes, no unstarted learner is left |

@@ -38,7 +38,7 @@ pub(super) async fn prepare(name: &str) -> Result<Harness, (ControlPlaneError, O
 pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
     let mut h = h;
     let result = match name {
-        "bootstrap" => Ok(()),
+        "bootstrap" => clean_status(&h),
         "data-loss" => data_loss(&mut h).await,
         "node-replacement" => node_replacement(&mut h).await,
         "operator-crash" => operator_crash(&mut h).await,
@@ -50,6 +50,22 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         ))),
     };
     (result.map_err(|e| e.to_string()), Some(h))
+}
+
+/// A normal bootstrap never shows Degraded nor a member without a name.
+fn clean_status(h: &Harness) -> Result<(), ControlPlaneError> {
+    let seen = h.sightings();
+    if seen.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = seen
+        .iter()
+        .map(|s| format!("[{:.1}s] {}", s.at_s, s.what))
+        .collect();
+    Err(failed(format!(
+        "a normal bootstrap showed in its status: {}",
+        lines.join("; ")
+    )))
 }
 
 fn failed(msg: impl Into<String>) -> ControlPlaneError {

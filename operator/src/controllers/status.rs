@@ -2,8 +2,21 @@
 //! condition's status doesn't change, and the aggregate `Available` / `Progressing` / `Degraded`
 //! computed from the detail conditions, with messages that say what is happening and, when
 //! waiting, what for.
+//!
+//! **Inertia.** The detail conditions (`EtcdMembersDegraded`, `<Controller>Degraded`, ...) say
+//! at once what fails. The aggregate `Degraded` turns True only once one of them has been True
+//! for [`DEGRADED_GRACE`] (measured from its `lastTransitionTime`): a member restarting, etcd
+//! still starting during a bootstrap or one failed API call is not a degraded cluster. While a
+//! problem is inside the grace period, `Degraded` stays False with reason `WithinGracePeriod`
+//! and a message naming it. cluster-etcd-operator gives its union conditions the same inertia.
+
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 
 use crate::api::Condition;
+
+/// How long a detail `*Degraded` condition must stay True before the aggregate `Degraded` does.
+pub const DEGRADED_GRACE: time::Duration = time::Duration::seconds(60);
 
 /// Condition types the operator sets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -115,8 +128,14 @@ pub fn combine(conds: Vec<Computed>) -> Vec<Computed> {
     out
 }
 
-/// Adds the aggregate conditions to the detail ones (after [`combine`]).
-pub fn with_aggregates(detail: Vec<Computed>) -> Vec<Computed> {
+/// Adds the aggregate conditions to the detail ones (after [`combine`]). `previous` (the
+/// conditions in status before this pass) and `now` give each True detail `*Degraded` condition
+/// its age, for the inertia of the aggregate `Degraded`.
+pub fn with_aggregates(
+    detail: Vec<Computed>,
+    previous: &[Condition],
+    now: OffsetDateTime,
+) -> Vec<Computed> {
     let mut detail = combine(detail);
     let get = |t: ConditionType| detail.iter().find(|c| c.type_ == t).cloned();
     let available = get(ConditionType::EtcdMembersAvailable);
@@ -128,11 +147,11 @@ pub fn with_aggregates(detail: Vec<Computed>) -> Vec<Computed> {
     .filter_map(get)
     .filter(|c| c.status)
     .collect();
-    let degraded: Vec<Computed> = detail
+    let (degraded, settling): (Vec<Computed>, Vec<Computed>) = detail
         .iter()
         .filter(|c| c.status && c.type_.as_str().ends_with("Degraded"))
         .cloned()
-        .collect();
+        .partition(|c| true_for(previous, c.type_, now) >= DEGRADED_GRACE);
     let join = |cs: &[Computed]| {
         cs.iter()
             .map(|c| format!("{}: {}", c.type_.as_str(), c.message))
@@ -164,12 +183,33 @@ pub fn with_aggregates(detail: Vec<Computed>) -> Vec<Computed> {
             join(&progressing),
         )
     });
-    detail.push(if degraded.is_empty() {
-        Computed::new(ConditionType::Degraded, false, "AsExpected", "")
-    } else {
+    detail.push(if !degraded.is_empty() {
         Computed::new(ConditionType::Degraded, true, "Degraded", join(&degraded))
+    } else if !settling.is_empty() {
+        Computed::new(
+            ConditionType::Degraded,
+            false,
+            "WithinGracePeriod",
+            format!(
+                "not degraded unless this lasts {}s: {}",
+                DEGRADED_GRACE.whole_seconds(),
+                join(&settling)
+            ),
+        )
+    } else {
+        Computed::new(ConditionType::Degraded, false, "AsExpected", "")
     });
     detail
+}
+
+/// How long condition `type_` has been True before this pass: from its `lastTransitionTime` in
+/// `previous`; zero when it was not True (it turns True now) or the time does not parse.
+fn true_for(previous: &[Condition], type_: ConditionType, now: OffsetDateTime) -> time::Duration {
+    previous
+        .iter()
+        .find(|p| p.type_ == type_.as_str() && p.status == "True")
+        .and_then(|p| OffsetDateTime::parse(&p.last_transition_time, &Rfc3339).ok())
+        .map_or(time::Duration::ZERO, |since| now - since)
 }
 
 /// Merges computed conditions into the previous ones: `lastTransitionTime` changes only when the
@@ -265,9 +305,20 @@ mod tests {
         assert_eq!(c[0].message, "n1 restarting; learner 4 pending");
     }
 
-    #[test]
-    fn aggregates_say_what_is_happening() {
-        let all = with_aggregates(vec![
+    fn at(seconds: i64) -> OffsetDateTime {
+        OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(1_700_000_000 + seconds)
+    }
+
+    fn previous_true(type_: ConditionType, since: OffsetDateTime) -> Vec<Condition> {
+        merge(
+            &[],
+            &[Computed::new(type_, true, "ApiError", "conflict")],
+            &since.format(&Rfc3339).unwrap(),
+        )
+    }
+
+    fn detail_with_revision_problem() -> Vec<Computed> {
+        vec![
             Computed::new(
                 ConditionType::EtcdMembersAvailable,
                 true,
@@ -292,16 +343,77 @@ mod tests {
                 "ApiError",
                 "conflict",
             ),
-        ]);
-        let find = |t: ConditionType| all.iter().find(|c| c.type_ == t).unwrap();
-        assert!(find(ConditionType::Available).status);
+        ]
+    }
+
+    fn find(all: &[Computed], t: ConditionType) -> Computed {
+        all.iter().find(|c| c.type_ == t).cloned().unwrap()
+    }
+
+    #[test]
+    fn aggregates_say_what_is_happening() {
+        let previous = previous_true(ConditionType::RevisionControllerDegraded, at(0));
+        let all = with_aggregates(detail_with_revision_problem(), &previous, at(61));
+        assert!(find(&all, ConditionType::Available).status);
         assert_eq!(
-            find(ConditionType::Progressing).message,
+            find(&all, ConditionType::Progressing).message,
             "EtcdMembersProgressing: waiting for learner 3 to start"
         );
+        let degraded = find(&all, ConditionType::Degraded);
+        assert!(degraded.status);
+        assert_eq!(degraded.message, "RevisionControllerDegraded: conflict");
+    }
+
+    #[test]
+    fn degraded_waits_out_the_grace_period() {
+        // New this pass: the detail condition says so at once, the aggregate waits.
+        let all = with_aggregates(detail_with_revision_problem(), &[], at(0));
+        assert!(find(&all, ConditionType::RevisionControllerDegraded).status);
+        let degraded = find(&all, ConditionType::Degraded);
+        assert!(!degraded.status);
+        assert_eq!(degraded.reason, "WithinGracePeriod");
         assert_eq!(
-            find(ConditionType::Degraded).message,
-            "RevisionControllerDegraded: conflict"
+            degraded.message,
+            "not degraded unless this lasts 60s: RevisionControllerDegraded: conflict"
         );
+        // Still inside the grace period 59 s later.
+        let previous = previous_true(ConditionType::RevisionControllerDegraded, at(0));
+        let all = with_aggregates(detail_with_revision_problem(), &previous, at(59));
+        assert!(!find(&all, ConditionType::Degraded).status);
+        // At 60 s it counts.
+        let all = with_aggregates(detail_with_revision_problem(), &previous, at(60));
+        assert!(find(&all, ConditionType::Degraded).status);
+    }
+
+    #[test]
+    fn grace_restarts_when_the_problem_went_away() {
+        // The detail condition was True long ago, then False: its age counts from now again.
+        let long_ago = previous_true(ConditionType::RevisionControllerDegraded, at(0));
+        let cleared = merge(
+            &long_ago,
+            &[Computed::new(
+                ConditionType::RevisionControllerDegraded,
+                false,
+                "AsExpected",
+                "",
+            )],
+            &at(100).format(&Rfc3339).unwrap(),
+        );
+        let all = with_aggregates(detail_with_revision_problem(), &cleared, at(120));
+        assert_eq!(
+            find(&all, ConditionType::Degraded).reason,
+            "WithinGracePeriod"
+        );
+        // And with nothing True, Degraded is plainly False.
+        let healthy = vec![Computed::new(
+            ConditionType::EtcdMembersAvailable,
+            true,
+            "Quorate",
+            "3 of 3",
+        )];
+        let all = with_aggregates(healthy, &long_ago, at(120));
+        let degraded = find(&all, ConditionType::Degraded);
+        assert!(!degraded.status);
+        assert_eq!(degraded.reason, "AsExpected");
     }
 }

@@ -266,11 +266,12 @@ fn member_statuses(obs: &EtcdObservation) -> Vec<MemberStatus> {
     out
 }
 
-/// Member conditions. A member whose node is being rolled (`restarting`: member id → the revision
-/// it moves to) and is down is a planned restart, reported as progress rather than degradation.
+/// Member conditions. A member whose node is being rolled (`restarting`: member id → its node
+/// and the revision it moves to) and is down is a planned restart, reported as progress rather
+/// than degradation.
 fn member_conditions(
     obs: &EtcdObservation,
-    restarting: &BTreeMap<MemberId, i64>,
+    restarting: &BTreeMap<MemberId, (String, i64)>,
     out: &mut Vec<Computed>,
 ) {
     if let Some(e) = &obs.error {
@@ -335,11 +336,15 @@ fn member_conditions(
         .iter()
         .filter(|m| !m.healthy)
         .filter_map(|m| {
-            let target = restarting.get(&m.member.id)?;
-            Some(format!(
-                "{} restarting for revision {target}",
-                m.member.name
-            ))
+            let (node, target) = restarting.get(&m.member.id)?;
+            Some(if m.member.is_started() {
+                format!("{node} restarting for revision {target}")
+            } else {
+                format!(
+                    "{node} starting member {} for revision {target}",
+                    m.member.id
+                )
+            })
         })
         .collect();
     if !planned.is_empty() {
@@ -459,11 +464,11 @@ pub(super) async fn run(
             }
         };
         let by_node = members_by_node(&nodes, &obs);
-        let restarting: BTreeMap<MemberId, i64> = by_node
+        let restarting: BTreeMap<MemberId, (String, i64)> = by_node
             .iter()
             .filter_map(|(node, id)| {
                 let status = node_statuses.iter().find(|s| s.node_name == *node)?;
-                Some((*id, status.target_revision?))
+                Some((*id, (node.clone(), status.target_revision?)))
             })
             .collect();
         member_conditions(&obs, &restarting, &mut conds);
@@ -864,7 +869,7 @@ pub(super) async fn run(
         observed_generation: cluster.metadata.generation,
         conditions: merge(
             &prev.conditions,
-            &with_aggregates(fill_defaults(conds)),
+            &with_aggregates(fill_defaults(conds), &prev.conditions, now),
             &rfc3339(now),
         ),
         latest_available_revision: latest,

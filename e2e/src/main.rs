@@ -4,6 +4,11 @@
 //!   node 1 is bootstrapped with `etcd-operator render`, the operator grows etcd to N voting
 //!   members, and a live view shows it happening. Runs until Ctrl-C, then tears down.
 //! * `sandbox demo-verify`: the `etcd-verify membership` gate on a throw-away cluster.
+//!
+//! Ctrl-C (SIGINT) or SIGTERM ends any command and tears down everything it started: `up` stops
+//! the operator, the node agents (with every pod they run) and the API in order; the other
+//! commands drop what they hold, whose `Drop`s kill the operator, the agents' containers and
+//! every etcd, and exit with status 130 (SIGINT) or 143 (SIGTERM).
 
 use std::time::{Duration, Instant};
 
@@ -115,8 +120,8 @@ async fn up(
     let nodes_api: Api<Node> = Api::all(cp.client());
     let mut last: Vec<String> = Vec::new();
     let mut settled = false;
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
     loop {
         let node_list = nodes_api
             .list(&ListParams::default())
@@ -164,7 +169,10 @@ async fn up(
             break;
         }
         tokio::select! {
-            _ = &mut ctrl_c => { println!("\nCtrl-C: tearing down ..."); break; }
+            signal = &mut stop => {
+                println!("\n{}: tearing down ...", signal.map_or("signal handler failed", |s| s.name));
+                break;
+            }
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
         }
     }
@@ -183,8 +191,7 @@ async fn up(
     Ok(settled && sightings.is_empty())
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -192,7 +199,53 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
-    match Cli::parse().command {
+    let command = Cli::parse().command;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let outcome = runtime.block_on(async {
+        if matches!(command, Command::Up { .. }) {
+            // `up` handles the signals itself, for an orderly teardown with a live view.
+            return execute(command).await.map(|()| None);
+        }
+        tokio::select! {
+            result = execute(command) => result.map(|()| None),
+            signal = shutdown_signal() => Ok(Some(signal?)),
+        }
+    });
+    // Leaving the select dropped the command's future, and shutting the runtime down drops
+    // every task it spawned: the `Drop`s of the control plane, the node agents' containers
+    // and the etcd fixtures kill what they started.
+    runtime.shutdown_timeout(Duration::from_secs(10));
+    if let Some(signal) = outcome? {
+        eprintln!(
+            "sandbox: {}: stopped; everything it started is torn down",
+            signal.name
+        );
+        std::process::exit(signal.exit_code);
+    }
+    Ok(())
+}
+
+/// A signal that ends the sandbox.
+struct Stop {
+    name: &'static str,
+    exit_code: i32,
+}
+
+/// Resolves at the first SIGINT or SIGTERM.
+async fn shutdown_signal() -> std::io::Result<Stop> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    Ok(tokio::select! {
+        _ = int.recv() => Stop { name: "SIGINT", exit_code: 130 },
+        _ = term.recv() => Stop { name: "SIGTERM", exit_code: 143 },
+    })
+}
+
+async fn execute(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Up {
             nodes,
             exit_when_settled,

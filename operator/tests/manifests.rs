@@ -628,22 +628,6 @@ const OPERATOR: &[Need] = &[
         "reconcile/writes.rs Writer::secret (etcd-all-certs, copies), Writer::delete (pruning)",
     ),
     need(
-        STATIC_POD_NAMESPACE,
-        "",
-        "endpoints",
-        &["create"],
-        &[],
-        "reconcile/endpoints.rs: server-side apply that creates Endpoints etcd (authorized as create)",
-    ),
-    need(
-        STATIC_POD_NAMESPACE,
-        "",
-        "endpoints",
-        &["patch"],
-        &["etcd"],
-        "reconcile/endpoints.rs: server-side apply of Endpoints etcd",
-    ),
-    need(
         OPERATOR_NAMESPACE,
         "",
         "secrets",

@@ -70,8 +70,6 @@ pub struct PassState {
     pub awaited: Vec<Awaited>,
     /// Client URLs of the members last seen (to find etcd next time).
     pub known_endpoints: BTreeSet<String>,
-    /// Content of the Endpoints object as last applied (it has no watch cache).
-    pub applied_endpoints: Option<BTreeMap<String, String>>,
 }
 
 /// A snapshot of the watch caches.
@@ -102,7 +100,7 @@ impl Inputs {
             "Secret" => find(&self.secrets, &a.namespace, &a.name)
                 .or_else(|| find(&self.operator_secrets, &a.namespace, &a.name))
                 .map(|o| &o.metadata),
-            // Kinds without a cache here (Endpoints) never hold a pass back.
+            // Kinds without a cache here never hold a pass back.
             _ => return a.resource_version.clone(),
         };
         meta.and_then(|m| m.resource_version.clone())

@@ -13,7 +13,7 @@ use kube::{Api, Resource, ResourceExt};
 use membership::{MemberId, MemberUrl, TlsPem};
 use time::OffsetDateTime;
 
-use super::endpoints::{ENDPOINTS_CONFIGMAP, apply_endpoints, endpoint_data, endpoints_object};
+use super::endpoints::{ENDPOINTS_CONFIGMAP, endpoint_data};
 use super::etcd::{self, EtcdObservation};
 use super::writes::Writer;
 use super::{BUSY_REQUEUE, Context, Inputs, PassReport, PassState};
@@ -831,14 +831,6 @@ pub(super) async fn run(
                 )
                 .await
                 .map_err(|e| ep_err(e.to_string()))?;
-                // Endpoints are not cached: apply when the content changed since the last apply
-                // (and once after start), not on every pass.
-                if st.applied_endpoints.as_ref() != Some(&data) {
-                    apply_endpoints(&ctx.client, NS, &endpoints_object(NS, &data))
-                        .await
-                        .map_err(|e| ep_err(format!("applying Endpoints {NS}/etcd: {e}")))?;
-                    st.applied_endpoints = Some(data.clone());
-                }
             }
         }
         conds.push(Computed::new(

@@ -303,7 +303,6 @@ where
         "ConfigMap" => "ConfigMap",
         "Secret" => "Secret",
         "Pod" => "Pod",
-        "Endpoints" => "Endpoints",
         _ => "Object",
     }
 }

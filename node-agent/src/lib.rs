@@ -85,6 +85,7 @@ pub mod mounts;
 pub mod node;
 pub mod probes;
 pub mod publish;
+pub mod qos;
 pub mod runner;
 pub mod static_pods;
 pub mod status;

@@ -392,7 +392,7 @@ pub fn pod_status(
         init_container_statuses: (!obs.init_containers.is_empty())
             .then(|| obs.init_containers.iter().map(container_status).collect()),
         container_statuses: Some(obs.containers.iter().map(container_status).collect()),
-        qos_class: Some("BestEffort".into()),
+        qos_class: Some(crate::qos::qos_class(spec).to_owned()),
         reason,
         message,
         ..Default::default()

@@ -10,6 +10,11 @@
 //!
 //! Either way the caller gets a `kube::Client` and a kubeconfig file for subprocesses (the
 //! installer, the operator, node agents).
+//!
+//! [`TestApi::kas`] gives a **real kube-apiserver** v1.36 (optionally with controller-manager and
+//! scheduler) from the shared `kas` control plane (`../shared/kas/kas` beside the repository, or
+//! `$KAS`), on its own loopback address `127.0.90.N`; `None` where kas is absent (a user's fresh
+//! clone), so the caller can skip loudly. It is stopped and its data wiped on drop.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -36,11 +41,52 @@ pub enum TestApiError {
     Client(#[from] kube::Error),
     #[error("{0}: {1}")]
     Io(String, std::io::Error),
+    #[error("kas up failed ({0}): {1}")]
+    Kas(String, String),
 }
 
 enum Backend {
     StandIn(Box<StandInParts>),
     Real,
+    Kas(KasParts),
+}
+
+/// A kas control plane this process started, on an address it holds the lock of.
+struct KasParts {
+    script: PathBuf,
+    ip: Ipv4Addr,
+    _lock: std::fs::File,
+}
+
+impl KasParts {
+    fn down(&self) {
+        let _ = std::process::Command::new(&self.script)
+            .args(["down", "--ip", &self.ip.to_string(), "--wipe"])
+            .stdout(std::process::Stdio::null())
+            .status();
+    }
+}
+
+impl Drop for KasParts {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+/// Which parts of the kas control plane to run besides kube-apiserver.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KasOptions {
+    pub controller_manager: bool,
+    pub scheduler: bool,
+}
+
+/// Where the kas script is: `$KAS`, else `shared/kas/kas` beside the repository.
+pub fn kas_script() -> Option<PathBuf> {
+    let path = std::env::var_os("KAS").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/kas/kas"),
+        PathBuf::from,
+    );
+    path.is_file().then_some(path)
 }
 
 struct StandInParts {
@@ -99,6 +145,72 @@ impl TestApi {
         })
     }
 
+    /// A real kube-apiserver from the shared kas control plane, on a free `127.0.90.N`; `None`
+    /// when kas is not there.
+    pub async fn kas(options: KasOptions) -> Result<Option<Self>, TestApiError> {
+        let Some(script) = kas_script() else {
+            return Ok(None);
+        };
+        let io = |what: String| move |e| TestApiError::Io(what, e);
+        let lock_dir = std::env::temp_dir().join("kube-testapi-kas");
+        std::fs::create_dir_all(&lock_dir)
+            .map_err(io(format!("creating {}", lock_dir.display())))?;
+        // One kas per address: hold the address's lock for as long as the API lives.
+        let mut held = None;
+        for n in 10..=250u8 {
+            let path = lock_dir.join(format!("127.0.90.{n}.lock"));
+            let file =
+                std::fs::File::create(&path).map_err(io(format!("creating {}", path.display())))?;
+            if file.try_lock().is_ok() {
+                held = Some((Ipv4Addr::new(127, 0, 90, n), file));
+                break;
+            }
+        }
+        let Some((ip, lock)) = held else {
+            return Err(TestApiError::Kas(
+                "no free address".into(),
+                "every 127.0.90.10-250 is in use".into(),
+            ));
+        };
+        let parts = KasParts {
+            script,
+            ip,
+            _lock: lock,
+        };
+        // Whatever an earlier, crashed user of this address left: stop it and wipe its data.
+        parts.down();
+        let mut args = vec!["up".to_owned(), "--ip".to_owned(), ip.to_string()];
+        if !options.controller_manager {
+            args.push("--no-kcm".into());
+        }
+        if !options.scheduler {
+            args.push("--no-scheduler".into());
+        }
+        let out = tokio::process::Command::new(&parts.script)
+            .args(&args)
+            .output()
+            .await
+            .map_err(io(format!("running {}", parts.script.display())))?;
+        if !out.status.success() {
+            return Err(TestApiError::Kas(
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            ));
+        }
+        let kubeconfig = std::env::temp_dir()
+            .join(format!("kas-0-{ip}"))
+            .join("admin.kubeconfig");
+        let printed = String::from_utf8_lossy(&out.stdout);
+        let kubeconfig = printed
+            .trim()
+            .strip_prefix("export KUBECONFIG=")
+            .map_or(kubeconfig, PathBuf::from);
+        let mut api = Self::real(&kubeconfig.to_string_lossy()).await?;
+        api.backend = Backend::Kas(parts);
+        tracing::info!(%ip, "kas control plane up");
+        Ok(Some(api))
+    }
+
     async fn real(path: &str) -> Result<Self, TestApiError> {
         let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|source| {
             TestApiError::Kubeconfig {
@@ -131,14 +243,22 @@ impl TestApi {
 
     /// True against a real cluster.
     pub fn is_real(&self) -> bool {
-        matches!(self.backend, Backend::Real)
+        matches!(self.backend, Backend::Real | Backend::Kas(_))
+    }
+
+    /// The loopback address of the kas control plane, when this is one.
+    pub fn kas_address(&self) -> Option<Ipv4Addr> {
+        match &self.backend {
+            Backend::Kas(parts) => Some(parts.ip),
+            _ => None,
+        }
     }
 
     /// The stand-in, when this is one.
     pub fn stand_in_server(&self) -> Option<&ApiServerStandIn> {
         match &self.backend {
             Backend::StandIn(parts) => Some(&parts.server),
-            Backend::Real => None,
+            Backend::Real | Backend::Kas(_) => None,
         }
     }
 

@@ -395,7 +395,10 @@ pub(super) async fn run(
         let cr = EtcdCluster::new(crate::api::SINGLETON, EtcdClusterSpec::default());
         match api.create(&PostParams::default(), &cr).await {
             Ok(_) => report.note("created EtcdCluster/cluster with the default spec"),
-            Err(e) => report.note(format!("could not create EtcdCluster/cluster: {e}")),
+            Err(e) => report.note(format!(
+                "could not create EtcdCluster/cluster: {}",
+                super::writes::describe(&e)
+            )),
         }
         report.requeue_after = Duration::from_secs(1);
         return report;
@@ -886,7 +889,10 @@ pub(super) async fn run(
             )
             .await
         {
-            report.note(format!("could not write status: {e}"));
+            report.note(format!(
+                "could not write status: {}",
+                super::writes::describe(&e)
+            ));
             ctx.metrics.error("status", "api");
         }
     }
@@ -1307,7 +1313,7 @@ async fn revision_act(
                     fail(
                         C::RevisionControllerDegraded,
                         "api",
-                        format!("reading {status_name}: {e}"),
+                        format!("reading {status_name}: {}", super::writes::describe(&e)),
                     )
                 })?;
             let owner = OwnerReference {

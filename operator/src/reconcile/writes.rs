@@ -33,9 +33,26 @@ pub fn satisfied(want: &Awaited, seen: Option<&str>) -> bool {
     }
 }
 
+/// A kube error as a sentence for a condition message, an event or a log line: for an answer of
+/// the API server its code, reason and message (kube's own `Display` appends the whole response
+/// in Debug form, which is no message for an admin).
+pub fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => {
+            let reason = if s.reason.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", s.reason)
+            };
+            format!("the API server answered {}{reason}: {}", s.code, s.message)
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Errors of API writes, with a static category for metrics.
 #[derive(Debug, thiserror::Error)]
-#[error("{action} {kind} {namespace}/{name}: {source}")]
+#[error("{action} {kind} {namespace}/{name}: {}", describe(source))]
 pub struct WriteError {
     pub action: &'static str,
     pub kind: &'static str,
@@ -310,6 +327,28 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn api_errors_read_as_sentences() {
+        let status = kube::core::Status {
+            code: 422,
+            reason: "Invalid".into(),
+            message: r#"Pod "etcd-n1" is invalid: status.qosClass: Invalid value: "BestEffort": field is immutable"#.into(),
+            ..Default::default()
+        };
+        let e = WriteError {
+            action: "update",
+            kind: "Pod",
+            namespace: "etcd".into(),
+            name: "etcd-n1".into(),
+            source: kube::Error::Api(Box::new(status)),
+        };
+        assert_eq!(
+            e.to_string(),
+            r#"update Pod etcd/etcd-n1: the API server answered 422 Invalid: Pod "etcd-n1" is invalid: status.qosClass: Invalid value: "BestEffort": field is immutable"#
+        );
+        assert!(!e.to_string().contains("Status {"), "no Debug dump");
+    }
 
     fn want(rv: Option<&str>) -> Awaited {
         Awaited {

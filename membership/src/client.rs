@@ -10,102 +10,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, MemberAddOptions, TlsOptions};
+use etcd_client::{Client, ConnectOptions, MemberAddOptions, TlsOptions};
 use tokio::sync::Mutex;
 
+use crate::tls::{TlsFiles, TlsPem, is_tls_failure, mentions_tls};
 use crate::{Member, MemberId, MemberUrl};
-
-/// Paths of the client TLS material.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TlsFiles {
-    pub ca: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
-
-impl TlsFiles {
-    /// Builds from the three `ETCDCTL_*` values: all three set (non-empty), or none.
-    pub fn from_parts(
-        ca: Option<String>,
-        cert: Option<String>,
-        key: Option<String>,
-    ) -> Result<Option<Self>, ClientError> {
-        let parts = [
-            ("ETCDCTL_CACERT", ca),
-            ("ETCDCTL_CERT", cert),
-            ("ETCDCTL_KEY", key),
-        ];
-        let (set, unset): (Vec<_>, Vec<_>) = parts
-            .into_iter()
-            .map(|(name, v)| (name, v.filter(|s| !s.is_empty())))
-            .partition(|(_, v)| v.is_some());
-        if set.is_empty() {
-            return Ok(None);
-        }
-        if !unset.is_empty() {
-            return Err(ClientError::PartialTls {
-                set: set.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "),
-                unset: unset.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "),
-            });
-        }
-        let mut paths = set.into_iter().filter_map(|(_, v)| v.map(PathBuf::from));
-        match (paths.next(), paths.next(), paths.next()) {
-            (Some(ca), Some(cert), Some(key)) => Ok(Some(Self { ca, cert, key })),
-            _ => Ok(None),
-        }
-    }
-
-    fn load(&self) -> Result<TlsOptions, ClientError> {
-        let ca = read_pem("ETCDCTL_CACERT", &self.ca, "CERTIFICATE")?;
-        let cert = read_pem("ETCDCTL_CERT", &self.cert, "CERTIFICATE")?;
-        let key = read_pem("ETCDCTL_KEY", &self.key, "PRIVATE KEY")?;
-        Ok(TlsOptions::new()
-            .ca_certificate(Certificate::from_pem(ca))
-            .identity(Identity::from_pem(cert, key)))
-    }
-}
-
-fn read_pem(var: &'static str, path: &Path, label: &str) -> Result<Vec<u8>, ClientError> {
-    let bytes = std::fs::read(path).map_err(|source| ClientError::ReadTls {
-        var,
-        path: path.to_owned(),
-        source,
-    })?;
-    let text = String::from_utf8_lossy(&bytes);
-    if !text.contains("-----BEGIN ") || !text.contains(label) {
-        return Err(ClientError::NotPem {
-            var,
-            path: path.to_owned(),
-            label: label.to_owned(),
-        });
-    }
-    Ok(bytes)
-}
-
-/// Client TLS material held in memory (PEM), for a process that issued its own certificate.
-#[derive(Clone, PartialEq, Eq)]
-pub struct TlsPem {
-    pub ca: Vec<u8>,
-    pub cert: Vec<u8>,
-    pub key: Vec<u8>,
-}
-
-impl fmt::Debug for TlsPem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TlsPem").finish_non_exhaustive()
-    }
-}
-
-impl TlsPem {
-    fn options(&self) -> TlsOptions {
-        TlsOptions::new()
-            .ca_certificate(Certificate::from_pem(&self.ca))
-            .identity(Identity::from_pem(&self.cert, &self.key))
-    }
-}
 
 /// How to reach etcd.
 #[derive(Clone, Debug)]
@@ -135,6 +47,12 @@ pub enum ClientError {
         var: &'static str,
         path: PathBuf,
         label: String,
+    },
+    #[error("{var}: {origin}: {reason}")]
+    BadTls {
+        var: &'static str,
+        origin: String,
+        reason: String,
     },
     #[error("no etcd endpoints configured")]
     NoEndpoints,
@@ -191,6 +109,9 @@ pub enum FailureKind {
     Timeout,
     /// Could not connect or the transport broke.
     Unreachable,
+    /// The endpoint answered but the TLS handshake failed (its certificate is not trusted by
+    /// our CA, or it refused our client certificate): not a down endpoint.
+    Tls,
     /// The endpoint is a learner and the call is one learners reject; not sent.
     Learner,
     /// etcd answered with an error.
@@ -257,7 +178,8 @@ impl EtcdClient {
         tls: Option<&TlsPem>,
         call_timeout: Duration,
     ) -> Result<Self, ClientError> {
-        Self::build(endpoints, tls.map(TlsPem::options), call_timeout)
+        let tls = tls.map(TlsPem::load).transpose()?;
+        Self::build(endpoints, tls, call_timeout)
     }
 
     fn build(
@@ -491,6 +413,18 @@ impl EtcdClient {
 
 fn classify(endpoint: &MemberUrl, error: etcd_client::Error) -> EndpointFailure {
     let (kind, message) = match &error {
+        etcd_client::Error::GRpcStatus(status)
+            if is_tls_failure(status) || mentions_tls(status.message()) =>
+        {
+            (
+                FailureKind::Tls,
+                format!("TLS handshake failed: {}", chain(status)),
+            )
+        }
+        etcd_client::Error::TransportError(e) if is_tls_failure(e) => (
+            FailureKind::Tls,
+            format!("TLS handshake failed: {}", chain(e)),
+        ),
         etcd_client::Error::GRpcStatus(status) => match status.code() {
             tonic::Code::Unavailable if status.message().contains("connect") => (
                 FailureKind::Unreachable,
@@ -511,6 +445,20 @@ fn classify(endpoint: &MemberUrl, error: etcd_client::Error) -> EndpointFailure 
         kind,
         message,
     }
+}
+
+/// An error and its sources, `: `-joined (TLS causes sit deep in the chain).
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![error.to_string()];
+    let mut current = error.source();
+    while let Some(e) = current {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        current = e.source();
+    }
+    parts.join(": ")
 }
 
 fn convert_members(

@@ -23,10 +23,11 @@ mod id;
 mod member;
 mod peer_url;
 mod quorum;
+mod tls;
 
 pub use client::{
     ClientConfig, ClientError, EndpointFailure, EndpointStatus, EtcdClient, FailureKind,
-    LiveMembers, TlsFiles, TlsPem,
+    LiveMembers,
 };
 pub use duration::{DurationError, parse_duration};
 pub use env::{
@@ -38,3 +39,4 @@ pub use id::{IdError, MemberId};
 pub use member::Member;
 pub use peer_url::{MemberUrl, UrlError};
 pub use quorum::{fault_tolerance, is_quorate, quorum, voters};
+pub use tls::{TlsFiles, TlsPem, is_tls_failure};

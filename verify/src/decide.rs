@@ -18,9 +18,16 @@
 //! | no answer | — | present, bootstrap render (`state=new`) | start |
 //! | no answer | — | absent, bootstrap render (`state=new`) | start (new cluster) |
 //! | no answer | — | other | wait, then block at the deadline |
+//! | TLS handshake failed | — | any | wait, then block at the deadline (never "no answer") |
 //!
 //! With `ETCD_INITIAL_CLUSTER_STATE=new` and no `ETCD_MEMBER_IDS` (the bootstrap render), the ids
 //! comparison is skipped: a new cluster has no ids until etcd makes them.
+//!
+//! "No answer" means every endpoint was down, unreachable or timed out. An endpoint that answered
+//! a TLS handshake which then failed (our CA does not trust its certificate, it refused ours) is
+//! not down: concluding "whole cluster restarting" from it would start etcd without the
+//! membership check, so it waits and then blocks. (Unloadable TLS files never get this far: they
+//! are invalid input, exit 2.)
 
 use membership::{LiveMembers, MemberId, MemberIds};
 
@@ -43,8 +50,17 @@ pub enum DataDir {
 pub struct Observed<'a> {
     pub config: &'a VerifyConfig,
     pub data_dir: DataDir,
-    /// The live member list, or why no endpoint answered.
-    pub live: Result<LiveMembers, String>,
+    /// The live member list, or why it could not be read.
+    pub live: Result<LiveMembers, LiveError>,
+}
+
+/// Why the live member list could not be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LiveError {
+    /// No endpoint answered (down, unreachable, timed out), or etcd refused the call.
+    NoAnswer(String),
+    /// An endpoint answered but the TLS handshake failed: not a down cluster.
+    Tls(String),
 }
 
 /// What to do now.
@@ -77,7 +93,14 @@ fn hex(id: u64) -> String {
 pub fn decide(o: &Observed<'_>) -> Decision {
     match &o.live {
         Ok(live) => decide_with_live(o.config, &o.data_dir, live),
-        Err(why) => decide_without_live(o.config, &o.data_dir, why),
+        Err(LiveError::NoAnswer(why)) => decide_without_live(o.config, &o.data_dir, why),
+        Err(LiveError::Tls(why)) => Decision::Wait {
+            reason: format!(
+                "an etcd endpoint answered but the TLS handshake failed ({why}): the revision cannot be checked against the live membership, and a TLS failure is not a down cluster"
+            ),
+            member_id: o.config.member_ids.id_for_url(&o.config.peer_url),
+            archive: None,
+        },
     }
 }
 

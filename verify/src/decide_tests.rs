@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use membership::{LiveMembers, Member, MemberId, MemberUrl};
 
 use crate::config::VerifyConfig;
-use crate::decide::{DataDir, Decision, Observed, decide};
+use crate::decide::{DataDir, Decision, LiveError, Observed, decide};
 use crate::wal::WalIdentity;
 
 const CLUSTER: u64 = 0xc1;
@@ -42,7 +42,7 @@ fn config_n3(member_ids: &str, state: &str) -> VerifyConfig {
 const ALL3: &str = "1=http://10.0.0.1:2380,2=http://10.0.0.2:2380,3=http://10.0.0.3:2380";
 const TWO: &str = "1=http://10.0.0.1:2380,2=http://10.0.0.2:2380";
 
-fn live(members: Vec<Member>) -> Result<LiveMembers, String> {
+fn live(members: Vec<Member>) -> Result<LiveMembers, LiveError> {
     Ok(LiveMembers {
         cluster_id: CLUSTER,
         members,
@@ -72,7 +72,7 @@ fn wal(member: u64) -> DataDir {
 fn decide_for(
     config: &VerifyConfig,
     data_dir: DataDir,
-    live: Result<LiveMembers, String>,
+    live: Result<LiveMembers, LiveError>,
 ) -> Decision {
     decide(&Observed {
         config,
@@ -291,7 +291,7 @@ fn data_dir_from_another_cluster_is_archived() {
 #[test]
 fn whole_cluster_down_starts_from_own_data_only() {
     let c = config_n3(ALL3, "existing");
-    let down = || Err::<LiveMembers, String>("connection refused".into());
+    let down = || Err::<LiveMembers, LiveError>(LiveError::NoAnswer("connection refused".into()));
     expect_start(
         &decide_for(&c, wal(3), down()),
         false,
@@ -308,7 +308,7 @@ fn whole_cluster_down_starts_from_own_data_only() {
 #[test]
 fn bootstrap_render_starts_a_new_cluster() {
     let c = config_n3("", "new");
-    let down = || Err::<LiveMembers, String>("connection refused".into());
+    let down = || Err::<LiveMembers, LiveError>(LiveError::NoAnswer("connection refused".into()));
     expect_start(
         &decide_for(&c, DataDir::Absent, down()),
         false,
@@ -319,4 +319,24 @@ fn bootstrap_render_starts_a_new_cluster() {
         false,
         "bootstrap revision restarting",
     );
+}
+
+#[test]
+fn a_tls_failure_is_not_a_down_cluster() {
+    // With its own data dir, "no answer" would start (whole cluster restarting); a TLS failure
+    // must not, whatever the data dir and even for the bootstrap render.
+    let tls = || {
+        Err::<LiveMembers, LiveError>(LiveError::Tls(
+            "https://10.0.0.1:2379: invalid peer certificate: UnknownIssuer".into(),
+        ))
+    };
+    for c in [config_n3(ALL3, "existing"), config_n3("", "new")] {
+        for data in [wal(3), DataDir::Absent] {
+            expect_wait(
+                &decide_for(&c, data, tls()),
+                false,
+                "a TLS failure is not a down cluster",
+            );
+        }
+    }
 }

@@ -4,12 +4,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use membership::{ClientConfig, EtcdClient, MemberId};
+use membership::{ClientConfig, EtcdClient, FailureKind, MemberId};
 use tokio::time::Instant;
 
 use crate::config::VerifyConfig;
 use crate::datadir;
-use crate::decide::{Decision, Observed, decide};
+use crate::decide::{Decision, LiveError, Observed, decide};
 
 /// Timing of the loop.
 #[derive(Clone, Copy, Debug)]
@@ -80,10 +80,13 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
         let remaining = deadline.saturating_duration_since(Instant::now());
         let live = match tokio::time::timeout(remaining, client.member_list()).await {
             Ok(Ok(live)) => Ok(live),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!(
+            Ok(Err(e)) if e.failures().iter().any(|f| f.kind == FailureKind::Tls) => {
+                Err(LiveError::Tls(e.to_string()))
+            }
+            Ok(Err(e)) => Err(LiveError::NoAnswer(e.to_string())),
+            Err(_) => Err(LiveError::NoAnswer(format!(
                 "member list did not finish within the remaining {remaining:?}"
-            )),
+            ))),
         };
         let observed = Observed {
             config,

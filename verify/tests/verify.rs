@@ -447,3 +447,75 @@ fn unreachable_endpoints_block_after_the_deadline() {
         "--timeout must bound the run"
     );
 }
+
+/// A broken TLS input must never open the gate. The base is a forged revision that blocks (exit
+/// 1) with good TLS; each broken variant must be invalid input (exit 2) naming the variable, or,
+/// for a CA that simply does not trust the servers, a block (exit 1) that says TLS failed. It
+/// used to exit 0: a TLS failure at connect time read as "whole cluster restarting".
+#[tokio::test]
+async fn broken_tls_never_opens_the_gate() {
+    let mut cluster = EtcdCluster::start(ClusterSpec::tls(3)).await.unwrap();
+    let other = EtcdCluster::start(ClusterSpec::tls(1).with_token("other-pki"))
+        .await
+        .unwrap();
+    let other_tls = other.client_tls().unwrap();
+    // Forge another member's id: this node's own id stays what its data dir holds, so without
+    // the membership check ("no endpoint answered") the gate would start it.
+    let real = cluster.member_id("n1").unwrap();
+    let mut env = revision_env(&mut cluster, "n3").await;
+    cluster.stop("n3").unwrap();
+    let peer = cluster.peer_url("n1").unwrap();
+    let forged =
+        env["ETCD_MEMBER_IDS"].replace(&format!("{real}={peer}"), &format!("abad1dea={peer}"));
+    env.insert(
+        "ETCD_MEMBER_IDS".into(),
+        MemberIds::parse(&forged).unwrap().to_string(),
+    );
+    run_verify(&env, "10s").assert(1, "block", "abad1dea");
+
+    let dir = tempfile::tempdir().unwrap();
+    let truncated = |var: &str| {
+        let bytes = std::fs::read(&env[var]).unwrap();
+        let path = dir.path().join(format!("{var}.truncated"));
+        std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+        path.display().to_string()
+    };
+    let invalid = [
+        (
+            "ETCDCTL_KEY",
+            truncated("ETCDCTL_KEY"),
+            "not a complete PEM private key",
+        ),
+        (
+            "ETCDCTL_CERT",
+            truncated("ETCDCTL_CERT"),
+            "not a complete PEM certificate list",
+        ),
+        (
+            "ETCDCTL_CACERT",
+            truncated("ETCDCTL_CACERT"),
+            "not a complete PEM certificate list",
+        ),
+        (
+            "ETCDCTL_KEY",
+            other_tls.key.display().to_string(),
+            "does not belong to the certificate in ETCDCTL_CERT",
+        ),
+    ];
+    for (var, path, why) in invalid {
+        let mut broken = env.clone();
+        broken.insert(var.into(), path.clone());
+        let outcome = run_verify(&broken, "10s");
+        outcome.assert(2, "block", &format!("{var}: {path}: {why}"));
+    }
+    // A complete, valid CA that did not sign the servers' certificates: the endpoints answer,
+    // the handshake fails. Not "no endpoint answered": wait, then block.
+    let mut foreign_ca = env.clone();
+    foreign_ca.insert("ETCDCTL_CACERT".into(), other_tls.ca.display().to_string());
+    run_verify(&foreign_ca, "3s").assert(1, "block", "TLS handshake failed");
+    assert!(
+        cluster.data_dir("n3").unwrap().join("member").is_dir(),
+        "data must stay untouched"
+    );
+    assert!(archived_dirs(&cluster.data_dir("n3").unwrap()).is_empty());
+}

@@ -1143,3 +1143,35 @@ async fn an_unreachable_api_fails_within_the_timeout() {
     assert!(run.took < Duration::from_secs(15), "{:?}", run.took);
     assert!(!w.resources().exists());
 }
+
+/// A `--timeout` too large to add to a clock is a usage error (exit 2) naming the value; it used
+/// to panic.
+#[test]
+fn an_overflowing_timeout_is_a_usage_error_not_a_panic() {
+    let out = std::process::Command::new(BIN)
+        .args([
+            "--revision",
+            "1",
+            "--namespace",
+            "etcd",
+            "--pod",
+            "etcd-pod",
+            "--node-name",
+            "n1",
+            "--resource-dir",
+            "/nonexistent/resources",
+            "--pod-manifest-dir",
+            "/nonexistent/manifests",
+            "--timeout",
+            "18446744073709551615s",
+        ])
+        .env_clear()
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("invalid duration \"18446744073709551615s\""),
+        "{stderr}"
+    );
+}

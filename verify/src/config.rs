@@ -45,6 +45,38 @@ pub enum ConfigError {
     Tls(#[from] ClientError),
     #[error("{0}")]
     Inconsistent(String),
+    #[error("{0} is not valid UTF-8")]
+    NotUtf8(&'static str),
+}
+
+/// The env vars of the contract, the only ones read.
+pub const CONTRACT_VARS: [&str; 10] = [
+    "ETCD_NAME",
+    "ETCD_DATA_DIR",
+    "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+    "ETCD_INITIAL_CLUSTER",
+    "ETCD_MEMBER_IDS",
+    "ETCD_INITIAL_CLUSTER_STATE",
+    "ETCDCTL_ENDPOINTS",
+    "ETCDCTL_CACERT",
+    "ETCDCTL_CERT",
+    "ETCDCTL_KEY",
+];
+
+/// The contract's variables from `vars`: any other variable is ignored whatever its bytes (a
+/// pod's env holds plenty), and a contract variable that is not UTF-8 is an error naming it.
+pub fn contract_env(
+    vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for (key, value) in vars {
+        let Some(var) = CONTRACT_VARS.iter().find(|v| key.as_os_str() == **v) else {
+            continue;
+        };
+        let value = value.into_string().map_err(|_| ConfigError::NotUtf8(var))?;
+        out.insert((*var).to_owned(), value);
+    }
+    Ok(out)
 }
 
 fn invalid(var: &'static str, value: &str, reason: impl Into<String>) -> ConfigError {
@@ -75,7 +107,7 @@ fn url(var: &'static str, value: &str) -> Result<MemberUrl, ConfigError> {
 impl VerifyConfig {
     /// Reads the contract from the process environment.
     pub fn from_process_env() -> Result<Self, ConfigError> {
-        Self::from_env(&std::env::vars().collect())
+        Self::from_env(&contract_env(std::env::vars_os())?)
     }
 
     /// Reads the contract from `env`.
@@ -210,6 +242,29 @@ impl VerifyConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+
+    #[test]
+    fn only_contract_vars_must_be_utf8() {
+        let bad = || OsString::from_vec(vec![0x66, 0x6f, 0xff, 0x6f]);
+        let vars = vec![
+            (OsString::from("ETCD_NAME"), OsString::from("n1")),
+            (OsString::from("UNRELATED"), bad()),
+            (bad(), OsString::from("x")),
+        ];
+        let env = contract_env(vars.clone()).unwrap();
+        assert_eq!(
+            env,
+            BTreeMap::from([("ETCD_NAME".to_owned(), "n1".to_owned())])
+        );
+        let mut with_bad = vars;
+        with_bad.push((OsString::from("ETCD_DATA_DIR"), bad()));
+        assert_eq!(
+            contract_env(with_bad).unwrap_err().to_string(),
+            "ETCD_DATA_DIR is not valid UTF-8"
+        );
+    }
 
     fn base() -> BTreeMap<String, String> {
         [

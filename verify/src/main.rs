@@ -54,7 +54,26 @@ struct MembershipArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        Err(e) => {
+            // A flag error is invalid input like a bad env var: the JSON line and exit 2.
+            let _ = e.print();
+            let first = e.to_string();
+            let first = first
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim_start_matches("error: ");
+            let reason = format!("invalid input: {first}");
+            report(
+                &VerifyResult::block(reason, None, None),
+                termination_log_flag().as_ref(),
+            );
+            return ExitCode::from(2);
+        }
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -85,13 +104,26 @@ fn membership_gate(args: &MembershipArgs) -> Result<VerifyResult, String> {
         retry_interval: args.retry_interval,
         call_timeout: args.call_timeout,
     };
-    Ok(runtime.block_on(run(&config, &client, timing)))
+    let result = runtime.block_on(run(&config, &client, timing));
+    // A read of the data dir that timed out may still hang in a blocking thread: don't wait.
+    runtime.shutdown_background();
+    Ok(result)
+}
+
+/// `--termination-log` from the raw arguments, for when the flags as a whole did not parse.
+fn termination_log_flag() -> Option<PathBuf> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    args.iter().enumerate().find_map(|(i, a)| {
+        let a = a.to_str()?;
+        if let Some(v) = a.strip_prefix("--termination-log=") {
+            return Some(PathBuf::from(v));
+        }
+        (a == "--termination-log").then(|| args.get(i + 1).map(PathBuf::from))?
+    })
 }
 
 fn report(result: &VerifyResult, termination_log: Option<&PathBuf>) {
-    let json = serde_json::to_string(result).unwrap_or_else(|e| {
-        format!("{{\"decision\":\"block\",\"reason\":\"cannot encode result: {e}\"}}")
-    });
+    let json = etcd_verify::report::json_line(result);
     println!("{json}");
     eprintln!(
         "etcd-verify membership: {}: {}",

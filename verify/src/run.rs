@@ -67,14 +67,32 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
     let deadline = Instant::now() + timing.timeout;
     let mut archived: Option<PathBuf> = None;
     loop {
-        let data_dir = match datadir::inspect(&config.data_dir) {
-            Ok(d) => d,
-            Err(e) => {
-                return VerifyResult::block(
-                    format!("cannot inspect the data dir: {e}"),
-                    None,
-                    archived,
+        // Reading the data dir is bounded by the deadline too (a file that never answers a
+        // read must not hold the gate past --timeout).
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let dir = config.data_dir.clone();
+        let inspected = tokio::time::timeout(
+            remaining,
+            tokio::task::spawn_blocking(move || datadir::inspect(&dir)),
+        )
+        .await;
+        let data_dir = match inspected {
+            Ok(Ok(Ok(d))) => d,
+            Ok(Ok(Err(e))) => {
+                let why = format!("cannot inspect the data dir: {e}");
+                return VerifyResult::block(why, None, archived);
+            }
+            Ok(Err(e)) => {
+                let why = format!("cannot inspect the data dir: {e}");
+                return VerifyResult::block(why, None, archived);
+            }
+            Err(_) => {
+                let why = format!(
+                    "reading the data dir {} did not finish within {:?}",
+                    config.data_dir.display(),
+                    timing.timeout
                 );
+                return VerifyResult::block(why, None, archived);
             }
         };
         let remaining = deadline.saturating_duration_since(Instant::now());

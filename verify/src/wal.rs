@@ -53,7 +53,7 @@ pub fn read_identity(wal_dir: &Path) -> Result<WalIdentity, WalError> {
         .first()
         .ok_or_else(|| WalError::NoWalFiles(wal_dir.to_owned()))?;
     let mut bytes = Vec::new();
-    std::fs::File::open(first)
+    open_regular(first)
         .and_then(|f| f.take(MAX_RECORD_BYTES).read_to_end(&mut bytes))
         .map_err(|source| WalError::Io {
             path: first.clone(),
@@ -65,12 +65,32 @@ pub fn read_identity(wal_dir: &Path) -> Result<WalIdentity, WalError> {
     })
 }
 
+/// Opens `path` for reading only if it is a regular file: without following a symlink, and
+/// without blocking (opening a FIFO for reading waits for a writer forever), then checks the type
+/// of what was opened.
+fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_NOFOLLOW;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits())
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        return Err(std::io::Error::other(format!(
+            "not a regular file ({kind:?})"
+        )));
+    }
+    Ok(file)
+}
+
 /// Finds the metadata record in the bytes of a WAL file.
 pub fn identity_from_bytes(bytes: &[u8]) -> Result<WalIdentity, String> {
     let mut pos = 0usize;
     for _ in 0..MAX_RECORDS {
-        let word = bytes
-            .get(pos..pos + 8)
+        let word = pos
+            .checked_add(8)
+            .and_then(|end| bytes.get(pos..end))
             .ok_or("WAL ends before its metadata record")?;
         let word = u64::from_le_bytes(word.try_into().map_err(|_| "short length word")?);
         if word == 0 {
@@ -84,8 +104,9 @@ pub fn identity_from_bytes(bytes: &[u8]) -> Result<WalIdentity, String> {
         };
         pos += 8;
         let len = usize::try_from(len).map_err(|_| "record length overflows")?;
-        let record = bytes
-            .get(pos..pos + len)
+        let record = pos
+            .checked_add(len)
+            .and_then(|end| bytes.get(pos..end))
             .ok_or_else(|| format!("record at byte {} is truncated ({len} bytes)", pos - 8))?;
         let fields = decode_fields(record)?;
         if field_varint(&fields, 1) == Some(METADATA_RECORD) {
@@ -102,7 +123,10 @@ pub fn identity_from_bytes(bytes: &[u8]) -> Result<WalIdentity, String> {
                 cluster_id: field_varint(&meta, 2).ok_or("metadata has no ClusterID")?,
             });
         }
-        pos += len + usize::try_from(pad).map_err(|_| "bad padding")?;
+        pos = usize::try_from(pad)
+            .ok()
+            .and_then(|pad| pos.checked_add(len)?.checked_add(pad))
+            .ok_or("record length overflows")?;
     }
     Err(format!(
         "no metadata record in the first {MAX_RECORDS} records"
@@ -141,8 +165,9 @@ fn decode_fields(bytes: &[u8]) -> Result<Vec<(u64, Field<'_>)>, String> {
             2 => {
                 let len = usize::try_from(decode_varint(bytes, &mut pos)?)
                     .map_err(|_| "length overflows")?;
-                let b = bytes.get(pos..pos + len).ok_or("truncated bytes field")?;
-                pos += len;
+                let end = pos.checked_add(len).ok_or("bytes field length overflows")?;
+                let b = bytes.get(pos..end).ok_or("truncated bytes field")?;
+                pos = end;
                 Field::Bytes(b)
             }
             1 => {
@@ -243,5 +268,67 @@ mod tests {
                 .unwrap_err()
                 .contains("ends before")
         );
+    }
+
+    #[test]
+    fn crafted_lengths_are_errors_not_panics() {
+        // The largest length word: 2^56-1 bytes of record, padding 7.
+        let mut wal = u64::MAX.to_le_bytes().to_vec();
+        wal.extend_from_slice(&[0u8; 16]);
+        assert!(identity_from_bytes(&wal).unwrap_err().contains("truncated"));
+        // A record whose bytes field claims u64::MAX bytes.
+        let mut rec = vec![0x08];
+        varint(METADATA_RECORD, &mut rec);
+        rec.push(0x1a);
+        varint(u64::MAX, &mut rec);
+        let mut wal = Vec::new();
+        frame(&rec, &mut wal);
+        assert!(identity_from_bytes(&wal).is_err());
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_waiting_for_a_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        nix::unistd::mkfifo(
+            &dir.path().join("0000000000000000-0000000000000000.wal"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        let err = read_identity(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+    }
+
+    #[test]
+    fn a_symlinked_wal_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, [0u8; 64]).unwrap();
+        let wal = dir.path().join("wal");
+        std::fs::create_dir(&wal).unwrap();
+        std::os::unix::fs::symlink(&outside, wal.join("0000000000000000-0000000000000000.wal"))
+            .unwrap();
+        assert!(read_identity(&wal).is_err());
+    }
+
+    proptest::proptest! {
+        /// Any bytes give an identity or an error: never a panic, never a hang.
+        #[test]
+        fn any_bytes_decode_or_fail(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = identity_from_bytes(&bytes);
+        }
+
+        /// Frames of arbitrary records, with arbitrary length words among them.
+        #[test]
+        fn any_frames_decode_or_fail(
+            records in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..64), 0..8),
+            word in proptest::num::u64::ANY,
+        ) {
+            let mut wal = Vec::new();
+            for r in &records {
+                frame(r, &mut wal);
+            }
+            wal.extend_from_slice(&word.to_le_bytes());
+            let _ = identity_from_bytes(&wal);
+        }
     }
 }

@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -48,6 +50,15 @@ impl Outcome {
 }
 
 fn run_verify(env: &BTreeMap<String, String>, timeout: &str) -> Outcome {
+    run_verify_with(env, &[], timeout)
+}
+
+/// Like [`run_verify`], with extra variables whose bytes need not be UTF-8.
+fn run_verify_with(
+    env: &BTreeMap<String, String>,
+    extra: &[(OsString, OsString)],
+    timeout: &str,
+) -> Outcome {
     let dir = tempfile::tempdir().unwrap();
     let termination = dir.path().join("termination-log");
     let out = Command::new(env!("CARGO_BIN_EXE_etcd-verify"))
@@ -65,6 +76,7 @@ fn run_verify(env: &BTreeMap<String, String>, timeout: &str) -> Outcome {
         .env_clear()
         .env("ETCD_VERIFY_LOG", "warn")
         .envs(env)
+        .envs(extra.iter().map(|(k, v)| (k, v)))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -518,4 +530,131 @@ async fn broken_tls_never_opens_the_gate() {
         "data must stay untouched"
     );
     assert!(archived_dirs(&cluster.data_dir("n3").unwrap()).is_empty());
+}
+
+/// Non-UTF-8 bytes in the environment: ignored in a variable verify does not read, named (exit 2)
+/// in one it does. They used to panic (exit 101, no JSON line, no termination message).
+#[test]
+fn non_utf8_env_is_ignored_or_named_never_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let env: BTreeMap<String, String> = [
+        ("ETCD_NAME", "n2"),
+        ("ETCD_DATA_DIR", data_dir.to_str().unwrap()),
+        ("ETCD_INITIAL_ADVERTISE_PEER_URLS", "http://127.0.0.2:2380"),
+        ("ETCD_INITIAL_CLUSTER_STATE", "existing"),
+        (
+            "ETCD_INITIAL_CLUSTER",
+            "n1=http://127.0.0.1:2380,n2=http://127.0.0.2:2380",
+        ),
+        (
+            "ETCD_MEMBER_IDS",
+            "a1=http://127.0.0.1:2380,b2=http://127.0.0.2:2380",
+        ),
+        // Nothing listens here: the run ends at the deadline.
+        ("ETCDCTL_ENDPOINTS", "http://127.0.99.254:2379"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let bad = || OsString::from_vec(vec![b'n', 0xff, b'2']);
+    let unrelated = [(OsString::from("SOME_OTHER_VAR"), bad())];
+    let outcome = run_verify_with(&env, &unrelated, "1s");
+    outcome.assert(1, "block", "timed out after 1s");
+    let mut without_name = env.clone();
+    without_name.remove("ETCD_NAME");
+    let named = [(OsString::from("ETCD_NAME"), bad())];
+    let outcome = run_verify_with(&without_name, &named, "1s");
+    outcome.assert(2, "block", "invalid input: ETCD_NAME is not valid UTF-8");
+    assert!(!data_dir.exists(), "bad input must not touch the data dir");
+}
+
+/// Runs the binary with `args` after `membership` and returns exit code, stdout and the
+/// termination message.
+fn run_raw(args: &[&str], env: &BTreeMap<String, String>) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let termination = dir.path().join("termination-log");
+    let out = Command::new(env!("CARGO_BIN_EXE_etcd-verify"))
+        .arg("membership")
+        .args(args)
+        .arg("--termination-log")
+        .arg(&termination)
+        .env_clear()
+        .envs(env)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        std::fs::read_to_string(&termination).unwrap_or_default(),
+    )
+}
+
+/// Flag errors are invalid input like bad env: exit 2 with the JSON line (also in the
+/// termination message). Durations too large to add to a clock used to panic.
+#[test]
+fn flag_errors_print_the_json_line_and_exit_2() {
+    let env = BTreeMap::new();
+    for (args, reason_part) in [
+        (
+            vec!["--timeout", "18446744073709551615s"],
+            "invalid duration",
+        ),
+        (
+            vec!["--call-timeout", "99999999999999999999h"],
+            "invalid duration",
+        ),
+        (vec!["--no-such-flag"], "--no-such-flag"),
+    ] {
+        let (code, stdout, termination) = run_raw(&args, &env);
+        assert_eq!(code, 2, "{args:?}: {stdout}");
+        assert_eq!(stdout.lines().count(), 1, "{args:?}: {stdout:?}");
+        let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(json["decision"], "block");
+        let reason = json["reason"].as_str().unwrap();
+        assert!(reason.starts_with("invalid input: "), "{reason}");
+        assert!(reason.contains(reason_part), "{args:?}: {reason}");
+        assert_eq!(termination.trim(), stdout.trim(), "{args:?}");
+    }
+}
+
+/// However long the input quoted in the reason, the JSON line fits the 4096 bytes the kubelet
+/// keeps of a termination message, and stays valid JSON.
+#[test]
+fn the_json_line_fits_a_termination_message() {
+    let huge = format!(
+        "a1=http://127.0.0.1:2380,0x{}=http://127.0.0.2:2380",
+        "b\"é".repeat(30_000)
+    );
+    let env: BTreeMap<String, String> = [
+        ("ETCD_NAME", "n2"),
+        ("ETCD_DATA_DIR", "/nonexistent/data"),
+        ("ETCD_INITIAL_ADVERTISE_PEER_URLS", "http://127.0.0.2:2380"),
+        ("ETCD_INITIAL_CLUSTER_STATE", "existing"),
+        (
+            "ETCD_INITIAL_CLUSTER",
+            "n1=http://127.0.0.1:2380,n2=http://127.0.0.2:2380",
+        ),
+        ("ETCD_MEMBER_IDS", huge.as_str()),
+        ("ETCDCTL_ENDPOINTS", "http://127.0.0.1:2379"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let (code, stdout, termination) = run_raw(&["--timeout", "1s"], &env);
+    assert_eq!(code, 2);
+    let line = stdout.trim_end_matches('\n');
+    assert!(line.len() <= 4096, "JSON line of {} bytes", line.len());
+    assert!(
+        termination.len() <= 4096,
+        "termination message of {} bytes",
+        termination.len()
+    );
+    let json: serde_json::Value = serde_json::from_str(line).unwrap();
+    let reason = json["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("invalid input: ETCD_MEMBER_IDS: entry 2"),
+        "{reason}"
+    );
+    assert!(reason.ends_with("[truncated]"), "{reason}");
 }

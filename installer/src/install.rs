@@ -76,6 +76,7 @@ impl InstallError {
             InstallError::Plan { source, .. } => source.category(),
             InstallError::Downgrade { .. } => "Downgrade",
             InstallError::Lock(LockError::Held { .. }) => "Busy",
+            InstallError::Lock(LockError::NotRegular { .. }) => "UnsafeLockFile",
             InstallError::Lock(_) | InstallError::Io { .. } => "IoError",
             InstallError::Timeout(..) => "Timeout",
             InstallError::Hook(_) => "TestHook",
@@ -87,6 +88,7 @@ impl InstallError {
         match self {
             InstallError::Plan { .. } | InstallError::Downgrade { .. } => Outcome::Refused,
             InstallError::Fetch(FetchError::Conflict { .. }) => Outcome::Refused,
+            InstallError::Lock(LockError::NotRegular { .. }) => Outcome::Refused,
             InstallError::Lock(LockError::Held { .. }) => Outcome::Busy,
             _ => Outcome::Failed,
         }

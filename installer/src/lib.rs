@@ -70,7 +70,8 @@
 //! one (`Downgrade`); no `pod-<NODE>.yaml` key (`NoManifestForNode`); a manifest whose
 //! `spec.nodeName` or `ETCD_NAME` env names another node (`ManifestForAnotherNode`); a manifest
 //! that does not parse as a Pod or declares another revision (`InvalidManifest`); a key in both
-//! `data` and `binaryData` (`InvalidResource`). A missing optional object is skipped (logged).
+//! `data` and `binaryData` (`InvalidResource`); a lock file that is a symlink or not a regular
+//! file (`UnsafeLockFile`: never written through). A missing optional object is skipped (logged).
 //!
 //! Termination message (also the only line on stdout), one line of JSON written to
 //! `--termination-log` or to `/dev/termination-log` when that exists (control characters of the

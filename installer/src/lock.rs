@@ -3,6 +3,10 @@
 //! back-off); the kernel drops the lock when its holder exits or is killed, so a crashed
 //! installer never wedges the next one. The holder writes its PID into the file, for the error
 //! message of the one that is refused (and for tests to see who holds it).
+//!
+//! The lock file is opened without following a symlink and must be a regular file: otherwise a
+//! symlink planted in the resource dir would have the installer truncate and chmod its target,
+//! anywhere on the node (refused, exit 3).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
@@ -22,6 +26,8 @@ pub enum LockError {
     Held { path: PathBuf, holder: String },
     #[error("lock file {}: {source}", path.display())]
     Io { path: PathBuf, source: io::Error },
+    #[error("lock file {} is a symlink or not a regular file: refusing to write through it", path.display())]
+    NotRegular { path: PathBuf },
 }
 
 /// The held lock; released when dropped (or when the process dies).
@@ -44,8 +50,22 @@ impl InstallLock {
             .create(true)
             .truncate(false)
             .mode(LOCK_FILE_MODE)
+            .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_CLOEXEC).bits())
             .open(path)
-            .map_err(io_err)?;
+            .map_err(|e| {
+                if e.raw_os_error() == Some(Errno::ELOOP as i32) {
+                    LockError::NotRegular {
+                        path: path.to_path_buf(),
+                    }
+                } else {
+                    io_err(e)
+                }
+            })?;
+        if !file.metadata().map_err(io_err)?.file_type().is_file() {
+            return Err(LockError::NotRegular {
+                path: path.to_path_buf(),
+            });
+        }
         let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => lock,
             Err((mut file, Errno::EWOULDBLOCK)) => {
@@ -98,5 +118,31 @@ mod tests {
         }
         drop(first);
         InstallLock::acquire(&path).unwrap();
+    }
+
+    #[test]
+    fn a_planted_symlink_or_fifo_is_refused_and_its_target_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside-secret");
+        std::fs::write(&outside, "precious\n").unwrap();
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let resources = dir.path().join("resources");
+        std::fs::create_dir(&resources).unwrap();
+        let path = resources.join(".etcd-pod-installer.lock");
+        std::os::unix::fs::symlink(&outside, &path).unwrap();
+        match InstallLock::acquire(&path) {
+            Err(LockError::NotRegular { .. }) => {}
+            other => panic!("expected NotRegular, got {other:?}"),
+        }
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "precious\n");
+        let mode = std::fs::metadata(&outside).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the target's mode must not change");
+
+        std::fs::remove_file(&path).unwrap();
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        match InstallLock::acquire(&path) {
+            Err(LockError::NotRegular { .. }) => {}
+            other => panic!("expected NotRegular for a FIFO, got {other:?}"),
+        }
     }
 }

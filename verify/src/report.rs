@@ -73,7 +73,10 @@ mod tests {
             let result = VerifyResult::block(unit.repeat(100_000), None, None);
             let line = json_line(&result);
             assert!(line.len() <= MAX_MESSAGE_BYTES, "{unit:?}: {}", line.len());
-            assert!(line.len() > MAX_MESSAGE_BYTES - 16, "{unit:?}: cut too much");
+            assert!(
+                line.len() > MAX_MESSAGE_BYTES - 16,
+                "{unit:?}: cut too much"
+            );
             let back: serde_json::Value = serde_json::from_str(&line).unwrap();
             assert_eq!(back["decision"], "block");
             assert!(back["reason"].as_str().unwrap().ends_with(MARKER));

@@ -85,13 +85,16 @@ enum Command {
     Crd,
     /// Write the bootstrap static pod, its certificates and the manifests the operator adopts.
     Render {
-        /// The first control-plane node's name.
-        #[arg(long)]
+        /// The first control-plane node's name (a valid Node name: lowercase DNS subdomain).
+        #[arg(long, value_parser = etcd_operator::bootstrap::validate::node_name)]
         node_name: String,
-        /// Its IP address (etcd listens and advertises there).
-        #[arg(long)]
+        /// Its IP address (etcd listens and advertises there): a unicast address.
+        #[arg(long, value_parser = etcd_operator::bootstrap::validate::node_ip)]
         node_ip: IpAddr,
-        /// Where to write etcd-pod.yaml, etcd-certs/ and manifests/.
+        /// Where to write etcd-pod.yaml, etcd-certs/ and manifests/. The whole dir is written at
+        /// once (a staging dir renamed into place). Re-running on a dir that holds a previous
+        /// render reuses its CA (manifests/etcd-signer.json), like kubeadm reuses its pki dir,
+        /// and keeps the previous output as <dir>.replaced-<UTC>.
         #[arg(long)]
         output_dir: PathBuf,
         /// The certificates dir as the node's kubelet sees it (default: output-dir/etcd-certs).
@@ -185,7 +188,7 @@ async fn main() -> anyhow::Result<()> {
             resource_host_dir,
             images,
         } => {
-            let files = etcd_operator::bootstrap::render(
+            let rendered = etcd_operator::bootstrap::render(
                 &node_name,
                 node_ip,
                 &output_dir,
@@ -193,8 +196,20 @@ async fn main() -> anyhow::Result<()> {
                 images.images(),
                 time::OffsetDateTime::now_utc(),
             )?;
-            for f in files {
+            for f in rendered.files {
                 println!("{}", output_dir.join(f.path).display());
+            }
+            if rendered.reused_ca {
+                eprintln!(
+                    "render: reused the CA of the previous render in {}",
+                    output_dir.display()
+                );
+            }
+            if let Some(previous) = rendered.previous {
+                eprintln!(
+                    "render: the previous output is kept in {}",
+                    previous.display()
+                );
             }
         }
     }

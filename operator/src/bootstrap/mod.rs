@@ -11,13 +11,24 @@
 //!   that CA and those certificates (its plan keeps valid certificates byte-identical), and adopts
 //!   the running member, so bootstrap causes no certificate churn.
 //!
-//! Planning ([`plan`]) is pure given the CA and `now`; [`write`] lays the files down, each through
-//! a dot-prefixed temp file, fsync and rename.
+//! Planning ([`plan`]) is pure given the CA and `now`; [`output::write_dir`] lays the whole
+//! output down as one step (a staging dir renamed into place; nothing half-written, nothing
+//! written through a planted file or symlink). The node name and address are checked first
+//! ([`validate`]).
+//!
+//! **Re-running** `render` on an output dir that already holds a CA (`manifests/etcd-signer.json`)
+//! reuses that CA, as kubeadm reuses the CA in its pki dir: the certificates are issued again by
+//! the same CA, so an etcd already started from the first render, and whatever trusts its CA,
+//! stay valid. A CA file that cannot be read as one is an error naming the file; nothing is
+//! replaced silently. The previous output is kept as `<dir>.replaced-<UTC>`.
+
+pub mod output;
+pub mod validate;
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::Read;
 use std::net::IpAddr;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::ByteString;
@@ -67,6 +78,22 @@ pub enum BootstrapError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("{0}")]
+    InvalidInput(String),
+    #[error(
+        "the existing CA {path} cannot be reused ({reason}); move the output dir away to render with a new CA"
+    )]
+    ExistingCa { path: PathBuf, reason: String },
+}
+
+/// What a render wrote.
+#[derive(Clone, Debug)]
+pub struct Rendered {
+    pub files: Vec<OutFile>,
+    /// The CA came from a previous render in the same dir.
+    pub reused_ca: bool,
+    /// Where the previous output was moved.
+    pub previous: Option<PathBuf>,
 }
 
 fn json<T: serde::Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>, BootstrapError> {
@@ -183,42 +210,48 @@ pub fn plan(
     Ok(files)
 }
 
-/// Writes the planned files under `dir`: each through a dot-prefixed temp file that is fsynced
-/// and renamed into place, then the directory is fsynced.
-pub fn write(dir: &Path, files: &[OutFile]) -> Result<(), BootstrapError> {
-    for file in files {
-        let path = dir.join(&file.path);
-        let io = |source| BootstrapError::Io {
-            path: path.clone(),
-            source,
-        };
-        let parent = path.parent().unwrap_or(dir);
-        std::fs::create_dir_all(parent).map_err(io)?;
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let temp = parent.join(format!(".{name}.tmp"));
-        let mut out = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(file.mode)
-            .open(&temp)
-            .map_err(io)?;
-        out.set_permissions(std::fs::Permissions::from_mode(file.mode))
-            .map_err(io)?;
-        out.write_all(&file.bytes).map_err(io)?;
-        out.sync_all().map_err(io)?;
-        std::fs::rename(&temp, &path).map_err(io)?;
-        std::fs::File::open(parent)
-            .and_then(|d| d.sync_all())
-            .map_err(io)?;
+/// Where a render keeps the CA Secret, relative to the output dir.
+const CA_FILE: &str = "manifests/etcd-signer.json";
+
+/// The CA of a previous render in `output_dir`, if there is one.
+fn existing_ca(output_dir: &Path) -> Result<Option<EtcdCa>, BootstrapError> {
+    let path = output_dir.join(CA_FILE);
+    let bad = |reason: String| BootstrapError::ExistingCa {
+        path: path.clone(),
+        reason,
+    };
+    let mut file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
+        .open(&path)
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(bad(e.to_string())),
+        Ok(f) => f,
+    };
+    if !file.metadata().map_err(|e| bad(e.to_string()))?.is_file() {
+        return Err(bad("not a regular file".into()));
     }
-    Ok(())
+    let mut bytes = Vec::new();
+    file.by_ref()
+        .take(1 << 20)
+        .read_to_end(&mut bytes)
+        .map_err(|e| bad(e.to_string()))?;
+    let secret: Secret =
+        serde_json::from_slice(&bytes).map_err(|e| bad(format!("not a Secret: {e}")))?;
+    let data: BTreeMap<String, Vec<u8>> = secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    EtcdCa::from_secret_data(&data)
+        .map(Some)
+        .map_err(|e| bad(e.to_string()))
 }
 
-/// `etcd-operator render`: plans with a new CA and writes everything under `output_dir`.
+/// `etcd-operator render`: checks the node's name and address, plans with the CA of a previous
+/// render in `output_dir` (or a new one) and lays everything down under `output_dir`.
 pub fn render(
     node_name: &str,
     node_ip: IpAddr,
@@ -226,8 +259,15 @@ pub fn render(
     resource_host_dir: Option<String>,
     images: Images,
     now: OffsetDateTime,
-) -> Result<Vec<OutFile>, BootstrapError> {
-    let ca = EtcdCa::generate(now)?;
+) -> Result<Rendered, BootstrapError> {
+    validate::node_name(node_name).map_err(BootstrapError::InvalidInput)?;
+    validate::node_ip(&node_ip.to_string()).map_err(BootstrapError::InvalidInput)?;
+    let existing = existing_ca(output_dir)?;
+    let reused_ca = existing.is_some();
+    let ca = match existing {
+        Some(ca) => ca,
+        None => EtcdCa::generate(now)?,
+    };
     let resource_host_dir = resource_host_dir.unwrap_or_else(|| {
         let dir = std::path::absolute(output_dir).unwrap_or_else(|_| output_dir.to_owned());
         dir.join("etcd-certs").display().to_string()
@@ -238,6 +278,10 @@ pub fn render(
         resource_host_dir,
     };
     let files = plan(&request, &ca, now)?;
-    write(output_dir, &files)?;
-    Ok(files)
+    let previous = output::write_dir(output_dir, &files, now)?;
+    Ok(Rendered {
+        files,
+        reused_ca,
+        previous,
+    })
 }

@@ -73,11 +73,15 @@ enum Command {
     Plan {
         #[arg(long, env = "POD_NAMESPACE", default_value = etcd_operator::bootstrap::OPERATOR_NAMESPACE)]
         namespace: String,
-        /// `text` or `json`.
-        #[arg(long, default_value = "text")]
-        output: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = PlanOutput::Text)]
+        output: PlanOutput,
         #[arg(long, default_value = "3s", value_parser = membership::parse_duration)]
         etcd_timeout: std::time::Duration,
+        /// Bound on the whole plan: reading the API and asking etcd. When etcd is in trouble the
+        /// API (served from it) may accept connections and never answer.
+        #[arg(long, default_value = "30s", value_parser = membership::parse_duration)]
+        timeout: std::time::Duration,
         #[command(flatten)]
         images: ImageArgs,
     },
@@ -103,6 +107,13 @@ enum Command {
         #[command(flatten)]
         images: ImageArgs,
     },
+}
+
+/// How `plan` prints.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum PlanOutput {
+    Text,
+    Json,
 }
 
 #[tokio::main]
@@ -147,21 +158,40 @@ async fn main() -> anyhow::Result<()> {
             namespace,
             output,
             etcd_timeout,
+            timeout,
             images,
         } => {
-            let client = kube::Client::try_default().await?;
-            let report = etcd_operator::run::plan(
+            let mut config = kube::Config::infer().await?;
+            // Each request is bounded too, so a silent API fails fast with its own message.
+            config.connect_timeout = Some(timeout);
+            config.read_timeout = Some(timeout);
+            config.write_timeout = Some(timeout);
+            let server = config.cluster_url.to_string();
+            let client = kube::Client::try_from(config)?;
+            let plan = etcd_operator::run::plan(
                 client,
                 etcd_operator::reconcile::OperatorConfig {
                     images: images.images(),
                     operator_namespace: namespace,
                     etcd_timeout,
                 },
-            )
-            .await?;
-            match output.as_str() {
-                "json" => println!("{}", serde_json::to_string_pretty(&report.plan)?),
-                "text" => {
+            );
+            let report = tokio::time::timeout(timeout, plan)
+                .await
+                .map_err(|_| {
+                    anyhow::anyhow!(
+                        "the API server {server} did not answer within {timeout:?} (--timeout); when etcd is in trouble the API served from it may be too"
+                    )
+                })?
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "reading from the API server {server}: {}",
+                        etcd_operator::reconcile::writes::describe(&e)
+                    )
+                })?;
+            match output {
+                PlanOutput::Json => println!("{}", serde_json::to_string_pretty(&report.plan)?),
+                PlanOutput::Text => {
                     let width = report
                         .plan
                         .iter()
@@ -172,7 +202,6 @@ async fn main() -> anyhow::Result<()> {
                         println!("{:<width$}  {}", p.controller, p.next);
                     }
                 }
-                other => anyhow::bail!("--output must be text or json, not {other:?}"),
             }
         }
         Command::Crd => {

@@ -868,6 +868,70 @@ fn installer_rbac_is_exactly_what_the_installer_does() {
     check_rbac(&all_docs(), STATIC_POD_NAMESPACE, INSTALLER_SA, INSTALLER);
 }
 
+/// The RBAC table in manifests/README.md says, per component, namespace and resource, the same
+/// verbs as the code's needs (it once said installer pods are never deleted while the code
+/// deleted them).
+#[test]
+fn the_readme_rbac_table_matches_the_needs() {
+    const VERBS: [&str; 8] = [
+        "get",
+        "list",
+        "watch",
+        "create",
+        "update",
+        "patch",
+        "delete",
+        "deletecollection",
+    ];
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/README.md"),
+    )
+    .unwrap();
+    let rows: Vec<Vec<String>> = readme
+        .lines()
+        .filter(|l| l.starts_with("| operator |") || l.starts_with("| installer |"))
+        .map(|l| l.split('|').map(|c| c.trim().to_owned()).collect())
+        .collect();
+    let mut problems = Vec::new();
+    for (who, needs) in [("operator", OPERATOR), ("installer", INSTALLER)] {
+        let mut want: std::collections::BTreeMap<(String, &str), BTreeSet<&str>> =
+            std::collections::BTreeMap::new();
+        for n in needs {
+            let scope = if n.scope == CLUSTER {
+                "cluster".to_owned()
+            } else {
+                format!("`{}`", n.scope)
+            };
+            want.entry((scope, n.resource))
+                .or_default()
+                .extend(n.verbs.iter().copied());
+        }
+        for ((scope, resource), verbs) in &want {
+            let quoted = format!("`{resource}`");
+            let said: BTreeSet<&str> = rows
+                .iter()
+                .filter(|r| r[1] == who && r[2] == *scope)
+                .filter(|r| r[3].split([',', ' ']).any(|w| w == quoted))
+                .flat_map(|r| {
+                    r[4].split(|c: char| !c.is_ascii_alphabetic())
+                        .filter_map(|w| VERBS.iter().find(|v| **v == w).copied())
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            if said != *verbs {
+                problems.push(format!(
+                    "{who} {scope} {resource}: README says {said:?}, the code needs {verbs:?}"
+                ));
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "manifests/README.md RBAC table:\n{}",
+        problems.join("\n")
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. An API server's validation (server-side dry run)
 // ---------------------------------------------------------------------------------------------

@@ -263,7 +263,12 @@ impl LocalControlPlane {
         let node = self.node(name)?;
         let out_dir = node.root.join("etc/kubernetes/bootstrap");
         let output = Command::new(self.bin_dir.join("etcd-operator"))
-            .args(["render", "--node-name", name])
+            .args([
+                "render",
+                "--node-name",
+                name,
+                "--local-client-listener=false",
+            ])
             .arg("--node-ip")
             .arg(node.ip().to_string())
             .arg("--output-dir")
@@ -316,7 +321,13 @@ impl LocalControlPlane {
     }
 
     /// Creates the EtcdCluster (defaults unless `spec` is given).
+    /// Creates the EtcdCluster. The simulated nodes share one network namespace, so etcd's
+    /// local listener on 127.0.0.1:2379 (one per real node) is turned off here.
     pub async fn create_cluster(&self, spec: EtcdClusterSpec) -> Result<(), ControlPlaneError> {
+        let spec = EtcdClusterSpec {
+            local_client_listener: false,
+            ..spec
+        };
         let cr = EtcdCluster::new(etcd_operator::api::SINGLETON, spec);
         create_or_keep(&Api::<EtcdCluster>::all(self.client()), &cr).await
     }

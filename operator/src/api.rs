@@ -63,10 +63,18 @@ pub struct EtcdClusterSpec {
     #[serde(default = "default_learner_start_deadline")]
     #[x_kube(validation = Rule::new("self >= 30 && self <= 3600").message("learnerStartDeadlineSeconds must be between 30 and 3600"))]
     pub learner_start_deadline_seconds: u32,
+    /// etcd also serves clients on `https://127.0.0.1:2379`, for the kube-apiserver on the same
+    /// node. Turn off only where nodes share one network namespace (the local control plane).
+    #[serde(default = "default_true")]
+    pub local_client_listener: bool,
     /// Labels that select the control-plane nodes etcd runs on. Empty: the
     /// `node-role.kubernetes.io/control-plane` label.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub control_plane_node_selector: BTreeMap<String, String>,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_quota_gib() -> u32 {
@@ -88,6 +96,7 @@ impl Default for EtcdClusterSpec {
             backend_quota_gib: default_quota_gib(),
             revision_history: RevisionHistory::default(),
             learner_start_deadline_seconds: default_learner_start_deadline(),
+            local_client_listener: true,
             control_plane_node_selector: BTreeMap::new(),
         }
     }

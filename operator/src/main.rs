@@ -104,6 +104,10 @@ enum Command {
         /// The certificates dir as the node's kubelet sees it (default: output-dir/etcd-certs).
         #[arg(long)]
         resource_host_dir: Option<String>,
+        /// etcd also listens on https://127.0.0.1:2379 for the node's kube-apiserver (set false
+        /// only where nodes share one network namespace, as on the local control plane).
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        local_client_listener: bool,
         #[command(flatten)]
         images: ImageArgs,
     },
@@ -215,6 +219,7 @@ async fn main() -> anyhow::Result<()> {
             node_ip,
             output_dir,
             resource_host_dir,
+            local_client_listener,
             images,
         } => {
             let rendered = etcd_operator::bootstrap::render(
@@ -222,6 +227,7 @@ async fn main() -> anyhow::Result<()> {
                 node_ip,
                 &output_dir,
                 resource_host_dir,
+                local_client_listener,
                 images.images(),
                 time::OffsetDateTime::now_utc(),
             )?;

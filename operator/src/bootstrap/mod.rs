@@ -59,6 +59,8 @@ pub struct RenderRequest {
     pub images: Images,
     /// Host path of the certificates dir as the kubelet will see it.
     pub resource_host_dir: String,
+    /// etcd also listens on `127.0.0.1:2379` (see `EtcdClusterSpec::local_client_listener`).
+    pub local_client_listener: bool,
 }
 
 /// Why the bootstrap render failed.
@@ -134,7 +136,10 @@ pub fn plan(
     let node_certs = certs::apply_plan(ca, &policy, &cert_plan, &empty, now)?;
     let bundles = certs::bundle_data(ca);
 
-    let spec = EtcdClusterSpec::default();
+    let spec = EtcdClusterSpec {
+        local_client_listener: request.local_client_listener,
+        ..EtcdClusterSpec::default()
+    };
     let nodes = [node.clone()];
     let pod = render_pod(&PodInput {
         node,
@@ -257,6 +262,7 @@ pub fn render(
     node_ip: IpAddr,
     output_dir: &Path,
     resource_host_dir: Option<String>,
+    local_client_listener: bool,
     images: Images,
     now: OffsetDateTime,
 ) -> Result<Rendered, BootstrapError> {
@@ -276,6 +282,7 @@ pub fn render(
         node: NodeTarget::new(node_name, node_ip),
         images,
         resource_host_dir,
+        local_client_listener,
     };
     let files = plan(&request, &ca, now)?;
     let previous = output::write_dir(output_dir, &files, now)?;

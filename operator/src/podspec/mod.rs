@@ -22,6 +22,11 @@ use paths::CertPaths;
 pub const STATIC_POD_NAMESPACE: &str = "etcd";
 /// Bound on `etcd-verify membership` in the init container (below the pod's 180 s startup budget).
 pub const VERIFY_TIMEOUT: &str = "120s";
+/// etcd's own compaction keeps one hour of history (`--auto-compaction-mode=periodic`). The
+/// kube-apiserver compacts every 5 minutes by itself; this is the safety net for when it does
+/// not (it is down, or the cluster serves other clients), and an hour never cuts into the history
+/// a kube-apiserver watch resumes from.
+pub const AUTO_COMPACTION_RETENTION: &str = "1h";
 /// Stands for the revision number in the `etcd-pod` source; the revision controller replaces it
 /// in the `etcd-pod-<N>` copy, so the installer receives a concrete manifest.
 pub const REVISION_TOKEN: &str = "__ETCD_STATIC_POD_REVISION__";
@@ -122,6 +127,8 @@ struct TemplateData<'a> {
     heartbeat_ms: u32,
     election_ms: u32,
     quota_bytes: u64,
+    local_client_listener: bool,
+    auto_compaction_retention: &'static str,
     certs: &'a CertPaths,
     env: &'a std::collections::BTreeMap<String, String>,
     resource_host_dir: String,
@@ -178,6 +185,8 @@ pub fn render_pod(input: &PodInput<'_>) -> Result<String, RenderError> {
         heartbeat_ms: input.spec.timing.heartbeat_interval_ms,
         election_ms: input.spec.timing.election_timeout_ms,
         quota_bytes: u64::from(input.spec.backend_quota_gib) << 30,
+        local_client_listener: input.spec.local_client_listener,
+        auto_compaction_retention: AUTO_COMPACTION_RETENTION,
         certs: &certs,
         env: &env,
         resource_host_dir: input

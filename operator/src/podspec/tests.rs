@@ -185,6 +185,22 @@ fn a_force_redeployment_reason_changes_every_manifest() {
 }
 
 #[test]
+fn the_local_client_listener_and_auto_compaction() {
+    let on = render_for(1, &scale_up_members(), &EtcdClusterSpec::default());
+    assert!(on.contains("- --listen-client-urls=https://10.0.0.1:2379,https://127.0.0.1:2379\n"));
+    assert!(
+        on.contains("- --auto-compaction-mode=periodic\n    - --auto-compaction-retention=1h\n")
+    );
+    let spec = EtcdClusterSpec {
+        local_client_listener: false,
+        ..Default::default()
+    };
+    let off = render_for(1, &scale_up_members(), &spec);
+    assert!(off.contains("- --listen-client-urls=https://10.0.0.1:2379\n"));
+    assert!(!off.contains("127.0.0.1:2379"));
+}
+
+#[test]
 fn hostile_values_stay_quoted() {
     let spec = EtcdClusterSpec {
         etcd_image: Some("etcd:3.4\"\n  injected: yes #".into()),

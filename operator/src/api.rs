@@ -255,6 +255,12 @@ pub struct MemberStatus {
     pub role: String,
     pub started: bool,
     pub healthy: bool,
+    /// This member is the raft leader.
+    #[serde(default)]
+    pub leader: bool,
+    /// RFC 3339: when `role`, `started` or `healthy` last changed, or the member appeared.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_transition_time: String,
     /// For a learner: its raft index and the leader's, while it catches up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learner_raft_index: Option<u64>,

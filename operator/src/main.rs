@@ -189,7 +189,7 @@ async fn main() -> anyhow::Result<()> {
                 })?
                 .map_err(|e| {
                     anyhow::anyhow!(
-                        "reading from the API server {server}: {}",
+                        "reading from the API server {server} (each request bounded by --timeout {timeout:?}): {}",
                         etcd_operator::reconcile::writes::describe(&e)
                     )
                 })?;

@@ -8,7 +8,7 @@
 //! once the caches show the previous pass's writes (see [`writes`]).
 
 mod endpoints;
-mod etcd;
+pub(crate) mod etcd;
 mod steps;
 pub mod writes;
 

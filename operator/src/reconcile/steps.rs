@@ -17,9 +17,7 @@ use super::endpoints::{ENDPOINTS_CONFIGMAP, endpoint_data};
 use super::etcd::{self, EtcdObservation};
 use super::writes::Writer;
 use super::{BUSY_REQUEUE, Context, Inputs, PassReport, PassState};
-use crate::api::{
-    EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, ManagementState, MemberStatus, NodeStatus,
-};
+use crate::api::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, ManagementState, NodeStatus};
 use crate::certs::{self, CaOrigin, CertPolicy, ClientCertKind, EtcdCa};
 use crate::controllers::membership::{self as ms, MembershipInput, MembershipStep};
 use crate::controllers::revisions::{
@@ -241,29 +239,6 @@ async fn certs_step(
         all_certs,
         bundles,
     })
-}
-
-fn member_statuses(obs: &EtcdObservation) -> Vec<MemberStatus> {
-    let leader_index = obs.leader_raft_index();
-    let mut out: Vec<MemberStatus> = obs
-        .members
-        .iter()
-        .map(|m| {
-            let h = obs.health.get(&m.id).cloned().unwrap_or_default();
-            MemberStatus {
-                name: m.name.clone(),
-                id: m.id.to_string(),
-                peer_url: m.peer_url().map(ToString::to_string).unwrap_or_default(),
-                role: if m.is_learner { "Learner" } else { "Voter" }.to_owned(),
-                started: m.is_started(),
-                healthy: h.healthy,
-                learner_raft_index: if m.is_learner { h.raft_index } else { None },
-                leader_raft_index: if m.is_learner { leader_index } else { None },
-            }
-        })
-        .collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
-    out
 }
 
 /// Member conditions. A member whose node is being rolled (`restarting`: member id → its node
@@ -870,7 +845,7 @@ pub(super) async fn run(
         latest_available_revision: latest,
         node_statuses,
         members: if obs.error.is_none() {
-            member_statuses(&obs)
+            crate::controllers::member_status::member_statuses(&obs, &prev.members, &rfc3339(now))
         } else {
             prev.members.clone()
         },

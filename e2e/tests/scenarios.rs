@@ -115,3 +115,18 @@ async fn plan_explains_a_blocked_join() {
     assert!(s.members.iter().all(|m| m.name != "n4"), "{:?}", s.members);
     let _ = h.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_voters() {
+    scenario("odd-voters").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_removed_externally() {
+    scenario("member-removed-externally").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unhealthy_member_replaced() {
+    scenario("unhealthy-member-replaced").await;
+}

@@ -244,7 +244,11 @@ impl EtcdClient {
     }
 
     /// Runs `call` on one endpoint, forgetting the connection if the transport failed.
-    async fn on<T, F, Fut>(&self, endpoint: &MemberUrl, call: F) -> Result<T, EndpointFailure>
+    pub(crate) async fn on<T, F, Fut>(
+        &self,
+        endpoint: &MemberUrl,
+        call: F,
+    ) -> Result<T, EndpointFailure>
     where
         F: FnOnce(Client) -> Fut,
         Fut: Future<Output = EtcdResult<T>>,
@@ -280,7 +284,7 @@ impl EtcdClient {
     }
 
     /// Runs `call` on the first endpoint that is reachable and not a learner.
-    async fn on_any_voter<T, F, Fut>(
+    pub(crate) async fn on_any_voter<T, F, Fut>(
         &self,
         op: &'static str,
         call: F,
@@ -461,7 +465,7 @@ fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
-fn convert_members(
+pub(crate) fn convert_members(
     endpoint: &MemberUrl,
     members: &[etcd_client::Member],
 ) -> Result<Vec<Member>, ClientError> {

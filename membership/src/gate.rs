@@ -20,13 +20,16 @@
 //!    (healthy voters after >= quorum), and only one node is rolled at a time. So a cluster of one
 //!    or two voters never has a healthy member restarted by the operator: it grows first (the
 //!    bootstrap member is rolled once three voters exist).
+//! 7. **Preflight.** No membership change while an alarm is raised (or the alarm list could not be
+//!    read) or a voter reports another member list than the one acted on; no healthy voter is
+//!    taken down while a `CORRUPT` alarm is raised or the voters disagree (see [`Preflight`]).
 //!
 //! Every denial names the rule and the members involved, so it can go to status, a metric label
 //! ([`DenyRule::category`]) and `etcd-operator plan`.
 
 use std::fmt;
 
-use crate::{Member, MemberId, MemberUrl, quorum};
+use crate::{Member, MemberId, MemberUrl, Preflight, quorum};
 
 /// One member and whether it is healthy (its etcd answers and is part of the raft group).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,6 +44,8 @@ pub struct ClusterView {
     pub members: Vec<MemberHealth>,
     /// A node whose etcd is down for a planned step not finished yet (a rollout in progress).
     pub rolling_node: Option<String>,
+    /// Alarms and the voters' own member lists.
+    pub preflight: Preflight,
 }
 
 /// A disruptive action.
@@ -86,6 +91,7 @@ pub enum DenyRule {
     LastVoter,
     RolloutInProgress,
     AlreadyMember,
+    Preflight,
 }
 
 impl DenyRule {
@@ -103,6 +109,7 @@ impl DenyRule {
             DenyRule::LastVoter => "last_voter",
             DenyRule::RolloutInProgress => "rollout_in_progress",
             DenyRule::AlreadyMember => "already_member",
+            DenyRule::Preflight => "preflight",
         }
     }
 }
@@ -197,6 +204,15 @@ pub fn gate(view: &ClusterView, action: &Action) -> Verdict {
             DenyRule::NoQuorum,
             format!("{action}: no quorum, {}", view.health_summary()),
         );
+    }
+    if is_membership_change {
+        let problems = view.preflight.membership_problems();
+        if !problems.is_empty() {
+            return deny(
+                DenyRule::Preflight,
+                format!("{action}: preflight failed: {}", problems.join("; ")),
+            );
+        }
     }
     match action {
         Action::AddLearner { node, peer_url } => {
@@ -307,6 +323,16 @@ pub fn gate(view: &ClusterView, action: &Action) -> Verdict {
             let takes_down_voter = target.is_some_and(|m| !m.member.is_learner && m.healthy);
             if !takes_down_voter {
                 return Verdict::Allow;
+            }
+            let problems = view.preflight.restart_problems();
+            if !problems.is_empty() {
+                return deny(
+                    DenyRule::Preflight,
+                    format!(
+                        "{action}: preflight failed, its healthy voter stays up: {}",
+                        problems.join("; ")
+                    ),
+                );
             }
             if healthy > quorum(voters) {
                 Verdict::Allow

@@ -29,6 +29,7 @@ fn view(members: Vec<MemberHealth>) -> ClusterView {
     ClusterView {
         members,
         rolling_node: None,
+        preflight: Preflight::default(),
     }
 }
 
@@ -194,6 +195,58 @@ fn rolls_one_node_at_a_time_and_only_with_a_spare_voter() {
         )
         .is_allowed()
     );
+}
+
+#[test]
+fn preflight_stops_membership_changes_and_guards_healthy_voters() {
+    let mut v = view(vec![
+        voter(1, true),
+        voter(2, true),
+        voter(3, true),
+        learner(4, true, true),
+    ]);
+    v.preflight.alarms = vec![crate::RaisedAlarm {
+        member: id(2),
+        kind: crate::AlarmKind::NoSpace,
+    }];
+    denied(
+        gate(&v, &Action::Promote { id: id(4) }),
+        DenyRule::Preflight,
+        "alarm NOSPACE on member 2 is raised",
+    );
+    denied(
+        gate(&v, &Action::Remove { id: id(4) }),
+        DenyRule::Preflight,
+        "NOSPACE",
+    );
+    // NOSPACE alone does not stop a restart (a larger quota may be the fix).
+    assert!(gate(&v, &roll(1)).is_allowed());
+    v.preflight.alarms[0].kind = crate::AlarmKind::Corrupt;
+    denied(
+        gate(&v, &roll(1)),
+        DenyRule::Preflight,
+        "CORRUPT on member 2",
+    );
+    // Restarting the learner's node takes no voter down.
+    assert!(gate(&v, &roll(4)).is_allowed());
+    v.preflight.alarms.clear();
+    v.preflight.disagreements = vec!["voter 3 reports members [1, 2, 3]".into()];
+    denied(
+        gate(&v, &Action::Promote { id: id(4) }),
+        DenyRule::Preflight,
+        "voter 3 reports",
+    );
+    denied(gate(&v, &roll(2)), DenyRule::Preflight, "voter 3 reports");
+    v.preflight.disagreements.clear();
+    v.preflight.alarms_unreadable = Some("deadline exceeded".into());
+    denied(
+        gate(&v, &Action::Promote { id: id(4) }),
+        DenyRule::Preflight,
+        "alarm list could not be read (deadline exceeded)",
+    );
+    assert!(gate(&v, &roll(2)).is_allowed());
+    v.preflight.alarms_unreadable = None;
+    assert!(gate(&v, &Action::Promote { id: id(4) }).is_allowed());
 }
 
 fn healthy_voters(v: &ClusterView) -> usize {

@@ -7,7 +7,8 @@
 //!   `ETCD_INITIAL_CLUSTER`, [`MemberIds`] for `ETCD_MEMBER_IDS`), parsed strictly and formatted
 //!   canonically so that rendering never churns;
 //! * quorum math ([`quorum`], [`fault_tolerance`]) where learners never count;
-//! * [`gate`], the quorum gate every disruptive action asks (one arbiter, pure);
+//! * [`gate`], the quorum gate every disruptive action asks (one arbiter, pure), with its
+//!   [`Preflight`] facts (alarms, every voter's own member list);
 //! * [`EtcdClient`], a small etcd client that loads TLS from the `ETCDCTL_*` files, bounds every
 //!   call with a timeout (etcd-client calls over TLS can hang past their own timeouts), tries each
 //!   endpoint in turn, and never sends a learner what a learner rejects.
@@ -20,8 +21,10 @@ mod duration;
 mod env;
 mod gate;
 mod id;
+mod maintenance;
 mod member;
 mod peer_url;
+mod preflight;
 mod quorum;
 mod tls;
 
@@ -38,5 +41,6 @@ pub use gate::{Action, ClusterView, Denial, DenyRule, MemberHealth, Verdict, gat
 pub use id::{IdError, MemberId};
 pub use member::Member;
 pub use peer_url::{MemberUrl, UrlError};
+pub use preflight::{AlarmKind, Preflight, RaisedAlarm, disagreements};
 pub use quorum::{fault_tolerance, is_quorate, quorum, voters};
 pub use tls::{TlsFiles, TlsPem, is_tls_failure};

@@ -67,6 +67,9 @@ pub struct EtcdClusterSpec {
     /// node. Turn off only where nodes share one network namespace (the local control plane).
     #[serde(default = "default_true")]
     pub local_client_listener: bool,
+    /// Replacing a member that stays unhealthy on a node that still exists.
+    #[serde(default)]
+    pub member_remediation: MemberRemediation,
     /// Labels that select the control-plane nodes etcd runs on. Empty: the
     /// `node-role.kubernetes.io/control-plane` label.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -97,6 +100,7 @@ impl Default for EtcdClusterSpec {
             revision_history: RevisionHistory::default(),
             learner_start_deadline_seconds: default_learner_start_deadline(),
             local_client_listener: true,
+            member_remediation: MemberRemediation::default(),
             control_plane_node_selector: BTreeMap::new(),
         }
     }
@@ -186,6 +190,51 @@ impl Default for RevisionHistory {
     }
 }
 
+/// When a member that stays unhealthy on an existing node is replaced (removed, then joined
+/// again as a learner through the quorum gate), and how often that is retried per node.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberRemediation {
+    /// Seconds a started member must stay unhealthy before it is replaced; 0 turns remediation
+    /// off (the member is then only reported).
+    #[x_kube(validation = Rule::new("self == 0 || (self >= 10 && self <= 86400)").message("unhealthySeconds must be 0 or between 10 and 86400"))]
+    pub unhealthy_seconds: u32,
+    /// Attempts per node before the operator stops and asks for an admin (Degraded).
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("maxRetries must be between 1 and 100"))]
+    pub max_retries: u32,
+    /// Seconds between two attempts on one node, doubled for each earlier attempt (at most a day).
+    #[x_kube(validation = Rule::new("self >= 10 && self <= 86400").message("retryPeriodSeconds must be between 10 and 86400"))]
+    pub retry_period_seconds: u32,
+    /// A node's attempt count starts again after its member has been healthy this long.
+    #[x_kube(validation = Rule::new("self >= 60 && self <= 604800").message("minHealthySeconds must be between 60 and 604800"))]
+    pub min_healthy_seconds: u32,
+}
+
+impl Default for MemberRemediation {
+    fn default() -> Self {
+        Self {
+            unhealthy_seconds: 600,
+            max_retries: 3,
+            retry_period_seconds: 600,
+            min_healthy_seconds: 3600,
+        }
+    }
+}
+
+/// The remediation attempts on one node.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RemediationStatus {
+    pub node_name: String,
+    /// Attempts since the node's member was last healthy for `minHealthySeconds`.
+    pub attempts: u32,
+    /// RFC 3339.
+    pub last_attempt_time: String,
+    /// The member the last attempt removed.
+    pub last_member_id: String,
+    pub last_reason: String,
+}
+
 /// What the operator observed and did.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -201,6 +250,9 @@ pub struct EtcdClusterStatus {
     pub node_statuses: Vec<NodeStatus>,
     #[serde(default)]
     pub members: Vec<MemberStatus>,
+    /// Per node: replacements of a member that stayed unhealthy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remediations: Vec<RemediationStatus>,
 }
 
 /// A status condition (the Kubernetes shape, with `lastTransitionTime` kept while the status

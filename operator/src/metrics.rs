@@ -75,6 +75,8 @@ pub struct Metrics {
     pub node_current_revision: Family<NodeLabel, Gauge>,
     pub learner_age_seconds: Family<MemberLabel, Gauge>,
     pub learner_raft_index: Family<MemberLabel, Gauge>,
+    pub learner_standby: Family<MemberLabel, Gauge>,
+    pub desired_voters: Gauge,
     pub leader_raft_index: Gauge,
     pub certificate_expiry: Family<CertLabels, Gauge>,
     pub ca_expiry: Gauge,
@@ -110,6 +112,8 @@ impl Metrics {
             node_current_revision: Family::default(),
             learner_age_seconds: Family::default(),
             learner_raft_index: Family::default(),
+            learner_standby: Family::default(),
+            desired_voters: Gauge::default(),
             leader_raft_index: Gauge::default(),
             certificate_expiry: Family::default(),
             ca_expiry: Gauge::default(),
@@ -166,6 +170,16 @@ impl Metrics {
             "learner_raft_index",
             "Raft index of a pending learner (catch-up progress)",
             m.learner_raft_index.clone(),
+        );
+        registry.register(
+            "learner_standby",
+            "1 for a learner kept as a standby (even node count), 0 for one waiting to be promoted",
+            m.learner_standby.clone(),
+        );
+        registry.register(
+            "desired_voters",
+            "Voters the odd-count policy moves to (up to the largest odd number <= eligible nodes, down to the odd count of the remaining nodes, never below 3 by shrinking)",
+            m.desired_voters.clone(),
         );
         registry.register(
             "leader_raft_index",

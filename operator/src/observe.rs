@@ -71,6 +71,7 @@ pub fn node_infos(nodes: &[ControlPlaneNode], with_certs: &BTreeSet<String>) -> 
         .map(|n| NodeInfo {
             target: n.target.clone(),
             eligible: n.ready && !n.deleting && with_certs.contains(&n.target.name),
+            deleting: n.deleting,
         })
         .collect()
 }

@@ -81,6 +81,18 @@ impl Harness {
             .collect()
     }
 
+    /// An etcd client as an admin would use one (the operator's client certificate).
+    pub async fn etcd(&self) -> Result<membership::EtcdClient, ControlPlaneError> {
+        super::load::etcd_client(
+            &self.cp.client(),
+            OPERATOR_NS,
+            STATIC_NS,
+            &self.node_endpoints(),
+        )
+        .await
+        .map_err(ControlPlaneError::Failed)
+    }
+
     /// Starts the write load once the first write is acknowledged.
     pub async fn start_load(&mut self) -> Result<(), ControlPlaneError> {
         let load = WriteLoad::start(

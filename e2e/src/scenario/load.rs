@@ -94,7 +94,9 @@ pub async fn published_endpoints(client: &Client, static_ns: &str) -> Vec<Member
     urls
 }
 
-async fn etcd_client(
+/// An etcd client with the operator's client certificate, on the published endpoints (or
+/// `fallback` before the operator published any).
+pub async fn etcd_client(
     client: &Client,
     operator_ns: &str,
     static_ns: &str,

@@ -10,6 +10,9 @@
 //! | `forged-member-id` | n2's manifest gets a forged member id: `etcd-verify` blocks it, the operator reports it, the next revision recovers it |
 //! | `full-restart` | every node stops and starts again: same members, same data |
 //! | `rollout` | a forced redeployment rolls exactly one new revision node by node, through an injected installer failure and an operator kill mid-rollout |
+//! | `odd-voters` | n4 joins as a standby learner (3 voters stay: never an even count); n1 is deleted and the standby is promoted |
+//! | `member-removed-externally` | n2's running member is removed with the etcd API, as `etcdctl member remove` would: n2 comes back as a new member by itself |
+//! | `unhealthy-member-replaced` | n2's WAL becomes unreadable, so etcd-verify keeps its etcd down: after `memberRemediation.unhealthySeconds` the member is replaced and `status.remediations` counts the attempt |
 
 pub mod harness;
 pub mod load;
@@ -21,7 +24,7 @@ use std::time::Instant;
 pub use harness::{Harness, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 10] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -29,6 +32,9 @@ pub const NAMES: [&str; 7] = [
     "forged-member-id",
     "full-restart",
     "rollout",
+    "odd-voters",
+    "member-removed-externally",
+    "unhealthy-member-replaced",
 ];
 
 /// The report of one scenario run (`report.json`).

@@ -86,6 +86,7 @@ mod tests {
                 ),
             ]),
             leader: Some(id(leader)),
+            preflight: Default::default(),
             error: None,
         }
     }

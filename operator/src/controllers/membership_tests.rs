@@ -14,7 +14,12 @@ fn node(i: u8, eligible: bool) -> NodeInfo {
     NodeInfo {
         target: NodeTarget::new(&format!("n{i}"), IpAddr::V4(Ipv4Addr::new(10, 0, 0, i))),
         eligible,
+        deleting: false,
     }
+}
+
+fn id(i: u8) -> MemberId {
+    MemberId::new(u64::from(i)).unwrap()
 }
 
 fn url(i: u8) -> MemberUrl {
@@ -59,9 +64,22 @@ fn step_with(
     lost: &BTreeMap<String, MemberId>,
     now: i64,
 ) -> MembershipStep {
+    step_full(nodes, members, added, lost, None, &[], now)
+}
+
+fn step_full(
+    nodes: &[NodeInfo],
+    members: Vec<MemberHealth>,
+    added: &[(u8, i64)],
+    lost: &BTreeMap<String, MemberId>,
+    leader: Option<u8>,
+    remediation: &[Candidate],
+    now: i64,
+) -> MembershipStep {
     let cluster = ClusterView {
         members,
         rolling_node: None,
+        preflight: Default::default(),
     };
     let added: BTreeMap<MemberId, OffsetDateTime> = added
         .iter()
@@ -73,6 +91,8 @@ fn step_with(
         data_lost: lost,
         learner_added: &added,
         start_deadline: Duration::from_secs(300),
+        leader: leader.map(id),
+        remediation,
         now: t(now),
     })
 }
@@ -217,4 +237,213 @@ fn no_add_while_a_voter_is_unhealthy() {
         MembershipStep::Denied { denial, .. } => assert_eq!(denial.rule, DenyRule::VoterUnhealthy),
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn the_voter_target_is_the_largest_odd_count() {
+    let targets: Vec<usize> = (0..=7).map(voter_target).collect();
+    assert_eq!(targets, vec![0, 1, 1, 3, 3, 5, 5, 7]);
+    // (voters, eligible, remaining) -> desired
+    for (v, e, r, d) in [
+        (1, 3, 3, 3), // grow
+        (1, 2, 2, 1), // the second node is a standby
+        (3, 4, 4, 3), // the fourth too
+        (4, 4, 4, 3), // four voters on four nodes: shrink to three
+        (5, 4, 5, 5), // a NotReady node removes nothing
+        (3, 2, 2, 3), // never below three by shrinking
+        (2, 2, 2, 2), // two voters on two nodes stay (removing one leaves no margin)
+        (0, 3, 3, 3),
+    ] {
+        assert_eq!(desired_voters(v, e, r), d, "desired_voters({v}, {e}, {r})");
+    }
+}
+
+#[test]
+fn an_even_node_is_a_standby_learner_until_the_count_is_odd() {
+    // Two eligible nodes: n2 joins as a learner and is not promoted (2 voters tolerate no failure).
+    let two = [node(1, true), node(2, true)];
+    match step(&two, vec![voter(1, true), learner(2, true)], &[(2, 0)], 10) {
+        MembershipStep::Standby { id: s, message } => {
+            assert_eq!(s, id(2));
+            assert!(
+                message.contains("1 voter(s) for 2 eligible node(s)"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // A third node makes the count odd: the standby is promoted first, then n3 joins.
+    let three = [node(1, true), node(2, true), node(3, true)];
+    assert!(matches!(
+        step(
+            &three,
+            vec![voter(1, true), learner(2, true)],
+            &[(2, 0)],
+            10
+        ),
+        MembershipStep::Promote { .. }
+    ));
+    // A fourth node joins as a learner and stays a standby beside three voters.
+    let four = [node(1, true), node(2, true), node(3, true), node(4, true)];
+    let three_voters = vec![voter(1, true), voter(2, true), voter(3, true)];
+    assert!(matches!(
+        step(&four, three_voters.clone(), &[], 10),
+        MembershipStep::AddLearner { node, .. } if node == "n4"
+    ));
+    let mut with_standby = three_voters.clone();
+    with_standby.push(learner(4, true));
+    assert!(matches!(
+        step(&four, with_standby.clone(), &[(4, 0)], 10_000),
+        MembershipStep::Standby { .. }
+    ));
+    // A fifth node: the standby is promoted (4 voters, on the way to 5), then n5 joins.
+    let five: Vec<NodeInfo> = (1..=5).map(|i| node(i, true)).collect();
+    assert!(matches!(
+        step(&five, with_standby, &[(4, 0)], 10_000),
+        MembershipStep::Promote { id: p, .. } if p == id(4)
+    ));
+    // A NotReady node lowers the growth target but never removes a voter.
+    let one_not_ready: Vec<NodeInfo> = (1..=5).map(|i| node(i, i != 5)).collect();
+    let mut five_voters: Vec<MemberHealth> = (1..=5).map(|i| voter(i, true)).collect();
+    five_voters[4].healthy = false;
+    assert_eq!(
+        step(&one_not_ready, five_voters, &[], 0),
+        MembershipStep::None
+    );
+}
+
+#[test]
+fn a_lost_voter_is_replaced_by_promoting_the_standby() {
+    // n3 is deleted: its member goes first, then the standby n4 is promoted.
+    let nodes = [node(1, true), node(2, true), node(4, true)];
+    let members = vec![
+        voter(1, true),
+        voter(2, true),
+        voter(3, false),
+        learner(4, true),
+    ];
+    assert!(matches!(
+        step(&nodes, members, &[(4, 0)], 0),
+        MembershipStep::Remove { kind: RemovalKind::NodeGone, id: r, .. } if r == id(3)
+    ));
+    let members = vec![voter(1, true), voter(2, true), learner(4, true)];
+    assert!(matches!(
+        step(&nodes, members, &[(4, 0)], 0),
+        MembershipStep::Promote { id: p, .. } if p == id(4)
+    ));
+}
+
+#[test]
+fn too_many_voters_for_the_remaining_nodes_removes_one_never_the_leader() {
+    // Five voters, n5's node was deleted and its member removed: four voters on four nodes.
+    let nodes: Vec<NodeInfo> = (1..=4).map(|i| node(i, true)).collect();
+    let voters: Vec<MemberHealth> = (1..=4).map(|i| voter(i, true)).collect();
+    match step_full(
+        &nodes,
+        voters.clone(),
+        &[],
+        &BTreeMap::new(),
+        Some(4),
+        &[],
+        0,
+    ) {
+        MembershipStep::Remove {
+            id: r,
+            kind: RemovalKind::OddVoterCount,
+            message,
+        } => {
+            assert_eq!(
+                r,
+                id(3),
+                "n4 leads, so n3 is the last node by name: {message}"
+            );
+            assert!(
+                message.contains("4 voters for 4 control-plane node(s)"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // An unhealthy voter is the one removed.
+    let mut sick = voters.clone();
+    sick[0].healthy = false;
+    assert!(matches!(
+        step_full(&nodes, sick, &[], &BTreeMap::new(), Some(4), &[], 0),
+        MembershipStep::Remove { id: r, kind: RemovalKind::OddVoterCount, .. } if r == id(1)
+    ));
+    // A voter of a node being deleted goes first.
+    let mut leaving = nodes.clone();
+    leaving[1].deleting = true;
+    let five: Vec<MemberHealth> = (1..=4).map(|i| voter(i, true)).collect();
+    assert!(matches!(
+        step_full(&leaving, five, &[], &BTreeMap::new(), Some(4), &[], 0),
+        MembershipStep::Remove { id: r, kind: RemovalKind::OddVoterCount, .. } if r == id(2)
+    ));
+    // Never below three voters: two nodes with three voters keep them (only a gone node's
+    // member is removed).
+    let two_nodes = [node(1, true), node(2, true), node(3, false)];
+    let three: Vec<MemberHealth> = (1..=3).map(|i| voter(i, true)).collect();
+    let mut two_left = two_nodes.to_vec();
+    two_left[2].deleting = true;
+    assert_eq!(
+        step_full(&two_left, three, &[], &BTreeMap::new(), Some(1), &[], 0),
+        MembershipStep::None
+    );
+}
+
+#[test]
+fn a_member_unhealthy_past_its_time_is_replaced_through_the_gate() {
+    use crate::controllers::remediation::Assessment;
+    let nodes = [node(1, true), node(2, true), node(3, true)];
+    let members = vec![voter(1, true), voter(2, false), voter(3, true)];
+    let due = |n: u8| Candidate {
+        node: format!("n{n}"),
+        member: id(n),
+        since: t(0),
+        assessment: Assessment::Due {
+            attempt: 1,
+            unhealthy_for: time::Duration::seconds(700),
+        },
+    };
+    match step_full(
+        &nodes,
+        members.clone(),
+        &[],
+        &BTreeMap::new(),
+        Some(1),
+        &[due(2)],
+        700,
+    ) {
+        MembershipStep::Remove {
+            id: r,
+            kind: RemovalKind::Unhealthy,
+            message,
+        } => {
+            assert_eq!(r, id(2));
+            assert!(message.contains("unhealthy for 700s"), "{message}");
+            assert!(message.contains("attempt 1"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Not yet due, backing off or exhausted: nothing is removed.
+    let mut waiting = due(2);
+    waiting.assessment = Assessment::Exhausted { attempts: 3 };
+    assert_eq!(
+        step_full(
+            &nodes,
+            members.clone(),
+            &[],
+            &BTreeMap::new(),
+            Some(1),
+            &[waiting],
+            700
+        ),
+        MembershipStep::None
+    );
+    // The gate still decides: with two of three voters down, no removal.
+    let two_down = vec![voter(1, true), voter(2, false), voter(3, false)];
+    assert!(matches!(
+        step_full(&nodes, two_down, &[], &BTreeMap::new(), Some(1), &[due(2)], 700),
+        MembershipStep::Denied { denial, .. } if denial.rule == DenyRule::NoQuorum
+    ));
 }

@@ -3,6 +3,7 @@
 
 pub mod member_status;
 pub mod membership;
+pub mod remediation;
 pub mod revisions;
 pub mod rollout;
 pub mod status;

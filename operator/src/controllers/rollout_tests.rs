@@ -27,6 +27,7 @@ fn cluster(healthy: &[bool]) -> ClusterView {
             })
             .collect(),
         rolling_node: None,
+        preflight: Default::default(),
     }
 }
 

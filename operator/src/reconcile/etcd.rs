@@ -1,11 +1,14 @@
 //! Observes etcd: the member list from any voter, then each started member's status (learners
-//! serve status) to tell health, the leader and raft indexes. Every call is bounded by the
-//! client's timeout; an unreachable member is unhealthy, never a hang.
+//! serve status) to tell health, the leader and raft indexes, and the preflight facts: every
+//! started voter's own member list and the raised alarms. Every call is bounded by the client's
+//! timeout; an unreachable member is unhealthy, never a hang.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use membership::{ClusterView, EtcdClient, Member, MemberHealth, MemberId, MemberUrl, TlsPem};
+use membership::{
+    ClusterView, EtcdClient, Member, MemberHealth, MemberId, MemberUrl, Preflight, TlsPem,
+};
 
 /// What etcd looked like this pass.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -13,6 +16,8 @@ pub struct EtcdObservation {
     pub members: Vec<Member>,
     pub health: BTreeMap<MemberId, MemberObs>,
     pub leader: Option<MemberId>,
+    /// Alarms and whether every voter reports the same member list.
+    pub preflight: Preflight,
     /// Why the member list could not be read, if it couldn't.
     pub error: Option<String>,
 }
@@ -38,6 +43,7 @@ impl EtcdObservation {
                 })
                 .collect(),
             rolling_node: None,
+            preflight: self.preflight.clone(),
         }
     }
 
@@ -131,11 +137,34 @@ pub async fn observe(client: &EtcdClient) -> EtcdObservation {
             ),
         }
     });
-    for (id, member_obs, leader) in futures::future::join_all(checks).await {
+    let lists = live
+        .members
+        .iter()
+        .filter(|m| !m.is_learner)
+        .filter_map(|m| Some((m.id, m.client_urls.first()?)))
+        .map(|(id, url)| async move { (id, client.member_list_at(url).await) });
+    let (statuses, lists, alarms) = futures::join!(
+        futures::future::join_all(checks),
+        futures::future::join_all(lists),
+        client.alarms()
+    );
+    for (id, member_obs, leader) in statuses {
         if member_obs.healthy && obs.leader.is_none() {
             obs.leader = leader;
         }
         obs.health.insert(id, member_obs);
+    }
+    let per_voter: BTreeMap<MemberId, Vec<Member>> = lists
+        .into_iter()
+        .filter_map(|(id, list)| Some((id, list.ok()?)))
+        .collect();
+    obs.preflight = Preflight {
+        disagreements: membership::disagreements(&obs.members, &per_voter),
+        ..Default::default()
+    };
+    match alarms {
+        Ok(a) => obs.preflight.alarms = a,
+        Err(e) => obs.preflight.alarms_unreadable = Some(e.to_string()),
     }
     obs
 }

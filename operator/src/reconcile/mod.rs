@@ -8,7 +8,7 @@
 //! once the caches show the previous pass's writes (see [`writes`]).
 
 mod endpoints;
-pub(crate) mod etcd;
+pub mod etcd;
 mod steps;
 pub mod writes;
 

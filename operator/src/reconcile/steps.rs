@@ -20,6 +20,7 @@ use super::{BUSY_REQUEUE, Context, Inputs, PassReport, PassState};
 use crate::api::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, ManagementState, NodeStatus};
 use crate::certs::{self, CaOrigin, CertPolicy, ClientCertKind, EtcdCa};
 use crate::controllers::membership::{self as ms, MembershipInput, MembershipStep};
+use crate::controllers::remediation::{self, Assessment, Candidate};
 use crate::controllers::revisions::{
     self as rev, FoundRevision, InUse, Limits, RevisionStep, RevisionView, Sources,
 };
@@ -300,6 +301,17 @@ fn member_conditions(
         "UnhealthyMembers",
         &unhealthy,
     ));
+    let alarms: Vec<String> = obs
+        .preflight
+        .alarms
+        .iter()
+        .map(|a| format!("alarm {a} is raised; membership changes wait until it is cleared"))
+        .collect();
+    out.push(Computed::from_problems(
+        C::EtcdMembersDegraded,
+        "AlarmRaised",
+        &alarms,
+    ));
     out.push(Computed::new(
         C::EtcdObserverDegraded,
         false,
@@ -389,6 +401,7 @@ pub(super) async fn run(
         .set(i64::try_from(nodes.len()).unwrap_or(i64::MAX));
     let mut latest = prev.latest_available_revision;
     let mut node_statuses = prev.node_statuses.clone();
+    let mut remediations = prev.remediations.clone();
     let mut busy = false;
 
     let outcome: Result<EtcdObservation, (StepError, EtcdObservation)> = async {
@@ -510,14 +523,36 @@ pub(super) async fn run(
         }
         let infos = observe::node_infos(&nodes, &certs.with_certs);
         let cluster_view = obs.cluster_view();
+        let planned: Vec<MemberId> = restarting.keys().copied().collect();
+        let candidates = remediation::candidates(
+            &spec.member_remediation,
+            &crate::controllers::member_status::member_statuses(&obs, &prev.members, &rfc3339(now)),
+            &by_node,
+            &remediations,
+            &planned,
+            now,
+        );
+        remediation_conditions(&candidates, &mut conds, &mut report);
         let step = ms::decide(&MembershipInput {
             nodes: &infos,
             cluster: &cluster_view,
             data_lost: &data_lost,
             learner_added: &st.learner_added,
             start_deadline: Duration::from_secs(u64::from(spec.learner_start_deadline_seconds)),
+            leader: obs.leader,
+            remediation: &candidates,
             now,
         });
+        record_policy_metrics(ctx, &obs, &infos, &step);
+        if let MembershipStep::Remove { id, kind: ms::RemovalKind::Unhealthy, message } = &step
+            && managed
+            && !ctx.plan_only
+            && let Some((node, _)) = by_node.iter().find(|(_, m)| *m == id)
+        {
+            // Recorded before the call: an attempt that fails still counts, so a failing
+            // removal backs off like a successful one that did not help.
+            remediation::record_attempt(&mut remediations, node, *id, message, &rfc3339(now));
+        }
         let changed = {
             let _t = ctx.metrics.time("membership");
             membership_act(
@@ -533,11 +568,19 @@ pub(super) async fn run(
             .await
             .map_err(|e| (e, obs.clone()))?
         };
-        if !matches!(step, MembershipStep::None) {
+        if !matches!(step, MembershipStep::None | MembershipStep::Standby { .. }) {
             busy = true;
         }
         let deadline = time::Duration::seconds(i64::from(spec.learner_start_deadline_seconds));
-        for m in obs.members.iter().filter(|m| m.is_learner && m.is_started()) {
+        let promoting = match &step {
+            MembershipStep::Promote { id, .. } => Some(*id),
+            _ => None,
+        };
+        for m in obs
+            .members
+            .iter()
+            .filter(|m| m.is_learner && m.is_started() && Some(m.id) == promoting)
+        {
             let added = st.learner_added.get(&m.id).copied().unwrap_or(now);
             if now - added > deadline {
                 let index = obs.health.get(&m.id).and_then(|h| h.raft_index);
@@ -835,6 +878,11 @@ pub(super) async fn run(
         return report;
     }
     st.awaited.append(&mut w.awaited);
+    let members = if obs.error.is_none() {
+        crate::controllers::member_status::member_statuses(&obs, &prev.members, &rfc3339(now))
+    } else {
+        prev.members.clone()
+    };
     let status = EtcdClusterStatus {
         observed_generation: cluster.metadata.generation,
         conditions: merge(
@@ -844,11 +892,18 @@ pub(super) async fn run(
         ),
         latest_available_revision: latest,
         node_statuses,
-        members: if obs.error.is_none() {
-            crate::controllers::member_status::member_statuses(&obs, &prev.members, &rfc3339(now))
-        } else {
-            prev.members.clone()
-        },
+        members: members.clone(),
+        remediations: remediation::settle_records(
+            &spec.member_remediation,
+            &remediations,
+            &members,
+            &members_by_node(&nodes, &obs),
+            &nodes
+                .iter()
+                .map(|n| n.target.name.clone())
+                .collect::<Vec<_>>(),
+            now,
+        ),
     };
     for c in &status.conditions {
         ctx.metrics.condition(&c.type_, &c.status);
@@ -890,6 +945,77 @@ fn fill_defaults(mut conds: Vec<Computed>) -> Vec<Computed> {
         }
     }
     conds
+}
+
+/// Remediation as status shows it: an exhausted node is Degraded (an admin must look); a member
+/// waiting for its time or backing off is a line in the plan.
+fn remediation_conditions(
+    candidates: &[Candidate],
+    conds: &mut Vec<Computed>,
+    report: &mut PassReport,
+) {
+    let mut exhausted = Vec::new();
+    for c in candidates {
+        let line = match &c.assessment {
+            Assessment::Waiting { due } => format!(
+                "member {} of {} unhealthy since {}; replaced at {} unless it recovers",
+                c.member,
+                c.node,
+                rfc3339(c.since),
+                rfc3339(*due)
+            ),
+            Assessment::BackingOff { until, attempts } => format!(
+                "member {} of {} still unhealthy after {attempts} replacement(s); next attempt not before {}",
+                c.member,
+                c.node,
+                rfc3339(*until)
+            ),
+            Assessment::Exhausted { attempts } => {
+                let line = format!(
+                    "member {} of {} is still unhealthy after {attempts} replacement(s) (spec.memberRemediation.maxRetries); the operator stops replacing it: look at the node (disk, etcd logs, etcd-verify's report)",
+                    c.member, c.node
+                );
+                exhausted.push(line.clone());
+                line
+            }
+            Assessment::Due { .. } => continue,
+            Assessment::Disabled => format!(
+                "member {} of {} is unhealthy; remediation is off (spec.memberRemediation.unhealthySeconds: 0)",
+                c.member, c.node
+            ),
+        };
+        report.next("remediation", line);
+    }
+    conds.push(Computed::from_problems(
+        C::EtcdMembersDegraded,
+        "RemediationExhausted",
+        &exhausted,
+    ));
+}
+
+/// The odd-voter policy as metrics: the voters it moves to and which learner is a standby.
+fn record_policy_metrics(
+    ctx: &Context,
+    obs: &EtcdObservation,
+    infos: &[ms::NodeInfo],
+    step: &MembershipStep,
+) {
+    let eligible = infos.iter().filter(|n| n.eligible).count();
+    let remaining = infos.iter().filter(|n| !n.deleting).count();
+    let desired = ms::desired_voters(membership::voters(&obs.members), eligible, remaining);
+    ctx.metrics
+        .desired_voters
+        .set(i64::try_from(desired).unwrap_or(i64::MAX));
+    ctx.metrics.learner_standby.clear();
+    for m in obs.members.iter().filter(|m| m.is_learner) {
+        let standby = matches!(step, MembershipStep::Standby { id, .. } if *id == m.id);
+        ctx.metrics
+            .learner_standby
+            .get_or_create(&crate::metrics::MemberLabel {
+                member: m.id.to_string(),
+            })
+            .set(i64::from(standby));
+    }
 }
 
 fn record_member_metrics(
@@ -957,6 +1083,9 @@ async fn membership_act(
         MembershipStep::Waiting { message } => {
             report.next("membership", format!("waiting: {message}"))
         }
+        MembershipStep::Standby { message, .. } => {
+            report.next("membership", format!("nothing to do: {message}"))
+        }
         MembershipStep::Denied { denial, .. } => report.next(
             "membership",
             format!(
@@ -989,12 +1118,18 @@ async fn membership_act(
         return Ok(false);
     };
     match step {
-        MembershipStep::None => {
+        MembershipStep::None | MembershipStep::Standby { .. } => {
+            let message = match step {
+                MembershipStep::Standby { message, .. } => {
+                    format!("membership is as desired; {message}")
+                }
+                _ => "membership is as desired".to_owned(),
+            };
             conds.push(Computed::new(
                 C::EtcdMembersProgressing,
                 false,
                 "AsExpected",
-                "membership is as desired",
+                message,
             ));
             conds.push(Computed::new(
                 C::MembershipControllerDegraded,

@@ -167,7 +167,7 @@ mod tests {
         assert_eq!(pods["scope"], "Namespaced");
         assert_eq!(pods["subresources"][0]["subresource"], "status");
         let apis = aggregated(&reg, false);
-        assert_eq!(apis["items"].as_array().unwrap().len(), 3);
+        assert_eq!(apis["items"].as_array().unwrap().len(), 4);
     }
 
     #[test]

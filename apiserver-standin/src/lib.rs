@@ -89,8 +89,11 @@
 //!
 //! ## How it differs from kube-apiserver (exactly)
 //! - **No authentication, authorization or TLS on the HTTP side** (etcd may be reached over
-//!   mTLS, [`StandInConfig::etcd_tls`]); no admission webhooks; admission is limited to
-//!   NamespaceLifecycle and the ServiceAccount existence check ([`admission`]).
+//!   mTLS, [`StandInConfig::etcd_tls`]); RBAC Roles and RoleBindings are stored, never
+//!   enforced; no TokenRequest. No admission webhooks; admission is limited to
+//!   NamespaceLifecycle and the ServiceAccount existence check ([`admission`]): pods get no
+//!   `kube-api-access-*` token volume, so the node agent gives their containers its own
+//!   kubeconfig instead.
 //! - **JSON only**: no protobuf, no table output; discovery is served in the legacy format and,
 //!   when `Accept` asks for it, as aggregated discovery (`apidiscovery.k8s.io/v2`), without
 //!   categories or OpenAPI (`/openapi/v2`, `/openapi/v3` are 404).

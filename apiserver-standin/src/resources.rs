@@ -271,6 +271,25 @@ pub fn builtins() -> Vec<ResourceInfo> {
             &[],
         ),
         crds,
+        // Stored only: the stand-in authenticates and authorizes nobody (see the crate docs).
+        ResourceInfo::builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "roles",
+            "Role",
+            true,
+            false,
+            &[],
+        ),
+        ResourceInfo::builtin(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "rolebindings",
+            "RoleBinding",
+            true,
+            false,
+            &[],
+        ),
     ]
 }
 
@@ -394,7 +413,8 @@ mod tests {
             vec![
                 "events.k8s.io",
                 "coordination.k8s.io",
-                "apiextensions.k8s.io"
+                "apiextensions.k8s.io",
+                "rbac.authorization.k8s.io"
             ]
         );
     }

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use etcd_fixture::LoopbackAddr;
 use etcd_operator::api::{EtcdCluster, EtcdClusterSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, Client, CustomResourceExt};
@@ -145,19 +146,7 @@ impl LocalControlPlane {
             };
             create_or_keep(&Api::<Namespace>::all(client.clone()), &obj).await?;
         }
-        let sa = ServiceAccount {
-            metadata: ObjectMeta {
-                name: Some("etcd-installer".to_owned()),
-                namespace: Some(STATIC_NS.to_owned()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        create_or_keep(
-            &Api::<ServiceAccount>::namespaced(client.clone(), STATIC_NS),
-            &sa,
-        )
-        .await?;
+        self.apply_installer_rbac().await?;
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         create_or_keep(&crds, &EtcdCluster::crd()).await?;
         let name = EtcdCluster::crd_name();
@@ -183,6 +172,43 @@ impl LocalControlPlane {
         .await
     }
 
+    /// `manifests/03-rbac-installer.yaml` as it ships: the installer pods' ServiceAccount, Role
+    /// and RoleBinding (on a real API server the installer authenticates with that account's
+    /// token, so the Role is what it may do).
+    async fn apply_installer_rbac(&self) -> Result<(), ControlPlaneError> {
+        let text = include_str!("../../manifests/03-rbac-installer.yaml");
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text).map_err(|e| {
+            ControlPlaneError::Failed(format!("manifests/03-rbac-installer.yaml: {e}"))
+        })?;
+        let client = self.client();
+        for doc in docs {
+            let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+            let bad = |e: serde_json::Error| {
+                ControlPlaneError::Failed(format!("manifests/03-rbac-installer.yaml {kind}: {e}"))
+            };
+            match kind.as_str() {
+                "ServiceAccount" => {
+                    let sa: ServiceAccount = serde_json::from_value(doc).map_err(bad)?;
+                    create_or_keep(&Api::namespaced(client.clone(), STATIC_NS), &sa).await?;
+                }
+                "Role" => {
+                    let role: Role = serde_json::from_value(doc).map_err(bad)?;
+                    create_or_keep(&Api::namespaced(client.clone(), STATIC_NS), &role).await?;
+                }
+                "RoleBinding" => {
+                    let rb: RoleBinding = serde_json::from_value(doc).map_err(bad)?;
+                    create_or_keep(&Api::namespaced(client.clone(), STATIC_NS), &rb).await?;
+                }
+                other => {
+                    return Err(ControlPlaneError::Failed(format!(
+                        "manifests/03-rbac-installer.yaml: unexpected kind {other:?}"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Adds a simulated node (its agent starts at once).
     pub async fn add_node(&mut self, name: &str) -> Result<&SimNode, ControlPlaneError> {
         let addr = LoopbackAddr::acquire()?;
@@ -205,7 +231,8 @@ impl LocalControlPlane {
     async fn start_agent(&self, node: &mut SimNode) -> Result<(), ControlPlaneError> {
         let cfg = NodeConfig::new(&node.name, node.ip(), &node.root, &self.bin_dir)
             .with_client(self.client())
-            .with_kubeconfig(self.api.kubeconfig());
+            .with_kubeconfig(self.api.kubeconfig())
+            .with_api_service(self.api.server_url());
         node.agent = Some(NodeAgent::start(cfg).await?);
         Ok(())
     }

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
-use crate::context::NodeContext;
+use crate::context::{ApiClient, NodeContext};
 use crate::images::ImageTable;
 use crate::probes::cancelled_sleep;
 use crate::publish::{Publisher, delete_now, publish_loop};
@@ -66,10 +66,13 @@ pub struct NodeConfig {
     pub heartbeat: Duration,
     /// Mirror pod / status resync interval.
     pub resync: Duration,
-    /// A kubeconfig every container gets as `KUBECONFIG`: stands in for the ServiceAccount token
-    /// and `KUBERNETES_SERVICE_*` env a kubelet gives pods (the API stand-in has no auth or TLS,
-    /// so in-cluster config can't reach it). `None`: containers get no API access.
+    /// A kubeconfig containers get as `KUBECONFIG` when their pod has no ServiceAccount token:
+    /// the API stand-in has no ServiceAccount admission, auth or TLS, so pods on it get the
+    /// agent's own credentials. On a real API server pods get their token volume instead.
     pub kubeconfig: Option<PathBuf>,
+    /// Host and port containers get as `KUBERNETES_SERVICE_HOST`/`_PORT` (see
+    /// [`NodeConfig::with_api_service`]).
+    pub api_service: Option<(String, u16)>,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -105,7 +108,15 @@ impl NodeConfig {
             heartbeat: Duration::from_secs(10),
             resync: Duration::from_secs(10),
             kubeconfig: None,
+            api_service: None,
         }
+    }
+
+    /// Points in-cluster clients at the API server `url` (`https://host:port`): the stand-in
+    /// for the `kubernetes` Service, which needs kube-proxy to reach.
+    pub fn with_api_service(mut self, url: &str) -> Self {
+        self.api_service = crate::env::api_service_of(url);
+        self
     }
 
     /// Gives every container `KUBECONFIG=<path>` (see [`NodeConfig::kubeconfig`]).
@@ -305,6 +316,8 @@ impl NodeAgent {
             ),
             backoff: config.backoff,
             kubeconfig: config.kubeconfig.clone(),
+            client: config.client.clone().map(ApiClient),
+            api_service: config.api_service.clone(),
         };
         ctx.create_dirs().map_err(|source| AgentError::Dirs {
             root: config.root.clone(),

@@ -20,8 +20,24 @@ pub struct NodeContext {
     pub helper: PathBuf,
     pub images: Arc<ImageTable>,
     pub backoff: Backoff,
-    /// Given to every container as `KUBECONFIG` (the stand-in for in-cluster credentials).
+    /// Given as `KUBECONFIG` to containers of pods without a ServiceAccount token (the API
+    /// stand-in issues none).
     pub kubeconfig: Option<PathBuf>,
+    /// The API, for API-backed volumes (tokens, ConfigMaps, Secrets).
+    pub client: Option<ApiClient>,
+    /// `KUBERNETES_SERVICE_HOST` and `_PORT` for every container: the API server's own address
+    /// (a kubelet gives the `kubernetes` Service's cluster IP; no kube-proxy runs here).
+    pub api_service: Option<(String, u16)>,
+}
+
+/// The agent's API client (a newtype so the context stays `Debug`).
+#[derive(Clone)]
+pub struct ApiClient(pub kube::Client);
+
+impl std::fmt::Debug for ApiClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("kube::Client")
+    }
 }
 
 /// A host path that would escape the node root.

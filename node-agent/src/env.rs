@@ -30,12 +30,17 @@ pub struct PodFacts {
     pub service_account: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
-    /// `KUBECONFIG` for the container (the node agent's stand-in for in-cluster credentials).
+    /// `KUBECONFIG` for the container (the node agent's stand-in for in-cluster credentials);
+    /// not given when the pod has a ServiceAccount token ([`PodFacts::in_cluster`]).
     pub kubeconfig: Option<String>,
+    /// The pod has a ServiceAccount token volume: its clients use in-cluster config.
+    pub in_cluster: bool,
+    /// `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`.
+    pub api_service: Option<(String, u16)>,
 }
 
 impl PodFacts {
-    fn field(&self, path: &str) -> Option<String> {
+    pub(crate) fn field(&self, path: &str) -> Option<String> {
         let keyed = |prefix: &str, map: &BTreeMap<String, String>| {
             path.strip_prefix(prefix)
                 .and_then(|r| r.strip_suffix("']"))
@@ -65,10 +70,36 @@ pub fn base_env(facts: &PodFacts) -> Vec<(String, String)> {
         ("HOSTNAME".into(), facts.node_name.clone()),
         ("HOME".into(), "/root".into()),
     ];
-    if let Some(k) = &facts.kubeconfig {
+    if let Some((host, port)) = &facts.api_service {
+        env.push(("KUBERNETES_SERVICE_HOST".into(), host.clone()));
+        env.push(("KUBERNETES_SERVICE_PORT".into(), port.to_string()));
+        env.push(("KUBERNETES_SERVICE_PORT_HTTPS".into(), port.to_string()));
+    }
+    if let Some(k) = facts.kubeconfig.as_ref().filter(|_| !facts.in_cluster) {
         env.push(("KUBECONFIG".into(), k.clone()));
     }
     env
+}
+
+/// Host and port of an `https://` URL (default port 443); `None` for anything else, since
+/// in-cluster clients always speak TLS.
+pub fn api_service_of(url: &str) -> Option<(String, u16)> {
+    let rest = url.strip_prefix("https://")?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (host, after) = v6.split_once(']')?;
+        match after.strip_prefix(':') {
+            Some(p) => (host, p.parse().ok()?),
+            None if after.is_empty() => (host, 443),
+            None => return None,
+        }
+    } else {
+        match authority.split_once(':') {
+            Some((host, p)) => (host, p.parse().ok()?),
+            None => (authority, 443),
+        }
+    };
+    (!host.is_empty()).then(|| (host.to_string(), port))
 }
 
 /// Resolves the container's `env` in order (later entries may reference earlier ones).
@@ -155,6 +186,39 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn the_api_service_is_the_host_and_port_of_an_https_url() {
+        let of = |u: &str| api_service_of(u);
+        assert_eq!(
+            of("https://127.0.90.10:6443"),
+            Some(("127.0.90.10".into(), 6443))
+        );
+        assert_eq!(
+            of("https://api.example/"),
+            Some(("api.example".into(), 443))
+        );
+        assert_eq!(of("https://[::1]:6443/x"), Some(("::1".into(), 6443)));
+        assert_eq!(of("http://127.0.0.1:8080"), None);
+        assert_eq!(of("https://h:notaport"), None);
+        assert_eq!(of("https://"), None);
+    }
+
+    #[test]
+    fn pods_with_a_token_get_the_service_env_and_no_kubeconfig() {
+        let mut facts = PodFacts {
+            kubeconfig: Some("/srv/kubeconfig".into()),
+            api_service: Some(("127.0.90.10".into(), 6443)),
+            ..Default::default()
+        };
+        let env: BTreeMap<_, _> = base_env(&facts).into_iter().collect();
+        assert_eq!(env["KUBECONFIG"], "/srv/kubeconfig");
+        assert_eq!(env["KUBERNETES_SERVICE_HOST"], "127.0.90.10");
+        facts.in_cluster = true;
+        let env: BTreeMap<_, _> = base_env(&facts).into_iter().collect();
+        assert!(!env.contains_key("KUBECONFIG"), "{env:?}");
+        assert_eq!(env["KUBERNETES_SERVICE_PORT"], "6443");
     }
 
     #[test]

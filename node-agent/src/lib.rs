@@ -31,6 +31,8 @@
 //! | container runtime | [`runner`] (process groups) + [`helper`] (mount and PID namespaces, exec) + [`mounts`] (bind mounts) |
 //! | container images | [`images`]: one table mapping image names to local binaries |
 //! | pod network | none: every pod shares the host network; pod IP = node IP |
+//! | kubelet volume manager | [`volumes`] (hostPath, emptyDir) + [`api_volumes`] (projected ServiceAccount token, configMap, secret, downwardAPI), built before the first container |
+//! | `kubernetes` Service (kube-proxy) | `KUBERNETES_SERVICE_HOST`/`_PORT` name the API server itself ([`NodeConfig::with_api_service`]) |
 //!
 //! ## Invariants
 //! - **Every container is a process group and a PID namespace** started by this agent: the
@@ -68,11 +70,13 @@
 //! `cargo build -p node-agent`); set [`NodeConfig::helper`] to use another path.
 //!
 //! ## Not supported (refused with a clear container error)
-//! configMap/secret/projected volumes, `envFrom`, `secretKeyRef`/`configMapKeyRef`, grpc
-//! probes, sidecar (restartable init) containers, resource limits, images not in the table.
+//! `envFrom`, `secretKeyRef`/`configMapKeyRef`, clusterTrustBundle/podCertificate projections,
+//! grpc probes, sidecar (restartable init) containers, resource limits, images not in the
+//! table; ConfigMap/Secret volume contents and tokens are not refreshed while a pod runs.
 
 pub mod agent;
 pub mod api_pods;
+pub mod api_volumes;
 pub mod backoff;
 mod container;
 pub mod context;

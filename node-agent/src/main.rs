@@ -153,13 +153,20 @@ fn main() -> anyhow::Result<()> {
                 .build()
                 .context("tokio runtime")?;
             rt.block_on(async move {
-                let client = if no_api {
+                let kube_config = if no_api {
                     None
                 } else {
-                    Some(kube::Client::try_default().await.context("kube client")?)
+                    Some(kube::Config::infer().await.context("kube config")?)
                 };
                 let helper = std::env::current_exe().context("own path")?;
                 let mut config = NodeConfig::new(&name, ip, &root, &bin_dir);
+                let client = match kube_config {
+                    Some(kc) => {
+                        config = config.with_api_service(&kc.cluster_url.to_string());
+                        Some(kube::Client::try_from(kc).context("kube client")?)
+                    }
+                    None => None,
+                };
                 config.helper = Some(helper);
                 config.client = client;
                 config.kubeconfig = pod_kubeconfig.filter(|p| !p.as_os_str().is_empty());

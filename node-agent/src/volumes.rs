@@ -1,9 +1,10 @@
 //! Volumes: turning a container's `volumeMounts` into bind mounts of node-local directories.
 //!
 //! Supported: `hostPath` (below the node root; `DirectoryOrCreate`/unset create a missing
-//! directory, `FileOrCreate` a missing file, the other types must exist) and `emptyDir`
-//! (a per-pod directory). Anything else is refused with a clear error: the stand-in has no
-//! API-backed volumes.
+//! directory, `FileOrCreate` a missing file, the other types must exist), `emptyDir` (a
+//! per-pod directory) and the API-backed kinds [`crate::api_volumes`] builds before the pod's
+//! first container (`projected`, `configMap`, `secret`, `downwardAPI`). Anything else is
+//! refused with a clear error.
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +26,8 @@ pub enum VolumeError {
         path: PathBuf,
         type_: String,
     },
+    #[error("volume {0:?} was not built before the container started")]
+    NotBuilt(String),
     #[error(transparent)]
     Escape(#[from] PathEscape),
     #[error("creating {path}: {source}")]
@@ -87,6 +90,13 @@ pub fn volume_source(
         }
         return Ok(path);
     }
+    if crate::api_volumes::is_api_volume(v) {
+        let path = crate::api_volumes::volume_dir(&ctx.pod_dir(pod_uid), name);
+        if !path.is_dir() {
+            return Err(VolumeError::NotBuilt(name.to_string()));
+        }
+        return Ok(path);
+    }
     if v.empty_dir.is_some() {
         let path = ctx.pod_dir(pod_uid).join("volumes/empty-dir").join(name);
         std::fs::create_dir_all(&path).map_err(io(&path))?;
@@ -133,7 +143,7 @@ mod tests {
     use crate::backoff::Backoff;
     use crate::images::ImageTable;
     use k8s_openapi::api::core::v1::{
-        ConfigMapVolumeSource, HostPathVolumeSource, Volume, VolumeMount,
+        CSIVolumeSource, ConfigMapVolumeSource, HostPathVolumeSource, Volume, VolumeMount,
     };
     use std::sync::Arc;
 
@@ -148,6 +158,8 @@ mod tests {
             images: Arc::new(ImageTable::standard(Path::new("/b"))),
             backoff: Backoff::kubelet(),
             kubeconfig: None,
+            client: None,
+            api_service: None,
         };
         let spec = PodSpec {
             volumes: Some(vec![
@@ -162,6 +174,14 @@ mod tests {
                 Volume {
                     name: "cm".into(),
                     config_map: Some(ConfigMapVolumeSource::default()),
+                    ..Default::default()
+                },
+                Volume {
+                    name: "csi".into(),
+                    csi: Some(CSIVolumeSource {
+                        driver: "d".into(),
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 },
             ]),
@@ -179,19 +199,23 @@ mod tests {
         let b = container_binds(&ctx, &spec, "uid", &c).unwrap();
         assert_eq!(b[0].source, root.path().join("var/lib/etcd"));
         assert!(b[0].source.is_dir());
-        let bad = Container {
+        let mounting = |volume: &str| Container {
             name: "x".into(),
             volume_mounts: Some(vec![VolumeMount {
-                name: "cm".into(),
-                mount_path: "/cm".into(),
+                name: volume.into(),
+                mount_path: "/v".into(),
                 ..Default::default()
             }]),
             ..Default::default()
         };
-        let err = container_binds(&ctx, &spec, "uid", &bad)
+        let err = container_binds(&ctx, &spec, "uid", &mounting("cm"))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("configMap"), "{err}");
+        assert!(err.contains("was not built"), "{err}");
+        let err = container_binds(&ctx, &spec, "uid", &mounting("csi"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("csi volumes are not supported"), "{err}");
         assert!(ctx.host_path("/../etc").is_err());
     }
 }

@@ -102,6 +102,8 @@ impl PodWorker {
             labels: pod.metadata.labels.clone().unwrap_or_default(),
             annotations: pod.metadata.annotations.clone().unwrap_or_default(),
             kubeconfig: ctx.kubeconfig.as_ref().map(|p| p.display().to_string()),
+            in_cluster: crate::api_volumes::has_service_account_token(&spec),
+            api_service: ctx.api_service.clone(),
         };
         let cancel = CancellationToken::new();
         let kill = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -161,6 +163,9 @@ impl PodWorker {
 
 async fn run_pod(run: Arc<PodRun>) {
     tracing::info!("starting pod");
+    if !mount_api_volumes(&run).await {
+        return;
+    }
     let init_count = run.spec.init_containers.as_ref().map_or(0, Vec::len);
     for i in 0..init_count {
         if !run_init_container(&run, i).await {
@@ -186,6 +191,36 @@ async fn run_pod(run: Arc<PodRun>) {
         }
     }
     tracing::info!("pod worker finished");
+}
+
+/// Builds the pod's API-backed volumes, retrying (500 ms doubling to 2 min, like the kubelet's
+/// volume manager) with every container Waiting `ContainerCreating` and the error as message;
+/// false when cancelled meanwhile.
+async fn mount_api_volumes(run: &PodRun) -> bool {
+    let mut delay = Duration::from_millis(500);
+    loop {
+        let client = run.ctx.client.as_ref().map(|c| &c.0);
+        let pod_dir = run.ctx.pod_dir(&run.uid);
+        match crate::api_volumes::materialize(client, &run.spec, &run.facts, &pod_dir).await {
+            Ok(()) => return true,
+            Err(e) => {
+                let message = format!("MountVolume.SetUp failed: {e}");
+                tracing::warn!(%message, "volumes not ready");
+                run.obs.send_modify(|o| {
+                    for c in o.init_containers.iter_mut().chain(o.containers.iter_mut()) {
+                        c.state = ContainerPhase::Waiting {
+                            reason: "ContainerCreating".into(),
+                            message: Some(message.clone()),
+                        };
+                    }
+                });
+            }
+        }
+        if cancelled_sleep(&run.cancel, delay).await {
+            return false;
+        }
+        delay = (delay * 2).min(Duration::from_secs(122));
+    }
 }
 
 /// Runs init container `i` until it succeeds; false when the pod must not continue.

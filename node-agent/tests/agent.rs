@@ -63,10 +63,11 @@ impl TestNode {
         Self::start_with(name, client, None).await
     }
 
+    /// A node on `api` (client, kubeconfig for pods without a token, the API's address).
     async fn start_with(
         name: &str,
         client: Option<kube::Client>,
-        kubeconfig: Option<&Path>,
+        api: Option<&kube_testapi::TestApi>,
     ) -> Self {
         let addr = LoopbackAddr::acquire().unwrap();
         let root = tempfile::tempdir().unwrap();
@@ -82,7 +83,10 @@ impl TestNode {
         cfg.heartbeat = Duration::from_millis(500);
         cfg.resync = Duration::from_secs(2);
         cfg.client = client;
-        cfg.kubeconfig = kubeconfig.map(Path::to_path_buf);
+        if let Some(api) = api {
+            cfg.kubeconfig = Some(api.kubeconfig().to_path_buf());
+            cfg = cfg.with_api_service(api.server_url());
+        }
         let agent = NodeAgent::start(cfg).await.unwrap();
         TestNode {
             name: name.to_string(),
@@ -939,7 +943,7 @@ mod api {
         let ns = api.temp_namespace("node-agent").await.unwrap();
         let suffix = ns.rsplit('-').next().unwrap().to_string();
         let client = api.client();
-        let kc = Some(api.kubeconfig());
+        let kc = Some(&api);
         let mut na =
             TestNode::start_with(&format!("cp-a-{suffix}"), Some(client.clone()), kc).await;
         let mut nb =
@@ -1111,10 +1115,22 @@ mod api {
 
         // Run-to-completion pods bound through the API.
         for n in [&na, &nb] {
-            // KUBECONFIG stands in for in-cluster credentials.
-            let script = "set -e; test -s \\\"$KUBECONFIG\\\"; ls /var/lib/etcd > /etc/kubernetes/static-pod-resources/seen; \
-                          echo installed on $(NODE_NAME) > /dev/termination-log";
-            let mut pod = installer_pod(&n.name, &format!("installer-1-{}", n.name), script);
+            // On a real API server the pod gets its ServiceAccount token volume (admission adds
+            // it; the agent builds it) and in-cluster env, and no kubeconfig; on the stand-in,
+            // which issues no tokens, KUBECONFIG stands in for in-cluster credentials.
+            let credentials = if api.is_real() {
+                "test -s /var/run/secrets/kubernetes.io/serviceaccount/token; \
+                 test -s /var/run/secrets/kubernetes.io/serviceaccount/ca.crt; \
+                 test \\\"$(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace)\\\" = \\\"$NS\\\"; \
+                 test -n \\\"$KUBERNETES_SERVICE_HOST\\\"; test -z \\\"$KUBECONFIG\\\""
+            } else {
+                "test -s \\\"$KUBECONFIG\\\""
+            };
+            let script = format!(
+                "set -e; NS={ns}; {credentials}; ls /var/lib/etcd > /etc/kubernetes/static-pod-resources/seen; \
+                 echo installed on $(NODE_NAME) > /dev/termination-log"
+            );
+            let mut pod = installer_pod(&n.name, &format!("installer-1-{}", n.name), &script);
             pod.metadata.namespace = Some(ns.clone());
             create_pod(&pods, &pod).await;
         }

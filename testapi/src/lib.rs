@@ -4,7 +4,9 @@
 //!
 //! * `KUBECONFIG` set (non-empty): a **real cluster**. Tests then run unchanged against it; each
 //!   test works in its own namespace ([`TestApi::temp_namespace`]).
-//! * otherwise: the **API stand-in** (`apiserver-standin`, a stand-in for kube-apiserver) on its
+//! * `TEST_API=kas`: a **real kube-apiserver and controller-manager** of its own from the shared
+//!   kas control plane ([`TestApi::kas`]); an error when kas is absent.
+//! * otherwise (`TEST_API` unset or `stand-in`): the **API stand-in** (`apiserver-standin`, a stand-in for kube-apiserver) on its
 //!   own real etcd (`etcd-fixture`, one member on a unique loopback address). Both stop when the
 //!   [`TestApi`] is dropped.
 //!
@@ -14,7 +16,11 @@
 //! [`TestApi::kas`] gives a **real kube-apiserver** v1.36 (optionally with controller-manager and
 //! scheduler) from the shared `kas` control plane (`../shared/kas/kas` beside the repository, or
 //! `$KAS`), on its own loopback address `127.0.90.N`; `None` where kas is absent (a user's fresh
-//! clone), so the caller can skip loudly. It is stopped and its data wiped on drop.
+//! clone), so the caller can skip loudly. It is stopped and its data wiped on drop. Beside it
+//! runs a stand-in for OpenShift's service CA publisher (`service_ca`), which the fork's
+//! token volumes need.
+
+mod service_ca;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -56,6 +62,8 @@ struct KasParts {
     script: PathBuf,
     ip: Ipv4Addr,
     _lock: std::fs::File,
+    /// [`service_ca::publish`], aborted on drop.
+    publisher: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl KasParts {
@@ -69,6 +77,9 @@ impl KasParts {
 
 impl Drop for KasParts {
     fn drop(&mut self) {
+        if let Some(p) = self.publisher.take() {
+            p.abort();
+        }
         self.down();
     }
 }
@@ -100,6 +111,7 @@ pub struct TestApi {
     backend: Backend,
     client: Client,
     kubeconfig: PathBuf,
+    server_url: String,
 }
 
 impl std::fmt::Debug for TestApi {
@@ -112,11 +124,33 @@ impl std::fmt::Debug for TestApi {
 }
 
 impl TestApi {
-    /// A real cluster when `KUBECONFIG` is set, else the stand-in.
+    /// A real cluster when `KUBECONFIG` is set, else what `TEST_API` names (`kas`: a kas
+    /// control plane with its controller-manager; unset or `stand-in`: the stand-in).
     pub async fn start() -> Result<Self, TestApiError> {
-        match std::env::var("KUBECONFIG") {
-            Ok(path) if !path.is_empty() => Self::real(&path).await,
-            _ => Self::stand_in().await,
+        if let Ok(path) = std::env::var("KUBECONFIG")
+            && !path.is_empty()
+        {
+            return Self::real(&path).await;
+        }
+        match std::env::var("TEST_API").as_deref() {
+            Ok("kas") => {
+                let options = KasOptions {
+                    controller_manager: true,
+                    scheduler: false,
+                };
+                Self::kas(options).await?.ok_or_else(|| {
+                    TestApiError::Kas(
+                        "TEST_API=kas".into(),
+                        "no kas control plane: put shared/kas beside the repository or set KAS"
+                            .into(),
+                    )
+                })
+            }
+            Ok("" | "stand-in") | Err(_) => Self::stand_in().await,
+            Ok(other) => Err(TestApiError::Kas(
+                format!("TEST_API={other:?}"),
+                "expected kas or stand-in".into(),
+            )),
         }
     }
 
@@ -133,7 +167,8 @@ impl TestApi {
         let kubeconfig = dir.path().join("kubeconfig");
         server.write_kubeconfig(&kubeconfig)?;
         let client = server.client()?;
-        tracing::info!(url = %server.url(), "API stand-in up");
+        let server_url = server.url();
+        tracing::info!(url = %server_url, "API stand-in up");
         Ok(Self {
             backend: Backend::StandIn(Box::new(StandInParts {
                 server,
@@ -142,6 +177,7 @@ impl TestApi {
             })),
             client,
             kubeconfig,
+            server_url,
         })
     }
 
@@ -172,10 +208,11 @@ impl TestApi {
                 "every 127.0.90.10-250 is in use".into(),
             ));
         };
-        let parts = KasParts {
+        let mut parts = KasParts {
             script,
             ip,
             _lock: lock,
+            publisher: None,
         };
         // Whatever an earlier, crashed user of this address left: stop it and wipe its data.
         parts.down();
@@ -206,6 +243,7 @@ impl TestApi {
             .strip_prefix("export KUBECONFIG=")
             .map_or(kubeconfig, PathBuf::from);
         let mut api = Self::real(&kubeconfig.to_string_lossy()).await?;
+        parts.publisher = Some(tokio::spawn(service_ca::publish(api.client())));
         api.backend = Backend::Kas(parts);
         tracing::info!(%ip, "kas control plane up");
         Ok(Some(api))
@@ -224,10 +262,12 @@ impl TestApi {
                 path: path.to_owned(),
                 source,
             })?;
+        let server_url = config.cluster_url.to_string();
         Ok(Self {
             backend: Backend::Real,
             client: Client::try_from(config)?,
             kubeconfig: PathBuf::from(path),
+            server_url,
         })
     }
 
@@ -239,6 +279,11 @@ impl TestApi {
     /// A kubeconfig file pointing at this API, for subprocesses.
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
+    }
+
+    /// The API server's URL (`http://` for the stand-in, `https://` for a real one).
+    pub fn server_url(&self) -> &str {
+        &self.server_url
     }
 
     /// True against a real cluster.

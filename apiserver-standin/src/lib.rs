@@ -66,7 +66,7 @@
 //!   on an object being deleted, malformed CRDs; 405 for verbs a path does not take; 410
 //!   Expired; 415 for unknown patch types;
 //! - status isolation for resources with a status subresource (main writes keep the stored
-//!   `.status`, status writes change only `.status`);
+//!   `.status`; status writes keep the spec, and for custom resources everything but `.status`);
 //! - finalizers: delete sets `deletionTimestamp` and keeps the object until
 //!   `metadata.finalizers` is empty; the update that empties it removes the object;
 //! - selectors: labels (`=`, `==`, `!=`, `in`, `notin`, `key`, `!key`, `>`/`<`), fields
@@ -94,6 +94,10 @@
 //!   NamespaceLifecycle and the ServiceAccount existence check ([`admission`]): pods get no
 //!   `kube-api-access-*` token volume, so the node agent gives their containers its own
 //!   kubeconfig instead.
+//! - **Custom resources are not validated** against their CRD's OpenAPI schema or CEL rules
+//!   (`x-kubernetes-validations`), unknown fields are not pruned and schema defaults are not
+//!   applied (`testapi/tests/differential.rs` lists this as a known difference and checks that it
+//!   still is one).
 //! - **JSON only**: no protobuf, no table output; discovery is served in the legacy format and,
 //!   when `Accept` asks for it, as aggregated discovery (`apidiscovery.k8s.io/v2`), without
 //!   categories or OpenAPI (`/openapi/v2`, `/openapi/v3` are 404).
@@ -115,7 +119,7 @@
 //!   owned and replaced whole** (no associative lists keyed by e.g. container `name`, so two
 //!   appliers cannot share a list), and **non-apply writes record no ownership** (no
 //!   `operation: Update` entries: an apply never conflicts with a PUT/PATCH writer, and their
-//!   fields are never removed by an apply). `fieldManager` is required (400 without it).
+//!   fields are never removed by an apply). `fieldManager` is required (422 without it).
 //!   Applying to a missing object creates it (201).
 //! - **Validation** covers the checks listed above plus decoding every built-in body into its
 //!   k8s-openapi type and encoding it back (wrong field types and bad base64 in Secret data are

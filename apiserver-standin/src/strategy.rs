@@ -131,9 +131,30 @@ pub fn prepare_for_update(info: &ResourceInfo, old: &Value, new: &mut Value) {
     }
 }
 
-/// Prepares a `/status` write: the stored object with only `.status` taken from `new`.
+/// Prepares a `/status` write: the stored object with `.status` taken from `new`. For built-in
+/// kinds `new`'s metadata (labels, annotations, finalizers, ...) is taken too, as kube-apiserver's
+/// status strategies for them reset only the spec (pods also keep their ownerReferences); a
+/// custom resource's status write changes nothing but `.status`.
 pub fn prepare_for_status_update(info: &ResourceInfo, old: &Value, new: &Value) -> Value {
     let mut out = old.clone();
+    if info.crd.is_none()
+        && let Some(meta) = new.get("metadata").filter(|m| m.is_object())
+    {
+        objects::object_mut(&mut out).insert("metadata".into(), meta.clone());
+        carry_server_meta(old, &mut out);
+        if info.group.is_empty() && info.resource == "pods" {
+            let owners = old.get("metadata").and_then(|m| m.get("ownerReferences"));
+            let meta = objects::metadata_mut(&mut out);
+            match owners {
+                Some(o) => {
+                    meta.insert("ownerReferences".into(), o.clone());
+                }
+                None => {
+                    meta.remove("ownerReferences");
+                }
+            }
+        }
+    }
     let map = objects::object_mut(&mut out);
     map.insert("apiVersion".into(), Value::String(info.api_version()));
     map.insert("kind".into(), Value::String(info.kind.clone()));
@@ -230,13 +251,17 @@ mod tests {
     }
 
     #[test]
-    fn status_update_touches_only_status() {
+    fn status_update_keeps_the_spec_and_takes_status_and_metadata() {
         let pods = info("", "pods");
-        let old = json!({"metadata": {"name": "p", "labels": {"a": "1"}}, "spec": {"nodeName": "a"}, "status": {"phase": "Pending"}});
-        let new = json!({"metadata": {"name": "p", "labels": {"a": "2"}}, "spec": {"nodeName": "b"}, "status": {"phase": "Running"}});
+        let old = json!({"metadata": {"name": "p", "uid": "u1", "labels": {"a": "1"},
+            "ownerReferences": [{"uid": "o"}]}, "spec": {"nodeName": "a"}, "status": {"phase": "Pending"}});
+        let new = json!({"metadata": {"name": "p", "labels": {"a": "2"}},
+            "spec": {"nodeName": "b"}, "status": {"phase": "Running"}});
         let out = prepare_for_status_update(&pods, &old, &new);
         assert_eq!(out["spec"]["nodeName"], "a");
-        assert_eq!(out["metadata"]["labels"]["a"], "1");
+        assert_eq!(out["metadata"]["labels"]["a"], "2");
+        assert_eq!(out["metadata"]["uid"], "u1");
+        assert_eq!(out["metadata"]["ownerReferences"][0]["uid"], "o");
         assert_eq!(out["status"]["phase"], "Running");
     }
 

@@ -191,7 +191,7 @@ pub fn validate_data_keys(obj: &Value) -> Vec<Cause> {
                     && !key.starts_with("..");
                 if !ok {
                     causes.push(Cause::invalid(
-                        field,
+                        format!("{field}[{key}]"),
                         key,
                         "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')",
                     ));

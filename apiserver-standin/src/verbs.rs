@@ -514,8 +514,13 @@ pub async fn patch(
     let patch_doc = patch::parse_body(kind, body)?;
     if kind == PatchKind::Apply {
         if opts.field_manager.as_deref().is_none_or(str::is_empty) {
-            return Err(ApiError::bad_request(
-                "PATCH, application/apply-patch+yaml requires fieldManager",
+            let mut cause = Cause::required("fieldManager");
+            cause.message = "Required value: is required for apply patch".into();
+            return Err(ApiError::invalid(
+                "PatchOptions",
+                "meta.k8s.io",
+                "",
+                vec![cause],
             ));
         }
         let has_type = |f: &str| {

@@ -148,6 +148,35 @@ impl LogLevel {
     }
 }
 
+/// Per-field defaults of the spec's small structs: each field defaults on its own, so setting one
+/// field keeps the others' defaults (without them the API refused a partial object).
+mod defaults {
+    pub fn heartbeat_interval_ms() -> u32 {
+        100
+    }
+    pub fn election_timeout_ms() -> u32 {
+        1000
+    }
+    pub fn succeeded_limit() -> u32 {
+        5
+    }
+    pub fn failed_limit() -> u32 {
+        5
+    }
+    pub fn unhealthy_seconds() -> u32 {
+        600
+    }
+    pub fn max_retries() -> u32 {
+        3
+    }
+    pub fn retry_period_seconds() -> u32 {
+        600
+    }
+    pub fn min_healthy_seconds() -> u32 {
+        3600
+    }
+}
+
 /// Raft heartbeat and election timing (milliseconds).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, KubeSchema)]
 #[x_kube(
@@ -157,16 +186,18 @@ impl LogLevel {
 #[serde(rename_all = "camelCase")]
 pub struct Timing {
     #[x_kube(validation = Rule::new("self >= 10 && self <= 5000").message("heartbeatIntervalMs must be between 10 and 5000"))]
+    #[serde(default = "defaults::heartbeat_interval_ms")]
     pub heartbeat_interval_ms: u32,
     #[x_kube(validation = Rule::new("self >= 50 && self <= 50000").message("electionTimeoutMs must be between 50 and 50000"))]
+    #[serde(default = "defaults::election_timeout_ms")]
     pub election_timeout_ms: u32,
 }
 
 impl Default for Timing {
     fn default() -> Self {
         Self {
-            heartbeat_interval_ms: 100,
-            election_timeout_ms: 1000,
+            heartbeat_interval_ms: defaults::heartbeat_interval_ms(),
+            election_timeout_ms: defaults::election_timeout_ms(),
         }
     }
 }
@@ -176,16 +207,18 @@ impl Default for Timing {
 #[serde(rename_all = "camelCase")]
 pub struct RevisionHistory {
     #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("succeededLimit must be between 1 and 100"))]
+    #[serde(default = "defaults::succeeded_limit")]
     pub succeeded_limit: u32,
     #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("failedLimit must be between 1 and 100"))]
+    #[serde(default = "defaults::failed_limit")]
     pub failed_limit: u32,
 }
 
 impl Default for RevisionHistory {
     fn default() -> Self {
         Self {
-            succeeded_limit: 5,
-            failed_limit: 5,
+            succeeded_limit: defaults::succeeded_limit(),
+            failed_limit: defaults::failed_limit(),
         }
     }
 }
@@ -198,25 +231,29 @@ pub struct MemberRemediation {
     /// Seconds a started member must stay unhealthy before it is replaced; 0 turns remediation
     /// off (the member is then only reported).
     #[x_kube(validation = Rule::new("self == 0 || (self >= 10 && self <= 86400)").message("unhealthySeconds must be 0 or between 10 and 86400"))]
+    #[serde(default = "defaults::unhealthy_seconds")]
     pub unhealthy_seconds: u32,
     /// Attempts per node before the operator stops and asks for an admin (Degraded).
     #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("maxRetries must be between 1 and 100"))]
+    #[serde(default = "defaults::max_retries")]
     pub max_retries: u32,
     /// Seconds between two attempts on one node, doubled for each earlier attempt (at most a day).
     #[x_kube(validation = Rule::new("self >= 10 && self <= 86400").message("retryPeriodSeconds must be between 10 and 86400"))]
+    #[serde(default = "defaults::retry_period_seconds")]
     pub retry_period_seconds: u32,
     /// A node's attempt count starts again after its member has been healthy this long.
     #[x_kube(validation = Rule::new("self >= 60 && self <= 604800").message("minHealthySeconds must be between 60 and 604800"))]
+    #[serde(default = "defaults::min_healthy_seconds")]
     pub min_healthy_seconds: u32,
 }
 
 impl Default for MemberRemediation {
     fn default() -> Self {
         Self {
-            unhealthy_seconds: 600,
-            max_retries: 3,
-            retry_period_seconds: 600,
-            min_healthy_seconds: 3600,
+            unhealthy_seconds: defaults::unhealthy_seconds(),
+            max_retries: defaults::max_retries(),
+            retry_period_seconds: defaults::retry_period_seconds(),
+            min_healthy_seconds: defaults::min_healthy_seconds(),
         }
     }
 }
@@ -324,6 +361,33 @@ pub struct MemberStatus {
 mod tests {
     use super::*;
     use kube::CustomResourceExt;
+
+    #[test]
+    fn a_partly_given_struct_keeps_the_other_fields_defaults() {
+        let r: MemberRemediation =
+            serde_json::from_value(serde_json::json!({"unhealthySeconds": 30})).unwrap();
+        assert_eq!(
+            r,
+            MemberRemediation {
+                unhealthy_seconds: 30,
+                ..MemberRemediation::default()
+            }
+        );
+        let t: Timing =
+            serde_json::from_value(serde_json::json!({"electionTimeoutMs": 2000})).unwrap();
+        assert_eq!(t.heartbeat_interval_ms, 100);
+        let h: RevisionHistory = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!(h, RevisionHistory::default());
+        let crd = serde_json::to_value(EtcdCluster::crd()).unwrap();
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+        for field in ["memberRemediation", "timing", "revisionHistory"] {
+            assert!(
+                spec[field].get("required").is_none(),
+                "{field}: {}",
+                spec[field]
+            );
+        }
+    }
 
     #[test]
     fn crd_carries_the_validation_rules() {

@@ -21,8 +21,7 @@ use std::time::{Duration, Instant};
 
 use etcd_fixture::LoopbackAddr;
 use etcd_operator::api::{EtcdCluster, EtcdClusterSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::{Api, Client, CustomResourceExt};
@@ -112,7 +111,11 @@ impl LocalControlPlane {
     /// The API plus the objects the operator expects (namespaces, the installer's
     /// ServiceAccount, the CRD). No nodes yet.
     pub async fn start() -> Result<Self, ControlPlaneError> {
-        let api = TestApi::start().await?;
+        Self::start_on(TestApi::start().await?).await
+    }
+
+    /// [`LocalControlPlane::start`] on a given API.
+    pub async fn start_on(api: TestApi) -> Result<Self, ControlPlaneError> {
         let dir = tempfile::Builder::new()
             .prefix("sandbox-")
             .tempdir()
@@ -176,35 +179,42 @@ impl LocalControlPlane {
     /// and RoleBinding (on a real API server the installer authenticates with that account's
     /// token, so the Role is what it may do).
     async fn apply_installer_rbac(&self) -> Result<(), ControlPlaneError> {
-        let text = include_str!("../../manifests/03-rbac-installer.yaml");
-        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text).map_err(|e| {
-            ControlPlaneError::Failed(format!("manifests/03-rbac-installer.yaml: {e}"))
-        })?;
+        self.apply_manifest(
+            "03-rbac-installer.yaml",
+            include_str!("../../manifests/03-rbac-installer.yaml"),
+        )
+        .await
+    }
+
+    /// Creates every object of one file of `manifests/` as it ships (kinds resolved through API
+    /// discovery); objects that exist already are kept.
+    pub async fn apply_manifest(&self, file: &str, text: &str) -> Result<(), ControlPlaneError> {
+        use kube::api::DynamicObject;
+        use kube::discovery::Scope;
+        let failed = |what: String| ControlPlaneError::Failed(format!("manifests/{file}: {what}"));
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(text).map_err(|e| failed(e.to_string()))?;
         let client = self.client();
-        for doc in docs {
-            let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
-            let bad = |e: serde_json::Error| {
-                ControlPlaneError::Failed(format!("manifests/03-rbac-installer.yaml {kind}: {e}"))
+        for doc in docs.into_iter().filter(|d| d.is_object()) {
+            let obj: DynamicObject =
+                serde_json::from_value(doc).map_err(|e| failed(e.to_string()))?;
+            let types = obj
+                .types
+                .clone()
+                .ok_or_else(|| failed("a document without apiVersion/kind".into()))?;
+            let gvk =
+                kube::api::GroupVersionKind::try_from(&types).map_err(|e| failed(e.to_string()))?;
+            let (resource, caps) = kube::discovery::pinned_kind(&client, &gvk).await?;
+            let api: Api<DynamicObject> = match (&caps.scope, obj.metadata.namespace.as_deref()) {
+                (Scope::Namespaced, Some(ns)) => {
+                    Api::namespaced_with(client.clone(), ns, &resource)
+                }
+                (Scope::Namespaced, None) => {
+                    return Err(failed(format!("{} without a namespace", types.kind)));
+                }
+                (Scope::Cluster, _) => Api::all_with(client.clone(), &resource),
             };
-            match kind.as_str() {
-                "ServiceAccount" => {
-                    let sa: ServiceAccount = serde_json::from_value(doc).map_err(bad)?;
-                    create_or_keep(&Api::namespaced(client.clone(), STATIC_NS), &sa).await?;
-                }
-                "Role" => {
-                    let role: Role = serde_json::from_value(doc).map_err(bad)?;
-                    create_or_keep(&Api::namespaced(client.clone(), STATIC_NS), &role).await?;
-                }
-                "RoleBinding" => {
-                    let rb: RoleBinding = serde_json::from_value(doc).map_err(bad)?;
-                    create_or_keep(&Api::namespaced(client.clone(), STATIC_NS), &rb).await?;
-                }
-                other => {
-                    return Err(ControlPlaneError::Failed(format!(
-                        "manifests/03-rbac-installer.yaml: unexpected kind {other:?}"
-                    )));
-                }
-            }
+            create_or_keep(&api, &obj).await?;
         }
         Ok(())
     }

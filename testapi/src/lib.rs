@@ -85,10 +85,12 @@ impl Drop for KasParts {
 }
 
 /// Which parts of the kas control plane to run besides kube-apiserver.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct KasOptions {
     pub controller_manager: bool,
     pub scheduler: bool,
+    /// Extra kube-apiserver flags (kas's `KAS_APISERVER_ARGS`), e.g. an audit log.
+    pub apiserver_args: Vec<String>,
 }
 
 /// Where the kas script is: `$KAS`, else `shared/kas/kas` beside the repository.
@@ -136,7 +138,7 @@ impl TestApi {
             Ok("kas") => {
                 let options = KasOptions {
                     controller_manager: true,
-                    scheduler: false,
+                    ..KasOptions::default()
                 };
                 Self::kas(options).await?.ok_or_else(|| {
                     TestApiError::Kas(
@@ -225,6 +227,7 @@ impl TestApi {
         }
         let out = tokio::process::Command::new(&parts.script)
             .args(&args)
+            .env("KAS_APISERVER_ARGS", options.apiserver_args.join(" "))
             .output()
             .await
             .map_err(io(format!("running {}", parts.script.display())))?;

@@ -1,0 +1,260 @@
+//! The operator as the platform runs it, on the real control plane (kube-apiserver,
+//! controller-manager and scheduler from `../shared/kas`): `manifests/` applied as shipped, the
+//! Deployment's ReplicaSet made by the controller-manager, its pods placed by the scheduler onto
+//! the control-plane nodes and run by their node agents, the operator authenticating with its own
+//! ServiceAccount's token (so every request it makes is checked against
+//! `manifests/02-rbac-operator.yaml`), and from there the bootstrapped member grown to three
+//! voters. kube-apiserver's audit log records every request of the operator's and the installer's
+//! ServiceAccounts: none may be refused (403, a missing permission), and the permissions the
+//! manifests grant but this run never used are listed. Skipped loudly where kas is absent.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use e2e::controlplane::{LocalControlPlane, OPERATOR_NS, wait_for};
+use etcd_operator::api::{EtcdCluster, EtcdClusterSpec, SINGLETON};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
+use kube_testapi::{KasOptions, TestApi};
+
+const MANIFESTS: [(&str, &str); 3] = [
+    (
+        "00-namespaces.yaml",
+        include_str!("../../manifests/00-namespaces.yaml"),
+    ),
+    (
+        "02-rbac-operator.yaml",
+        include_str!("../../manifests/02-rbac-operator.yaml"),
+    ),
+    (
+        "04-deployment.yaml",
+        include_str!("../../manifests/04-deployment.yaml"),
+    ),
+];
+
+const OPERATOR_USER: &str = "system:serviceaccount:etcd-operator:etcd-operator";
+const INSTALLER_USER: &str = "system:serviceaccount:etcd:etcd-installer";
+
+/// One audited request.
+struct Request {
+    user: String,
+    verb: String,
+    group: String,
+    /// `pods`, or `pods/status` for a subresource.
+    resource: String,
+    namespace: String,
+    code: i64,
+}
+
+/// The requests in a kube-apiserver audit log (JSON lines, stage ResponseComplete).
+fn audited(log: &str) -> Vec<Request> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["stage"] == "ResponseComplete")
+        .map(|e| {
+            let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+            let o = &e["objectRef"];
+            let mut resource = s(&o["resource"]);
+            if let Some(sub) = o["subresource"].as_str() {
+                resource = format!("{resource}/{sub}");
+            }
+            Request {
+                user: s(&e["user"]["username"]),
+                verb: s(&e["verb"]),
+                group: s(&o["apiGroup"]),
+                resource,
+                namespace: s(&o["namespace"]),
+                code: e["responseStatus"]["code"].as_i64().unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
+/// Every (group, resource, verb) the Roles and ClusterRoles of a manifest file grant.
+fn granted(manifest: &str) -> BTreeSet<(String, String, String)> {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(manifest).unwrap();
+    let mut out = BTreeSet::new();
+    for d in docs
+        .iter()
+        .filter(|d| d["kind"] == "Role" || d["kind"] == "ClusterRole")
+    {
+        for rule in d["rules"].as_array().into_iter().flatten() {
+            let list = |k: &str| -> Vec<String> {
+                rule[k]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            };
+            for g in list("apiGroups") {
+                for r in list("resources") {
+                    for v in list("verbs") {
+                        out.insert((g.clone(), r.clone(), v));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Names of the nodes running a Ready operator pod, or what the pods look like.
+fn ready_operator_nodes(pods: &[Pod]) -> Result<BTreeSet<String>, String> {
+    let mut nodes = BTreeSet::new();
+    let mut seen = Vec::new();
+    for p in pods {
+        let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+        let status = p.status.clone().unwrap_or_default();
+        let ready = status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        seen.push(format!(
+            "{} on {:?}: {:?} ready={ready} {:?}",
+            p.metadata.name.clone().unwrap_or_default(),
+            node,
+            status.phase,
+            status
+                .container_statuses
+                .iter()
+                .flatten()
+                .map(|c| c.state.clone())
+                .collect::<Vec<_>>()
+        ));
+        if let (Some(n), true) = (node, ready) {
+            nodes.insert(n);
+        }
+    }
+    if nodes.len() >= 2 {
+        Ok(nodes)
+    } else {
+        Err(seen.join("; "))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_deployment_runs_on_the_nodes_and_grows_etcd() {
+    let audit = tempfile::tempdir().unwrap();
+    let policy = audit.path().join("policy.yaml");
+    let log = audit.path().join("audit.log");
+    std::fs::write(
+        &policy,
+        format!(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
+             - level: Metadata\n  users: [\"{OPERATOR_USER}\", \"{INSTALLER_USER}\"]\n\
+             - level: None\n"
+        ),
+    )
+    .unwrap();
+    let options = KasOptions {
+        controller_manager: true,
+        scheduler: true,
+        apiserver_args: vec![
+            format!("--audit-policy-file={}", policy.display()),
+            format!("--audit-log-path={}", log.display()),
+        ],
+    };
+    let Some(api) = TestApi::kas(options).await.unwrap() else {
+        eprintln!(
+            "SKIPPED the_operator_deployment_runs_on_the_nodes_and_grows_etcd: no kas control \
+             plane beside the repository (../shared/kas/kas) and no $KAS; the operator was not \
+             run as a Deployment"
+        );
+        return;
+    };
+    let mut cp = LocalControlPlane::start_on(api).await.unwrap();
+    for i in 1..=3 {
+        cp.add_node(&format!("n{i}")).await.unwrap();
+    }
+    cp.bootstrap("n1").await.unwrap();
+    cp.create_cluster(EtcdClusterSpec::default()).await.unwrap();
+    for (file, text) in MANIFESTS {
+        cp.apply_manifest(file, text).await.unwrap();
+    }
+    let pods: Api<Pod> = Api::namespaced(cp.client(), OPERATOR_NS);
+    let selector = ListParams::default().labels("app.kubernetes.io/name=etcd-operator");
+    wait_for(
+        Duration::from_secs(180),
+        "two Ready operator pods, scheduled onto two control-plane nodes",
+        || {
+            let (pods, selector) = (pods.clone(), selector.clone());
+            async move {
+                let list = pods.list(&selector).await.map_err(|e| e.to_string())?;
+                ready_operator_nodes(&list.items).map(|_| ())
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let clusters: Api<EtcdCluster> = Api::all(cp.client());
+    let settled = wait_for(
+        Duration::from_secs(240),
+        "3 healthy voters, every node on the latest revision",
+        || {
+            let clusters = clusters.clone();
+            async move {
+                let c = clusters.get(SINGLETON).await.map_err(|e| e.to_string())?;
+                let status = c.status.clone().unwrap_or_default();
+                if e2e::view::settled(&status, 3) {
+                    Ok(())
+                } else {
+                    Err(e2e::view::render(&[], Some(&c)).join("\n"))
+                }
+            }
+        },
+    )
+    .await;
+    let list = pods.list(&selector).await.unwrap();
+    let nodes = ready_operator_nodes(&list.items);
+    cp.shutdown().await;
+    settled.unwrap();
+    let requests = audited(&std::fs::read_to_string(&log).unwrap());
+    let refused: Vec<String> = requests
+        .iter()
+        .filter(|r| r.code == 403)
+        .map(|r| {
+            format!(
+                "{} {} {}/{} in {:?}",
+                r.user, r.verb, r.group, r.resource, r.namespace
+            )
+        })
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "requests the manifests' RBAC refused: {refused:#?}"
+    );
+    for (user, file) in [
+        (OPERATOR_USER, "02-rbac-operator.yaml"),
+        (INSTALLER_USER, "03-rbac-installer.yaml"),
+    ] {
+        let used: BTreeSet<(String, String, String)> = requests
+            .iter()
+            .filter(|r| r.user == user)
+            .map(|r| (r.group.clone(), r.resource.clone(), r.verb.clone()))
+            .collect();
+        assert!(!used.is_empty(), "no request of {user} was audited");
+        let text = std::fs::read_to_string(format!(
+            "{}/../manifests/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        let unused: Vec<_> = granted(&text)
+            .into_iter()
+            .filter(|g| !used.contains(g))
+            .collect();
+        eprintln!(
+            "{user}: {} distinct requests, none refused; granted by {file} but not used in this \
+             run: {unused:?}",
+            used.len()
+        );
+    }
+    let nodes = nodes.unwrap();
+    assert!(
+        nodes.iter().all(|n| n.starts_with('n')),
+        "operator pods on unexpected nodes: {nodes:?}"
+    );
+}

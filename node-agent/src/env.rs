@@ -37,6 +37,9 @@ pub struct PodFacts {
     pub in_cluster: bool,
     /// `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`.
     pub api_service: Option<(String, u16)>,
+    /// `HOME`: an empty per-pod directory, standing in for the image's own home, so nothing in
+    /// the host's home (a `~/.kube/config`) reaches the container; `/root` when unset.
+    pub home: Option<String>,
 }
 
 impl PodFacts {
@@ -68,7 +71,10 @@ pub fn base_env(facts: &PodFacts) -> Vec<(String, String)> {
             "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
         ),
         ("HOSTNAME".into(), facts.node_name.clone()),
-        ("HOME".into(), "/root".into()),
+        (
+            "HOME".into(),
+            facts.home.clone().unwrap_or_else(|| "/root".into()),
+        ),
     ];
     if let Some((host, port)) = &facts.api_service {
         env.push(("KUBERNETES_SERVICE_HOST".into(), host.clone()));
@@ -216,8 +222,10 @@ mod tests {
         assert_eq!(env["KUBECONFIG"], "/srv/kubeconfig");
         assert_eq!(env["KUBERNETES_SERVICE_HOST"], "127.0.90.10");
         facts.in_cluster = true;
+        facts.home = Some("/pods/u/home".into());
         let env: BTreeMap<_, _> = base_env(&facts).into_iter().collect();
         assert!(!env.contains_key("KUBECONFIG"), "{env:?}");
+        assert_eq!(env["HOME"], "/pods/u/home");
         assert_eq!(env["KUBERNETES_SERVICE_PORT"], "6443");
     }
 

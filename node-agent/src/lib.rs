@@ -32,6 +32,7 @@
 //! | container images | [`images`]: one table mapping image names to local binaries |
 //! | pod network | none: every pod shares the host network; pod IP = node IP |
 //! | kubelet volume manager | [`volumes`] (hostPath, emptyDir) + [`api_volumes`] (projected ServiceAccount token, configMap, secret, downwardAPI), built before the first container |
+//! | container image filesystem | the host's, with the pod's mounts; `HOME` is an empty per-pod directory (nothing of the host's home, such as a `~/.kube/config`, reaches a pod) |
 //! | `kubernetes` Service (kube-proxy) | `KUBERNETES_SERVICE_HOST`/`_PORT` name the API server itself ([`NodeConfig::with_api_service`]) |
 //!
 //! ## Invariants

@@ -104,6 +104,7 @@ impl PodWorker {
             kubeconfig: ctx.kubeconfig.as_ref().map(|p| p.display().to_string()),
             in_cluster: crate::api_volumes::has_service_account_token(&spec),
             api_service: ctx.api_service.clone(),
+            home: Some(ctx.pod_dir(&uid).join("home").display().to_string()),
         };
         let cancel = CancellationToken::new();
         let kill = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -163,6 +164,11 @@ impl PodWorker {
 
 async fn run_pod(run: Arc<PodRun>) {
     tracing::info!("starting pod");
+    if let Some(home) = &run.facts.home
+        && let Err(e) = std::fs::create_dir_all(home)
+    {
+        tracing::warn!(%home, error = %e, "could not create the pod's home directory");
+    }
     if !mount_api_volumes(&run).await {
         return;
     }

@@ -92,6 +92,9 @@ pub struct LocalControlPlane {
     pub nodes: Vec<SimNode>,
     operator: Option<Child>,
     pub operator_metrics: Option<SocketAddr>,
+    /// On the kas control plane: a kubeconfig with a token of the operator's ServiceAccount,
+    /// so the local operator process has exactly the RBAC `manifests/` grant it.
+    operator_kubeconfig: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for LocalControlPlane {
@@ -121,15 +124,20 @@ impl LocalControlPlane {
             .tempdir()
             .map_err(io("creating the sandbox dir"))?;
         let bin_dir = crate::binaries::bin_dir().map_err(io("locating the project's binaries"))?;
-        let cp = Self {
+        let mut cp = Self {
             api,
             dir,
             bin_dir,
             nodes: Vec::new(),
             operator: None,
             operator_metrics: None,
+            operator_kubeconfig: None,
         };
         cp.install_prerequisites().await?;
+        if cp.api.kas_address().is_some() {
+            cp.operator_kubeconfig = Some(cp.operator_identity().await?);
+            cp.wait_token_volume_sources().await?;
+        }
         Ok(cp)
     }
 
@@ -173,6 +181,78 @@ impl LocalControlPlane {
             },
         )
         .await
+    }
+
+    /// Waits until the ConfigMaps every pod's token volume projects exist in the project's
+    /// namespaces (`kube-root-ca.crt` from the controller-manager, `openshift-service-ca.crt`
+    /// from the service CA stand-in), as they do long before any pod on a running cluster. A pod
+    /// started earlier backs off its mount retries up to two minutes, like the kubelet.
+    async fn wait_token_volume_sources(&self) -> Result<(), ControlPlaneError> {
+        for ns in [STATIC_NS, OPERATOR_NS] {
+            let cms: Api<ConfigMap> = Api::namespaced(self.client(), ns);
+            for name in ["kube-root-ca.crt", "openshift-service-ca.crt"] {
+                wait_for(
+                    Duration::from_secs(120),
+                    &format!("ConfigMap {ns}/{name}"),
+                    || {
+                        let cms = cms.clone();
+                        async move {
+                            match cms.get_opt(name).await {
+                                Ok(Some(_)) => Ok(()),
+                                Ok(None) => Err("not published yet".to_owned()),
+                                Err(e) => Err(e.to_string()),
+                            }
+                        }
+                    },
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies `manifests/02-rbac-operator.yaml` as it ships and writes a kubeconfig that
+    /// authenticates as the operator's ServiceAccount (a token from the TokenRequest API, the
+    /// API's address and CA from the admin kubeconfig).
+    async fn operator_identity(&self) -> Result<PathBuf, ControlPlaneError> {
+        use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        self.apply_manifest(
+            "02-rbac-operator.yaml",
+            include_str!("../../manifests/02-rbac-operator.yaml"),
+        )
+        .await?;
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.client(), OPERATOR_NS);
+        let request = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                expiration_seconds: Some(24 * 3600),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let token = accounts
+            .create_token_request("etcd-operator", &PostParams::default(), &request)
+            .await?
+            .status
+            .and_then(|s| s.token)
+            .ok_or_else(|| ControlPlaneError::Failed("no token issued for etcd-operator".into()))?;
+        let token_path = self.dir.path().join("operator.token");
+        std::fs::write(&token_path, token).map_err(io("writing the operator's token"))?;
+        let admin = self.api.kubeconfig();
+        let mut config = kube::config::Kubeconfig::read_from(admin)
+            .map_err(|e| ControlPlaneError::Failed(format!("{}: {e}", admin.display())))?;
+        for user in &mut config.auth_infos {
+            user.auth_info = Some(kube::config::AuthInfo {
+                token_file: Some(token_path.display().to_string()),
+                ..Default::default()
+            });
+        }
+        let path = self.dir.path().join("operator.kubeconfig");
+        let text = serde_json::to_string(&config).map_err(|e| {
+            ControlPlaneError::Failed(format!("writing the operator kubeconfig: {e}"))
+        })?;
+        std::fs::write(&path, text).map_err(io("writing the operator kubeconfig"))?;
+        Ok(path)
     }
 
     /// `manifests/03-rbac-installer.yaml` as it ships: the installer pods' ServiceAccount, Role
@@ -369,7 +449,8 @@ impl LocalControlPlane {
         create_or_keep(&Api::<EtcdCluster>::all(self.client()), &cr).await
     }
 
-    /// Starts `etcd-operator run` as a local process (output in `<dir>/operator.log`).
+    /// Starts `etcd-operator run` as a local process (output in `<dir>/operator.log`); on the
+    /// kas control plane it authenticates as the operator's ServiceAccount.
     pub fn start_operator(&mut self) -> Result<(), ControlPlaneError> {
         if self.operator.is_some() {
             return Ok(());
@@ -388,7 +469,12 @@ impl LocalControlPlane {
             .arg("--listen")
             .arg(listen.to_string())
             .args(["--identity", "sandbox-operator", "--lease-duration", "6s"])
-            .env("KUBECONFIG", self.api.kubeconfig())
+            .env(
+                "KUBECONFIG",
+                self.operator_kubeconfig
+                    .as_deref()
+                    .unwrap_or(self.api.kubeconfig()),
+            )
             .env("ETCD_OPERATOR_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log)

@@ -396,6 +396,22 @@ fn the_deployment_runs_the_operator_as_designed() {
         }),
         "tolerates the control-plane taint"
     );
+    let anti = pod
+        .affinity
+        .clone()
+        .and_then(|a| a.pod_anti_affinity)
+        .and_then(|a| a.required_during_scheduling_ignored_during_execution)
+        .unwrap_or_default();
+    assert!(
+        anti.iter()
+            .any(|t| t.topology_key == "kubernetes.io/hostname"
+                && t.label_selector
+                    .as_ref()
+                    .and_then(|s| s.match_labels.as_ref())
+                    .and_then(|m| m.get("app.kubernetes.io/name"))
+                    .is_some_and(|v| v == "etcd-operator")),
+        "replicas are required to be on different nodes: {anti:?}"
+    );
     let psc = pod.security_context.unwrap();
     assert_eq!(psc.run_as_non_root, Some(true));
     assert!(psc.run_as_user.is_some_and(|u| u != 0));
@@ -415,6 +431,7 @@ fn the_deployment_runs_the_operator_as_designed() {
     for (name, path) in [
         ("POD_NAME", "metadata.name"),
         ("POD_NAMESPACE", "metadata.namespace"),
+        ("POD_IP", "status.podIP"),
     ] {
         let e = env.iter().find(|e| e.name == name).unwrap();
         let field = e

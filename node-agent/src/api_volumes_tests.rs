@@ -1,9 +1,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 use super::*;
+use crate::api_volume_io::{volume_dir, write_volume};
 use k8s_openapi::api::core::v1::{
     ConfigMapProjection, ConfigMapVolumeSource, DownwardAPIProjection, ObjectFieldSelector,
     ProjectedVolumeSource, SecretVolumeSource, ServiceAccountTokenProjection,
 };
+use std::os::unix::fs::PermissionsExt;
 
 /// The volume the ServiceAccount admission plugin of kube-apiserver adds to every pod.
 fn kube_api_access() -> Volume {

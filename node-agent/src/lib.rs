@@ -31,7 +31,7 @@
 //! | container runtime | [`runner`] (process groups) + [`helper`] (mount and PID namespaces, exec) + [`mounts`] (bind mounts) |
 //! | container images | [`images`]: one table mapping image names to local binaries |
 //! | pod network | none: every pod shares the host network; pod IP = node IP |
-//! | kubelet volume manager | [`volumes`] (hostPath, emptyDir) + [`api_volumes`] (projected ServiceAccount token, configMap, secret, downwardAPI), built before the first container |
+//! | kubelet volume manager | [`volumes`] (hostPath, emptyDir) + [`api_volumes`] + [`api_volume_io`] (projected ServiceAccount token, configMap, secret, downwardAPI), built before the first container |
 //! | container image filesystem | the host's, with the pod's mounts; `HOME` is an empty per-pod directory (nothing of the host's home, such as a `~/.kube/config`, reaches a pod) |
 //! | `kubernetes` Service (kube-proxy) | `KUBERNETES_SERVICE_HOST`/`_PORT` name the API server itself ([`NodeConfig::with_api_service`]) |
 //!
@@ -77,6 +77,7 @@
 
 pub mod agent;
 pub mod api_pods;
+pub mod api_volume_io;
 pub mod api_volumes;
 pub mod backoff;
 mod container;

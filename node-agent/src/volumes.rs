@@ -91,7 +91,7 @@ pub fn volume_source(
         return Ok(path);
     }
     if crate::api_volumes::is_api_volume(v) {
-        let path = crate::api_volumes::volume_dir(&ctx.pod_dir(pod_uid), name);
+        let path = crate::api_volume_io::volume_dir(&ctx.pod_dir(pod_uid), name);
         if !path.is_dir() {
             return Err(VolumeError::NotBuilt(name.to_string()));
         }

@@ -207,7 +207,7 @@ async fn mount_api_volumes(run: &PodRun) -> bool {
     loop {
         let client = run.ctx.client.as_ref().map(|c| &c.0);
         let pod_dir = run.ctx.pod_dir(&run.uid);
-        match crate::api_volumes::materialize(client, &run.spec, &run.facts, &pod_dir).await {
+        match crate::api_volume_io::materialize(client, &run.spec, &run.facts, &pod_dir).await {
             Ok(()) => return true,
             Err(e) => {
                 let message = format!("MountVolume.SetUp failed: {e}");

@@ -257,12 +257,13 @@ impl ApiError {
         .with_empty_details()
     }
 
-    /// 410 Gone / Expired: the revision was compacted.
-    pub fn expired(requested: i64, compacted: i64) -> Self {
+    /// 410 Gone / Expired: the revision a `what` (`"watch"` or `"list"`) starts from was
+    /// compacted (kube-apiserver v1.36's wording; the revisions go to the log only).
+    pub fn expired(what: &str) -> Self {
         Self::new(
             410,
             "Expired",
-            format!("too old resource version: {requested} ({compacted})"),
+            format!("The resourceVersion for the provided {what} is too old."),
         )
     }
 

@@ -63,7 +63,10 @@ pub fn store_err(e: StoreError) -> ApiError {
         StoreError::Compacted {
             requested,
             compacted,
-        } => ApiError::expired(requested, compacted),
+        } => {
+            tracing::debug!(requested, compacted, "read from a compacted revision");
+            ApiError::expired("list")
+        }
         StoreError::Timeout(what) => ApiError::timeout(what),
         other => ApiError::internal(other.to_string()),
     }

@@ -179,7 +179,8 @@ async fn run(
                 };
                 if resp.canceled() {
                     if resp.compact_revision() > 0 {
-                        return Err(ApiError::expired(from - 1, resp.compact_revision()));
+                        tracing::debug!(from, compacted = resp.compact_revision(), "watch from a compacted revision");
+                        return Err(ApiError::expired("watch"));
                     }
                     return Ok(());
                 }

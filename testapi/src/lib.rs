@@ -49,6 +49,10 @@ pub enum TestApiError {
     Io(String, std::io::Error),
     #[error("kas up failed ({0}): {1}")]
     Kas(String, String),
+    #[error("compacting the API's etcd at {0}: {1}")]
+    Compact(String, String),
+    #[error("{0}")]
+    Unsupported(&'static str),
 }
 
 enum Backend {
@@ -308,6 +312,33 @@ impl TestApi {
             Backend::StandIn(parts) => Some(&parts.server),
             Backend::Real | Backend::Kas(_) => None,
         }
+    }
+
+    /// Compacts the etcd behind this API up to its current revision (kube-apiserver does this
+    /// every five minutes), so watches and lists from older resourceVersions get 410 Expired
+    /// where the server reads etcd directly. Returns the compacted revision.
+    pub async fn compact_storage(&self) -> Result<i64, TestApiError> {
+        let endpoint = match &self.backend {
+            Backend::StandIn(parts) => return Ok(parts.server.compact().await?),
+            Backend::Kas(parts) => format!("http://{}:2379", parts.ip),
+            Backend::Real => {
+                return Err(TestApiError::Unsupported(
+                    "compacting storage needs the stand-in or a kas control plane, not KUBECONFIG",
+                ));
+            }
+        };
+        let failed = |e: etcd_client::Error| TestApiError::Compact(endpoint.clone(), e.to_string());
+        let mut etcd = etcd_client::Client::connect([endpoint.as_str()], None)
+            .await
+            .map_err(failed)?;
+        let revision = etcd
+            .status()
+            .await
+            .map_err(failed)?
+            .header()
+            .map_or(0, |h| h.revision());
+        etcd.compact(revision, None).await.map_err(failed)?;
+        Ok(revision)
     }
 
     /// Creates a namespace with a unique name (`<prefix>-xxxxx`) and returns its name.

@@ -5,22 +5,38 @@
 //! tested function) and the `etcd-operator` binary (`run`, `render`, `crd`, `plan`).
 //!
 //! ```text
-//!   observe (API + etcd) ──► decide (pure) ──► act (API / etcd) ──► status, events, metrics
+//!   observed (API caches, then etcd) ──► controllers (decide: pure; act: through the writer)
+//!                                    ──► status, events, metrics
 //! ```
 //!
 //! Modules:
 //! * [`api`]: the `EtcdCluster` custom resource (cluster-scoped singleton `cluster`).
+//! * [`context`]: what every pass shares (client, config, metrics, state between passes).
+//! * [`observed`]: the one view of the world a pass decides from.
+//! * [`pass`]: one pass, the controllers in their fixed order.
+//! * [`controllers`]: one module per controller (see its list and contract).
+//! * [`status`]: typed condition types and reasons, merge and aggregates.
+//! * [`writer`]: every API write (and the dry run of `plan`), the read-your-writes barrier.
+//! * [`retry`]: back-off of transient controller errors.
+//! * [`etcd`]: reads etcd (members, health, alarms) and keeps the client.
 //! * [`certs`]: the etcd CA and per-node peer, serving and metrics certificates.
 //! * [`podspec`]: renders the per-node static-pod manifests from `bindata/` (deterministic).
 //! * [`bootstrap`]: `etcd-operator render`, the single-member bootstrap before the operator runs.
+//! * [`run`]: the control loop of `etcd-operator run` (caches, Lease, HTTP) and `plan`.
+//! * [`metrics`], [`manifests`]: the Prometheus metrics; the CRD as YAML.
 
 pub mod api;
 pub mod bootstrap;
 pub mod certs;
+pub mod context;
 pub mod controllers;
+pub mod etcd;
 pub mod manifests;
 pub mod metrics;
-pub mod observe;
+pub mod observed;
+pub mod pass;
 pub mod podspec;
-pub mod reconcile;
+pub mod retry;
 pub mod run;
+pub mod status;
+pub mod writer;

@@ -1,7 +1,8 @@
 //! `etcd-operator`: runs etcd as static pods and changes membership through one quorum gate.
 //!
-//! Subcommands: `run` (the operator), `crd` (print the CustomResourceDefinition), `render` (the
-//! bootstrap static pod for the first node, before any operator runs).
+//! Subcommands: `run` (the operator), `plan` (print what the operator would do next), `crd`
+//! (print the CustomResourceDefinition), `render` (the bootstrap static pod for the first node,
+//! before any operator runs).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -120,15 +121,10 @@ enum PlanOutput {
     Json,
 }
 
+/// Parses the command line and runs the chosen subcommand.
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ETCD_OPERATOR_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    init_tracing();
     match Cli::parse().command {
         Command::Run {
             namespace,
@@ -138,25 +134,15 @@ async fn main() -> anyhow::Result<()> {
             etcd_timeout,
             images,
         } => {
-            let client = kube::Client::try_default().await?;
-            let identity = identity.unwrap_or_else(|| {
-                let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-                format!("{}-{}", host.trim(), std::process::id())
-            });
-            etcd_operator::run::run(
-                client,
-                etcd_operator::run::RunOptions {
-                    config: etcd_operator::reconcile::OperatorConfig {
-                        images: images.images(),
-                        operator_namespace: namespace,
-                        etcd_timeout,
-                    },
-                    listen,
-                    identity,
-                    lease_duration,
-                },
+            run(
+                namespace,
+                identity,
+                listen,
+                lease_duration,
+                etcd_timeout,
+                images,
             )
-            .await?;
+            .await
         }
         Command::Plan {
             namespace,
@@ -164,56 +150,8 @@ async fn main() -> anyhow::Result<()> {
             etcd_timeout,
             timeout,
             images,
-        } => {
-            let mut config = kube::Config::infer().await?;
-            // Each request is bounded too, so a silent API fails fast with its own message.
-            config.connect_timeout = Some(timeout);
-            config.read_timeout = Some(timeout);
-            config.write_timeout = Some(timeout);
-            let server = config.cluster_url.to_string();
-            let client = kube::Client::try_from(config)?;
-            let plan = etcd_operator::run::plan(
-                client,
-                etcd_operator::reconcile::OperatorConfig {
-                    images: images.images(),
-                    operator_namespace: namespace,
-                    etcd_timeout,
-                },
-            );
-            let report = tokio::time::timeout(timeout, plan)
-                .await
-                .map_err(|_| {
-                    anyhow::anyhow!(
-                        "the API server {server} did not answer within {timeout:?} (--timeout); when etcd is in trouble the API served from it may be too"
-                    )
-                })?
-                .map_err(|e| {
-                    anyhow::anyhow!(
-                        "reading from the API server {server} (each request bounded by --timeout {timeout:?}): {}",
-                        etcd_operator::reconcile::writes::describe(&e)
-                    )
-                })?;
-            match output {
-                PlanOutput::Json => println!("{}", serde_json::to_string_pretty(&report.plan)?),
-                PlanOutput::Text => {
-                    let width = report
-                        .plan
-                        .iter()
-                        .map(|p| p.controller.len())
-                        .max()
-                        .unwrap_or(0);
-                    for p in &report.plan {
-                        println!("{:<width$}  {}", p.controller, p.next);
-                    }
-                }
-            }
-        }
-        Command::Crd => {
-            print!(
-                "{}",
-                etcd_operator::manifests::crd_yaml(&EtcdCluster::crd())?
-            );
-        }
+        } => plan(namespace, output, etcd_timeout, timeout, images).await,
+        Command::Crd => crd(),
         Command::Render {
             node_name,
             node_ip,
@@ -221,32 +159,153 @@ async fn main() -> anyhow::Result<()> {
             resource_host_dir,
             local_client_listener,
             images,
-        } => {
-            let rendered = etcd_operator::bootstrap::render(
-                &node_name,
-                node_ip,
-                &output_dir,
-                resource_host_dir,
-                local_client_listener,
-                images.images(),
-                time::OffsetDateTime::now_utc(),
-            )?;
-            for f in rendered.files {
-                println!("{}", output_dir.join(f.path).display());
-            }
-            if rendered.reused_ca {
-                eprintln!(
-                    "render: reused the CA of the previous render in {}",
-                    output_dir.display()
-                );
-            }
-            if let Some(previous) = rendered.previous {
-                eprintln!(
-                    "render: the previous output is kept in {}",
-                    previous.display()
-                );
+        } => render(
+            node_name,
+            node_ip,
+            output_dir,
+            resource_host_dir,
+            local_client_listener,
+            images,
+        ),
+    }
+}
+
+/// Logs to stderr, filtered by `ETCD_OPERATOR_LOG` (default `info`).
+fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ETCD_OPERATOR_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+}
+
+/// `run`: runs the operator, identified by `identity` or else `<hostname>-<pid>`.
+async fn run(
+    namespace: String,
+    identity: Option<String>,
+    listen: std::net::SocketAddr,
+    lease_duration: std::time::Duration,
+    etcd_timeout: std::time::Duration,
+    images: ImageArgs,
+) -> anyhow::Result<()> {
+    let client = kube::Client::try_default().await?;
+    let identity = identity.unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    });
+    etcd_operator::run::run(
+        client,
+        etcd_operator::run::RunOptions {
+            config: etcd_operator::context::OperatorConfig {
+                images: images.images(),
+                operator_namespace: namespace,
+                etcd_timeout,
+            },
+            listen,
+            identity,
+            lease_duration,
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// `plan`: prints each controller's next action, the whole plan bounded by `timeout`.
+async fn plan(
+    namespace: String,
+    output: PlanOutput,
+    etcd_timeout: std::time::Duration,
+    timeout: std::time::Duration,
+    images: ImageArgs,
+) -> anyhow::Result<()> {
+    let mut config = kube::Config::infer().await?;
+    // Each request is bounded too, so a silent API fails fast with its own message.
+    config.connect_timeout = Some(timeout);
+    config.read_timeout = Some(timeout);
+    config.write_timeout = Some(timeout);
+    let server = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config)?;
+    let plan = etcd_operator::run::plan(
+        client,
+        etcd_operator::context::OperatorConfig {
+            images: images.images(),
+            operator_namespace: namespace,
+            etcd_timeout,
+        },
+    );
+    let report = tokio::time::timeout(timeout, plan)
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "the API server {server} did not answer within {timeout:?} (--timeout); when etcd is in trouble the API served from it may be too"
+            )
+        })?
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "reading from the API server {server} (each request bounded by --timeout {timeout:?}): {}",
+                etcd_operator::writer::describe(&e)
+            )
+        })?;
+    match output {
+        PlanOutput::Json => println!("{}", serde_json::to_string_pretty(&report.plan)?),
+        PlanOutput::Text => {
+            let width = report
+                .plan
+                .iter()
+                .map(|p| p.controller.len())
+                .max()
+                .unwrap_or(0);
+            for p in &report.plan {
+                println!("{:<width$}  {}", p.controller, p.next);
             }
         }
+    }
+    Ok(())
+}
+
+/// `crd`: prints the EtcdCluster CustomResourceDefinition as YAML.
+fn crd() -> anyhow::Result<()> {
+    print!(
+        "{}",
+        etcd_operator::manifests::crd_yaml(&EtcdCluster::crd())?
+    );
+    Ok(())
+}
+
+/// `render`: writes the bootstrap output and prints the path of every file written.
+fn render(
+    node_name: String,
+    node_ip: IpAddr,
+    output_dir: PathBuf,
+    resource_host_dir: Option<String>,
+    local_client_listener: bool,
+    images: ImageArgs,
+) -> anyhow::Result<()> {
+    let rendered = etcd_operator::bootstrap::render(
+        &node_name,
+        node_ip,
+        &output_dir,
+        resource_host_dir,
+        local_client_listener,
+        images.images(),
+        time::OffsetDateTime::now_utc(),
+    )?;
+    for f in rendered.files {
+        println!("{}", output_dir.join(f.path).display());
+    }
+    if rendered.reused_ca {
+        eprintln!(
+            "render: reused the CA of the previous render in {}",
+            output_dir.display()
+        );
+    }
+    if let Some(previous) = rendered.previous {
+        eprintln!(
+            "render: the previous output is kept in {}",
+            previous.display()
+        );
     }
     Ok(())
 }

@@ -97,6 +97,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Creates every metric and registers it under the `etcd_operator` prefix, group by group.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("etcd_operator");
         let m = Self {
@@ -121,92 +122,122 @@ impl Metrics {
             condition: Family::default(),
             registry: Registry::default(),
         };
+        m.register_reconcile_metrics(&mut registry);
+        m.register_membership_metrics(&mut registry);
+        m.register_rollout_metrics(&mut registry);
+        m.register_learner_metrics(&mut registry);
+        m.register_certificate_metrics(&mut registry);
+        m.register_status_metrics(&mut registry);
+        Self { registry, ..m }
+    }
+
+    /// Registers the reconcile-pass metrics: step durations, step errors and quorum-gate denials.
+    fn register_reconcile_metrics(&self, registry: &mut Registry) {
         registry.register(
             "reconcile_duration_seconds",
             "Duration of one controller step of a reconcile pass",
-            m.reconcile_duration.clone(),
+            self.reconcile_duration.clone(),
         );
         registry.register(
             "reconcile_errors",
             "Failed controller steps by category",
-            m.reconcile_errors.clone(),
+            self.reconcile_errors.clone(),
         );
         registry.register(
             "gate_denials",
             "Actions the quorum gate denied, by rule",
-            m.gate_denials.clone(),
+            self.gate_denials.clone(),
         );
+    }
+
+    /// Registers the membership metrics: membership changes, members and eligible nodes.
+    fn register_membership_metrics(&self, registry: &mut Registry) {
         registry.register(
             "membership_changes",
             "etcd membership changes made, by action",
-            m.membership_changes.clone(),
+            self.membership_changes.clone(),
         );
         registry.register(
             "members",
             "etcd members by role and health",
-            m.members.clone(),
+            self.members.clone(),
         );
         registry.register(
             "control_plane_nodes",
             "Control-plane nodes eligible to run etcd",
-            m.control_plane_nodes.clone(),
+            self.control_plane_nodes.clone(),
         );
+    }
+
+    /// Registers the static-pod rollout metrics: the latest revision and each node's revision.
+    fn register_rollout_metrics(&self, registry: &mut Registry) {
         registry.register(
             "latest_revision",
             "The latest available static-pod revision",
-            m.latest_revision.clone(),
+            self.latest_revision.clone(),
         );
         registry.register(
             "node_current_revision",
             "The revision running Ready on each node",
-            m.node_current_revision.clone(),
+            self.node_current_revision.clone(),
         );
+    }
+
+    /// Registers the learner and voter metrics: learner progress, desired voters, leader index.
+    fn register_learner_metrics(&self, registry: &mut Registry) {
         registry.register(
             "learner_age_seconds",
             "Seconds since a pending learner was added",
-            m.learner_age_seconds.clone(),
+            self.learner_age_seconds.clone(),
         );
         registry.register(
             "learner_raft_index",
             "Raft index of a pending learner (catch-up progress)",
-            m.learner_raft_index.clone(),
+            self.learner_raft_index.clone(),
         );
         registry.register(
             "learner_standby",
             "1 for a learner kept as a standby (even node count), 0 for one waiting to be promoted",
-            m.learner_standby.clone(),
+            self.learner_standby.clone(),
         );
         registry.register(
             "desired_voters",
             "Voters the odd-count policy moves to (up to the largest odd number <= eligible nodes, down to the odd count of the remaining nodes, never below 3 by shrinking)",
-            m.desired_voters.clone(),
+            self.desired_voters.clone(),
         );
         registry.register(
             "leader_raft_index",
             "Raft index of the etcd leader",
-            m.leader_raft_index.clone(),
+            self.leader_raft_index.clone(),
         );
+    }
+
+    /// Registers the certificate metrics: each certificate's and the CA's notAfter.
+    fn register_certificate_metrics(&self, registry: &mut Registry) {
         registry.register(
             "certificate_expiry_timestamp_seconds",
             "notAfter of each certificate in etcd-all-certs",
-            m.certificate_expiry.clone(),
+            self.certificate_expiry.clone(),
         );
         registry.register(
             "ca_expiry_timestamp_seconds",
             "notAfter of the etcd CA",
-            m.ca_expiry.clone(),
+            self.ca_expiry.clone(),
         );
+    }
+
+    /// Registers the status metrics: leadership and the EtcdCluster conditions.
+    fn register_status_metrics(&self, registry: &mut Registry) {
         registry.register(
             "is_leader",
             "1 when this operator instance holds the leader lease",
-            m.is_leader.clone(),
+            self.is_leader.clone(),
         );
         registry.register(
             "condition",
             "EtcdCluster status conditions: 1 on the current status of each type, 0 on the others",
-            m.condition.clone(),
+            self.condition.clone(),
         );
-        Self { registry, ..m }
     }
 
     /// Starts timing one controller step; the time is recorded when the guard drops.

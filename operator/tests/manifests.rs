@@ -537,7 +537,7 @@ const fn need(
 }
 
 /// The operator (`etcd-operator run`). Compare with `operator/src/run/*.rs` and
-/// `operator/src/reconcile/*.rs`.
+/// `operator/src/{pass,writer}.rs` and `operator/src/controllers/*.rs`.
 const OPERATOR: &[Need] = &[
     need(
         CLUSTER,
@@ -553,7 +553,7 @@ const OPERATOR: &[Need] = &[
         "etcdclusters",
         &["create"],
         &[],
-        "reconcile/steps.rs: creates the singleton with the default spec when none exists",
+        "pass.rs create_singleton: the singleton with the default spec when none exists",
     ),
     need(
         CLUSTER,
@@ -570,7 +570,7 @@ const OPERATOR: &[Need] = &[
         "etcdclusters/status",
         &["patch"],
         &[SINGLETON],
-        "reconcile/steps.rs: patch_status (merge) of the singleton",
+        "writer.rs cluster_status: patch_status (merge) of the singleton",
     ),
     need(
         CLUSTER,
@@ -594,7 +594,7 @@ const OPERATOR: &[Need] = &[
         "pods",
         &["create"],
         &[],
-        "reconcile/steps.rs rollout_act → writes.rs Writer::create: installer pods",
+        "controllers/installer.rs → writer.rs Writer::create: installer pods",
     ),
     need(
         STATIC_POD_NAMESPACE,
@@ -602,7 +602,7 @@ const OPERATOR: &[Need] = &[
         "pods",
         &["delete"],
         &[],
-        "reconcile/steps.rs prune_installers → writes.rs Writer::delete: finished installer pods a node moved past",
+        "controllers/installer.rs → writer.rs Writer::delete: finished installer pods a node moved past",
     ),
     need(
         STATIC_POD_NAMESPACE,
@@ -616,17 +616,9 @@ const OPERATOR: &[Need] = &[
         STATIC_POD_NAMESPACE,
         "",
         "configmaps",
-        &["get"],
-        &[],
-        "reconcile/steps.rs: reads revision-status-<N> back for its uid (owner reference)",
-    ),
-    need(
-        STATIC_POD_NAMESPACE,
-        "",
-        "configmaps",
         &["create", "update", "delete"],
         &[],
-        "reconcile/writes.rs Writer::configmap (create/replace), Writer::delete (pruning)",
+        "writer.rs Writer::configmap (create/replace), Writer::delete (pruning)",
     ),
     need(
         STATIC_POD_NAMESPACE,
@@ -642,7 +634,7 @@ const OPERATOR: &[Need] = &[
         "secrets",
         &["create", "update", "delete"],
         &[],
-        "reconcile/writes.rs Writer::secret (etcd-all-certs, copies), Writer::delete (pruning)",
+        "writer.rs Writer::secret (etcd-all-certs, copies), Writer::delete (pruning)",
     ),
     need(
         OPERATOR_NAMESPACE,
@@ -658,7 +650,7 @@ const OPERATOR: &[Need] = &[
         "secrets",
         &["create", "update"],
         &[],
-        "reconcile/steps.rs certs_step → Writer::secret: the CA and the operator's client cert",
+        "controllers/cert_signer.rs → writer.rs Writer::secret: the CA and the operator's client cert",
     ),
     need(
         OPERATOR_NAMESPACE,
@@ -682,7 +674,7 @@ const OPERATOR: &[Need] = &[
         "events",
         &["create"],
         &[],
-        "reconcile/steps.rs event(): kube-runtime Recorder on the cluster-scoped EtcdCluster \
+        "writer.rs Writer::event: kube-runtime Recorder on the cluster-scoped EtcdCluster \
          publishes in `default`; one Recorder per event, so it never patches a series",
     ),
 ];

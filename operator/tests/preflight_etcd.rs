@@ -8,7 +8,7 @@
 
 use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
 use etcd_fixture::{ClusterSpec, EtcdCluster};
-use etcd_operator::reconcile::etcd::observe;
+use etcd_operator::etcd::observe;
 use membership::{Action, AlarmKind, DenyRule, MemberUrl, Verdict, gate};
 
 async fn raw(cluster: &EtcdCluster) -> etcd_client::Client {

@@ -110,6 +110,27 @@ pub async fn etcd_client(
     EtcdClient::with_pem(endpoints, Some(&tls), PUT_TIMEOUT).map_err(|e| e.to_string())
 }
 
+/// The same client with the endpoints that answer now tried first: a scenario may end with a
+/// node stopped, and every read of the check would otherwise wait out its timeout on that
+/// node's endpoint first whenever its member id sorts first.
+async fn answering_first(
+    etcd: EtcdClient,
+    client: &Client,
+    operator_ns: &str,
+) -> Result<EtcdClient, String> {
+    let (mut up, mut down) = (Vec::new(), Vec::new());
+    for e in etcd.endpoints() {
+        if etcd.status_of(e).await.is_ok() {
+            up.push(e.clone());
+        } else {
+            down.push(e.clone());
+        }
+    }
+    up.extend(down);
+    let tls = operator_tls(client, operator_ns).await?;
+    EtcdClient::with_pem(up, Some(&tls), PUT_TIMEOUT).map_err(|e| e.to_string())
+}
+
 impl WriteLoad {
     /// Starts writing. `fallback` endpoints are used until the operator publishes its own.
     pub fn start(
@@ -204,6 +225,7 @@ impl WriteLoad {
         let prog = self.progress.lock().await;
         let client =
             etcd_client(&self.client, &self.operator_ns, &self.static_ns, fallback).await?;
+        let client = answering_first(client, &self.client, &self.operator_ns).await?;
         let mut lost = 0u64;
         let mut lost_examples: BTreeMap<u64, String> = BTreeMap::new();
         for seq in &prog.acked {

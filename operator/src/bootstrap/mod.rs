@@ -136,6 +136,15 @@ pub fn plan(
     let node_certs = certs::apply_plan(ca, &policy, &cert_plan, &empty, now)?;
     let bundles = certs::bundle_data(ca);
 
+    let mut files = vec![pod_file(request)?];
+    files.extend(cert_dir_files(&bundles, &node_certs));
+    files.extend(manifest_files(ca, &node_certs, bundles)?);
+    Ok(files)
+}
+
+/// The single-member bootstrap static pod (`etcd-pod.yaml`) for the request's node.
+fn pod_file(request: &RenderRequest) -> Result<OutFile, BootstrapError> {
+    let node = &request.node;
     let spec = EtcdClusterSpec {
         local_client_listener: request.local_client_listener,
         ..EtcdClusterSpec::default()
@@ -151,13 +160,20 @@ pub fn plan(
         images: &request.images,
         resource_host_dir: Some(request.resource_host_dir.clone()),
     })?;
-
-    let mut files = vec![OutFile {
+    Ok(OutFile {
         path: PathBuf::from("etcd-pod.yaml"),
         bytes: pod.into_bytes(),
         mode: 0o644,
-    }];
-    for (key, text) in &bundles {
+    })
+}
+
+/// The `etcd-certs/` resource dir: the CA bundles (0644), then the node certificates (0600).
+fn cert_dir_files(
+    bundles: &BTreeMap<String, String>,
+    node_certs: &BTreeMap<String, Vec<u8>>,
+) -> Vec<OutFile> {
+    let mut files = Vec::new();
+    for (key, text) in bundles {
         files.push(OutFile {
             path: PathBuf::from(format!(
                 "etcd-certs/configmaps/{ALL_BUNDLES_CONFIGMAP}/{key}"
@@ -166,20 +182,30 @@ pub fn plan(
             mode: 0o644,
         });
     }
-    for (key, bytes) in &node_certs {
+    for (key, bytes) in node_certs {
         files.push(OutFile {
             path: PathBuf::from(format!("etcd-certs/secrets/{ALL_CERTS_SECRET}/{key}")),
             bytes: bytes.clone(),
             mode: 0o600,
         });
     }
+    files
+}
+
+/// The `manifests/` the operator adopts: the CA Secret, the certificates Secret and the bundles
+/// ConfigMap.
+fn manifest_files(
+    ca: &EtcdCa,
+    node_certs: &BTreeMap<String, Vec<u8>>,
+    bundles: BTreeMap<String, String>,
+) -> Result<Vec<OutFile>, BootstrapError> {
     let signer = secret(
         certs::CA_SECRET,
         OPERATOR_NAMESPACE,
         &ca.to_secret_data(),
         true,
     );
-    let all_certs = secret(ALL_CERTS_SECRET, STATIC_POD_NAMESPACE, &node_certs, false);
+    let all_certs = secret(ALL_CERTS_SECRET, STATIC_POD_NAMESPACE, node_certs, false);
     let bundles_cm = ConfigMap {
         metadata: ObjectMeta {
             name: Some(ALL_BUNDLES_CONFIGMAP.to_owned()),
@@ -189,6 +215,7 @@ pub fn plan(
         data: Some(bundles),
         ..Default::default()
     };
+    let mut files = Vec::new();
     for (name, bytes, mode) in [
         (
             "manifests/etcd-signer.json",

@@ -143,3 +143,6 @@ pub fn format_time(t: OffsetDateTime) -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+#[path = "tests_plan.rs"]
+mod tests_plan;

@@ -8,9 +8,12 @@ use std::net::IpAddr;
 
 use time::OffsetDateTime;
 
-use super::inspect::parse_cert_pem;
-use super::node::{CertKind, ClientCertKind, LeafSpec, Usage, is_key_safe};
+use super::node::{CertKind, ClientCertKind, Usage, is_key_safe};
 use super::{CertError, CertPolicy, EtcdCa, format_time};
+
+#[path = "plan_evaluate.rs"]
+mod evaluate;
+pub use evaluate::evaluate;
 
 /// The desired control-plane nodes: name → IPs.
 pub type DesiredNodes = BTreeMap<String, BTreeSet<IpAddr>>;
@@ -265,95 +268,6 @@ impl CertPlan {
             .map(ToString::to_string)
             .chain(self.removals.iter().map(ToString::to_string))
             .collect()
-    }
-}
-
-/// Judges one certificate (`cert`, `key`: PEM bytes as stored) against `spec` at `now`.
-pub fn evaluate(
-    ca: &EtcdCa,
-    policy: &CertPolicy,
-    spec: &LeafSpec,
-    cert: Option<&[u8]>,
-    key: Option<&[u8]>,
-    now: OffsetDateTime,
-) -> Reason {
-    let Some(cert) = cert else {
-        return Reason::Missing;
-    };
-    let (parsed, der) = match parse_cert_pem(cert) {
-        Ok(p) => p,
-        Err(e) => return Reason::Unreadable(e),
-    };
-    let Some(key) = key else {
-        return Reason::KeyMissing;
-    };
-    let key = match std::str::from_utf8(key)
-        .map_err(|_| "not UTF-8 PEM".to_owned())
-        .and_then(|k| rcgen::KeyPair::from_pem(k).map_err(|e| e.to_string()))
-    {
-        Ok(k) => k,
-        Err(e) => return Reason::KeyUnreadable(e),
-    };
-    if key.public_key_raw() != parsed.public_key.as_slice() {
-        return Reason::KeyMismatch;
-    }
-    if !ca.signed(&der) {
-        return Reason::WrongIssuer;
-    }
-    if parsed.usage != Some(spec.usage) || parsed.other_usage {
-        let have = match (parsed.usage, parsed.other_usage) {
-            (None, _) => "absent".to_owned(),
-            (Some(u), false) => u.to_string(),
-            (Some(u), true) => format!("{u} plus others"),
-        };
-        return Reason::UsageChanged {
-            have,
-            want: spec.usage,
-        };
-    }
-    if parsed.common_name.as_deref() != Some(spec.common_name.as_str()) {
-        return Reason::SubjectChanged {
-            have: parsed.common_name,
-            want: spec.common_name.clone(),
-        };
-    }
-    if parsed.ips != spec.sans.ips || parsed.dns != spec.sans.dns {
-        let have = super::node::Sans {
-            ips: parsed.ips,
-            dns: parsed.dns,
-        };
-        return Reason::SansChanged {
-            missing: spec.sans.missing_from(&have),
-            unexpected: have.missing_from(&spec.sans),
-        };
-    }
-    if now < parsed.not_before {
-        return Reason::NotYetValid {
-            not_before: parsed.not_before,
-        };
-    }
-    let renew_after = policy.renew_after(parsed.not_before, parsed.not_after);
-    if now < renew_after {
-        return Reason::Valid {
-            not_after: parsed.not_after,
-            renew_after,
-        };
-    }
-    if ca.leaf_not_after(policy, now) <= parsed.not_after {
-        return Reason::RenewalLimitedByCa {
-            not_after: parsed.not_after,
-            ca_not_after: ca.not_after(),
-        };
-    }
-    if now >= parsed.not_after {
-        Reason::Expired {
-            not_after: parsed.not_after,
-        }
-    } else {
-        Reason::ExpiresSoon {
-            not_after: parsed.not_after,
-            renew_after,
-        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! status and `now`.
 
 use crate::api::MemberStatus;
-use crate::reconcile::etcd::EtcdObservation;
+use crate::etcd::EtcdObservation;
 
 /// The members as status shows them. `lastTransitionTime` is kept from `previous` while the
 /// member's role, start and health stay the same, and is `now` otherwise.
@@ -51,7 +51,7 @@ pub fn member_statuses(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::etcd::MemberObs;
+    use crate::etcd::MemberObs;
     use membership::{Member, MemberId, MemberUrl};
     use std::collections::BTreeMap;
 

@@ -9,6 +9,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::certs::format_time;
+use crate::status::{Computed, ConditionType, Reason};
 use membership::MemberId;
 use time::{Duration, OffsetDateTime};
 
@@ -177,6 +179,51 @@ pub fn record_attempt(
         }),
     }
     records.sort_by(|a, b| a.node_name.cmp(&b.node_name));
+}
+
+/// Remediation as status shows it: an exhausted node is Degraded (an admin must look); a member
+/// waiting for its time or backing off is a line in the plan. Returns the condition and the
+/// plan lines.
+pub fn conditions(candidates: &[Candidate]) -> (Computed, Vec<String>) {
+    let mut exhausted = Vec::new();
+    let mut lines = Vec::new();
+    for c in candidates {
+        let line = match &c.assessment {
+            Assessment::Waiting { due } => format!(
+                "member {} of {} unhealthy since {}; replaced at {} unless it recovers",
+                c.member,
+                c.node,
+                format_time(c.since),
+                format_time(*due)
+            ),
+            Assessment::BackingOff { until, attempts } => format!(
+                "member {} of {} still unhealthy after {attempts} replacement(s); next attempt not before {}",
+                c.member,
+                c.node,
+                format_time(*until)
+            ),
+            Assessment::Exhausted { attempts } => {
+                let line = format!(
+                    "member {} of {} is still unhealthy after {attempts} replacement(s) (spec.memberRemediation.maxRetries); the operator stops replacing it: look at the node (disk, etcd logs, etcd-verify's report)",
+                    c.member, c.node
+                );
+                exhausted.push(line.clone());
+                line
+            }
+            Assessment::Due { .. } => continue,
+            Assessment::Disabled => format!(
+                "member {} of {} is unhealthy; remediation is off (spec.memberRemediation.unhealthySeconds: 0)",
+                c.member, c.node
+            ),
+        };
+        lines.push(line);
+    }
+    let cond = Computed::from_problems(
+        ConditionType::EtcdMembersDegraded,
+        Reason::RemediationExhausted,
+        &exhausted,
+    );
+    (cond, lines)
 }
 
 #[cfg(test)]

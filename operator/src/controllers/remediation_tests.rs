@@ -146,3 +146,106 @@ fn records_count_attempts_and_reset_after_a_healthy_period() {
     );
     assert!(settle_records(&p, &records, &sick, &by_node, &[], t(0)).is_empty());
 }
+
+fn candidate(node: &str, member: u64, assessment: Assessment) -> Candidate {
+    Candidate {
+        node: node.to_owned(),
+        member: MemberId::new(member).unwrap(),
+        since: t(0),
+        assessment,
+    }
+}
+
+#[test]
+fn conditions_by_assessment() {
+    let ok = Computed::new(
+        ConditionType::EtcdMembersDegraded,
+        false,
+        Reason::AsExpected,
+        "",
+    );
+    let exhausted = |message: &str| {
+        Computed::new(
+            ConditionType::EtcdMembersDegraded,
+            true,
+            Reason::RemediationExhausted,
+            message,
+        )
+    };
+    let due = || Assessment::Due {
+        attempt: 1,
+        unhealthy_for: Duration::seconds(600),
+    };
+    let waiting_line = "member 2 of n2 unhealthy since 2027-01-15T08:00:00Z; replaced at 2027-01-15T08:10:00Z unless it recovers";
+    let backing_off_line = "member 2 of n2 still unhealthy after 1 replacement(s); next attempt not before 2027-01-15T08:26:40Z";
+    let exhausted_line = |m: u64, node: &str| {
+        format!(
+            "member {m} of {node} is still unhealthy after 3 replacement(s) (spec.memberRemediation.maxRetries); the operator stops replacing it: look at the node (disk, etcd logs, etcd-verify's report)"
+        )
+    };
+    let disabled_line = "member 2 of n2 is unhealthy; remediation is off (spec.memberRemediation.unhealthySeconds: 0)";
+    let cases: Vec<(&str, Vec<Candidate>, Computed, Vec<String>)> = vec![
+        ("no candidates", vec![], ok.clone(), vec![]),
+        (
+            "due: acted on by membership, no line",
+            vec![candidate("n2", 2, due())],
+            ok.clone(),
+            vec![],
+        ),
+        (
+            "waiting for its time",
+            vec![candidate("n2", 2, Assessment::Waiting { due: t(600) })],
+            ok.clone(),
+            vec![waiting_line.to_owned()],
+        ),
+        (
+            "backing off",
+            vec![candidate(
+                "n2",
+                2,
+                Assessment::BackingOff {
+                    until: t(1600),
+                    attempts: 1,
+                },
+            )],
+            ok.clone(),
+            vec![backing_off_line.to_owned()],
+        ),
+        (
+            "exhausted: degraded and a plan line",
+            vec![candidate("n2", 2, Assessment::Exhausted { attempts: 3 })],
+            exhausted(&exhausted_line(2, "n2")),
+            vec![exhausted_line(2, "n2")],
+        ),
+        (
+            "disabled",
+            vec![candidate("n2", 2, Assessment::Disabled)],
+            ok.clone(),
+            vec![disabled_line.to_owned()],
+        ),
+        (
+            "mixed: lines in candidate order, only the exhausted ones degrade",
+            vec![
+                candidate("n1", 1, due()),
+                candidate("n2", 2, Assessment::Waiting { due: t(600) }),
+                candidate("n3", 3, Assessment::Exhausted { attempts: 3 }),
+                candidate("n4", 4, Assessment::Exhausted { attempts: 3 }),
+            ],
+            exhausted(&format!(
+                "{}; {}",
+                exhausted_line(3, "n3"),
+                exhausted_line(4, "n4")
+            )),
+            vec![
+                waiting_line.to_owned(),
+                exhausted_line(3, "n3"),
+                exhausted_line(4, "n4"),
+            ],
+        ),
+    ];
+    for (name, candidates, want_cond, want_lines) in cases {
+        let (cond, lines) = conditions(&candidates);
+        assert_eq!(cond, want_cond, "case: {name}");
+        assert_eq!(lines, want_lines, "case: {name}");
+    }
+}

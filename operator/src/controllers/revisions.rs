@@ -19,7 +19,22 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::ResourceExt;
 use sha2::{Digest, Sha256};
+
+use super::cert_signer::Issued;
+use super::{ControllerError, ControllerName, Flow};
+use crate::api::NodeStatus;
+use crate::pass::Pass;
+use crate::podspec::paths::{ALL_BUNDLES_CONFIGMAP, ALL_CERTS_SECRET, POD_CONFIGMAP};
+use crate::podspec::{STATIC_POD_NAMESPACE as NS, substitute_revision};
+use crate::writer::{WriteError, Writer};
+
+const NAME: ControllerName = ControllerName::Revision;
+/// Prefix of each revision's status ConfigMap.
+pub const STATUS_PREFIX: &str = "revision-status-";
+const SOURCE_NAMES: [&str; 3] = [POD_CONFIGMAP, ALL_BUNDLES_CONFIGMAP, ALL_CERTS_SECRET];
 
 /// Data of one source or copy (ConfigMap `data` or Secret `data`, bytes).
 pub type Data = BTreeMap<String, Vec<u8>>;
@@ -205,143 +220,239 @@ fn prunable(found: &[&FoundRevision], in_use: &InUse, limits: Limits, latest: i6
         .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn data(v: &str) -> Data {
-        BTreeMap::from([("k".to_owned(), v.as_bytes().to_vec())])
-    }
-
-    fn sources(pod: &str, certs: &str) -> Sources {
-        Sources {
-            by_name: BTreeMap::from([
-                ("etcd-pod".to_owned(), data(pod)),
-                ("etcd-all-certs".to_owned(), data(certs)),
-            ]),
-        }
-    }
-
-    fn revision(n: i64, pod: &str, certs: &str) -> FoundRevision {
-        let s = sources(pod, certs);
-        FoundRevision {
+/// The revisions found in the caches.
+pub fn found_revisions(configmaps: &[ConfigMap], secrets: &[Secret]) -> Vec<FoundRevision> {
+    let mut found: BTreeMap<i64, FoundRevision> = BTreeMap::new();
+    let number = |name: &str, prefix: &str| -> Option<i64> {
+        name.strip_prefix(prefix)?.strip_prefix('-')?.parse().ok()
+    };
+    fn entry(found: &mut BTreeMap<i64, FoundRevision>, n: i64) -> &mut FoundRevision {
+        found.entry(n).or_insert_with(|| FoundRevision {
             number: n,
-            status: Some(s.fingerprints()),
-            copies: s.by_name.keys().cloned().collect(),
+            ..Default::default()
+        })
+    }
+    let ours = |ns: Option<&str>| ns == Some(NS);
+    for cm in configmaps
+        .iter()
+        .filter(|c| ours(c.metadata.namespace.as_deref()))
+    {
+        let name = cm.name_any();
+        if let Some(n) = name
+            .strip_prefix(STATUS_PREFIX)
+            .and_then(|n| n.parse().ok())
+        {
+            let fingerprints: BTreeMap<String, String> = cm
+                .data
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(k, _)| SOURCE_NAMES.contains(&k.as_str()))
+                .collect();
+            entry(&mut found, n).status = Some(fingerprints);
+        }
+        for source in [POD_CONFIGMAP, ALL_BUNDLES_CONFIGMAP] {
+            if let Some(n) = number(&name, source) {
+                entry(&mut found, n).copies.insert(source.to_owned());
+            }
         }
     }
-
-    fn view<'a>(
-        s: &'a Sources,
-        found: &'a [FoundRevision],
-        published: i64,
-        in_use: &'a InUse,
-    ) -> RevisionView<'a> {
-        RevisionView {
-            sources: s,
-            found,
-            published,
-            in_use,
-            limits: Limits {
-                succeeded: 2,
-                failed: 1,
-            },
+    for secret in secrets
+        .iter()
+        .filter(|c| ours(c.metadata.namespace.as_deref()))
+    {
+        if let Some(n) = number(&secret.name_any(), ALL_CERTS_SECRET) {
+            entry(&mut found, n)
+                .copies
+                .insert(ALL_CERTS_SECRET.to_owned());
         }
     }
+    found.into_values().collect()
+}
 
-    #[test]
-    fn first_revision_then_only_on_real_change() {
-        let s = sources("a", "x");
-        let none = InUse::default();
-        assert_eq!(
-            decide(&view(&s, &[], 0, &none)),
-            RevisionStep::Create {
-                number: 1,
-                reason: "no revision yet".into()
-            }
-        );
-        let found = [revision(1, "a", "x")];
-        assert_eq!(
-            decide(&view(&s, &found, 0, &none)),
-            RevisionStep::Publish { number: 1 }
-        );
-        assert_eq!(decide(&view(&s, &found, 1, &none)), RevisionStep::None);
-        let changed = sources("a", "y");
-        assert_eq!(
-            decide(&view(&changed, &found, 1, &none)),
-            RevisionStep::Create {
-                number: 2,
-                reason: "etcd-all-certs changed".into()
-            }
-        );
-    }
-
-    #[test]
-    fn a_crash_mid_creation_is_discarded_and_redone() {
-        let s = sources("b", "x");
-        let mut partial = revision(2, "b", "x");
-        partial.copies.remove("etcd-all-certs");
-        let found = [revision(1, "a", "x"), partial];
-        let in_use = InUse::default();
-        match decide(&view(&s, &found, 1, &in_use)) {
-            RevisionStep::Discard { number: 2, reason } => {
-                assert!(reason.contains("missing etcd-all-certs"), "{reason}")
-            }
-            other => panic!("{other:?}"),
-        }
-        // Copies without a status (crash after deleting the status) are discarded too.
-        let mut orphan = revision(2, "b", "x");
-        orphan.status = None;
-        let found = [revision(1, "a", "x"), orphan];
-        assert!(matches!(
-            decide(&view(&s, &found, 1, &in_use)),
-            RevisionStep::Discard { number: 2, .. }
-        ));
-        // After the discard, revision 2 is created again from the current sources.
-        let found = [revision(1, "a", "x")];
-        assert!(matches!(
-            decide(&view(&s, &found, 1, &in_use)),
-            RevisionStep::Create { number: 2, .. }
-        ));
-    }
-
-    #[test]
-    fn numbers_never_go_back_even_if_status_is_ahead() {
-        let s = sources("c", "x");
-        let found = [revision(3, "a", "x")];
-        assert!(matches!(
-            decide(&view(&s, &found, 5, &InUse::default())),
-            RevisionStep::Create { number: 6, .. }
-        ));
-    }
-
-    #[test]
-    fn fingerprints_are_stable_and_sensitive() {
-        let a = data("v");
-        assert_eq!(fingerprint(&a), fingerprint(&data("v")));
-        assert_ne!(fingerprint(&a), fingerprint(&data("w")));
-        // Key/value boundaries matter.
-        let ab = BTreeMap::from([("ab".to_owned(), b"c".to_vec())]);
-        let a_bc = BTreeMap::from([("a".to_owned(), b"bc".to_vec())]);
-        assert_ne!(fingerprint(&ab), fingerprint(&a_bc));
-    }
-
-    #[test]
-    fn prunes_beyond_limits_but_keeps_what_nodes_use() {
-        let s = sources("e", "x");
-        let found: Vec<FoundRevision> = (1..=6)
-            .map(|n| revision(n, if n == 6 { "e" } else { "old" }, "x"))
-            .collect();
-        let in_use = InUse {
-            nodes: BTreeSet::from([2]),
-            failed: vec![3, 1],
-        };
-        // Keep: 6 (latest), 5 (second newest), 2 (a node is on it), 3 (newest failure).
-        assert_eq!(
-            decide(&view(&s, &found, 6, &in_use)),
-            RevisionStep::Prune {
-                numbers: vec![1, 4]
-            }
-        );
+/// The sources of the next revision: the rendered manifests and what the signer issued.
+pub fn sources(pods: BTreeMap<String, String>, issued: &Issued) -> Sources {
+    let bytes = |m: &BTreeMap<String, String>| -> Data {
+        m.iter()
+            .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
+            .collect()
+    };
+    Sources {
+        by_name: BTreeMap::from([
+            (POD_CONFIGMAP.to_owned(), bytes(&pods)),
+            (ALL_BUNDLES_CONFIGMAP.to_owned(), bytes(&issued.bundles)),
+            (ALL_CERTS_SECRET.to_owned(), issued.all_certs.clone()),
+        ]),
     }
 }
+
+/// Revisions in use: what nodes are on or moving to, and failed ones (newest first).
+pub fn in_use(statuses: &[NodeStatus]) -> InUse {
+    let mut failed: Vec<i64> = statuses
+        .iter()
+        .filter_map(|s| s.last_failed_revision)
+        .collect();
+    failed.sort_unstable_by(|a, b| b.cmp(a));
+    InUse {
+        nodes: statuses
+            .iter()
+            .flat_map(|s| [Some(s.current_revision), s.target_revision])
+            .flatten()
+            .collect(),
+        failed,
+    }
+}
+
+/// The plan line of a step.
+pub fn describe(step: &RevisionStep, latest: i64) -> String {
+    match step {
+        RevisionStep::None => format!("revision {latest} is the latest and matches the sources"),
+        RevisionStep::Publish { number } => format!("publish revision {number} as the latest"),
+        RevisionStep::Create { number, reason } => format!("create revision {number}: {reason}"),
+        RevisionStep::Discard { number, reason } => format!("discard revision {number}: {reason}"),
+        RevisionStep::Prune { numbers } => format!("prune revisions {numbers:?}"),
+    }
+}
+
+/// Runs the revision controller; [`Flow::Stop`] after creating or discarding a revision (the
+/// next pass sees it complete, or rebuilds it).
+pub async fn reconcile(
+    p: &mut Pass<'_>,
+    issued: &Issued,
+    pods: BTreeMap<String, String>,
+) -> Result<Flow, ControllerError> {
+    let _t = p.ctx.metrics.time(NAME.as_str());
+    let sources = sources(pods, issued);
+    let found = found_revisions(&p.inputs.configmaps, &p.inputs.secrets);
+    let in_use = in_use(&p.node_statuses);
+    let spec = &p.o.spec.revision_history;
+    let step = decide(&RevisionView {
+        sources: &sources,
+        found: &found,
+        published: p.latest,
+        in_use: &in_use,
+        limits: Limits {
+            succeeded: spec.succeeded_limit as usize,
+            failed: spec.failed_limit as usize,
+        },
+    });
+    p.next(NAME, describe(&step, p.latest));
+    act(p, &step, &sources)
+        .await
+        .map_err(|e| ControllerError::write(NAME, &e))?;
+    if matches!(
+        step,
+        RevisionStep::Create { .. } | RevisionStep::Discard { .. }
+    ) {
+        p.busy = true;
+        return Ok(Flow::Stop);
+    }
+    p.succeeded(NAME);
+    p.ctx.metrics.latest_revision.set(p.latest);
+    Ok(Flow::Continue)
+}
+
+async fn act(p: &mut Pass<'_>, step: &RevisionStep, sources: &Sources) -> Result<(), WriteError> {
+    match step {
+        RevisionStep::None => {}
+        RevisionStep::Publish { number } => {
+            p.latest = *number;
+            p.note(format!("revision {number} is available"));
+            let note = format!("revision {number} is available to roll out");
+            p.event(false, "RevisionAvailable", note).await;
+        }
+        RevisionStep::Create { number, reason } => {
+            create(p, *number, reason, sources).await?;
+            p.note(format!("created revision {number}: {reason}"));
+            let note = format!("revision {number}: {reason}");
+            p.event(false, "RevisionCreated", note).await;
+        }
+        RevisionStep::Discard { number, reason } => {
+            delete(&mut p.w, *number).await?;
+            p.note(format!("discarded revision {number}: {reason}"));
+            let note = format!("revision {number}: {reason}");
+            p.event(true, "RevisionDiscarded", note).await;
+        }
+        RevisionStep::Prune { numbers } => {
+            for n in numbers {
+                delete(&mut p.w, *n).await?;
+            }
+            p.note(format!("pruned revisions {numbers:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// Writes revision `number`: its status first (the owner of the copies), then each copy.
+async fn create(
+    p: &mut Pass<'_>,
+    number: i64,
+    reason: &str,
+    sources: &Sources,
+) -> Result<(), WriteError> {
+    let status_name = format!("{STATUS_PREFIX}{number}");
+    let mut fp = sources.fingerprints();
+    fp.insert("revision".to_owned(), number.to_string());
+    fp.insert("reason".to_owned(), reason.to_owned());
+    let owner = p.w.configmap_owner(NS, &status_name, &fp).await?;
+    let text = |source: &str| -> BTreeMap<String, String> {
+        sources
+            .by_name
+            .get(source)
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
+            .collect()
+    };
+    let pods = text(POD_CONFIGMAP)
+        .into_iter()
+        .map(|(k, v)| (k, substitute_revision(&v, number)))
+        .collect();
+    p.w.configmap(
+        NS,
+        &format!("{POD_CONFIGMAP}-{number}"),
+        None,
+        &pods,
+        Some(&owner),
+    )
+    .await?;
+    let bundles = text(ALL_BUNDLES_CONFIGMAP);
+    p.w.configmap(
+        NS,
+        &format!("{ALL_BUNDLES_CONFIGMAP}-{number}"),
+        None,
+        &bundles,
+        Some(&owner),
+    )
+    .await?;
+    let certs = sources
+        .by_name
+        .get(ALL_CERTS_SECRET)
+        .cloned()
+        .unwrap_or_default();
+    p.w.secret(
+        NS,
+        &format!("{ALL_CERTS_SECRET}-{number}"),
+        None,
+        &certs,
+        Some(&owner),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Deletes a revision's copies, then its status (nothing relies on owner-reference cascade).
+async fn delete(w: &mut Writer, n: i64) -> Result<(), WriteError> {
+    w.delete::<ConfigMap>(NS, &format!("{POD_CONFIGMAP}-{n}"))
+        .await?;
+    w.delete::<ConfigMap>(NS, &format!("{ALL_BUNDLES_CONFIGMAP}-{n}"))
+        .await?;
+    w.delete::<Secret>(NS, &format!("{ALL_CERTS_SECRET}-{n}"))
+        .await?;
+    w.delete::<ConfigMap>(NS, &format!("{STATUS_PREFIX}{n}"))
+        .await
+}
+
+#[cfg(test)]
+#[path = "revisions_tests.rs"]
+mod tests;

@@ -14,11 +14,11 @@ use std::time::Duration;
 
 use kube::Client;
 use kube::runtime::events::Reporter;
-use tokio::sync::Mutex;
 use tracing::Instrument;
 
-use crate::metrics::Metrics;
-use crate::reconcile::{self, Context, OperatorConfig, PassState};
+use crate::context::{Context, OperatorConfig};
+use crate::observed::Inputs;
+use crate::pass::{self, PassReport};
 pub use stores::Stores;
 
 /// How `run` is configured.
@@ -61,16 +61,13 @@ async fn shutdown_signal() {
 
 /// Reads everything a pass needs straight from the API (list calls, no watch): for
 /// `etcd-operator plan`, which runs once.
-pub async fn read_inputs(
-    client: &Client,
-    operator_namespace: &str,
-) -> Result<reconcile::Inputs, kube::Error> {
+pub async fn read_inputs(client: &Client, operator_namespace: &str) -> Result<Inputs, kube::Error> {
     use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
     use kube::Api;
     use kube::api::ListParams;
     let ns = crate::podspec::STATIC_POD_NAMESPACE;
     let lp = ListParams::default();
-    Ok(reconcile::Inputs {
+    Ok(Inputs {
         cluster: Api::<crate::api::EtcdCluster>::all(client.clone())
             .get_opt(crate::api::SINGLETON)
             .await?,
@@ -95,28 +92,46 @@ pub async fn read_inputs(
 }
 
 /// `etcd-operator plan`: one pass that decides everything and changes nothing.
-pub async fn plan(
-    client: Client,
-    config: OperatorConfig,
-) -> Result<reconcile::PassReport, kube::Error> {
+pub async fn plan(client: Client, config: OperatorConfig) -> Result<PassReport, kube::Error> {
     let inputs = read_inputs(&client, &config.operator_namespace).await?;
-    let ctx = Context {
-        client,
-        metrics: Arc::new(Metrics::new()),
-        config,
-        reporter: Reporter {
-            controller: "etcd-operator-plan".into(),
-            instance: None,
-        },
-        state: Mutex::new(PassState::default()),
-        plan_only: true,
+    let reporter = Reporter {
+        controller: "etcd-operator-plan".into(),
+        instance: None,
     };
-    Ok(reconcile::pass(&ctx, &inputs, time::OffsetDateTime::now_utc()).await)
+    let ctx = Context::new(client, config, reporter, true);
+    Ok(pass::pass(&ctx, &inputs, time::OffsetDateTime::now_utc()).await)
+}
+
+/// Takes or renews the leader Lease; whether this instance leads now.
+async fn renew_lease(client: &Client, opts: &RunOptions, was: bool) -> bool {
+    let leading = match leader::try_lead(
+        client,
+        &opts.config.operator_namespace,
+        &opts.identity,
+        opts.lease_duration,
+    )
+    .await
+    {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "lease renewal failed");
+            false
+        }
+    };
+    if leading != was {
+        tracing::info!(leading, "leadership changed");
+    }
+    leading
 }
 
 /// Runs the operator until SIGTERM / Ctrl-C.
 pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
-    let metrics = Arc::new(Metrics::new());
+    let reporter = Reporter {
+        controller: "etcd-operator".into(),
+        instance: Some(opts.identity.clone()),
+    };
+    let ctx = Context::new(client.clone(), opts.config.clone(), reporter, false);
+    let metrics = ctx.metrics.clone();
     let health = http::Health {
         metrics: metrics.clone(),
         ready: Arc::new(AtomicBool::new(false)),
@@ -127,17 +142,6 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
     let addr = opts.listen;
     let server = tokio::spawn(http::serve(addr, health.clone()));
     let stores = Stores::start(&client, &opts.config.operator_namespace);
-    let ctx = Context {
-        client: client.clone(),
-        metrics: metrics.clone(),
-        config: opts.config.clone(),
-        reporter: Reporter {
-            controller: "etcd-operator".into(),
-            instance: Some(opts.identity.clone()),
-        },
-        state: Mutex::new(PassState::default()),
-        plan_only: false,
-    };
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     tokio::select! {
@@ -169,25 +173,8 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
             _ = tokio::time::sleep_until(next_renew) => {}
         }
         if tokio::time::Instant::now() >= next_renew {
-            let was = leading;
-            leading = match leader::try_lead(
-                &client,
-                &opts.config.operator_namespace,
-                &opts.identity,
-                opts.lease_duration,
-            )
-            .await
-            {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::warn!(error = %e, "lease renewal failed");
-                    false
-                }
-            };
+            leading = renew_lease(&client, &opts, leading).await;
             metrics.is_leader.set(i64::from(leading));
-            if leading != was {
-                tracing::info!(leading, "leadership changed");
-            }
             next_renew = tokio::time::Instant::now() + renew;
         }
         health.beat();
@@ -197,7 +184,7 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         }
         let now = time::OffsetDateTime::now_utc();
         let span = tracing::info_span!("reconcile", cluster = crate::api::SINGLETON);
-        let report = reconcile::pass(&ctx, &stores.snapshot(), now)
+        let report = pass::pass(&ctx, &stores.snapshot(), now)
             .instrument(span)
             .await;
         for line in &report.lines {

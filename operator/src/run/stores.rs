@@ -18,8 +18,8 @@ use kube::{Api, Client, Resource};
 use tokio::sync::Notify;
 
 use crate::api::EtcdCluster;
+use crate::observed::Inputs;
 use crate::podspec::STATIC_POD_NAMESPACE;
-use crate::reconcile::Inputs;
 
 /// The caches, and the signal that one of them changed.
 #[derive(Clone)]

@@ -1,4 +1,6 @@
-//! API writes of the reconcile pass, and the read-your-writes barrier: every write records the
+//! The pass's writes to the API (objects, the EtcdCluster's status, Events), made in one place so
+//! `etcd-operator plan` is one flag here: in a dry run every write is recorded, none is made. And
+//! the read-your-writes barrier: every write records the
 //! resourceVersion it produced, and the next pass acts only once the watch caches show it (or
 //! show a deletion), so decisions are never made from a cache that predates the operator's own
 //! writes.
@@ -8,8 +10,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, ObjectMeta, PostParams};
-use kube::{Api, Client};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client, Resource, ResourceExt};
+
+use crate::api::{EtcdCluster, EtcdClusterStatus};
 
 /// An object the caches must show before the next pass acts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,6 +67,17 @@ pub struct WriteError {
 }
 
 impl WriteError {
+    /// Transient unless the API server refused the request itself (bad, forbidden, invalid):
+    /// those need an input or a permission to change.
+    pub fn kind(&self) -> crate::retry::ErrorKind {
+        match &self.source {
+            kube::Error::Api(s) if matches!(s.code, 400 | 401 | 403 | 422) => {
+                crate::retry::ErrorKind::Permanent
+            }
+            _ => crate::retry::ErrorKind::Transient,
+        }
+    }
+
     pub fn category(&self) -> &'static str {
         match &self.source {
             kube::Error::Api(s) if s.code == 409 => "conflict",
@@ -76,6 +92,7 @@ impl WriteError {
 /// Writes the pass makes, collecting what the caches must show next.
 pub struct Writer {
     client: Client,
+    reporter: Reporter,
     pub awaited: Vec<Awaited>,
     /// Plan only: record what would be written instead of writing.
     dry_run: bool,
@@ -96,13 +113,81 @@ fn is_status(e: &kube::Error, code: u16) -> bool {
 }
 
 impl Writer {
-    pub fn new(client: Client, dry_run: bool) -> Self {
+    pub fn new(client: Client, dry_run: bool, reporter: Reporter) -> Self {
         Self {
             client,
+            reporter,
             awaited: Vec::new(),
             dry_run,
             planned: Vec::new(),
         }
+    }
+
+    /// True in a dry run (`etcd-operator plan`): nothing is written, to the API or to etcd.
+    pub fn dry_run(&self) -> bool {
+        self.dry_run
+    }
+
+    /// Publishes an Event on the EtcdCluster (not in a dry run; failures are logged, never
+    /// fatal).
+    pub async fn event(&self, cluster: &EtcdCluster, warning: bool, reason: &str, note: String) {
+        if self.dry_run {
+            return;
+        }
+        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_owned(),
+            note: Some(note.chars().take(1000).collect()),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&ev, &cluster.object_ref(&())).await {
+            tracing::warn!(reason, error = %e, "could not publish event");
+        }
+    }
+
+    /// Writes the EtcdCluster's status (a merge patch of the whole status).
+    pub async fn cluster_status(
+        &mut self,
+        cluster: &EtcdCluster,
+        status: &EtcdClusterStatus,
+    ) -> Result<(), WriteError> {
+        let name = cluster.name_any();
+        if self.planned("patch status of", "EtcdCluster", "", &name) {
+            return Ok(());
+        }
+        let api: Api<EtcdCluster> = Api::all(self.client.clone());
+        let patch = serde_json::json!({ "status": status });
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|source| WriteError {
+                action: "patching the status of",
+                kind: "EtcdCluster",
+                namespace: String::new(),
+                name,
+                source,
+            })
+    }
+
+    /// Creates the EtcdCluster.
+    pub async fn create_cluster(&self, cluster: &EtcdCluster) -> Result<(), WriteError> {
+        let api: Api<EtcdCluster> = Api::all(self.client.clone());
+        api.create(&PostParams::default(), cluster)
+            .await
+            .map(|_| ())
+            .map_err(|source| WriteError {
+                action: "creating",
+                kind: "EtcdCluster",
+                namespace: String::new(),
+                name: cluster.name_any(),
+                source,
+            })
     }
 
     /// In a dry run, records the write and returns true (skip the API call).
@@ -138,6 +223,48 @@ impl Writer {
             cm.data = Some(data.clone());
         })
         .await
+    }
+
+    /// Creates ConfigMap `name` holding `data` and returns an owner reference to it (for objects
+    /// that must go when it goes). In a dry run the reference has no uid.
+    pub async fn configmap_owner(
+        &mut self,
+        ns: &str,
+        name: &str,
+        data: &BTreeMap<String, String>,
+    ) -> Result<OwnerReference, WriteError> {
+        let mut owner = OwnerReference {
+            api_version: "v1".to_owned(),
+            kind: "ConfigMap".to_owned(),
+            name: name.to_owned(),
+            ..Default::default()
+        };
+        if self.planned("create", "ConfigMap", ns, name) {
+            return Ok(owner);
+        }
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(ns.to_owned()),
+                ..Default::default()
+            },
+            data: Some(data.clone()),
+            ..Default::default()
+        };
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
+        let created = api
+            .create(&PostParams::default(), &cm)
+            .await
+            .map_err(|source| WriteError {
+                action: "creating",
+                kind: "ConfigMap",
+                namespace: ns.to_owned(),
+                name: name.to_owned(),
+                source,
+            })?;
+        self.remember("ConfigMap", created.meta());
+        owner.uid = created.metadata.uid.clone().unwrap_or_default();
+        Ok(owner)
     }
 
     /// Makes Secret `name` hold exactly `data`.

@@ -235,3 +235,115 @@ fn done_when_everyone_is_current() {
         RolloutAction::Done
     );
 }
+
+fn failed_status(
+    name: &str,
+    current: i64,
+    failed: Option<i64>,
+    count: u32,
+    reason: &str,
+) -> NodeStatus {
+    NodeStatus {
+        node_name: name.to_owned(),
+        current_revision: current,
+        last_failed_revision: failed,
+        last_failed_count: count,
+        last_failed_reason: reason.to_owned(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn failed_installs_table() {
+    let ok = Computed::new(C::NodeInstallerDegraded, false, Reason::AsExpected, "");
+    let failed = |message: &str| {
+        Computed::new(
+            C::NodeInstallerDegraded,
+            true,
+            Reason::InstallerFailed,
+            message,
+        )
+    };
+    let cases: Vec<(&str, Vec<NodeStatus>, Computed)> = vec![
+        ("no nodes", vec![], ok.clone()),
+        (
+            "no failure",
+            vec![failed_status("n1", 3, None, 0, "")],
+            ok.clone(),
+        ),
+        (
+            "failed on an older revision than it runs",
+            vec![failed_status("n1", 3, Some(2), 1, "image pull")],
+            ok.clone(),
+        ),
+        (
+            "failed on the revision it now runs (a retry succeeded)",
+            vec![failed_status("n1", 3, Some(3), 2, "image pull")],
+            ok.clone(),
+        ),
+        (
+            "failed on a newer revision",
+            vec![
+                failed_status("n1", 3, Some(4), 2, "installer exited 1"),
+                failed_status("n2", 4, None, 0, ""),
+            ],
+            failed("n1 failed revision 4 2 time(s): installer exited 1"),
+        ),
+        (
+            "two nodes failed, in status order",
+            vec![
+                failed_status("n1", 3, Some(4), 1, "a"),
+                failed_status("n2", 3, Some(3), 1, "old"),
+                failed_status("n3", 0, Some(1), 3, "b"),
+            ],
+            failed("n1 failed revision 4 1 time(s): a; n3 failed revision 1 3 time(s): b"),
+        ),
+    ];
+    for (name, statuses, want) in cases {
+        assert_eq!(failed_installs(&statuses), want, "case: {name}");
+    }
+}
+
+#[test]
+fn describe_each_action() {
+    let cases: Vec<(RolloutAction, &str)> = vec![
+        (RolloutAction::Done, "every node runs the latest revision"),
+        (
+            RolloutAction::Install {
+                node: "n2".into(),
+                revision: 5,
+                attempt: 2,
+            },
+            "install revision 5 on n2 (attempt 2)",
+        ),
+        (
+            RolloutAction::Wait {
+                node: "n1".into(),
+                reason: "installer for revision 5 is running".into(),
+            },
+            "waiting: n1: installer for revision 5 is running",
+        ),
+        (
+            RolloutAction::BackOff {
+                node: "n3".into(),
+                revision: 5,
+                until: t(70),
+                reason: "install of revision 5 failed 1 time(s): boom".into(),
+            },
+            "backing off: n3: install of revision 5 failed 1 time(s): boom; next try after 2027-01-15T08:01:10Z",
+        ),
+        (
+            RolloutAction::Denied {
+                node: "n1".into(),
+                denial: Denial {
+                    rule: DenyRule::QuorumAfterAction,
+                    message: "roll node n1: would leave 1 of 2 voters healthy".into(),
+                },
+            },
+            "blocked by the quorum gate: roll node n1: would leave 1 of 2 voters healthy [quorum_after_action]",
+        ),
+    ];
+    for (action, want) in cases {
+        assert_eq!(describe(&action), want, "action: {action:?}");
+    }
+}

@@ -4,6 +4,7 @@
 //! timeout; an unreachable member is unhealthy, never a hang.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use membership::{
@@ -47,6 +48,30 @@ impl EtcdObservation {
         }
     }
 
+    /// When `member` is the leader: its client URL and the healthy voter with the highest raft
+    /// index to hand leadership to before its node restarts (the restart then costs no
+    /// election).
+    pub fn leadership_handover(&self, member: Option<MemberId>) -> Option<(MemberUrl, MemberId)> {
+        let leader = self.leader.filter(|l| Some(*l) == member)?;
+        let url = self
+            .members
+            .iter()
+            .find(|m| m.id == leader)?
+            .client_urls
+            .first()
+            .cloned()?;
+        let (_, target) = self
+            .members
+            .iter()
+            .filter(|m| !m.is_learner && m.id != leader)
+            .filter_map(|m| {
+                let h = self.health.get(&m.id)?;
+                h.healthy.then_some((h.raft_index.unwrap_or(0), m.id))
+            })
+            .max()?;
+        Some((url, target))
+    }
+
     /// The leader's raft index, if known.
     pub fn leader_raft_index(&self) -> Option<u64> {
         self.leader.and_then(|l| self.health.get(&l)?.raft_index)
@@ -56,13 +81,13 @@ impl EtcdObservation {
 /// A client whose endpoint list follows the cluster.
 #[derive(Debug, Default)]
 pub struct EtcdConnection {
-    current: Option<(Vec<MemberUrl>, EtcdClient)>,
+    current: Option<(Vec<MemberUrl>, Arc<EtcdClient>)>,
 }
 
 impl EtcdConnection {
     /// The client of the last [`EtcdConnection::client`] call.
-    pub fn current(&self) -> Option<(&Vec<MemberUrl>, &EtcdClient)> {
-        self.current.as_ref().map(|(e, c)| (e, c))
+    pub fn current(&self) -> Option<Arc<EtcdClient>> {
+        self.current.as_ref().map(|(_, c)| Arc::clone(c))
     }
 
     /// The client for `endpoints`, rebuilt when they change.
@@ -78,7 +103,7 @@ impl EtcdConnection {
             .is_none_or(|(eps, _)| *eps != endpoints);
         if stale {
             let client = EtcdClient::with_pem(endpoints.clone(), Some(tls), timeout)?;
-            self.current = Some((endpoints, client));
+            self.current = Some((endpoints, Arc::new(client)));
         }
         match &self.current {
             Some((_, c)) => Ok(c),

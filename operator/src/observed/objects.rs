@@ -7,8 +7,8 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use membership::MemberId;
 
+use crate::controllers::installer::{InstallerPhase, InstallerState, PodState};
 use crate::controllers::membership::NodeInfo;
-use crate::controllers::rollout::{InstallerPhase, InstallerState, PodState};
 use crate::podspec::NodeTarget;
 
 /// Label on installer pods.
@@ -289,16 +289,19 @@ mod tests {
         );
     }
 
+    /// Installer pod `installer-<rev>-n1-<attempt>` in `phase`.
+    fn installer_pod(rev: i64, attempt: u32, phase: &str) -> Pod {
+        pod(serde_json::json!({
+            "metadata": {"name": format!("installer-{rev}-n1-{attempt}"),
+                "labels": {INSTALLER_LABEL: "true", "revision": rev.to_string(), "attempt": attempt.to_string()}},
+            "spec": {"nodeName": "n1", "containers": []},
+            "status": {"phase": phase}
+        }))
+    }
+
     #[test]
     fn only_finished_superseded_installers_are_pruned() {
-        let mk = |rev: i64, attempt: u32, phase: &str| {
-            pod(serde_json::json!({
-                "metadata": {"name": format!("installer-{rev}-n1-{attempt}"),
-                    "labels": {INSTALLER_LABEL: "true", "revision": rev.to_string(), "attempt": attempt.to_string()}},
-                "spec": {"nodeName": "n1", "containers": []},
-                "status": {"phase": phase}
-            }))
-        };
+        let mk = installer_pod;
         let pods = [
             mk(1, 1, "Succeeded"),
             mk(2, 1, "Failed"),
@@ -318,14 +321,7 @@ mod tests {
 
     #[test]
     fn newest_installer_per_node_wins() {
-        let mk = |rev: i64, attempt: u32, phase: &str| {
-            pod(serde_json::json!({
-                "metadata": {"name": format!("installer-{rev}-n1-{attempt}"),
-                    "labels": {INSTALLER_LABEL: "true", "revision": rev.to_string(), "attempt": attempt.to_string()}},
-                "spec": {"nodeName": "n1", "containers": []},
-                "status": {"phase": phase}
-            }))
-        };
+        let mk = installer_pod;
         let got = installers(&[
             mk(2, 1, "Failed"),
             mk(2, 2, "Running"),

@@ -1,4 +1,4 @@
-//! Host endpoints: what etcd's consumers (kube-apiserver's `--etcd-servers`, backup tools) dial.
+//! Endpoints (host endpoints): what etcd's consumers (kube-apiserver's `--etcd-servers`, backup tools) dial.
 //! Published as ConfigMap `etcd-endpoints` (member id → `host:port`), voters only (learners reject
 //! client traffic), from the same function that fills the manifests' `ETCDCTL_ENDPOINTS`. A
 //! promoted learner appears and a removed member (the bootstrap member included) disappears on
@@ -12,7 +12,12 @@ use std::collections::BTreeMap;
 
 use membership::Member;
 
-use crate::podspec::voter_endpoints;
+use super::{ControllerError, ControllerName};
+use crate::observed::find;
+use crate::pass::Pass;
+use crate::podspec::{STATIC_POD_NAMESPACE as NS, voter_endpoints};
+
+const NAME: ControllerName = ControllerName::Endpoints;
 
 /// ConfigMap of member id → client address.
 pub const ENDPOINTS_CONFIGMAP: &str = "etcd-endpoints";
@@ -24,6 +29,21 @@ pub fn endpoint_data(members: &[Member]) -> BTreeMap<String, String> {
         .into_iter()
         .map(|(id, url)| (id.to_string(), url.authority().to_owned()))
         .collect()
+}
+
+/// Publishes the voters' client addresses (not in a plan).
+pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
+    let _t = p.ctx.metrics.time(NAME.as_str());
+    let data = endpoint_data(&p.o.etcd.members);
+    p.next(NAME, format!("publish {} voter endpoint(s)", data.len()));
+    if !data.is_empty() && !p.w.dry_run() {
+        let current = find(&p.inputs.configmaps, NS, ENDPOINTS_CONFIGMAP);
+        p.w.configmap(NS, ENDPOINTS_CONFIGMAP, current, &data, None)
+            .await
+            .map_err(|e| ControllerError::write(NAME, &e))?;
+    }
+    p.succeeded(NAME);
+    Ok(())
 }
 
 #[cfg(test)]

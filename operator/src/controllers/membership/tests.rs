@@ -2,7 +2,7 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use membership::{DenyRule, MemberHealth};
+use membership::{DenyRule, Member, MemberHealth};
 
 use super::*;
 
@@ -240,25 +240,6 @@ fn no_add_while_a_voter_is_unhealthy() {
 }
 
 #[test]
-fn the_voter_target_is_the_largest_odd_count() {
-    let targets: Vec<usize> = (0..=7).map(voter_target).collect();
-    assert_eq!(targets, vec![0, 1, 1, 3, 3, 5, 5, 7]);
-    // (voters, eligible, remaining) -> desired
-    for (v, e, r, d) in [
-        (1, 3, 3, 3), // grow
-        (1, 2, 2, 1), // the second node is a standby
-        (3, 4, 4, 3), // the fourth too
-        (4, 4, 4, 3), // four voters on four nodes: shrink to three
-        (5, 4, 5, 5), // a NotReady node removes nothing
-        (3, 2, 2, 3), // never below three by shrinking
-        (2, 2, 2, 2), // two voters on two nodes stay (removing one leaves no margin)
-        (0, 3, 3, 3),
-    ] {
-        assert_eq!(desired_voters(v, e, r), d, "desired_voters({v}, {e}, {r})");
-    }
-}
-
-#[test]
 fn an_even_node_is_a_standby_learner_until_the_count_is_odd() {
     // Two eligible nodes: n2 joins as a learner and is not promoted (2 voters tolerate no failure).
     let two = [node(1, true), node(2, true)];
@@ -446,4 +427,63 @@ fn a_member_unhealthy_past_its_time_is_replaced_through_the_gate() {
         step_full(&nodes, two_down, &[], &BTreeMap::new(), Some(1), &[due(2)], 700),
         MembershipStep::Denied { denial, .. } if denial.rule == DenyRule::NoQuorum
     ));
+}
+
+#[test]
+fn describe_each_step() {
+    let cases: Vec<(MembershipStep, &str)> = vec![
+        (
+            MembershipStep::None,
+            "nothing to do: every eligible node has a member",
+        ),
+        (
+            MembershipStep::Waiting {
+                message: "waiting for learner 2 to start".into(),
+            },
+            "waiting: waiting for learner 2 to start",
+        ),
+        (
+            MembershipStep::Standby {
+                id: id(4),
+                message: "learner n4 (4) is a standby".into(),
+            },
+            "nothing to do: learner n4 (4) is a standby",
+        ),
+        (
+            MembershipStep::Denied {
+                step: "add learner for n4 (https://10.0.0.4:2380)".into(),
+                denial: Denial {
+                    rule: DenyRule::VoterUnhealthy,
+                    message: "add learner for n4 (https://10.0.0.4:2380): voter(s) n3 (3) unhealthy"
+                        .into(),
+                },
+            },
+            "blocked by the quorum gate: add learner for n4 (https://10.0.0.4:2380): voter(s) n3 (3) unhealthy [voter_unhealthy]",
+        ),
+        (
+            MembershipStep::AddLearner {
+                node: "n4".into(),
+                peer_url: url(4),
+            },
+            "add learner for n4 (https://10.0.0.4:2380)",
+        ),
+        (
+            MembershipStep::Promote {
+                id: id(4),
+                node: "n4".into(),
+            },
+            "promote learner 4 (n4)",
+        ),
+        (
+            MembershipStep::Remove {
+                id: id(3),
+                kind: RemovalKind::NodeGone,
+                message: "member n3 (3) has peer URL https://10.0.0.3:2380 and no control-plane node has that address".into(),
+            },
+            "remove member 3: member n3 (3) has peer URL https://10.0.0.3:2380 and no control-plane node has that address",
+        ),
+    ];
+    for (step, want) in cases {
+        assert_eq!(describe(&step), want, "step: {step:?}");
+    }
 }

@@ -71,20 +71,94 @@ impl ConditionType {
     ];
 }
 
+/// Why a condition has its status: the `reason` field, one typed value per meaning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    AsExpected,
+    Unknown,
+    Progressing,
+    Degraded,
+    WithinGracePeriod,
+    // etcd members
+    Quorate,
+    NotQuorate,
+    EtcdUnreachable,
+    UnhealthyMembers,
+    AlarmRaised,
+    BlockedByVerify,
+    PlannedRestart,
+    RemediationExhausted,
+    // membership and learner promotion
+    Planned,
+    Unmanaged,
+    WaitingForQuorumGate,
+    EtcdNotReady,
+    LearnerAdded,
+    LearnerPending,
+    LearnerCatchingUp,
+    LearnerNotCatchingUp,
+    LearnerPromoted,
+    MemberRemoved(crate::controllers::membership::RemovalKind),
+    // installer
+    AllNodesAtLatestRevision,
+    Installing,
+    Waiting,
+    BackingOff,
+    InstallerFailed,
+    /// A controller failed; the error's category (e.g. `conflict`, `transport`, `render`).
+    Failed(&'static str),
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::AsExpected => "AsExpected",
+            Reason::Unknown => "Unknown",
+            Reason::Progressing => "Progressing",
+            Reason::Degraded => "Degraded",
+            Reason::WithinGracePeriod => "WithinGracePeriod",
+            Reason::Quorate => "Quorate",
+            Reason::NotQuorate => "NotQuorate",
+            Reason::EtcdUnreachable => "EtcdUnreachable",
+            Reason::UnhealthyMembers => "UnhealthyMembers",
+            Reason::AlarmRaised => "AlarmRaised",
+            Reason::BlockedByVerify => "BlockedByVerify",
+            Reason::PlannedRestart => "PlannedRestart",
+            Reason::RemediationExhausted => "RemediationExhausted",
+            Reason::Planned => "Planned",
+            Reason::Unmanaged => "Unmanaged",
+            Reason::WaitingForQuorumGate => "WaitingForQuorumGate",
+            Reason::EtcdNotReady => "EtcdNotReady",
+            Reason::LearnerAdded => "LearnerAdded",
+            Reason::LearnerPending => "LearnerPending",
+            Reason::LearnerCatchingUp => "LearnerCatchingUp",
+            Reason::LearnerNotCatchingUp => "LearnerNotCatchingUp",
+            Reason::LearnerPromoted => "LearnerPromoted",
+            Reason::MemberRemoved(kind) => kind.reason(),
+            Reason::AllNodesAtLatestRevision => "AllNodesAtLatestRevision",
+            Reason::Installing => "Installing",
+            Reason::Waiting => "Waiting",
+            Reason::BackingOff => "BackingOff",
+            Reason::InstallerFailed => "InstallerFailed",
+            Reason::Failed(category) => category,
+        }
+    }
+}
+
 /// A condition as computed this pass (no timestamp yet).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Computed {
     pub type_: ConditionType,
     pub status: bool,
-    pub reason: String,
+    pub reason: Reason,
     pub message: String,
 }
 
 impl Computed {
     /// True with `problems` joined when there are any; False ("AsExpected") otherwise.
-    pub fn from_problems(type_: ConditionType, reason: &str, problems: &[String]) -> Self {
+    pub fn from_problems(type_: ConditionType, reason: Reason, problems: &[String]) -> Self {
         if problems.is_empty() {
-            Self::new(type_, false, "AsExpected", "")
+            Self::new(type_, false, Reason::AsExpected, "")
         } else {
             Self::new(type_, true, reason, problems.join("; "))
         }
@@ -93,13 +167,13 @@ impl Computed {
     pub fn new(
         type_: ConditionType,
         status: bool,
-        reason: &str,
+        reason: Reason,
         message: impl Into<String>,
     ) -> Self {
         Self {
             type_,
             status,
-            reason: reason.to_owned(),
+            reason,
             message: message.into(),
         }
     }
@@ -138,7 +212,7 @@ pub fn with_aggregates(
 ) -> Vec<Computed> {
     let mut detail = combine(detail);
     let get = |t: ConditionType| detail.iter().find(|c| c.type_ == t).cloned();
-    let available = get(ConditionType::EtcdMembersAvailable);
+    let available = available(get(ConditionType::EtcdMembersAvailable));
     let progressing: Vec<Computed> = [
         ConditionType::EtcdMembersProgressing,
         ConditionType::NodeInstallerProgressing,
@@ -152,54 +226,78 @@ pub fn with_aggregates(
         .filter(|c| c.status && c.type_.as_str().ends_with("Degraded"))
         .cloned()
         .partition(|c| true_for(previous, c.type_, now) >= DEGRADED_GRACE);
-    let join = |cs: &[Computed]| {
-        cs.iter()
-            .map(|c| format!("{}: {}", c.type_.as_str(), c.message))
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
-    detail.push(match available {
-        Some(a) if a.status => Computed::new(ConditionType::Available, true, "Quorate", a.message),
-        Some(a) => Computed::new(ConditionType::Available, false, "NotQuorate", a.message),
-        None => Computed::new(
-            ConditionType::Available,
-            false,
-            "Unknown",
-            "etcd membership not observed yet",
-        ),
-    });
+    detail.push(available);
     detail.push(if progressing.is_empty() {
         Computed::new(
             ConditionType::Progressing,
             false,
-            "AsExpected",
+            Reason::AsExpected,
             "every node runs the latest revision; membership is as desired",
         )
     } else {
         Computed::new(
             ConditionType::Progressing,
             true,
-            "Progressing",
+            Reason::Progressing,
             join(&progressing),
         )
     });
-    detail.push(if !degraded.is_empty() {
-        Computed::new(ConditionType::Degraded, true, "Degraded", join(&degraded))
+    detail.push(degraded_aggregate(&degraded, &settling));
+    detail
+}
+
+/// The detail conditions' messages, each prefixed with its type.
+fn join(cs: &[Computed]) -> String {
+    cs.iter()
+        .map(|c| format!("{}: {}", c.type_.as_str(), c.message))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// `Available` from `EtcdMembersAvailable`.
+fn available(members: Option<Computed>) -> Computed {
+    match members {
+        Some(a) if a.status => {
+            Computed::new(ConditionType::Available, true, Reason::Quorate, a.message)
+        }
+        Some(a) => Computed::new(
+            ConditionType::Available,
+            false,
+            Reason::NotQuorate,
+            a.message,
+        ),
+        None => Computed::new(
+            ConditionType::Available,
+            false,
+            Reason::Unknown,
+            "etcd membership not observed yet",
+        ),
+    }
+}
+
+/// `Degraded`: True for problems past the grace period, else False naming those within it.
+fn degraded_aggregate(degraded: &[Computed], settling: &[Computed]) -> Computed {
+    if !degraded.is_empty() {
+        Computed::new(
+            ConditionType::Degraded,
+            true,
+            Reason::Degraded,
+            join(degraded),
+        )
     } else if !settling.is_empty() {
         Computed::new(
             ConditionType::Degraded,
             false,
-            "WithinGracePeriod",
+            Reason::WithinGracePeriod,
             format!(
                 "not degraded unless this lasts {}s: {}",
                 DEGRADED_GRACE.whole_seconds(),
-                join(&settling)
+                join(settling)
             ),
         )
     } else {
-        Computed::new(ConditionType::Degraded, false, "AsExpected", "")
-    });
-    detail
+        Computed::new(ConditionType::Degraded, false, Reason::AsExpected, "")
+    }
 }
 
 /// How long condition `type_` has been True before this pass: from its `lastTransitionTime` in
@@ -226,7 +324,7 @@ pub fn merge(previous: &[Condition], computed: &[Computed], now: &str) -> Vec<Co
             Condition {
                 type_: c.type_.as_str().to_owned(),
                 status: status.to_owned(),
-                reason: c.reason.clone(),
+                reason: c.reason.as_str().to_owned(),
                 message: c.message.clone(),
                 last_transition_time: since,
             }
@@ -237,183 +335,5 @@ pub fn merge(previous: &[Condition], computed: &[Computed], now: &str) -> Vec<Co
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn transition_time_moves_only_with_status() {
-        let first = merge(
-            &[],
-            &[Computed::new(
-                ConditionType::EtcdMembersAvailable,
-                true,
-                "Quorate",
-                "3 of 3",
-            )],
-            "t1",
-        );
-        let same = merge(
-            &first,
-            &[Computed::new(
-                ConditionType::EtcdMembersAvailable,
-                true,
-                "Quorate",
-                "2 of 3",
-            )],
-            "t2",
-        );
-        assert_eq!(same[0].last_transition_time, "t1");
-        assert_eq!(same[0].message, "2 of 3");
-        let flipped = merge(
-            &same,
-            &[Computed::new(
-                ConditionType::EtcdMembersAvailable,
-                false,
-                "NotQuorate",
-                "1 of 3",
-            )],
-            "t3",
-        );
-        assert_eq!(flipped[0].last_transition_time, "t3");
-    }
-
-    #[test]
-    fn reports_of_one_type_combine() {
-        let c = combine(vec![
-            Computed::new(
-                ConditionType::EtcdMembersProgressing,
-                false,
-                "AsExpected",
-                "",
-            ),
-            Computed::new(
-                ConditionType::EtcdMembersProgressing,
-                true,
-                "PlannedRestart",
-                "n1 restarting",
-            ),
-            Computed::new(
-                ConditionType::EtcdMembersProgressing,
-                true,
-                "LearnerPending",
-                "learner 4 pending",
-            ),
-        ]);
-        assert_eq!(c.len(), 1);
-        assert!(c[0].status);
-        assert_eq!(c[0].reason, "PlannedRestart");
-        assert_eq!(c[0].message, "n1 restarting; learner 4 pending");
-    }
-
-    fn at(seconds: i64) -> OffsetDateTime {
-        OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(1_700_000_000 + seconds)
-    }
-
-    fn previous_true(type_: ConditionType, since: OffsetDateTime) -> Vec<Condition> {
-        merge(
-            &[],
-            &[Computed::new(type_, true, "ApiError", "conflict")],
-            &since.format(&Rfc3339).unwrap(),
-        )
-    }
-
-    fn detail_with_revision_problem() -> Vec<Computed> {
-        vec![
-            Computed::new(
-                ConditionType::EtcdMembersAvailable,
-                true,
-                "Quorate",
-                "2 of 2 voters healthy",
-            ),
-            Computed::new(
-                ConditionType::EtcdMembersProgressing,
-                true,
-                "LearnerPending",
-                "waiting for learner 3 to start",
-            ),
-            Computed::new(
-                ConditionType::NodeInstallerProgressing,
-                false,
-                "AllCurrent",
-                "",
-            ),
-            Computed::new(
-                ConditionType::RevisionControllerDegraded,
-                true,
-                "ApiError",
-                "conflict",
-            ),
-        ]
-    }
-
-    fn find(all: &[Computed], t: ConditionType) -> Computed {
-        all.iter().find(|c| c.type_ == t).cloned().unwrap()
-    }
-
-    #[test]
-    fn aggregates_say_what_is_happening() {
-        let previous = previous_true(ConditionType::RevisionControllerDegraded, at(0));
-        let all = with_aggregates(detail_with_revision_problem(), &previous, at(61));
-        assert!(find(&all, ConditionType::Available).status);
-        assert_eq!(
-            find(&all, ConditionType::Progressing).message,
-            "EtcdMembersProgressing: waiting for learner 3 to start"
-        );
-        let degraded = find(&all, ConditionType::Degraded);
-        assert!(degraded.status);
-        assert_eq!(degraded.message, "RevisionControllerDegraded: conflict");
-    }
-
-    #[test]
-    fn degraded_waits_out_the_grace_period() {
-        // New this pass: the detail condition says so at once, the aggregate waits.
-        let all = with_aggregates(detail_with_revision_problem(), &[], at(0));
-        assert!(find(&all, ConditionType::RevisionControllerDegraded).status);
-        let degraded = find(&all, ConditionType::Degraded);
-        assert!(!degraded.status);
-        assert_eq!(degraded.reason, "WithinGracePeriod");
-        assert_eq!(
-            degraded.message,
-            "not degraded unless this lasts 60s: RevisionControllerDegraded: conflict"
-        );
-        // Still inside the grace period 59 s later.
-        let previous = previous_true(ConditionType::RevisionControllerDegraded, at(0));
-        let all = with_aggregates(detail_with_revision_problem(), &previous, at(59));
-        assert!(!find(&all, ConditionType::Degraded).status);
-        // At 60 s it counts.
-        let all = with_aggregates(detail_with_revision_problem(), &previous, at(60));
-        assert!(find(&all, ConditionType::Degraded).status);
-    }
-
-    #[test]
-    fn grace_restarts_when_the_problem_went_away() {
-        // The detail condition was True long ago, then False: its age counts from now again.
-        let long_ago = previous_true(ConditionType::RevisionControllerDegraded, at(0));
-        let cleared = merge(
-            &long_ago,
-            &[Computed::new(
-                ConditionType::RevisionControllerDegraded,
-                false,
-                "AsExpected",
-                "",
-            )],
-            &at(100).format(&Rfc3339).unwrap(),
-        );
-        let all = with_aggregates(detail_with_revision_problem(), &cleared, at(120));
-        assert_eq!(
-            find(&all, ConditionType::Degraded).reason,
-            "WithinGracePeriod"
-        );
-        // And with nothing True, Degraded is plainly False.
-        let healthy = vec![Computed::new(
-            ConditionType::EtcdMembersAvailable,
-            true,
-            "Quorate",
-            "3 of 3",
-        )];
-        let all = with_aggregates(healthy, &long_ago, at(120));
-        let degraded = find(&all, ConditionType::Degraded);
-        assert!(!degraded.status);
-        assert_eq!(degraded.reason, "AsExpected");
-    }
-}
+#[path = "status_tests.rs"]
+mod tests;

@@ -1,0 +1,104 @@
+//! What every pass shares: the API client, the operator's static configuration, its metrics and
+//! event reporter, and the state carried from pass to pass (all of which can be rebuilt from
+//! observation: a restarted operator loses nothing it needs).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kube::runtime::events::Reporter;
+use membership::MemberId;
+use time::OffsetDateTime;
+use tokio::sync::Mutex;
+
+use crate::controllers::ControllerName;
+use crate::etcd::EtcdConnection;
+use crate::metrics::Metrics;
+use crate::podspec::Images;
+use crate::retry::Backoff;
+use crate::writer::Awaited;
+
+/// Static configuration of the operator process.
+#[derive(Clone, Debug)]
+pub struct OperatorConfig {
+    pub images: Images,
+    /// Where the operator runs and keeps its CA and client certificate.
+    pub operator_namespace: String,
+    /// Bound on each etcd call.
+    pub etcd_timeout: Duration,
+}
+
+/// What every pass shares.
+pub struct Context {
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+    pub config: OperatorConfig,
+    pub reporter: Reporter,
+    pub state: Mutex<PassState>,
+    /// `etcd-operator plan`: decide everything, change nothing (no API write, no etcd change,
+    /// no event); the would-be actions are the report's plan.
+    pub plan_only: bool,
+}
+
+impl Context {
+    /// A context for one process (`run`, `plan`): fresh metrics and pass state.
+    pub fn new(
+        client: Client,
+        config: OperatorConfig,
+        reporter: Reporter,
+        plan_only: bool,
+    ) -> Self {
+        Self {
+            client,
+            metrics: Arc::new(Metrics::new()),
+            config,
+            reporter,
+            state: Mutex::new(PassState::default()),
+            plan_only,
+        }
+    }
+
+    /// A context for tests: a client for an address nothing listens on (any API call fails
+    /// fast), default images, the default operator namespace.
+    #[cfg(test)]
+    pub fn for_tests() -> Self {
+        let url = "http://127.0.0.1:9".parse().unwrap();
+        let client = Client::try_from(kube::Config::new(url)).unwrap();
+        let config = OperatorConfig {
+            images: Images {
+                etcd: "etcd:test".into(),
+                operator: "etcd-operator:test".into(),
+            },
+            operator_namespace: "etcd-operator".into(),
+            etcd_timeout: Duration::from_secs(1),
+        };
+        let reporter = Reporter {
+            controller: "etcd-operator-test".into(),
+            instance: None,
+        };
+        Self::new(client, config, reporter, false)
+    }
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// State carried from pass to pass (all of it can be rebuilt from observation).
+#[derive(Debug, Default)]
+pub struct PassState {
+    pub etcd: EtcdConnection,
+    /// When each pending learner was first seen.
+    pub learner_added: BTreeMap<MemberId, OffsetDateTime>,
+    /// Writes the caches must show before the next pass acts.
+    pub awaited: Vec<Awaited>,
+    /// Client URLs of the members last seen (to find etcd next time).
+    pub known_endpoints: BTreeSet<String>,
+    /// Consecutive failures of each controller, for the back-off of transient errors.
+    pub failures: BTreeMap<ControllerName, Backoff>,
+}

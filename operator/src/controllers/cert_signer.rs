@@ -1,0 +1,207 @@
+//! Certificate signer: the etcd CA, every node's peer, serving and metrics certificates, the
+//! trust bundle, and the operator's own etcd client certificate.
+//!
+//! Inputs: the CA Secret in the operator's namespace, `etcd-all-certs`, the control-plane nodes
+//! and their addresses. Decision ([`crate::certs::plan_node_certs`],
+//! [`crate::certs::plan_client_cert`], pure): which certificates are missing, expiring or no
+//! longer match their node. Writes: the CA Secret (only when none exists and the cluster is
+//! Managed), `etcd-all-certs`, `etcd-all-bundles`, the operator's client certificate; Events
+//! `CaGenerated`, `CertificatesUpdated`; the expiry metrics. It never issues anything for an
+//! Unmanaged cluster and never replaces an existing CA.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Secret;
+use membership::TlsPem;
+
+use super::{ControllerError, ControllerName};
+use crate::certs::{self, CaOrigin, CertPolicy, ClientCertKind, EtcdCa};
+use crate::metrics::{CertLabels, Metrics};
+use crate::observed::find;
+use crate::pass::Pass;
+use crate::podspec::STATIC_POD_NAMESPACE as NS;
+use crate::podspec::paths::{ALL_BUNDLES_CONFIGMAP, ALL_CERTS_SECRET};
+use crate::retry::ErrorKind;
+
+const NAME: ControllerName = ControllerName::CertSigner;
+
+/// What the signer produced for the rest of the pass.
+#[derive(Clone, Debug)]
+pub struct Issued {
+    /// The operator's etcd client identity.
+    pub tls: TlsPem,
+    /// Nodes whose certificates all exist.
+    pub with_certs: BTreeSet<String>,
+    /// `etcd-all-certs` as it is (or will be) written.
+    pub all_certs: BTreeMap<String, Vec<u8>>,
+    /// `etcd-all-bundles`.
+    pub bundles: BTreeMap<String, String>,
+}
+
+/// A Secret's data as bytes.
+pub fn secret_bytes(s: &Secret) -> BTreeMap<String, Vec<u8>> {
+    s.data
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect()
+}
+
+fn cert_err(e: certs::CertError) -> ControllerError {
+    ControllerError::new(NAME, ErrorKind::Permanent, e.category(), e.to_string())
+}
+
+fn write_err(e: crate::writer::WriteError) -> ControllerError {
+    ControllerError::write(NAME, &e)
+}
+
+/// Runs the certificate signer.
+pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
+    let _t = p.ctx.metrics.time(NAME.as_str());
+    let policy = CertPolicy::default();
+    let ca = ca(p, &policy).await?;
+    let all_certs = node_certs(p, &ca, &policy).await?;
+    let tls = client_cert(p, &ca, &policy).await?;
+    let with_certs =
+        p.o.nodes
+            .iter()
+            .filter(|n| {
+                certs::CertKind::ALL
+                    .iter()
+                    .all(|k| all_certs.contains_key(&k.cert_key(&n.target.name)))
+            })
+            .map(|n| n.target.name.clone())
+            .collect();
+    record_expiry(&p.ctx.metrics, &ca, &all_certs);
+    p.succeeded(NAME);
+    Ok(Issued {
+        tls,
+        with_certs,
+        all_certs,
+        bundles: certs::bundle_data(&ca),
+    })
+}
+
+/// The CA: adopted from its Secret, or generated (Managed only) and stored.
+async fn ca(p: &mut Pass<'_>, policy: &CertPolicy) -> Result<EtcdCa, ControllerError> {
+    let op_ns = p.ctx.config.operator_namespace.as_str();
+    let signer_data = find(&p.inputs.operator_secrets, op_ns, certs::CA_SECRET).map(secret_bytes);
+    let (ca, origin) =
+        EtcdCa::adopt_or_generate(signer_data.as_ref(), policy, p.o.now).map_err(cert_err)?;
+    if origin == CaOrigin::Generated {
+        if !p.o.managed {
+            return Err(ControllerError::new(
+                NAME,
+                ErrorKind::Permanent,
+                "no_ca",
+                "no etcd CA exists and the cluster is Unmanaged",
+            ));
+        }
+        p.w.secret(op_ns, certs::CA_SECRET, None, &ca.to_secret_data(), None)
+            .await
+            .map_err(write_err)?;
+        p.event(
+            false,
+            "CaGenerated",
+            format!("generated the etcd CA ({})", ca.subject()),
+        )
+        .await;
+    }
+    Ok(ca)
+}
+
+/// Every node's certificates and the bundle, written when they change (Managed only).
+async fn node_certs(
+    p: &mut Pass<'_>,
+    ca: &EtcdCa,
+    policy: &CertPolicy,
+) -> Result<BTreeMap<String, Vec<u8>>, ControllerError> {
+    let now = p.o.now;
+    let desired: certs::DesiredNodes =
+        p.o.nodes
+            .iter()
+            .map(|n| (n.target.name.clone(), [n.target.ip].into_iter().collect()))
+            .collect();
+    let current_secret = find(&p.inputs.secrets, NS, ALL_CERTS_SECRET);
+    let current = current_secret.map(secret_bytes).unwrap_or_default();
+    let plan = certs::plan_node_certs(ca, policy, &current, &desired, now);
+    let all_certs = if plan.is_noop() {
+        current.clone()
+    } else {
+        certs::apply_plan(ca, policy, &plan, &current, now).map_err(cert_err)?
+    };
+    let changes = plan.describe_changes();
+    p.next(
+        NAME,
+        if changes.is_empty() {
+            "every node certificate is valid".to_owned()
+        } else {
+            format!("would update etcd-all-certs: {}", changes.join("; "))
+        },
+    );
+    if p.o.managed {
+        let written =
+            p.w.secret(NS, ALL_CERTS_SECRET, current_secret, &all_certs, None)
+                .await
+                .map_err(write_err)?;
+        if written {
+            p.event(false, "CertificatesUpdated", changes.join("; "))
+                .await;
+        }
+        let bundles = certs::bundle_data(ca);
+        let current = find(&p.inputs.configmaps, NS, ALL_BUNDLES_CONFIGMAP);
+        p.w.configmap(NS, ALL_BUNDLES_CONFIGMAP, current, &bundles, None)
+            .await
+            .map_err(write_err)?;
+    }
+    Ok(all_certs)
+}
+
+/// The operator's etcd client certificate, renewed when due (written when Managed).
+async fn client_cert(
+    p: &mut Pass<'_>,
+    ca: &EtcdCa,
+    policy: &CertPolicy,
+) -> Result<TlsPem, ControllerError> {
+    let op_ns = p.ctx.config.operator_namespace.as_str();
+    let kind = ClientCertKind::Operator;
+    let client_secret = find(&p.inputs.operator_secrets, op_ns, kind.secret_name());
+    let client_current = client_secret.map(secret_bytes);
+    let reason = certs::plan_client_cert(ca, policy, kind, client_current.as_ref(), p.o.now);
+    let client_data = if reason.action() == certs::Action::Keep {
+        client_current.unwrap_or_default()
+    } else {
+        let data =
+            certs::apply_client_cert(ca, policy, kind, &reason, client_current.as_ref(), p.o.now)
+                .map_err(cert_err)?;
+        if p.o.managed {
+            p.w.secret(op_ns, kind.secret_name(), client_secret, &data, None)
+                .await
+                .map_err(write_err)?;
+        }
+        data
+    };
+    let get = |k: &str| client_data.get(k).cloned().unwrap_or_default();
+    Ok(TlsPem {
+        ca: ca.cert_pem().as_bytes().to_vec(),
+        cert: get("tls.crt"),
+        key: get("tls.key"),
+    })
+}
+
+fn record_expiry(metrics: &Metrics, ca: &EtcdCa, all_certs: &BTreeMap<String, Vec<u8>>) {
+    metrics.certificate_expiry.clear();
+    for info in certs::inspect_certs(ca, all_certs) {
+        if let Some(t) = info.not_after_unix() {
+            metrics
+                .certificate_expiry
+                .get_or_create(&CertLabels {
+                    secret_key: info.secret_key.clone(),
+                    node: info.node.clone().unwrap_or_default(),
+                })
+                .set(t);
+        }
+    }
+    metrics.ca_expiry.set(ca.info().not_after_unix());
+}

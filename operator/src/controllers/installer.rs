@@ -1,0 +1,477 @@
+//! Installer (the rollout): moves nodes to the latest revision one at a time, through installer
+//! pods. One name everywhere: module, `InstallerControllerDegraded`, `NodeInstaller*`
+//! conditions, Event `InstallerPodCreated`, metric label `installer`.
+//!
+//! Inputs: the latest revision, each node's pods and status, the members and the leader.
+//! Writes: installer pods, node statuses, leadership handed off before the leader's node
+//! restarts, deletion of finished installer pods. Never more than one node at a time, never one
+//! the quorum gate refuses.
+//!
+//! [`decide`] is pure. It first folds what it observes into each node's status (a Ready pod on a
+//! newer revision becomes `currentRevision`; a failed installer becomes `lastFailed*`), then picks
+//! at most one action:
+//! * a node already moving (`targetRevision` set) is followed to the end: its installer runs, then
+//!   its pod must be Ready on the target; a newer revision supersedes the target once the
+//!   installer finished (the node moves straight on, without waiting for Ready on a stale one);
+//! * otherwise the next node below the latest revision is chosen: nodes with no static pod, an
+//!   unready pod, or an etcd blocked by `etcd-verify` first, then the others, the etcd leader last;
+//! * every install asks the quorum gate (`RollNode`); a failed install is retried after a capped
+//!   exponential back-off, and while it backs off no other node is moved (a bad revision stops at
+//!   its first node).
+//!
+//! Installer pods are named `installer-<revision>-<node>-<attempt>`, so a failure is recorded
+//! exactly once and a retry is a new pod.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use membership::{Action, ClusterView, Denial, MemberId, Verdict, gate};
+use time::OffsetDateTime;
+
+use super::{ControllerError, ControllerName};
+use crate::api::NodeStatus;
+use crate::certs::format_time;
+use crate::metrics::NodeLabel;
+use crate::pass::Pass;
+use crate::podspec::{STATIC_POD_NAMESPACE as NS, render_installer};
+use crate::retry::ErrorKind;
+use crate::status::{Computed, ConditionType as C, Reason};
+
+const NAME: ControllerName = ControllerName::Installer;
+
+/// First retry delay after a failed install; doubles per failure up to [`MAX_BACKOFF`].
+pub const BASE_BACKOFF: Duration = Duration::from_secs(10);
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// The node's etcd static pod as its mirror pod shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodState {
+    pub revision: i64,
+    pub ready: bool,
+    /// `etcd-verify membership` refused to start etcd (its termination message).
+    pub blocked: Option<String>,
+}
+
+/// Phase of an installer pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InstallerPhase {
+    Running,
+    Succeeded,
+    Failed(String),
+}
+
+/// The newest installer pod of a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstallerState {
+    pub revision: i64,
+    pub attempt: u32,
+    pub phase: InstallerPhase,
+}
+
+/// Everything the rollout knows about one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeView {
+    pub name: String,
+    pub member: Option<MemberId>,
+    pub is_leader: bool,
+    pub pod: Option<PodState>,
+    pub installer: Option<InstallerState>,
+    pub status: NodeStatus,
+}
+
+/// The one action of this pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RolloutAction {
+    /// Every node runs the latest revision Ready.
+    Done,
+    /// Create installer pod `installer-<revision>-<node>-<attempt>`.
+    Install {
+        node: String,
+        revision: i64,
+        attempt: u32,
+    },
+    /// Waiting on something that will change by itself (an installer, a pod getting Ready).
+    Wait { node: String, reason: String },
+    /// A failed install backs off until `until`.
+    BackOff {
+        node: String,
+        revision: i64,
+        until: OffsetDateTime,
+        reason: String,
+    },
+    /// The quorum gate refused to roll the node now.
+    Denied { node: String, denial: Denial },
+}
+
+/// The decision: updated node statuses plus one action.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RolloutDecision {
+    pub statuses: Vec<NodeStatus>,
+    pub action: RolloutAction,
+}
+
+/// Back-off after `failures` consecutive failures.
+pub fn backoff(failures: u32) -> Duration {
+    let shift = failures.saturating_sub(1).min(10);
+    BASE_BACKOFF.saturating_mul(1 << shift).min(MAX_BACKOFF)
+}
+
+fn rfc3339(t: OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+fn parse_time(s: &str) -> Option<OffsetDateTime> {
+    OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
+}
+
+/// Folds observations into a node's status.
+fn observe(node: &NodeView, now: OffsetDateTime) -> NodeStatus {
+    let mut s = node.status.clone();
+    s.node_name = node.name.clone();
+    if let Some(pod) = &node.pod
+        && pod.ready
+        && pod.revision > s.current_revision
+    {
+        s.current_revision = pod.revision;
+    }
+    // An installer for a newer revision is a move in flight even if its target was never written
+    // (the operator crashed between creating the pod and writing status).
+    if s.target_revision.is_none()
+        && let Some(inst) = &node.installer
+        && inst.revision > s.current_revision
+        && !(s.last_failed_revision == Some(inst.revision) && s.last_failed_count >= inst.attempt)
+    {
+        s.target_revision = Some(inst.revision);
+    }
+    if s.target_revision.is_some_and(|t| t <= s.current_revision) {
+        s.target_revision = None;
+    }
+    if let (Some(target), Some(inst)) = (s.target_revision, &node.installer)
+        && inst.revision == target
+        && let InstallerPhase::Failed(message) = &inst.phase
+    {
+        let already = s.last_failed_revision == Some(target) && s.last_failed_count >= inst.attempt;
+        if !already {
+            s.last_failed_revision = Some(target);
+            s.last_failed_count = inst.attempt;
+            s.last_failed_reason = message.clone();
+            s.last_failed_time = rfc3339(now);
+        }
+        s.target_revision = None;
+    }
+    s
+}
+
+/// Rank for choosing the next node: lower goes first.
+fn rank(node: &NodeView) -> (u8, String) {
+    let group = match &node.pod {
+        None => 0,
+        Some(p) if p.blocked.is_some() || !p.ready => 0,
+        Some(_) if node.is_leader => 2,
+        Some(_) => 1,
+    };
+    (group, node.name.clone())
+}
+
+/// Decides the rollout step.
+pub fn decide(
+    nodes: &[NodeView],
+    latest: i64,
+    cluster: &ClusterView,
+    now: OffsetDateTime,
+) -> RolloutDecision {
+    let mut views: Vec<NodeView> = nodes.to_vec();
+    views.sort_by(|a, b| a.name.cmp(&b.name));
+    for v in &mut views {
+        v.status = observe(v, now);
+    }
+    let statuses: Vec<NodeStatus> = views.iter().map(|v| v.status.clone()).collect();
+    let decision = |action| RolloutDecision {
+        statuses: statuses.clone(),
+        action,
+    };
+    if latest == 0 {
+        return decision(RolloutAction::Done);
+    }
+    let mut view = cluster.clone();
+    if let Some(moving) = views.iter().find(|v| v.status.target_revision.is_some()) {
+        view.rolling_node = Some(moving.name.clone());
+        return decision(follow(moving, latest, &view));
+    }
+    let mut pending: Vec<&NodeView> = views
+        .iter()
+        .filter(|v| v.status.current_revision < latest)
+        .collect();
+    pending.sort_by_key(|v| rank(v));
+    let Some(next) = pending.first() else {
+        return decision(RolloutAction::Done);
+    };
+    let s = &next.status;
+    if s.last_failed_revision == Some(latest)
+        && let Some(failed_at) = parse_time(&s.last_failed_time)
+    {
+        let until = failed_at + backoff(s.last_failed_count);
+        if now < until {
+            return decision(RolloutAction::BackOff {
+                node: next.name.clone(),
+                revision: latest,
+                until,
+                reason: format!(
+                    "install of revision {latest} failed {} time(s): {}",
+                    s.last_failed_count, s.last_failed_reason
+                ),
+            });
+        }
+    }
+    decision(install_or_deny(next, latest, &view))
+}
+
+/// The next action for the node already moving to its target revision.
+fn follow(moving: &NodeView, latest: i64, view: &ClusterView) -> RolloutAction {
+    let target = moving.status.target_revision.unwrap_or(latest);
+    let installer = moving.installer.as_ref().filter(|i| i.revision == target);
+    let name = moving.name.clone();
+    match installer.map(|i| &i.phase) {
+        None => install_or_deny(moving, target, view),
+        Some(InstallerPhase::Running) => RolloutAction::Wait {
+            node: name,
+            reason: format!("installer for revision {target} is running"),
+        },
+        Some(InstallerPhase::Succeeded) if target < latest => install_or_deny(moving, latest, view),
+        Some(InstallerPhase::Succeeded) => match &moving.pod {
+            Some(p) if p.blocked.is_some() && p.revision == target => RolloutAction::Wait {
+                node: name,
+                reason: format!(
+                    "etcd-verify blocks etcd on revision {target}: {}",
+                    p.blocked.clone().unwrap_or_default()
+                ),
+            },
+            _ => RolloutAction::Wait {
+                node: name,
+                reason: format!("waiting for the etcd pod to be Ready on revision {target}"),
+            },
+        },
+        // Recorded by `observe`, which cleared the target; not reached.
+        Some(InstallerPhase::Failed(m)) => RolloutAction::Wait {
+            node: name,
+            reason: m.clone(),
+        },
+    }
+}
+
+fn install_or_deny(node: &NodeView, revision: i64, view: &ClusterView) -> RolloutAction {
+    let action = Action::RollNode {
+        node: node.name.clone(),
+        member: node.member,
+    };
+    match gate(view, &action) {
+        Verdict::Allow => {
+            let s = &node.status;
+            let attempt = if s.last_failed_revision == Some(revision) {
+                s.last_failed_count + 1
+            } else {
+                1
+            };
+            RolloutAction::Install {
+                node: node.name.clone(),
+                revision,
+                attempt,
+            }
+        }
+        Verdict::Deny(denial) => RolloutAction::Denied {
+            node: node.name.clone(),
+            denial,
+        },
+    }
+}
+
+/// Applies an `Install` to the statuses (sets the node's target).
+pub fn with_target(mut statuses: Vec<NodeStatus>, node: &str, revision: i64) -> Vec<NodeStatus> {
+    for s in &mut statuses {
+        if s.node_name == node {
+            s.target_revision = Some(revision);
+        }
+    }
+    statuses
+}
+
+/// Runs the installer controller.
+pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
+    let _t = p.ctx.metrics.time(NAME.as_str());
+    let views: Vec<NodeView> = p.o.node_views(&p.node_statuses);
+    let d = decide(&views, p.latest, &p.o.etcd.cluster_view(), p.o.now);
+    p.node_statuses = d.statuses;
+    p.ctx.metrics.node_current_revision.clear();
+    for s in &p.node_statuses {
+        let label = NodeLabel {
+            node: s.node_name.clone(),
+        };
+        p.ctx
+            .metrics
+            .node_current_revision
+            .get_or_create(&label)
+            .set(s.current_revision);
+    }
+    p.conds.push(failed_installs(&p.node_statuses));
+    p.next(NAME, describe(&d.action));
+    act(p, &d.action).await?;
+    if !matches!(d.action, RolloutAction::Done) {
+        p.busy = true;
+    }
+    let current: BTreeMap<String, i64> = p
+        .node_statuses
+        .iter()
+        .map(|s| (s.node_name.clone(), s.current_revision))
+        .collect();
+    let prunable = crate::observed::objects::prunable_installers(&p.inputs.pods, &current);
+    if !prunable.is_empty() {
+        p.next(
+            NAME,
+            format!("delete finished installer pods {}", prunable.join(", ")),
+        );
+    }
+    for name in prunable {
+        p.w.delete::<Pod>(NS, &name)
+            .await
+            .map_err(|e| ControllerError::write(NAME, &e))?;
+    }
+    p.succeeded(NAME);
+    Ok(())
+}
+
+/// `NodeInstallerDegraded`: nodes whose newest revision failed.
+pub fn failed_installs(statuses: &[NodeStatus]) -> Computed {
+    let failed: Vec<String> = statuses
+        .iter()
+        .filter(|s| {
+            s.last_failed_revision.is_some() && s.last_failed_revision > Some(s.current_revision)
+        })
+        .map(|s| {
+            format!(
+                "{} failed revision {} {} time(s): {}",
+                s.node_name,
+                s.last_failed_revision.unwrap_or_default(),
+                s.last_failed_count,
+                s.last_failed_reason
+            )
+        })
+        .collect();
+    Computed::from_problems(C::NodeInstallerDegraded, Reason::InstallerFailed, &failed)
+}
+
+/// The plan line of an action.
+pub fn describe(action: &RolloutAction) -> String {
+    match action {
+        RolloutAction::Done => "every node runs the latest revision".to_owned(),
+        RolloutAction::Install {
+            node,
+            revision,
+            attempt,
+        } => format!("install revision {revision} on {node} (attempt {attempt})"),
+        RolloutAction::Wait { node, reason } => format!("waiting: {node}: {reason}"),
+        RolloutAction::BackOff {
+            node,
+            reason,
+            until,
+            ..
+        } => format!(
+            "backing off: {node}: {reason}; next try after {}",
+            format_time(*until)
+        ),
+        RolloutAction::Denied { denial, .. } => crate::pass::denied_line(denial),
+    }
+}
+
+async fn act(p: &mut Pass<'_>, action: &RolloutAction) -> Result<(), ControllerError> {
+    let progressing = C::NodeInstallerProgressing;
+    match action {
+        RolloutAction::Done => {
+            let message = "every node runs the latest revision";
+            p.cond(
+                progressing,
+                false,
+                Reason::AllNodesAtLatestRevision,
+                message,
+            );
+        }
+        RolloutAction::Install {
+            node,
+            revision,
+            attempt,
+        } => {
+            move_leadership_off(p, node).await;
+            let pod: Pod = render_installer(node, *revision, *attempt, &p.ctx.config.images)
+                .map_err(|e| {
+                    ControllerError::new(NAME, ErrorKind::Permanent, "render", e.to_string())
+                })?;
+            p.w.create(NS, &pod)
+                .await
+                .map_err(|e| ControllerError::write(NAME, &e))?;
+            p.node_statuses = with_target(std::mem::take(&mut p.node_statuses), node, *revision);
+            let line = format!("installing revision {revision} on {node} (attempt {attempt})");
+            p.note(line.clone());
+            p.event(false, "InstallerPodCreated", line).await;
+            let message = format!("installing revision {revision} on {node}");
+            p.cond(progressing, true, Reason::Installing, message);
+        }
+        RolloutAction::Wait { node, reason } => {
+            p.cond(
+                progressing,
+                true,
+                Reason::Waiting,
+                format!("{node}: {reason}"),
+            );
+            p.note(format!("{node}: {reason}"));
+        }
+        RolloutAction::BackOff {
+            node,
+            until,
+            reason,
+            ..
+        } => {
+            let message = format!("{node}: {reason}; retrying after {}", format_time(*until));
+            p.cond(progressing, true, Reason::BackingOff, message);
+            p.note(format!("{node}: backing off: {reason}"));
+        }
+        RolloutAction::Denied { node, denial } => p.denied(progressing, node.clone(), denial),
+    }
+    Ok(())
+}
+
+/// Before the leader's node is restarted, hands leadership to the healthy voter with the
+/// highest raft index, so the restart costs no election. A failure is logged and the restart
+/// goes on: etcd also transfers leadership when it is stopped gracefully.
+async fn move_leadership_off(p: &mut Pass<'_>, node: &str) {
+    if p.w.dry_run() {
+        return;
+    }
+    let member = p.o.by_node.get(node).copied();
+    let (Some((url, target)), Some(leader)) =
+        (p.o.etcd.leadership_handover(member), p.o.etcd.leader)
+    else {
+        return;
+    };
+    let Some(client) = p.st.etcd.current() else {
+        return;
+    };
+    match client.move_leader(&url, target).await {
+        Ok(()) => {
+            p.note(format!(
+                "moved etcd leadership from {leader} to {target} before restarting its node"
+            ));
+            let note = format!(
+                "moved leadership from {leader} to {target} before restarting the leader's node"
+            );
+            p.event(false, "LeaderMoved", note).await;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not move leadership before restarting the leader")
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "installer_tests.rs"]
+mod tests;

@@ -1,0 +1,365 @@
+//! Membership: adds, promotes and removes etcd members, one change per pass, each through the
+//! quorum gate. [`decide`] is pure; [`reconcile`] carries out the step it returns.
+//!
+//! The voter count follows the odd-voter policy ([`super::voter_policy`]).
+//!
+//! Inputs: the control-plane nodes (eligible: Ready, certificates issued, not being deleted),
+//! etcd's members and their health, `etcd-verify`'s data-lost reports, the remediation records.
+//! Writes: one etcd membership change per pass (`MemberAddAsLearner`, `MemberPromote` through
+//! [`super::learner_promotion`], `MemberRemove`), its Event, `EtcdMembersProgressing`; after a
+//! change the pass ends, so everything after it decides from the new member list. It never
+//! changes membership without the quorum gate's yes, and never for an Unmanaged cluster.
+//!
+//! Priority (the first that applies wins):
+//! 1. a learner that has not started within the learner start deadline is removed, so it can't
+//!    wedge every later join (etcd 3.4 allows one learner, even an unstarted one);
+//! 2. a member whose node is gone (no control-plane node has its peer address any more: the
+//!    node was deleted or its address changed) is removed, before any replacement is added;
+//! 3. a member whose node reports, through `etcd-verify`, that its data dir was lost is removed,
+//!    so the node can join again as a new learner (verify archives what is left);
+//! 4. a member that stayed unhealthy past `spec.memberRemediation` is removed, so its node joins
+//!    again as a learner (see [`crate::controllers::remediation`] for timing and retries);
+//! 5. a started learner is promoted while the voters are below the target (etcd refuses until
+//!    its log caught up; the pass retries); otherwise it stays a standby;
+//! 6. a voter is removed while the voters exceed the odd count of the remaining nodes;
+//! 7. a learner is added for the first eligible node (Ready, certificates issued, not being
+//!    deleted) that has no member.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use membership::{Action, ClusterView, Denial, EtcdClient, MemberId, MemberUrl, Verdict, gate};
+use time::OffsetDateTime;
+
+use super::member_status::member_statuses;
+use super::{ControllerError, ControllerName, Flow, remediation};
+use crate::certs::format_time;
+use crate::pass::Pass;
+use crate::retry::ErrorKind;
+use crate::status::{ConditionType as C, Reason};
+
+const NAME: ControllerName = ControllerName::Membership;
+
+mod decide;
+
+use super::learner_promotion;
+pub use super::voter_policy::{desired_voters, node_for, voter_target, voter_to_shrink};
+use crate::controllers::remediation::Candidate;
+use crate::podspec::NodeTarget;
+pub use decide::decide;
+
+/// A control-plane node as membership sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub target: NodeTarget,
+    /// Ready, certificates issued, not being deleted.
+    pub eligible: bool,
+    /// Has a deletion timestamp.
+    pub deleting: bool,
+}
+
+/// Why a member is removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemovalKind {
+    UnstartedLearner,
+    NodeGone,
+    DataDirLost,
+    Unhealthy,
+    OddVoterCount,
+}
+
+impl RemovalKind {
+    /// Event reason and metric label.
+    pub fn reason(self) -> &'static str {
+        match self {
+            RemovalKind::UnstartedLearner => "UnstartedLearnerRemoved",
+            RemovalKind::NodeGone => "MemberOfGoneNodeRemoved",
+            RemovalKind::DataDirLost => "MemberWithLostDataRemoved",
+            RemovalKind::Unhealthy => "UnhealthyMemberReplaced",
+            RemovalKind::OddVoterCount => "VoterRemovedForOddCount",
+        }
+    }
+}
+
+/// The one membership step of this pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MembershipStep {
+    Remove {
+        id: MemberId,
+        kind: RemovalKind,
+        message: String,
+    },
+    Promote {
+        id: MemberId,
+        node: String,
+    },
+    AddLearner {
+        node: String,
+        peer_url: MemberUrl,
+    },
+    /// Something should happen but the gate refused it now.
+    Denied {
+        step: String,
+        denial: Denial,
+    },
+    /// A learner is pending and nothing else can happen until it starts.
+    Waiting {
+        message: String,
+    },
+    /// Membership is as desired, with a started learner kept as a standby (even node count).
+    Standby {
+        id: MemberId,
+        message: String,
+    },
+    None,
+}
+
+/// What the decision is made from.
+#[derive(Clone, Debug)]
+pub struct MembershipInput<'a> {
+    pub nodes: &'a [NodeInfo],
+    pub cluster: &'a ClusterView,
+    /// Per node: the member id `etcd-verify` reported "data dir lost" for.
+    pub data_lost: &'a BTreeMap<String, MemberId>,
+    /// When each pending learner was added (first seen, if the add happened before a restart).
+    pub learner_added: &'a BTreeMap<MemberId, OffsetDateTime>,
+    pub start_deadline: Duration,
+    /// The raft leader, if known (never the voter removed for an odd count).
+    pub leader: Option<MemberId>,
+    /// Unhealthy started members and where their remediation stands.
+    pub remediation: &'a [Candidate],
+    pub now: OffsetDateTime,
+}
+
+/// `step` if the quorum gate allows `action`, else why not.
+pub fn gated(cluster: &ClusterView, action: Action, step: MembershipStep) -> MembershipStep {
+    match gate(cluster, &action) {
+        Verdict::Allow => step,
+        Verdict::Deny(denial) => MembershipStep::Denied {
+            step: action.to_string(),
+            denial,
+        },
+    }
+}
+
+/// Runs membership: at most one change, then [`Flow::Stop`] so the next pass sees it. Also
+/// stops for an Unmanaged cluster (observing only).
+pub async fn reconcile(
+    p: &mut Pass<'_>,
+    with_certs: &BTreeSet<String>,
+) -> Result<Flow, ControllerError> {
+    let now = p.o.now;
+    let (step, remediation_lines) = step_of(p, with_certs);
+    if let MembershipStep::Remove {
+        id,
+        kind: RemovalKind::Unhealthy,
+        message,
+    } = &step
+        && p.o.managed
+        && !p.w.dry_run()
+        && let Some((node, _)) = p.o.by_node.iter().find(|(_, m)| *m == id)
+    {
+        // Recorded before the call: an attempt that fails still counts, so a failing
+        // removal backs off like a successful one that did not help.
+        remediation::record_attempt(&mut p.remediations, node, *id, message, &format_time(now));
+    }
+    let changed = {
+        let _t = p.ctx.metrics.time(NAME.as_str());
+        act(p, &step).await?
+    };
+    // After the step's own line: remediation's timing is the detail.
+    for line in remediation_lines {
+        p.next(NAME, line);
+    }
+    if !matches!(step, MembershipStep::None | MembershipStep::Standby { .. }) {
+        p.busy = true;
+    }
+    let promoting = match &step {
+        MembershipStep::Promote { id, .. } => Some(*id),
+        _ => None,
+    };
+    let deadline = time::Duration::seconds(i64::from(p.o.spec.learner_start_deadline_seconds));
+    let learners = &p.st.learner_added;
+    if let Some(c) =
+        learner_promotion::not_catching_up(&p.o.etcd, learners, promoting, deadline, now)
+    {
+        p.conds.push(c);
+    }
+    if changed {
+        p.report.requeue_after = std::time::Duration::ZERO;
+        return Ok(Flow::Stop);
+    }
+    if !p.o.managed {
+        p.note("Unmanaged: observing only");
+        return Ok(Flow::Stop);
+    }
+    Ok(Flow::Continue)
+}
+
+/// Gathers the decision's input from the pass, decides, and records the remediation condition
+/// and the policy metrics; returns the step and remediation's plan lines.
+fn step_of(p: &mut Pass<'_>, with_certs: &BTreeSet<String>) -> (MembershipStep, Vec<String>) {
+    let now = p.o.now;
+    let infos = crate::observed::objects::node_infos(&p.o.nodes, with_certs);
+    let data_lost: BTreeMap<String, MemberId> =
+        p.o.pods
+            .iter()
+            .filter_map(|(node, (_, verify))| {
+                Some((node.clone(), verify.as_ref()?.data_lost_member()?))
+            })
+            .collect();
+    let planned: Vec<MemberId> = p.o.restarting().keys().copied().collect();
+    let statuses = member_statuses(&p.o.etcd, &p.o.prev.members, &format_time(now));
+    let policy = &p.o.spec.member_remediation;
+    let candidates = remediation::candidates(
+        policy,
+        &statuses,
+        &p.o.by_node,
+        &p.remediations,
+        &planned,
+        now,
+    );
+    let (exhausted, lines) = remediation::conditions(&candidates);
+    p.conds.push(exhausted);
+    let cluster = p.o.etcd.cluster_view();
+    let step = decide(&MembershipInput {
+        nodes: &infos,
+        cluster: &cluster,
+        data_lost: &data_lost,
+        learner_added: &p.st.learner_added,
+        start_deadline: Duration::from_secs(u64::from(p.o.spec.learner_start_deadline_seconds)),
+        leader: p.o.etcd.leader,
+        remediation: &candidates,
+        now,
+    });
+    let eligible = infos.iter().filter(|n| n.eligible).count();
+    let remaining = infos.iter().filter(|n| !n.deleting).count();
+    let desired = desired_voters(membership::voters(&p.o.etcd.members), eligible, remaining);
+    let desired = i64::try_from(desired).unwrap_or(i64::MAX);
+    p.ctx.metrics.desired_voters.set(desired);
+    learner_promotion::record_standby(p, &step);
+    (step, lines)
+}
+
+/// The plan line of a step.
+pub fn describe(step: &MembershipStep) -> String {
+    match step {
+        MembershipStep::None => "nothing to do: every eligible node has a member".to_owned(),
+        MembershipStep::Waiting { message } => format!("waiting: {message}"),
+        MembershipStep::Standby { message, .. } => format!("nothing to do: {message}"),
+        MembershipStep::Denied { denial, .. } => crate::pass::denied_line(denial),
+        MembershipStep::AddLearner { node, peer_url } => {
+            format!("add learner for {node} ({peer_url})")
+        }
+        MembershipStep::Promote { id, node } => format!("promote learner {id} ({node})"),
+        MembershipStep::Remove { id, message, .. } => format!("remove member {id}: {message}"),
+    }
+}
+
+/// Carries out `step`; `Ok(true)` when etcd's membership changed.
+async fn act(p: &mut Pass<'_>, step: &MembershipStep) -> Result<bool, ControllerError> {
+    p.next(NAME, describe(step));
+    let progressing = C::EtcdMembersProgressing;
+    match step {
+        MembershipStep::None | MembershipStep::Standby { .. } => {
+            let message = match step {
+                MembershipStep::Standby { message, .. } => {
+                    format!("membership is as desired; {message}")
+                }
+                _ => "membership is as desired".to_owned(),
+            };
+            p.cond(progressing, false, Reason::AsExpected, message);
+            p.succeeded(NAME);
+            return Ok(false);
+        }
+        MembershipStep::Waiting { message } => {
+            p.cond(progressing, true, Reason::LearnerPending, message.clone());
+            p.note(message.clone());
+            return Ok(false);
+        }
+        MembershipStep::Denied { step, denial } => {
+            p.denied(progressing, format!("{step} is waiting"), denial);
+            return Ok(false);
+        }
+        _ if p.w.dry_run() => {
+            p.cond(
+                progressing,
+                true,
+                Reason::Planned,
+                "a membership change is due",
+            );
+            return Ok(false);
+        }
+        _ if !p.o.managed => {
+            p.cond(
+                progressing,
+                true,
+                Reason::Unmanaged,
+                format!("would {step:?} but the cluster is Unmanaged"),
+            );
+            return Ok(false);
+        }
+        _ => {}
+    }
+    let Some(client) = p.st.etcd.current() else {
+        return Ok(false);
+    };
+    match step {
+        MembershipStep::AddLearner { node, peer_url } => {
+            add_learner(p, &client, node, peer_url).await
+        }
+        MembershipStep::Promote { id, node } => {
+            learner_promotion::promote(p, &client, *id, node).await
+        }
+        MembershipStep::Remove { id, kind, message } => match client.remove(*id).await {
+            Ok(()) => {
+                p.count_change(kind.reason());
+                p.note(message.clone());
+                p.event(true, kind.reason(), message.clone()).await;
+                p.cond(
+                    progressing,
+                    true,
+                    Reason::MemberRemoved(*kind),
+                    message.clone(),
+                );
+                Ok(true)
+            }
+            Err(e) => Err(etcd_err(e)),
+        },
+        _ => Ok(false),
+    }
+}
+
+async fn add_learner(
+    p: &mut Pass<'_>,
+    client: &EtcdClient,
+    node: &str,
+    peer_url: &MemberUrl,
+) -> Result<bool, ControllerError> {
+    let progressing = C::EtcdMembersProgressing;
+    match client.add_learner(peer_url).await {
+        Ok(m) => {
+            p.st.learner_added.insert(m.id, p.o.now);
+            p.count_change("add_learner");
+            p.note(format!("added learner {} for {node}", m.id));
+            let note = format!("added {node} ({peer_url}) as learner {}", m.id);
+            p.event(false, "MemberAddedAsLearner", note).await;
+            let message = format!("learner {} added for {node}", m.id);
+            p.cond(progressing, true, Reason::LearnerAdded, message);
+            Ok(true)
+        }
+        Err(e) if e.mentions("unhealthy cluster") => {
+            let message = format!("etcd refused adding {node} (unhealthy cluster); retrying");
+            p.cond(progressing, true, Reason::EtcdNotReady, message);
+            Ok(false)
+        }
+        Err(e) => Err(etcd_err(e)),
+    }
+}
+
+fn etcd_err(e: membership::ClientError) -> ControllerError {
+    ControllerError::new(NAME, ErrorKind::Transient, "etcd", e.to_string())
+}
+
+#[cfg(test)]
+mod tests;

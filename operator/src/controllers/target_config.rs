@@ -1,0 +1,95 @@
+//! Target config: the static-pod manifest every node with a member should run.
+//!
+//! Inputs: the control-plane nodes, etcd's members, the spec, the images. Decision
+//! ([`render_all`], pure): one manifest per node that has a member, rendered with the revision
+//! left as a token (the revision controller fills it in), deterministic so an unchanged input
+//! never makes a new revision. Writes: ConfigMap `etcd-pod` (one key per node). A node without
+//! a member gets no manifest: it first joins as a learner. Nothing else follows while no node
+//! has a member.
+
+use std::collections::BTreeMap;
+
+use membership::{Member, MemberId};
+
+use super::{ControllerError, ControllerName};
+use crate::api::EtcdClusterSpec;
+use crate::observed::{ControlPlaneNode, find};
+use crate::pass::Pass;
+use crate::podspec::paths::POD_CONFIGMAP;
+use crate::podspec::{
+    Images, NodeTarget, PodInput, RenderError, STATIC_POD_NAMESPACE as NS, render_pod,
+};
+use crate::retry::ErrorKind;
+
+const NAME: ControllerName = ControllerName::TargetConfig;
+
+/// `pod-<node>.yaml` → manifest, for every node that has a member.
+pub fn render_all(
+    nodes: &[ControlPlaneNode],
+    by_node: &BTreeMap<String, MemberId>,
+    members: &[Member],
+    spec: &EtcdClusterSpec,
+    images: &Images,
+) -> Result<BTreeMap<String, String>, RenderError> {
+    let all: Vec<NodeTarget> = nodes.iter().map(|n| n.target.clone()).collect();
+    let mut out = BTreeMap::new();
+    for t in all.iter().filter(|t| by_node.contains_key(&t.name)) {
+        let text = render_pod(&PodInput {
+            node: t,
+            nodes: &all,
+            members,
+            revision: None,
+            bootstrap: false,
+            spec,
+            images,
+            resource_host_dir: None,
+        })?;
+        out.insert(format!("pod-{}.yaml", t.name), text);
+    }
+    Ok(out)
+}
+
+/// Renders and writes `etcd-pod`; `None` (the pass ends) when no node has a member yet.
+pub async fn reconcile(
+    p: &mut Pass<'_>,
+) -> Result<Option<BTreeMap<String, String>>, ControllerError> {
+    let _t = p.ctx.metrics.time(NAME.as_str());
+    let pods = render_all(
+        &p.o.nodes,
+        &p.o.by_node,
+        &p.o.etcd.members,
+        &p.o.spec,
+        &p.ctx.config.images,
+    )
+    .map_err(|e| ControllerError::new(NAME, ErrorKind::Permanent, "render", e.to_string()))?;
+    let n = pods.len();
+    let written = !pods.is_empty()
+        && p.w
+            .configmap(
+                NS,
+                POD_CONFIGMAP,
+                find(&p.inputs.configmaps, NS, POD_CONFIGMAP),
+                &pods,
+                None,
+            )
+            .await
+            .map_err(|e| ControllerError::write(NAME, &e))?;
+    if written {
+        p.note(format!("rendered etcd-pod for {n} node(s)"));
+        p.next(NAME, format!("update etcd-pod for {n} node(s)"));
+    } else if n > 0 {
+        p.next(NAME, format!("etcd-pod is up to date for {n} node(s)"));
+    }
+    p.succeeded(NAME);
+    if pods.is_empty() {
+        let line = "no node has a member yet; nothing to render";
+        p.note(line);
+        p.next(NAME, line);
+        return Ok(None);
+    }
+    Ok(Some(pods))
+}
+
+#[cfg(test)]
+#[path = "target_config_tests.rs"]
+mod tests;

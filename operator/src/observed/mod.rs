@@ -1,0 +1,164 @@
+//! The one view of the world a pass decides from, built once per pass: [`Inputs`] (a snapshot of
+//! the watch caches) turned into typed values ([`Observed`]), plus etcd as the
+//! [`crate::controllers::etcd_observer`] saw it. Pure: no client, no clock of its own.
+//!
+//! etcd is read after the certificate signer ran, because the operator's etcd client
+//! certificate is one of that controller's outputs; everything else is read before any
+//! controller runs.
+
+pub mod objects;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+use membership::MemberId;
+use time::OffsetDateTime;
+
+pub use objects::{ControlPlaneNode, VerifyReport};
+
+use crate::api::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, ManagementState, NodeStatus};
+use crate::controllers::installer::{InstallerState, NodeView, PodState};
+use crate::etcd::EtcdObservation;
+use crate::writer::Awaited;
+
+/// A snapshot of the watch caches.
+#[derive(Clone, Debug, Default)]
+pub struct Inputs {
+    pub cluster: Option<EtcdCluster>,
+    pub nodes: Vec<Node>,
+    /// Pods, ConfigMaps and Secrets of the static-pod namespace.
+    pub pods: Vec<Pod>,
+    pub configmaps: Vec<ConfigMap>,
+    pub secrets: Vec<Secret>,
+    /// Secrets of the operator's namespace.
+    pub operator_secrets: Vec<Secret>,
+}
+
+/// The object of `items` named `ns/name`.
+pub fn find<'a, K: kube::Resource>(items: &'a [K], ns: &str, name: &str) -> Option<&'a K> {
+    items.iter().find(|o| {
+        o.meta().name.as_deref() == Some(name) && o.meta().namespace.as_deref().unwrap_or("") == ns
+    })
+}
+
+impl Inputs {
+    /// The cache's resourceVersion of an object, if the cache has it.
+    pub fn resource_version(&self, a: &Awaited) -> Option<String> {
+        let meta = match a.kind {
+            "ConfigMap" => find(&self.configmaps, &a.namespace, &a.name).map(|o| &o.metadata),
+            "Pod" => find(&self.pods, &a.namespace, &a.name).map(|o| &o.metadata),
+            "Secret" => find(&self.secrets, &a.namespace, &a.name)
+                .or_else(|| find(&self.operator_secrets, &a.namespace, &a.name))
+                .map(|o| &o.metadata),
+            // Kinds without a cache here never hold a pass back.
+            _ => return a.resource_version.clone(),
+        };
+        meta.and_then(|m| m.resource_version.clone())
+    }
+}
+
+/// What one pass decides from.
+#[derive(Clone, Debug)]
+pub struct Observed {
+    pub cluster: EtcdCluster,
+    pub spec: EtcdClusterSpec,
+    pub managed: bool,
+    /// Status as the previous pass wrote it.
+    pub prev: EtcdClusterStatus,
+    /// The selected control-plane nodes, sorted by name.
+    pub nodes: Vec<ControlPlaneNode>,
+    /// Per node: its etcd pod and what `etcd-verify` reported.
+    pub pods: BTreeMap<String, (PodState, Option<VerifyReport>)>,
+    /// Per node: its newest installer pod.
+    pub installers: BTreeMap<String, InstallerState>,
+    /// etcd, once the etcd observer read it (default before).
+    pub etcd: EtcdObservation,
+    /// Node name → its member, matched by peer URL (filled with `etcd`).
+    pub by_node: BTreeMap<String, MemberId>,
+    pub now: OffsetDateTime,
+}
+
+impl Observed {
+    /// The API part of the view.
+    pub fn new(inputs: &Inputs, cluster: EtcdCluster, now: OffsetDateTime) -> Self {
+        let spec = cluster.spec.clone();
+        Self {
+            managed: spec.management_state == ManagementState::Managed,
+            prev: cluster.status.clone().unwrap_or_default(),
+            nodes: objects::control_plane_nodes(&inputs.nodes, &spec.node_selector()),
+            pods: objects::etcd_pods(&inputs.pods),
+            installers: objects::installers(&inputs.pods),
+            etcd: EtcdObservation::default(),
+            by_node: BTreeMap::new(),
+            spec,
+            cluster,
+            now,
+        }
+    }
+
+    /// Adds etcd as observed.
+    pub fn with_etcd(&mut self, etcd: EtcdObservation) {
+        self.by_node = members_by_node(&self.nodes, &etcd);
+        self.etcd = etcd;
+    }
+
+    /// Members whose node is being rolled to a revision (member → node and that revision): down,
+    /// they are a planned restart rather than a degradation.
+    pub fn restarting(&self) -> BTreeMap<MemberId, (String, i64)> {
+        self.by_node
+            .iter()
+            .filter_map(|(node, id)| {
+                let status = self
+                    .prev
+                    .node_statuses
+                    .iter()
+                    .find(|s| s.node_name == *node)?;
+                Some((*id, (node.clone(), status.target_revision?)))
+            })
+            .collect()
+    }
+
+    /// What the decision sees of each node that has a member.
+    pub fn node_views(&self, statuses: &[NodeStatus]) -> Vec<NodeView> {
+        self.nodes
+            .iter()
+            .filter(|n| self.by_node.contains_key(&n.target.name))
+            .map(|n| {
+                let name = &n.target.name;
+                let member = self.by_node.get(name).copied();
+                NodeView {
+                    name: name.clone(),
+                    member,
+                    is_leader: member.is_some() && member == self.etcd.leader,
+                    pod: self.pods.get(name).map(|(p, _)| p.clone()),
+                    installer: self.installers.get(name).cloned(),
+                    status: statuses
+                        .iter()
+                        .find(|s| s.node_name == *name)
+                        .cloned()
+                        .unwrap_or_default(),
+                }
+            })
+            .collect()
+    }
+
+    /// Names of the selected nodes.
+    pub fn node_names(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.target.name.clone()).collect()
+    }
+}
+
+/// Node name → its member id, matched by peer URL.
+pub fn members_by_node(
+    nodes: &[ControlPlaneNode],
+    etcd: &EtcdObservation,
+) -> BTreeMap<String, MemberId> {
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let url = n.target.peer_url().ok()?;
+            let m = etcd.members.iter().find(|m| m.has_peer_url(&url))?;
+            Some((n.target.name.clone(), m.id))
+        })
+        .collect()
+}

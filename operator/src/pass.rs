@@ -1,0 +1,389 @@
+//! One reconcile pass: observe (the watch caches, then etcd), run each controller in a fixed
+//! order, write status.
+//!
+//! ```text
+//! cert-signer → etcd-observer → membership (+ learner-promotion; one change, then a fresh pass)
+//!   → target-config → revision → installer → endpoints → status
+//! ```
+//!
+//! The order is a pipeline: each controller may end the pass ([`Flow::Stop`]) when what follows
+//! must be decided from what it just changed. Every step is re-derived from observation and
+//! idempotent; the operator can be killed anywhere and the next pass continues. A pass acts only
+//! once the caches show the previous pass's writes (see [`crate::writer`]). A failed controller
+//! sets its Degraded condition and ends the pass; a transient failure is retried with back-off
+//! ([`crate::retry`]), a permanent one when an input changes.
+
+use std::time::Duration;
+
+use ::membership::Denial;
+use time::OffsetDateTime;
+
+use crate::api::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, NodeStatus, RemediationStatus};
+use crate::context::{Context, PassState};
+use crate::controllers::{
+    ControllerError, ControllerName, Flow, cert_signer, endpoints, etcd_observer, installer,
+    member_status, membership, remediation, revisions, target_config,
+};
+use crate::metrics::{ActionLabel, RuleLabel};
+use crate::observed::{Inputs, Observed};
+use crate::retry::ErrorKind;
+use crate::status::{Computed, ConditionType as C, Reason, merge, with_aggregates};
+use crate::writer::{self, Awaited, Writer};
+
+/// What one pass did and what it waits for, one line each.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PassReport {
+    pub lines: Vec<String>,
+    pub requeue_after: Duration,
+    /// Each controller's next action (or why it waits), in pipeline order.
+    pub plan: Vec<PlanEntry>,
+}
+
+/// One controller's next action, as `etcd-operator plan` prints it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PlanEntry {
+    pub controller: String,
+    pub next: String,
+}
+
+/// Short pause while something is in flight; longer when all is settled (etcd health is polled).
+pub const BUSY_REQUEUE: Duration = Duration::from_millis(500);
+pub const IDLE_REQUEUE: Duration = Duration::from_secs(5);
+
+/// Runs one pass.
+pub async fn pass(ctx: &Context, inputs: &Inputs, now: OffsetDateTime) -> PassReport {
+    let mut state = ctx.state.lock().await;
+    let pending: Vec<&Awaited> = state
+        .awaited
+        .iter()
+        .filter(|a| !writer::satisfied(a, inputs.resource_version(a).as_deref()))
+        .collect();
+    if let Some(first) = pending.first() {
+        let line = format!(
+            "waiting for the caches to show {} write(s), e.g. {} {}/{}",
+            pending.len(),
+            first.kind,
+            first.namespace,
+            first.name
+        );
+        return PassReport {
+            lines: vec![line.clone()],
+            requeue_after: Duration::from_millis(100),
+            plan: vec![PlanEntry {
+                controller: "caches".into(),
+                next: line,
+            }],
+        };
+    }
+    state.awaited.clear();
+    let report = run(ctx, &mut state, inputs, now).await;
+    tracing::debug!(lines = ?report.lines, "pass done");
+    report
+}
+
+/// One pass in progress: what it observed, what it writes with, and what it has to report.
+pub struct Pass<'a> {
+    pub ctx: &'a Context,
+    pub st: &'a mut PassState,
+    pub inputs: &'a Inputs,
+    pub o: Observed,
+    pub w: Writer,
+    pub conds: Vec<Computed>,
+    pub report: PassReport,
+    /// Something is in flight: come back soon.
+    pub busy: bool,
+    /// Status fields the controllers move.
+    pub latest: i64,
+    pub node_statuses: Vec<NodeStatus>,
+    pub remediations: Vec<RemediationStatus>,
+}
+
+impl std::fmt::Debug for Pass<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pass")
+            .field("conds", &self.conds)
+            .field("report", &self.report)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pass<'_> {
+    /// A line of what the pass did.
+    pub fn note(&mut self, line: impl Into<String>) {
+        self.report.lines.push(line.into());
+    }
+
+    /// `controller`'s next action, as `plan` shows it.
+    pub fn next(&mut self, controller: ControllerName, next: impl Into<String>) {
+        self.report.plan.push(PlanEntry {
+            controller: controller.as_str().to_owned(),
+            next: next.into(),
+        });
+    }
+
+    /// A condition as this pass computed it.
+    pub fn cond(&mut self, type_: C, status: bool, reason: Reason, message: impl Into<String>) {
+        self.conds
+            .push(Computed::new(type_, status, reason, message));
+    }
+
+    /// `controller` ran to the end: its Degraded condition is False.
+    pub fn succeeded(&mut self, controller: ControllerName) {
+        self.st.failures.remove(&controller);
+        self.cond(controller.degraded(), false, Reason::AsExpected, "");
+    }
+
+    /// True while `controller` backs off from a transient error: its Degraded condition stays
+    /// as the error set it, the plan says when it runs again, and the pass comes back then.
+    pub fn waits(&mut self, controller: ControllerName) -> bool {
+        let Some(backoff) = self.st.failures.get(&controller).cloned() else {
+            return false;
+        };
+        let Some(left) = backoff.remaining(self.o.now) else {
+            return false;
+        };
+        let (category, message) = backoff.last.unwrap_or(("unknown", String::new()));
+        self.cond(
+            controller.degraded(),
+            true,
+            Reason::Failed(category),
+            message,
+        );
+        self.next(
+            controller,
+            format!(
+                "backing off after {} failure(s); next try in {} ms",
+                backoff.failures,
+                left.as_millis()
+            ),
+        );
+        self.report.requeue_after = self.report.requeue_after.min(left);
+        true
+    }
+
+    /// An Event on the EtcdCluster (not in a plan; a failure to publish is logged).
+    pub async fn event(&self, warning: bool, reason: &str, note: String) {
+        self.w.event(&self.o.cluster, warning, reason, note).await;
+    }
+
+    /// Counts an etcd membership change by action.
+    pub fn count_change(&self, action: &str) {
+        let label = ActionLabel {
+            action: action.to_owned(),
+        };
+        self.ctx
+            .metrics
+            .membership_changes
+            .get_or_create(&label)
+            .inc();
+    }
+
+    /// The quorum gate refused `what`: counted per rule, shown as progress on `condition`.
+    pub fn denied(&mut self, condition: C, what: String, denial: &Denial) {
+        self.ctx
+            .metrics
+            .gate_denials
+            .get_or_create(&RuleLabel {
+                rule: denial.rule.category().to_owned(),
+            })
+            .inc();
+        self.cond(
+            condition,
+            true,
+            Reason::WaitingForQuorumGate,
+            format!("{what}: {denial}"),
+        );
+        self.note(format!("gate: {what}: {denial}"));
+    }
+}
+
+/// The plan line of a refused step.
+pub fn denied_line(denial: &Denial) -> String {
+    format!(
+        "blocked by the quorum gate: {denial} [{}]",
+        denial.rule.category()
+    )
+}
+
+async fn run(
+    ctx: &Context,
+    st: &mut PassState,
+    inputs: &Inputs,
+    now: OffsetDateTime,
+) -> PassReport {
+    let Some(cluster) = inputs.cluster.clone() else {
+        return create_singleton(ctx).await;
+    };
+    let o = Observed::new(inputs, cluster, now);
+    ctx.metrics
+        .control_plane_nodes
+        .set(i64::try_from(o.nodes.len()).unwrap_or(i64::MAX));
+    let mut p = Pass {
+        w: Writer::new(ctx.client.clone(), ctx.plan_only, ctx.reporter.clone()),
+        latest: o.prev.latest_available_revision,
+        node_statuses: o.prev.node_statuses.clone(),
+        remediations: o.prev.remediations.clone(),
+        report: PassReport {
+            requeue_after: IDLE_REQUEUE,
+            ..Default::default()
+        },
+        conds: Vec::new(),
+        busy: false,
+        o,
+        ctx,
+        st,
+        inputs,
+    };
+    if let Err(e) = controllers(&mut p).await {
+        failed(&mut p, e);
+    }
+    if !ctx.plan_only {
+        write_status(&mut p).await;
+    }
+    if p.busy && p.report.requeue_after > BUSY_REQUEUE {
+        p.report.requeue_after = BUSY_REQUEUE;
+    }
+    p.report
+}
+
+/// The controllers, in order. A controller backing off from a transient error ends the pass
+/// before it (what follows depends on it).
+async fn controllers(p: &mut Pass<'_>) -> Result<(), ControllerError> {
+    use ControllerName as N;
+    if p.waits(N::CertSigner) {
+        return Ok(());
+    }
+    let tls = cert_signer::reconcile(p).await?;
+    if etcd_observer::reconcile(p, &tls).await == Flow::Stop
+        || p.waits(N::Membership)
+        || p.waits(N::LearnerPromotion)
+        || membership::reconcile(p, &tls.with_certs).await? == Flow::Stop
+        || p.waits(N::TargetConfig)
+    {
+        return Ok(());
+    }
+    let Some(pods) = target_config::reconcile(p).await? else {
+        return Ok(());
+    };
+    if p.waits(N::Revision) || revisions::reconcile(p, &tls, pods).await? == Flow::Stop {
+        return Ok(());
+    }
+    if p.waits(N::Installer) {
+        return Ok(());
+    }
+    installer::reconcile(p).await?;
+    if p.waits(N::Endpoints) {
+        return Ok(());
+    }
+    endpoints::reconcile(p).await
+}
+
+/// A controller failed: its Degraded condition, a metric, and when to come back.
+fn failed(p: &mut Pass<'_>, e: ControllerError) {
+    let name = e.controller.as_str();
+    p.ctx.metrics.error(name, e.category);
+    p.note(format!("{name}: {}", e.message));
+    let retry = match e.kind {
+        ErrorKind::Transient => {
+            let backoff = p.st.failures.entry(e.controller).or_default();
+            backoff.last = Some((e.category, e.message.clone()));
+            backoff.fail(p.o.now)
+        }
+        ErrorKind::Permanent => {
+            p.st.failures.remove(&e.controller);
+            IDLE_REQUEUE
+        }
+    };
+    p.cond(
+        e.controller.degraded(),
+        true,
+        Reason::Failed(e.category),
+        e.message,
+    );
+    // The failed controller's delay, not the short pause of work in flight.
+    p.busy = false;
+    p.report.requeue_after = retry;
+}
+
+/// Writes status when it changed, and the barrier for the next pass.
+async fn write_status(p: &mut Pass<'_>) {
+    let now = p.o.now;
+    p.st.awaited.append(&mut p.w.awaited);
+    let stamp = crate::certs::format_time(now);
+    let members = if p.o.etcd.error.is_none() {
+        member_status::member_statuses(&p.o.etcd, &p.o.prev.members, &stamp)
+    } else {
+        p.o.prev.members.clone()
+    };
+    let conds = with_aggregates(
+        fill_defaults(std::mem::take(&mut p.conds)),
+        &p.o.prev.conditions,
+        now,
+    );
+    let status = EtcdClusterStatus {
+        observed_generation: p.o.cluster.metadata.generation,
+        conditions: merge(&p.o.prev.conditions, &conds, &stamp),
+        latest_available_revision: p.latest,
+        node_statuses: std::mem::take(&mut p.node_statuses),
+        remediations: remediation::settle_records(
+            &p.o.spec.member_remediation,
+            &p.remediations,
+            &members,
+            &p.o.by_node,
+            &p.o.node_names(),
+            now,
+        ),
+        members,
+    };
+    for c in &status.conditions {
+        p.ctx.metrics.condition(&c.type_, &c.status);
+    }
+    if status != p.o.prev
+        && let Err(e) = p.w.cluster_status(&p.o.cluster, &status).await
+    {
+        p.note(format!("could not write status: {e}"));
+        p.ctx.metrics.error("status", e.category());
+    }
+}
+
+/// Every controller condition is present (False when its controller didn't report).
+fn fill_defaults(mut conds: Vec<Computed>) -> Vec<Computed> {
+    for t in C::CONTROLLERS.into_iter().chain([
+        C::EtcdMembersProgressing,
+        C::NodeInstallerProgressing,
+        C::NodeInstallerDegraded,
+        C::EtcdMembersDegraded,
+    ]) {
+        if !conds.iter().any(|c| c.type_ == t) {
+            conds.push(Computed::new(t, false, Reason::AsExpected, ""));
+        }
+    }
+    conds
+}
+
+/// No EtcdCluster yet: create the singleton with the default spec.
+async fn create_singleton(ctx: &Context) -> PassReport {
+    let mut report = PassReport {
+        requeue_after: Duration::from_secs(1),
+        ..Default::default()
+    };
+    if ctx.plan_only {
+        report.requeue_after = IDLE_REQUEUE;
+        report.plan.push(PlanEntry {
+            controller: "cluster".into(),
+            next: "would create EtcdCluster/cluster with the default spec".into(),
+        });
+        return report;
+    }
+    let cr = EtcdCluster::new(crate::api::SINGLETON, EtcdClusterSpec::default());
+    let w = Writer::new(ctx.client.clone(), false, ctx.reporter.clone());
+    report.lines.push(match w.create_cluster(&cr).await {
+        Ok(()) => "created EtcdCluster/cluster with the default spec".to_owned(),
+        Err(e) => format!("could not create EtcdCluster/cluster: {e}"),
+    });
+    report
+}
+
+#[cfg(test)]
+#[path = "pass_tests.rs"]
+mod tests;

@@ -286,13 +286,15 @@ pub fn sources(pods: BTreeMap<String, String>, issued: &Issued) -> Sources {
     }
 }
 
-/// Revisions in use: what nodes are on or moving to, and failed ones (newest first).
+/// Revisions in use: what nodes are on or moving to, and failed ones (distinct, newest first).
 pub fn in_use(statuses: &[NodeStatus]) -> InUse {
     let mut failed: Vec<i64> = statuses
         .iter()
         .filter_map(|s| s.last_failed_revision)
         .collect();
     failed.sort_unstable_by(|a, b| b.cmp(a));
+    // Two nodes that failed on one revision keep one revision, not two slots of the limit.
+    failed.dedup();
     InUse {
         nodes: statuses
             .iter()

@@ -353,6 +353,18 @@ fn in_use_table() {
                 failed: vec![7, 6, 5],
             },
         ),
+        (
+            "two nodes failed on one revision: it counts once",
+            vec![
+                node_status("n1", 3, None, Some(7)),
+                node_status("n2", 3, None, Some(7)),
+                node_status("n3", 3, None, Some(5)),
+            ],
+            InUse {
+                nodes: BTreeSet::from([3]),
+                failed: vec![7, 5],
+            },
+        ),
     ];
     for (name, statuses, want) in cases {
         assert_eq!(in_use(&statuses), want, "case: {name}");

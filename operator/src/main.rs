@@ -50,68 +50,77 @@ impl ImageArgs {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the operator (leader-elected) against the cluster in KUBECONFIG or in-cluster config.
-    Run {
-        /// Namespace the operator runs in (its Lease, CA and client certificate live there).
-        #[arg(long, env = "POD_NAMESPACE", default_value = etcd_operator::bootstrap::OPERATOR_NAMESPACE)]
-        namespace: String,
-        /// This instance's identity in the leader Lease.
-        #[arg(long, env = "POD_NAME")]
-        identity: Option<String>,
-        /// Address for /metrics, /healthz and /readyz.
-        #[arg(long, default_value = "0.0.0.0:8443")]
-        listen: std::net::SocketAddr,
-        /// Leader lease duration.
-        #[arg(long, default_value = "15s", value_parser = membership::parse_duration)]
-        lease_duration: std::time::Duration,
-        /// Bound on each etcd call.
-        #[arg(long, default_value = "3s", value_parser = membership::parse_duration)]
-        etcd_timeout: std::time::Duration,
-        #[command(flatten)]
-        images: ImageArgs,
-    },
+    Run(RunArgs),
     /// Print the next action each controller would take, every quorum-gate result and why
     /// anything waits, without changing anything.
-    Plan {
-        #[arg(long, env = "POD_NAMESPACE", default_value = etcd_operator::bootstrap::OPERATOR_NAMESPACE)]
-        namespace: String,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = PlanOutput::Text)]
-        output: PlanOutput,
-        #[arg(long, default_value = "3s", value_parser = membership::parse_duration)]
-        etcd_timeout: std::time::Duration,
-        /// Bound on the whole plan: reading the API and asking etcd. When etcd is in trouble the
-        /// API (served from it) may accept connections and never answer.
-        #[arg(long, default_value = "30s", value_parser = membership::parse_duration)]
-        timeout: std::time::Duration,
-        #[command(flatten)]
-        images: ImageArgs,
-    },
+    Plan(PlanArgs),
     /// Print the EtcdCluster CustomResourceDefinition (YAML).
     Crd,
     /// Write the bootstrap static pod, its certificates and the manifests the operator adopts.
-    Render {
-        /// The first control-plane node's name (a valid Node name: lowercase DNS subdomain).
-        #[arg(long, value_parser = etcd_operator::bootstrap::validate::node_name)]
-        node_name: String,
-        /// Its IP address (etcd listens and advertises there): a unicast address.
-        #[arg(long, value_parser = etcd_operator::bootstrap::validate::node_ip)]
-        node_ip: IpAddr,
-        /// Where to write etcd-pod.yaml, etcd-certs/ and manifests/. The whole dir is written at
-        /// once (a staging dir renamed into place). Re-running on a dir that holds a previous
-        /// render reuses its CA (manifests/etcd-signer.json), like kubeadm reuses its pki dir,
-        /// and keeps the previous output as <dir>.replaced-<UTC>.
-        #[arg(long)]
-        output_dir: PathBuf,
-        /// The certificates dir as the node's kubelet sees it (default: output-dir/etcd-certs).
-        #[arg(long)]
-        resource_host_dir: Option<String>,
-        /// etcd also listens on https://127.0.0.1:2379 for the node's kube-apiserver (set false
-        /// only where nodes share one network namespace, as on the local control plane).
-        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-        local_client_listener: bool,
-        #[command(flatten)]
-        images: ImageArgs,
-    },
+    Render(RenderArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Namespace the operator runs in (its Lease, CA and client certificate live there).
+    #[arg(long, env = "POD_NAMESPACE", default_value = etcd_operator::bootstrap::OPERATOR_NAMESPACE)]
+    namespace: String,
+    /// This instance's identity in the leader Lease.
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Address for /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    listen: std::net::SocketAddr,
+    /// Leader lease duration.
+    #[arg(long, default_value = "15s", value_parser = membership::parse_duration)]
+    lease_duration: std::time::Duration,
+    /// Bound on each etcd call.
+    #[arg(long, default_value = "3s", value_parser = membership::parse_duration)]
+    etcd_timeout: std::time::Duration,
+    #[command(flatten)]
+    images: ImageArgs,
+}
+
+#[derive(clap::Args, Debug)]
+struct PlanArgs {
+    #[arg(long, env = "POD_NAMESPACE", default_value = etcd_operator::bootstrap::OPERATOR_NAMESPACE)]
+    namespace: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = PlanOutput::Text)]
+    output: PlanOutput,
+    #[arg(long, default_value = "3s", value_parser = membership::parse_duration)]
+    etcd_timeout: std::time::Duration,
+    /// Bound on the whole plan: reading the API and asking etcd. When etcd is in trouble the
+    /// API (served from it) may accept connections and never answer.
+    #[arg(long, default_value = "30s", value_parser = membership::parse_duration)]
+    timeout: std::time::Duration,
+    #[command(flatten)]
+    images: ImageArgs,
+}
+
+#[derive(clap::Args, Debug)]
+struct RenderArgs {
+    /// The first control-plane node's name (a valid Node name: lowercase DNS subdomain).
+    #[arg(long, value_parser = etcd_operator::bootstrap::validate::node_name)]
+    node_name: String,
+    /// Its IP address (etcd listens and advertises there): a unicast address.
+    #[arg(long, value_parser = etcd_operator::bootstrap::validate::node_ip)]
+    node_ip: IpAddr,
+    /// Where to write etcd-pod.yaml, etcd-certs/ and manifests/. The whole dir is written at
+    /// once (a staging dir renamed into place). Re-running on a dir that holds a previous
+    /// render reuses its CA (manifests/etcd-signer.json), like kubeadm reuses its pki dir,
+    /// and keeps the previous output as <dir>.replaced-<UTC>.
+    #[arg(long)]
+    output_dir: PathBuf,
+    /// The certificates dir as the node's kubelet sees it (default: output-dir/etcd-certs).
+    #[arg(long)]
+    resource_host_dir: Option<String>,
+    /// etcd also listens on https://127.0.0.1:2379 for the node's kube-apiserver (set false
+    /// only where nodes share one network namespace, as on the local control plane).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    local_client_listener: bool,
+    #[command(flatten)]
+    images: ImageArgs,
 }
 
 /// How `plan` prints.
@@ -126,47 +135,10 @@ enum PlanOutput {
 async fn main() -> anyhow::Result<()> {
     init_tracing();
     match Cli::parse().command {
-        Command::Run {
-            namespace,
-            identity,
-            listen,
-            lease_duration,
-            etcd_timeout,
-            images,
-        } => {
-            run(
-                namespace,
-                identity,
-                listen,
-                lease_duration,
-                etcd_timeout,
-                images,
-            )
-            .await
-        }
-        Command::Plan {
-            namespace,
-            output,
-            etcd_timeout,
-            timeout,
-            images,
-        } => plan(namespace, output, etcd_timeout, timeout, images).await,
+        Command::Run(args) => run(args).await,
+        Command::Plan(args) => plan(args).await,
         Command::Crd => crd(),
-        Command::Render {
-            node_name,
-            node_ip,
-            output_dir,
-            resource_host_dir,
-            local_client_listener,
-            images,
-        } => render(
-            node_name,
-            node_ip,
-            output_dir,
-            resource_host_dir,
-            local_client_listener,
-            images,
-        ),
+        Command::Render(args) => render(args),
     }
 }
 
@@ -182,14 +154,15 @@ fn init_tracing() {
 }
 
 /// `run`: runs the operator, identified by `identity` or else `<hostname>-<pid>`.
-async fn run(
-    namespace: String,
-    identity: Option<String>,
-    listen: std::net::SocketAddr,
-    lease_duration: std::time::Duration,
-    etcd_timeout: std::time::Duration,
-    images: ImageArgs,
-) -> anyhow::Result<()> {
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let RunArgs {
+        namespace,
+        identity,
+        listen,
+        lease_duration,
+        etcd_timeout,
+        images,
+    } = args;
     let client = kube::Client::try_default().await?;
     let identity = identity.unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
@@ -213,13 +186,14 @@ async fn run(
 }
 
 /// `plan`: prints each controller's next action, the whole plan bounded by `timeout`.
-async fn plan(
-    namespace: String,
-    output: PlanOutput,
-    etcd_timeout: std::time::Duration,
-    timeout: std::time::Duration,
-    images: ImageArgs,
-) -> anyhow::Result<()> {
+async fn plan(args: PlanArgs) -> anyhow::Result<()> {
+    let PlanArgs {
+        namespace,
+        output,
+        etcd_timeout,
+        timeout,
+        images,
+    } = args;
     let mut config = kube::Config::infer().await?;
     // Each request is bounded too, so a silent API fails fast with its own message.
     config.connect_timeout = Some(timeout);
@@ -275,14 +249,15 @@ fn crd() -> anyhow::Result<()> {
 }
 
 /// `render`: writes the bootstrap output and prints the path of every file written.
-fn render(
-    node_name: String,
-    node_ip: IpAddr,
-    output_dir: PathBuf,
-    resource_host_dir: Option<String>,
-    local_client_listener: bool,
-    images: ImageArgs,
-) -> anyhow::Result<()> {
+fn render(args: RenderArgs) -> anyhow::Result<()> {
+    let RenderArgs {
+        node_name,
+        node_ip,
+        output_dir,
+        resource_host_dir,
+        local_client_listener,
+        images,
+    } = args;
     let rendered = etcd_operator::bootstrap::render(
         &node_name,
         node_ip,

@@ -104,15 +104,25 @@ fn status_lines(s: &EtcdClusterStatus) -> Vec<String> {
 /// True when `voters` members are voters, all healthy, no learner, and every node runs the
 /// latest revision.
 pub fn settled(status: &EtcdClusterStatus, voters: usize) -> bool {
-    let healthy_voters = status
-        .members
-        .iter()
-        .filter(|m| m.role == "Voter" && m.healthy)
-        .count();
-    healthy_voters == voters
-        && status.members.len() == voters
+    settled_with_standby(status, voters, 0)
+}
+
+/// True when `voters` members are healthy voters, `learners` are started, healthy standby
+/// learners (the odd-voter policy keeps an even node as one), and every node runs the latest
+/// revision.
+pub fn settled_with_standby(status: &EtcdClusterStatus, voters: usize, learners: usize) -> bool {
+    let count = |role: &str| {
+        status
+            .members
+            .iter()
+            .filter(|m| m.role == role && m.healthy && m.started)
+            .count()
+    };
+    count("Voter") == voters
+        && count("Learner") == learners
+        && status.members.len() == voters + learners
         && status.latest_available_revision > 0
-        && status.node_statuses.len() == voters
+        && status.node_statuses.len() == voters + learners
         && status.node_statuses.iter().all(|n| {
             n.current_revision == status.latest_available_revision && n.target_revision.is_none()
         })

@@ -144,6 +144,9 @@ pub struct EndpointStatus {
     pub is_learner: bool,
     pub db_size: i64,
     pub version: String,
+    /// What the member reports wrong with itself: raised alarms (`memberID:<id> alarm:NOSPACE`,
+    /// as etcd 3.4 words them) and a missing leader.
+    pub errors: Vec<String>,
 }
 
 /// A bounded, endpoint-by-endpoint etcd client.
@@ -280,6 +283,7 @@ impl EtcdClient {
             is_learner: resp.is_learner(),
             db_size: resp.db_size(),
             version: resp.version().to_owned(),
+            errors: resp.errors().to_vec(),
         })
     }
 
@@ -400,6 +404,26 @@ impl EtcdClient {
                 async move { c.put(key, value, None).await }
             })
             .await?;
+        Ok(resp.header().map_or(0, |h| h.revision()))
+    }
+
+    /// Puts `key` through one endpoint, without asking first whether it is a learner (a learner
+    /// refuses it): for a caller that keeps its own endpoint order, as kube-apiserver's etcd
+    /// client does.
+    pub async fn put_at(
+        &self,
+        endpoint: &MemberUrl,
+        key: &str,
+        value: Vec<u8>,
+    ) -> Result<i64, ClientError> {
+        let key = key.to_owned();
+        let resp = self
+            .on(
+                endpoint,
+                |mut c| async move { c.put(key, value, None).await },
+            )
+            .await
+            .map_err(ClientError::Endpoint)?;
         Ok(resp.header().map_or(0, |h| h.revision()))
     }
 

@@ -101,4 +101,7 @@ pub struct PassState {
     pub known_endpoints: BTreeSet<String>,
     /// Consecutive failures of each controller, for the back-off of transient errors.
     pub failures: BTreeMap<ControllerName, Backoff>,
+    /// etcd as the last pass saw it, when that pass left everything settled: what the idle
+    /// health check compares with.
+    pub settled_etcd: Option<crate::etcd::EtcdObservation>,
 }

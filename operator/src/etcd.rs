@@ -21,6 +21,54 @@ pub struct EtcdObservation {
     pub preflight: Preflight,
     /// Why the member list could not be read, if it couldn't.
     pub error: Option<String>,
+    /// What each member's own status said, for the idle health check ([`probe`]).
+    pub health_print: HealthPrint,
+}
+
+/// What one status call per member says about the cluster, without the numbers that move with
+/// every write (raft index): who answers, as voter or learner, which leader each sees, and the
+/// errors each reports (raised alarms, no leader). Equal prints mean nothing the operator acts on
+/// changed in etcd.
+pub type HealthPrint = BTreeMap<MemberId, MemberPrint>;
+
+/// One member's part of a [`HealthPrint`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum MemberPrint {
+    /// Not started: nothing to ask.
+    #[default]
+    NotStarted,
+    Unreachable,
+    Answered {
+        is_learner: bool,
+        leader: u64,
+        errors: Vec<String>,
+    },
+}
+
+impl MemberPrint {
+    fn of(status: &Result<membership::EndpointStatus, membership::ClientError>) -> Self {
+        match status {
+            Ok(s) => MemberPrint::Answered {
+                is_learner: s.is_learner,
+                leader: s.leader,
+                errors: s.errors.clone(),
+            },
+            Err(_) => MemberPrint::Unreachable,
+        }
+    }
+}
+
+/// The idle health check: one status call per started member of `last` (in parallel), as a
+/// [`HealthPrint`] to compare with `last.health_print`.
+pub async fn probe(client: &EtcdClient, last: &EtcdObservation) -> HealthPrint {
+    let calls = last.members.iter().map(|m| async move {
+        let print = match m.client_urls.first() {
+            Some(url) => MemberPrint::of(&client.status_of(url).await),
+            None => MemberPrint::NotStarted,
+        };
+        (m.id, print)
+    });
+    futures::future::join_all(calls).await.into_iter().collect()
 }
 
 /// One member's observed state.
@@ -136,9 +184,12 @@ pub async fn observe(client: &EtcdClient) -> EtcdObservation {
                     ..Default::default()
                 },
                 None,
+                MemberPrint::NotStarted,
             );
         };
-        match client.status_of(url).await {
+        let status = client.status_of(url).await;
+        let print = MemberPrint::of(&status);
+        match status {
             Ok(s) => {
                 // A voter is healthy when it answers and knows a leader; a learner when it answers.
                 let healthy = m.is_learner || s.leader != 0;
@@ -150,6 +201,7 @@ pub async fn observe(client: &EtcdClient) -> EtcdObservation {
                         error: (!healthy).then(|| "no leader".to_owned()),
                     },
                     MemberId::new(s.leader),
+                    print,
                 )
             }
             Err(e) => (
@@ -159,6 +211,7 @@ pub async fn observe(client: &EtcdClient) -> EtcdObservation {
                     ..Default::default()
                 },
                 None,
+                print,
             ),
         }
     });
@@ -173,11 +226,12 @@ pub async fn observe(client: &EtcdClient) -> EtcdObservation {
         futures::future::join_all(lists),
         client.alarms()
     );
-    for (id, member_obs, leader) in statuses {
+    for (id, member_obs, leader, print) in statuses {
         if member_obs.healthy && obs.leader.is_none() {
             obs.leader = leader;
         }
         obs.health.insert(id, member_obs);
+        obs.health_print.insert(id, print);
     }
     let per_voter: BTreeMap<MemberId, Vec<Member>> = lists
         .into_iter()

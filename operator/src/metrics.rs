@@ -28,6 +28,11 @@ pub struct RuleLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActionLabel {
     pub action: String,
 }
@@ -68,6 +73,7 @@ pub struct Metrics {
     pub reconcile_duration: Family<ControllerLabel, Histogram, fn() -> Histogram>,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     pub gate_denials: Family<RuleLabel, Counter>,
+    pub health_checks: Family<ResultLabel, Counter>,
     pub membership_changes: Family<ActionLabel, Counter>,
     pub members: Family<MemberRoleLabels, Gauge>,
     pub control_plane_nodes: Gauge,
@@ -106,6 +112,7 @@ impl Metrics {
             ),
             reconcile_errors: Family::default(),
             gate_denials: Family::default(),
+            health_checks: Family::default(),
             membership_changes: Family::default(),
             members: Family::default(),
             control_plane_nodes: Gauge::default(),
@@ -147,6 +154,11 @@ impl Metrics {
             "gate_denials",
             "Actions the quorum gate denied, by rule",
             self.gate_denials.clone(),
+        );
+        registry.register(
+            "idle_health_checks",
+            "Idle health checks of a settled cluster (one status call per member), by whether etcd had changed since the last pass",
+            self.health_checks.clone(),
         );
     }
 
@@ -255,6 +267,16 @@ impl Metrics {
             .get_or_create(&ErrorLabels {
                 controller: controller.to_owned(),
                 category: category.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts an idle health check.
+    pub fn health_check(&self, changed: bool) {
+        let result = if changed { "changed" } else { "unchanged" };
+        self.health_checks
+            .get_or_create(&ResultLabel {
+                result: result.to_owned(),
             })
             .inc();
     }

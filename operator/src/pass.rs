@@ -37,6 +37,9 @@ pub struct PassReport {
     pub requeue_after: Duration,
     /// Each controller's next action (or why it waits), in pipeline order.
     pub plan: Vec<PlanEntry>,
+    /// Nothing is in flight, no controller failed or backs off, and etcd answered: until a
+    /// watched object changes, the idle health check ([`etcd_changed`]) stands in for passes.
+    pub settled: bool,
 }
 
 /// One controller's next action, as `etcd-operator plan` prints it.
@@ -49,6 +52,9 @@ pub struct PlanEntry {
 /// Short pause while something is in flight; longer when all is settled (etcd health is polled).
 pub const BUSY_REQUEUE: Duration = Duration::from_millis(500);
 pub const IDLE_REQUEUE: Duration = Duration::from_secs(5);
+/// A settled cluster still gets a whole pass this often (time-driven work such as certificate
+/// renewal), even when no watched object changed and etcd looks the same.
+pub const RESYNC: Duration = Duration::from_secs(60);
 
 /// Runs one pass.
 pub async fn pass(ctx: &Context, inputs: &Inputs, now: OffsetDateTime) -> PassReport {
@@ -73,6 +79,7 @@ pub async fn pass(ctx: &Context, inputs: &Inputs, now: OffsetDateTime) -> PassRe
                 controller: "caches".into(),
                 next: line,
             }],
+            settled: false,
         };
     }
     state.awaited.clear();
@@ -234,16 +241,46 @@ async fn run(
         st,
         inputs,
     };
-    if let Err(e) = controllers(&mut p).await {
-        failed(&mut p, e);
-    }
+    let ok = match controllers(&mut p).await {
+        Ok(()) => true,
+        Err(e) => {
+            failed(&mut p, e);
+            false
+        }
+    };
     if !ctx.plan_only {
         write_status(&mut p).await;
     }
     if p.busy && p.report.requeue_after > BUSY_REQUEUE {
         p.report.requeue_after = BUSY_REQUEUE;
     }
+    p.report.settled = ok
+        && !p.busy
+        && p.report.requeue_after >= IDLE_REQUEUE
+        && p.o.etcd.error.is_none()
+        && !p.o.etcd.members.is_empty();
+    p.st.settled_etcd = p.report.settled.then(|| p.o.etcd.clone());
     p.report
+}
+
+/// The idle health check of a settled cluster: one status call per started member, compared
+/// with what the last pass saw (who answers, as what, which leader, which alarms). True when
+/// something differs (or there is nothing to compare with), so a pass must run.
+pub async fn etcd_changed(ctx: &Context) -> bool {
+    let (client, last) = {
+        let st = ctx.state.lock().await;
+        match (st.etcd.current(), st.settled_etcd.clone()) {
+            (Some(c), Some(last)) => (c, last),
+            _ => return true,
+        }
+    };
+    let print = crate::etcd::probe(&client, &last).await;
+    let changed = print != last.health_print;
+    ctx.metrics.health_check(changed);
+    if changed {
+        tracing::info!(before = ?last.health_print, now = ?print, "etcd changed since the last pass");
+    }
+    changed
 }
 
 /// The controllers, in order. A controller backing off from a transient error ends the pass

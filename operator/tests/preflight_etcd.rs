@@ -2,13 +2,14 @@
 //! every voter's own member list, and the quorum gate refuses membership changes while an alarm
 //! is raised (NOSPACE and CORRUPT raised through etcd's own Alarm API, as etcd raises them),
 //! lets a restart through under NOSPACE but not under CORRUPT, and treats an alarm list that
-//! cannot be read (no quorum) as unknown, never as empty.
+//! cannot be read (no quorum) as unknown, never as empty. The idle health check (one status call
+//! per member) notices a raised alarm.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
 use etcd_fixture::{ClusterSpec, EtcdCluster};
-use etcd_operator::etcd::observe;
+use etcd_operator::etcd::{observe, probe};
 use membership::{Action, AlarmKind, DenyRule, MemberUrl, Verdict, gate};
 
 async fn raw(cluster: &EtcdCluster) -> etcd_client::Client {
@@ -60,12 +61,23 @@ async fn alarms_and_member_lists_gate_every_change() {
     assert_eq!(obs.preflight.alarms_unreadable, None);
     assert_eq!(obs.preflight.disagreements, Vec::<String>::new());
     assert!(gate(&obs.cluster_view(), &add).is_allowed());
+    // The idle health check sees the same cluster as the pass did.
+    assert_eq!(probe(&client, &obs).await, obs.health_print);
+    let clean = obs;
 
     // NOSPACE on n2, raised through etcd's Alarm API.
     let mut etcd = raw(&cluster).await;
     etcd.alarm(AlarmAction::Activate, AlarmType::Nospace, Some(on(n2)))
         .await
         .unwrap();
+    // One status call per member is enough to notice: etcd 3.4 lists raised alarms in each
+    // member's status errors.
+    let print = probe(&client, &clean).await;
+    assert_ne!(
+        print, clean.health_print,
+        "the idle check must notice the alarm"
+    );
+    assert!(format!("{print:?}").contains("alarm:NOSPACE"), "{print:?}");
     let obs = observe(&client).await;
     assert_eq!(obs.preflight.alarms.len(), 1, "{:?}", obs.preflight);
     assert_eq!(obs.preflight.alarms[0].kind, AlarmKind::NoSpace);

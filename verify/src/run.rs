@@ -66,6 +66,8 @@ impl VerifyResult {
 pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> VerifyResult {
     let deadline = Instant::now() + timing.timeout;
     let mut archived: Option<PathBuf> = None;
+    // A TLS failure seen earlier in this run: an endpoint answered, so the cluster is not down.
+    let mut tls_seen: Option<String> = None;
     loop {
         // Reading the data dir is bounded by the deadline too (a file that never answers a
         // read must not hold the gate past --timeout).
@@ -96,16 +98,24 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
             }
         };
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let live = match tokio::time::timeout(remaining, client.member_list()).await {
-            Ok(Ok(live)) => Ok(live),
-            Ok(Err(e)) if e.failures().iter().any(|f| f.kind == FailureKind::Tls) => {
-                Err(LiveError::Tls(e.to_string()))
+        let asked = tokio::time::timeout(remaining, client.member_list()).await;
+        let live = match classify(asked, tls_seen.as_deref()) {
+            Live::Answer(live) => live,
+            Live::DeadlineCut => {
+                let why = format!(
+                    "timed out after {:?}: the member list did not finish within the remaining {remaining:?}{}",
+                    timing.timeout,
+                    tls_seen
+                        .as_deref()
+                        .map(|t| format!("; earlier: {t}"))
+                        .unwrap_or_default()
+                );
+                return VerifyResult::block(why, None, archived);
             }
-            Ok(Err(e)) => Err(LiveError::NoAnswer(e.to_string())),
-            Err(_) => Err(LiveError::NoAnswer(format!(
-                "member list did not finish within the remaining {remaining:?}"
-            ))),
         };
+        if let Err(LiveError::Tls(t)) = &live {
+            tls_seen = Some(t.clone());
+        }
         let observed = Observed {
             config,
             data_dir,
@@ -160,6 +170,40 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
     }
 }
 
+/// One member-list attempt, classified.
+#[derive(Debug)]
+enum Live {
+    Answer(Result<membership::LiveMembers, LiveError>),
+    /// The run's own deadline cut the attempt short: no evidence about etcd at all, so never
+    /// read as "no endpoint answered" (which may start a member whose data dir matches).
+    DeadlineCut,
+}
+
+/// Classifies one attempt (pure). Once an endpoint has answered with a TLS failure in this run
+/// (`tls_seen`), a later attempt that hears nothing is not "the whole cluster is down" either:
+/// a handshake that merely timed out under load must not turn a TLS failure into a start.
+fn classify(
+    asked: Result<
+        Result<membership::LiveMembers, membership::ClientError>,
+        tokio::time::error::Elapsed,
+    >,
+    tls_seen: Option<&str>,
+) -> Live {
+    let Ok(asked) = asked else {
+        return Live::DeadlineCut;
+    };
+    Live::Answer(match asked {
+        Ok(live) => Ok(live),
+        Err(e) if e.failures().iter().any(|f| f.kind == FailureKind::Tls) => {
+            Err(LiveError::Tls(e.to_string()))
+        }
+        Err(e) => match tls_seen {
+            Some(t) => Err(LiveError::Tls(format!("{e} (earlier in this run: {t})"))),
+            None => Err(LiveError::NoAnswer(e.to_string())),
+        },
+    })
+}
+
 fn archive(data_dir: &Path, why: &str) -> Result<PathBuf, String> {
     let path = datadir::archive(data_dir, time::OffsetDateTime::now_utc())
         .map_err(|e| format!("could not archive the data dir ({why}): {e}"))?;
@@ -177,4 +221,57 @@ pub fn client_for(
         tls: config.tls.clone(),
         call_timeout,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use membership::{ClientError, EndpointFailure};
+
+    fn failed(kind: FailureKind) -> ClientError {
+        ClientError::NoEndpointAnswered {
+            op: "member list",
+            failures: vec![EndpointFailure {
+                endpoint: "https://127.0.0.1:2379".parse().unwrap(),
+                kind,
+                message: "m".into(),
+            }],
+        }
+    }
+
+    async fn elapsed() -> tokio::time::error::Elapsed {
+        tokio::time::timeout(Duration::ZERO, std::future::pending::<()>())
+            .await
+            .unwrap_err()
+    }
+
+    #[tokio::test]
+    async fn the_runs_own_deadline_is_never_no_answer() {
+        assert!(matches!(
+            classify(Err(elapsed().await), None),
+            Live::DeadlineCut
+        ));
+        assert!(matches!(
+            classify(Err(elapsed().await), Some("tls")),
+            Live::DeadlineCut
+        ));
+    }
+
+    #[test]
+    fn silence_after_a_tls_failure_stays_a_tls_failure() {
+        let timeout = || Ok(Err(failed(FailureKind::Timeout)));
+        assert!(matches!(
+            classify(timeout(), None),
+            Live::Answer(Err(LiveError::NoAnswer(_)))
+        ));
+        match classify(timeout(), Some("handshake failed")) {
+            Live::Answer(Err(LiveError::Tls(m))) => assert!(m.contains("handshake failed"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            classify(Ok(Err(failed(FailureKind::Tls))), None),
+            Live::Answer(Err(LiveError::Tls(_)))
+        ));
+    }
 }

@@ -11,7 +11,8 @@
 //!    ([`proxy`], [`opproc`]), etcd requests from the members' gRPC metrics ([`idle`]).
 //! 4. **Timeline SVG** of one scale-up ([`svg`]).
 //!
-//! Writes `<out>/bench.json`, `<out>/bench.md` (the tables for `docs/benchmarks.md`) and the SVG.
+//! Writes `<out>/bench.json`, `<out>/summary.json` (the headline figures, [`summary`]),
+//! `<out>/bench.md` (the tables for `docs/benchmarks.md`) and the SVG.
 
 pub mod availability;
 pub mod fill;
@@ -25,6 +26,7 @@ pub mod report;
 pub mod run;
 pub mod scaleup;
 pub mod scrape;
+pub mod summary;
 pub mod svg;
 
 pub use fill::Size;

@@ -1,6 +1,12 @@
 //! A light write probe for the scale-up timeline: one small put every 50 ms through the voters'
 //! published endpoints with the operator's client certificate, each put's start and latency
 //! recorded (acknowledged or not).
+//!
+//! It fails over the way kube-apiserver's etcd client does: every published endpoint, the last
+//! one that answered first, each attempt bounded by [`ATTEMPT_TIMEOUT`], and a failed attempt
+//! (a closed connection, a refusal, a timeout) moves on to the next endpoint at once, within
+//! [`PUT_TIMEOUT`] for the whole put. The endpoint list is re-read every second; the client (and
+//! its connections) is rebuilt only when the list changes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,7 +41,31 @@ impl std::fmt::Debug for Probe {
     }
 }
 
+/// Bound on one put, every attempt included.
 const PUT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bound on one attempt at one endpoint.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Tries each endpoint from `*first` on (wrapping), each attempt bounded by the client's call
+/// timeout, until one acknowledges or `PUT_TIMEOUT` has passed; remembers the one that answered.
+async fn put_with_failover(c: &EtcdClient, first: &mut usize, key: &str) -> bool {
+    let endpoints = c.endpoints();
+    if endpoints.is_empty() {
+        return false;
+    }
+    let started = Instant::now();
+    let mut i = *first % endpoints.len();
+    while started.elapsed() < PUT_TIMEOUT {
+        let left = PUT_TIMEOUT.saturating_sub(started.elapsed());
+        let attempt = c.put_at(&endpoints[i], key, b"x".to_vec());
+        if let Ok(Ok(_)) = tokio::time::timeout(left, attempt).await {
+            *first = i;
+            return true;
+        }
+        i = (i + 1) % endpoints.len();
+    }
+    false
+}
 
 impl Probe {
     pub fn start(client: Client, origin: Instant) -> Self {
@@ -43,35 +73,30 @@ impl Probe {
         let writes = Arc::new(Mutex::new(Vec::new()));
         let (s, w) = (stop.clone(), writes.clone());
         let task = tokio::spawn(async move {
-            let mut etcd: Option<(Instant, EtcdClient)> = None;
+            let mut etcd: Option<EtcdClient> = None;
+            let mut read_at: Option<Instant> = None;
+            let mut first = 0usize;
             let mut seq = 0u64;
             while !s.load(Ordering::SeqCst) {
-                if etcd
-                    .as_ref()
-                    .is_none_or(|(at, _)| at.elapsed() > Duration::from_secs(1))
-                {
+                if read_at.is_none_or(|at| at.elapsed() > Duration::from_secs(1)) {
+                    read_at = Some(Instant::now());
                     let endpoints = published_endpoints(&client, STATIC_NS).await;
-                    let made = match operator_tls(&client, OPERATOR_NS).await {
-                        Ok(tls) => EtcdClient::with_pem(endpoints, Some(&tls), PUT_TIMEOUT).ok(),
-                        Err(_) => None,
-                    };
-                    match made {
-                        Some(c) => etcd = Some((Instant::now(), c)),
-                        None => {
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
-                        }
+                    if etcd
+                        .as_ref()
+                        .is_none_or(|c| c.endpoints() != endpoints.as_slice())
+                        && let Ok(tls) = operator_tls(&client, OPERATOR_NS).await
+                        && let Ok(c) = EtcdClient::with_pem(endpoints, Some(&tls), ATTEMPT_TIMEOUT)
+                    {
+                        etcd = Some(c);
                     }
                 }
-                let Some((_, c)) = etcd.as_ref() else {
+                let Some(c) = etcd.as_ref() else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
                 let t = Instant::now();
                 let key = format!("/bench-probe/{seq:010}");
-                let ok = matches!(
-                    tokio::time::timeout(PUT_TIMEOUT, c.put(&key, b"x".to_vec())).await,
-                    Ok(Ok(_))
-                );
+                let ok = put_with_failover(c, &mut first, &key).await;
                 seq += 1;
                 w.lock().await.push(ProbeWrite {
                     at_s: t.duration_since(origin).as_secs_f64(),

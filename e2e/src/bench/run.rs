@@ -115,6 +115,11 @@ fn write_outputs(args: &BenchArgs, rep: &BenchReport) -> Result<(), String> {
     let json = serde_json::to_string_pretty(rep).map_err(|e| e.to_string())?;
     let path = args.out.join("bench.json");
     std::fs::write(&path, json + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    let summary =
+        serde_json::to_string_pretty(&super::summary::summarize(rep)).map_err(|e| e.to_string())?;
+    let summary_path = args.out.join("summary.json");
+    std::fs::write(&summary_path, summary + "\n")
+        .map_err(|e| format!("{}: {e}", summary_path.display()))?;
     let md = report::markdown(rep);
     std::fs::write(args.out.join("bench.md"), &md).map_err(|e| e.to_string())?;
     println!("\n{md}");
@@ -126,7 +131,7 @@ fn write_outputs(args: &BenchArgs, rep: &BenchReport) -> Result<(), String> {
         .find(|r| !r.operator.samples.is_empty())
     {
         let title = format!(
-            "Scale-up 3 → 4 with a {} database ({:.0} MB): {:.1} s from Node Ready to every node on the final revision",
+            "Scale-up 3 → 4, {} database ({:.0} MB): {:.1} s from Node Ready to settled",
             r.size,
             r.operator_db_bytes as f64 / 1e6,
             r.operator.phases.done_s
@@ -315,7 +320,12 @@ async fn drive(
             f.seconds,
             db as f64 / 1e6
         );
-        let r = scaleup::measure(h, &name, 4, Some(op.pid()), Some(&op.proxy), SETTLE).await?;
+        // 3 → 4 nodes: the odd-voter policy keeps the new member as a standby learner.
+        let target = scaleup::Target {
+            voters: 3,
+            learners: 1,
+        };
+        let r = scaleup::measure(h, &name, target, Some(op.pid()), Some(&op.proxy), SETTLE).await?;
         last_scaleup_s = r.phases.done_s + r.phases.node_ready_after_add_s;
         let ratio = r.phases.done_s * 1000.0 / floor.promoted_ms.max(0.001);
         println!(

@@ -1,6 +1,7 @@
 //! One operator scale-up, timed: a node is added to a settled cluster; the clock starts when its
-//! Node is Ready and stops when its member is a healthy voter and every node runs the final
-//! revision ([`crate::view::settled`]). Status and Node are polled every 50 ms; sub-phases are
+//! Node is Ready and stops when its member has its final role (a healthy voter, or, when the
+//! odd-voter policy keeps it as the standby learner of an even node count, a started, healthy
+//! learner) and every node runs the final revision ([`crate::view::settled_with_standby`]). Status and Node are polled every 50 ms; sub-phases are
 //! the first poll that shows them.
 
 use std::collections::BTreeSet;
@@ -34,7 +35,7 @@ pub struct Phases {
     pub learner_added_s: Option<f64>,
     pub learner_started_s: Option<f64>,
     pub promoted_s: Option<f64>,
-    /// Member promoted and every node on the final revision: the measured time.
+    /// Member in its final role and every node on the final revision: the measured time.
     pub done_s: f64,
     pub final_revision: i64,
     pub revisions_created: i64,
@@ -69,12 +70,20 @@ fn node_ready(n: &Node) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// Adds node `name` and measures until the cluster is settled with `voters` voters.
+/// The member counts a scale-up ends with.
+#[derive(Clone, Copy, Debug)]
+pub struct Target {
+    pub voters: usize,
+    /// Standby learners (the new member stays one when the node count is even).
+    pub learners: usize,
+}
+
+/// Adds node `name` and measures until the cluster is settled at `target`.
 /// `pid` is the operator's, `counts` the proxy's request counter (if any).
 pub async fn measure(
     h: &mut Harness,
     name: &str,
-    voters: usize,
+    target: Target,
     pid: Option<u32>,
     proxy: Option<&super::proxy::CountingProxy>,
     deadline: Duration,
@@ -118,20 +127,26 @@ pub async fn measure(
         if let Some(p) = pid.and_then(procstat::sample) {
             max_rss = max_rss.max(p.rss_kib);
         }
-        let settled = crate::view::settled(&s, voters) && promoted.is_some();
+        let final_role = if target.learners == 0 {
+            promoted.is_some()
+        } else {
+            started.is_some()
+        };
+        let settled =
+            crate::view::settled_with_standby(&s, target.voters, target.learners) && final_role;
         samples.push((now, s));
         if settled && ready_at.is_some() {
             break now;
         }
         if origin.elapsed() > deadline {
             return Err(format!(
-                "the scale-up to {voters} did not settle in {deadline:?}\n{}",
+                "the scale-up to {target:?} did not settle in {deadline:?}\n{}",
                 h.describe().await
             ));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    h.step(format!("bench: {voters} voters settled"));
+    h.step(format!("bench: settled at {target:?}"));
     let writes = probe.finish().await;
     let cpu1 = pid.and_then(procstat::sample);
     let api1 = proxy.map(|p| p.counts()).unwrap_or_default();

@@ -1,8 +1,9 @@
-//! Endpoints (host endpoints): what etcd's consumers (kube-apiserver's `--etcd-servers`, backup tools) dial.
-//! Published as ConfigMap `etcd-endpoints` (member id → `host:port`), voters only (learners reject
-//! client traffic), from the same function that fills the manifests' `ETCDCTL_ENDPOINTS`. A
-//! promoted learner appears and a removed member (the bootstrap member included) disappears on
-//! the next pass.
+//! Endpoints (host endpoints): what etcd's consumers (kube-apiserver's `--etcd-servers`, backup
+//! tools) dial. Published as ConfigMap `etcd-endpoints` (member id → `host:port`), voters only
+//! (learners reject client traffic; unlike the manifests' `ETCDCTL_ENDPOINTS`, which list every
+//! member so that a promotion needs no new revision, this ConfigMap is not part of a revision
+//! and costs no restart to change). A promoted learner appears and a removed member (the
+//! bootstrap member included) disappears on the next pass.
 //!
 //! There is no Endpoints object: no consumer reads one (they read this ConfigMap, as
 //! cluster-etcd-operator's consumers do), Endpoints is deprecated in favour of EndpointSlice, and
@@ -23,7 +24,7 @@ const NAME: ControllerName = ControllerName::Endpoints;
 pub const ENDPOINTS_CONFIGMAP: &str = "etcd-endpoints";
 
 /// Member id (hex) → `host:port` of every voter with a client URL
-/// ([`voter_endpoints`], the same selection as the manifests' `ETCDCTL_ENDPOINTS`).
+/// ([`voter_endpoints`]).
 pub fn endpoint_data(members: &[Member]) -> BTreeMap<String, String> {
     voter_endpoints(members)
         .into_iter()

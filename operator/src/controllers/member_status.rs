@@ -86,8 +86,7 @@ mod tests {
                 ),
             ]),
             leader: Some(id(leader)),
-            preflight: Default::default(),
-            error: None,
+            ..Default::default()
         }
     }
 

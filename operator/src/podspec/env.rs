@@ -28,9 +28,8 @@ pub struct EnvInput<'a> {
     pub certs: &'a CertPaths,
 }
 
-/// Each voter's client URL (the one it advertises): the single source of both the manifests'
-/// `ETCDCTL_ENDPOINTS` and the published host endpoints. Learners reject client traffic, so
-/// they are never listed; members that have not started advertise nothing.
+/// Each voter's client URL (the one it advertises): the published host endpoints. Learners reject
+/// client traffic, so they are never listed; members that have not started advertise nothing.
 pub fn voter_endpoints(members: &[Member]) -> BTreeMap<MemberId, MemberUrl> {
     members
         .iter()
@@ -39,12 +38,44 @@ pub fn voter_endpoints(members: &[Member]) -> BTreeMap<MemberId, MemberUrl> {
         .collect()
 }
 
-/// The voters' client URLs, sorted (`ETCDCTL_ENDPOINTS`).
-pub fn voter_client_urls(members: &[Member]) -> Vec<MemberUrl> {
-    let mut urls: Vec<MemberUrl> = voter_endpoints(members).into_values().collect();
+/// The node whose peer URL a member has, if any.
+fn node_of<'n>(
+    member: &Member,
+    nodes: &'n [NodeTarget],
+) -> Result<Option<&'n NodeTarget>, RenderError> {
+    let Some(url) = member.peer_url() else {
+        return Ok(None);
+    };
+    for n in nodes {
+        if n.peer_url()? == *url {
+            return Ok(Some(n));
+        }
+    }
+    Ok(None)
+}
+
+/// Every member's client URL, learners included, sorted (`ETCDCTL_ENDPOINTS`): the URL a started
+/// member advertises, or, before it has started, the one its node will advertise. So the
+/// manifests do not change when a learner starts or is promoted, and one membership change makes
+/// one revision. Clients skip learners: etcd answers a learner's client requests with
+/// `Unavailable` ("rpc not supported for learner"), which etcd's own client retries on the next
+/// endpoint, and the project's client (`etcd-verify`, the operator) asks each endpoint's status
+/// first and never sends a learner a request it would refuse.
+pub fn member_client_urls(
+    members: &[Member],
+    nodes: &[NodeTarget],
+) -> Result<Vec<MemberUrl>, RenderError> {
+    let mut urls = Vec::new();
+    for m in members {
+        if let Some(advertised) = m.client_urls.first() {
+            urls.push(advertised.clone());
+        } else if let Some(node) = node_of(m, nodes)? {
+            urls.push(node.client_url()?);
+        }
+    }
     urls.sort();
     urls.dedup();
-    urls
+    Ok(urls)
 }
 
 /// Computes the contract env for one node.
@@ -57,19 +88,13 @@ pub fn contract_env(input: &EnvInput<'_>) -> Result<BTreeMap<String, String>, Re
         let name = if m.is_started() {
             m.name.clone()
         } else {
-            let mut found = None;
-            for n in input.nodes {
-                if n.peer_url()? == *url {
-                    found = Some(n.name.clone());
-                }
-            }
-            found.unwrap_or_else(|| placeholder_name(m))
+            node_of(m, input.nodes)?.map_or_else(|| placeholder_name(m), |n| n.name.clone())
         };
         initial.insert(&name, url.clone());
     }
     initial.insert(&node.name, own_peer.clone());
     let ids = MemberIds::from_members(input.members);
-    let mut endpoints: Vec<String> = voter_client_urls(input.members)
+    let mut endpoints: Vec<String> = member_client_urls(input.members, input.nodes)?
         .iter()
         .map(ToString::to_string)
         .collect();

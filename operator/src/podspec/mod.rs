@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 use membership::{Member, MemberUrl};
 
 use crate::api::EtcdClusterSpec;
-pub use env::{EnvInput, contract_env, voter_client_urls, voter_endpoints};
+pub use env::{EnvInput, contract_env, member_client_urls, voter_endpoints};
 use paths::CertPaths;
 
 /// Namespace of the etcd static pods (and their mirror pods).

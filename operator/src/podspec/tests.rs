@@ -108,6 +108,36 @@ fn rendering_is_deterministic() {
     );
 }
 
+/// The learner of [`scale_up_members`] once it started, and once it was promoted.
+fn learner_started(promoted: bool) -> Vec<Member> {
+    let mut members = scale_up_members();
+    members[2] = Member {
+        name: "master-3".into(),
+        client_urls: vec![url("https://10.0.0.3:2379".into())],
+        is_learner: !promoted,
+        ..members[2].clone()
+    };
+    members
+}
+
+#[test]
+fn a_learner_starting_or_promoted_changes_no_manifest() {
+    let spec = EtcdClusterSpec::default();
+    for n in 1..=3 {
+        let added = render_for(n, &scale_up_members(), &spec);
+        assert_eq!(
+            added,
+            render_for(n, &learner_started(false), &spec),
+            "master-{n}: start"
+        );
+        assert_eq!(
+            added,
+            render_for(n, &learner_started(true), &spec),
+            "master-{n}: promotion"
+        );
+    }
+}
+
 #[test]
 fn env_follows_the_contract() {
     let nodes = [node(1), node(2), node(3)];
@@ -129,10 +159,11 @@ fn env_follows_the_contract() {
         env["ETCD_MEMBER_IDS"],
         "1111=https://10.0.0.1:2380,2222=https://10.0.0.2:2380,3333=https://10.0.0.3:2380"
     );
-    // Learners never receive client traffic.
+    // Every member, the unstarted learner by its node's URL, so neither its start nor its
+    // promotion changes the manifest (clients skip learners).
     assert_eq!(
         env["ETCDCTL_ENDPOINTS"],
-        "https://10.0.0.1:2379,https://10.0.0.2:2379"
+        "https://10.0.0.1:2379,https://10.0.0.2:2379,https://10.0.0.3:2379"
     );
     assert_eq!(env["ETCD_INITIAL_CLUSTER_STATE"], "existing");
     assert_eq!(env["ETCD_STATIC_POD_REVISION"], "7");

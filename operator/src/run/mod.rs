@@ -1,7 +1,10 @@
 //! `etcd-operator run`: the control loop. Starts the watch caches and the HTTP endpoints, takes
-//! the leader Lease, and runs reconcile passes whenever a cache changes or a pass asked to be
-//! called again (etcd is not watched, so a settled cluster is still looked at every few seconds).
-//! On SIGTERM or Ctrl-C it finishes the pass in progress and exits.
+//! the leader Lease, and runs a reconcile pass when a watched object changed or when the last
+//! pass asked to be called again (work in flight, a back-off). A Lease renewal never runs a pass.
+//! etcd is not watched: while the cluster is settled, every [`pass::IDLE_REQUEUE`] an idle health
+//! check (one status call per member) compares etcd with what the last pass saw, and only a
+//! difference runs a pass; a whole pass runs at least every [`pass::RESYNC`]. On SIGTERM or
+//! Ctrl-C it finishes the pass in progress and exits.
 
 mod http;
 pub mod leader;
@@ -14,6 +17,7 @@ use std::time::Duration;
 
 use kube::Client;
 use kube::runtime::events::Reporter;
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::context::{Context, OperatorConfig};
@@ -153,9 +157,11 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         .store(true, std::sync::atomic::Ordering::SeqCst);
     tracing::info!(identity = %opts.identity, "caches synced");
     let renew = opts.lease_duration / 3;
-    let mut next_renew = tokio::time::Instant::now();
+    let mut next_renew = Instant::now();
     let mut leading = false;
-    let mut wait = Duration::ZERO;
+    let mut next_pass = Instant::now();
+    let mut last_full = Instant::now();
+    let mut settled = false;
     loop {
         if server.is_finished() {
             return match server.await {
@@ -163,23 +169,40 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
                 _ => Ok(()),
             };
         }
-        tokio::select! {
+        let changed = tokio::select! {
             _ = &mut shutdown => {
                 tracing::info!("shutting down");
                 return Ok(());
             }
-            _ = stores.changed.notified() => {}
-            _ = tokio::time::sleep(wait) => {}
-            _ = tokio::time::sleep_until(next_renew) => {}
-        }
-        if tokio::time::Instant::now() >= next_renew {
+            _ = stores.changed.notified() => true,
+            _ = tokio::time::sleep_until(next_pass) => false,
+            _ = tokio::time::sleep_until(next_renew) => false,
+        };
+        if Instant::now() >= next_renew {
+            let was = leading;
             leading = renew_lease(&client, &opts, leading).await;
             metrics.is_leader.set(i64::from(leading));
-            next_renew = tokio::time::Instant::now() + renew;
+            next_renew = Instant::now() + renew;
+            if leading && !was {
+                // Just took over: decide from a full pass at once.
+                next_pass = Instant::now();
+                settled = false;
+            }
         }
         health.beat();
         if !leading {
-            wait = renew;
+            next_pass = next_renew;
+            continue;
+        }
+        if !changed && Instant::now() < next_pass {
+            continue;
+        }
+        if !changed
+            && settled
+            && last_full.elapsed() < pass::RESYNC
+            && !pass::etcd_changed(&ctx).await
+        {
+            next_pass = Instant::now() + pass::IDLE_REQUEUE;
             continue;
         }
         let now = time::OffsetDateTime::now_utc();
@@ -190,6 +213,8 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         for line in &report.lines {
             tracing::info!("{line}");
         }
-        wait = report.requeue_after;
+        last_full = Instant::now();
+        settled = report.settled;
+        next_pass = last_full + report.requeue_after;
     }
 }

@@ -56,20 +56,31 @@ impl<K> Wake<K> for Always {
     }
 }
 
-/// Wakes on a new object, a deletion, a relist, or a changed `metadata.generation`; a write
-/// that leaves the generation alone (status, labels) does not wake.
-#[derive(Debug, Default)]
-pub struct GenerationChanged {
-    seen: BTreeMap<String, Option<i64>>,
+/// Wakes on a new object, a deletion, a relist, or a change of what `project` picks out of an
+/// object; any other write (a status the operator wrote itself, a Node heartbeat) does not wake.
+pub struct ChangedBy<K, P> {
+    project: fn(&K) -> P,
+    seen: BTreeMap<String, P>,
 }
 
-impl<K: Resource> Wake<K> for GenerationChanged {
+impl<K, P> ChangedBy<K, P> {
+    pub fn new(project: fn(&K) -> P) -> Self {
+        Self {
+            project,
+            seen: BTreeMap::new(),
+        }
+    }
+}
+
+impl<K: Resource + 'static, P: PartialEq + Send + 'static> Wake<K> for ChangedBy<K, P> {
     fn wakes(&mut self, event: &watcher::Event<K>) -> bool {
         match event {
             watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
-                let generation = o.meta().generation;
                 let name = o.meta().name.clone().unwrap_or_default();
-                self.seen.insert(name, generation) != Some(generation)
+                let now = (self.project)(o);
+                let changed = self.seen.get(&name) != Some(&now);
+                self.seen.insert(name, now);
+                changed
             }
             watcher::Event::Delete(o) => {
                 self.seen
@@ -79,6 +90,43 @@ impl<K: Resource> Wake<K> for GenerationChanged {
             watcher::Event::Init | watcher::Event::InitDone => true,
         }
     }
+}
+
+/// An EtcdCluster wakes the loop only for a spec edit (`metadata.generation`).
+fn generation<K: Resource>(o: &K) -> Option<i64> {
+    o.meta().generation
+}
+
+/// What the operator reads of a Node: labels (the selector), addresses, Ready, deletion. Its
+/// heartbeats (a status write every few seconds from every node's kubelet, control plane or not)
+/// do not wake the loop.
+type NodeFacts = (
+    Option<BTreeMap<String, String>>,
+    Vec<(String, String)>,
+    Option<String>,
+    bool,
+);
+
+fn node_facts(n: &Node) -> NodeFacts {
+    let status = n.status.as_ref();
+    let addresses = status
+        .and_then(|s| s.addresses.as_ref())
+        .map(|a| {
+            a.iter()
+                .map(|a| (a.type_.clone(), a.address.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status.clone());
+    (
+        n.metadata.labels.clone(),
+        addresses,
+        ready,
+        n.metadata.deletion_timestamp.is_some(),
+    )
 }
 
 fn start<K>(api: Api<K>, changed: Arc<Notify>, mut wake: impl Wake<K>) -> Store<K>
@@ -118,9 +166,13 @@ impl Stores {
             clusters: start(
                 Api::<EtcdCluster>::all(client.clone()),
                 changed.clone(),
-                GenerationChanged::default(),
+                ChangedBy::new(generation::<EtcdCluster>),
             ),
-            nodes: start(Api::<Node>::all(client.clone()), changed.clone(), Always),
+            nodes: start(
+                Api::<Node>::all(client.clone()),
+                changed.clone(),
+                ChangedBy::new(node_facts),
+            ),
             pods: start(
                 Api::<Pod>::namespaced(client.clone(), ns),
                 changed.clone(),
@@ -209,7 +261,7 @@ mod tests {
     #[test]
     fn only_generation_changes_deletes_and_relists_wake() {
         use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
-        let mut g = GenerationChanged::default();
+        let mut g = ChangedBy::new(generation::<ConfigMap>);
         let init: watcher::Event<ConfigMap> = Init;
         assert!(g.wakes(&init));
         assert!(g.wakes(&InitApply(obj("cluster", 1, "a"))));
@@ -224,5 +276,42 @@ mod tests {
         assert!(g.wakes(&Apply(obj("other", 1, "a"))), "a new object");
         assert!(g.wakes(&Delete(obj("cluster", 2, "c"))));
         assert!(g.wakes(&Apply(obj("cluster", 1, "a"))), "created again");
+    }
+
+    fn node(heartbeat: &str, ready: &str, ip: &str) -> Node {
+        use k8s_openapi::api::core::v1::{NodeAddress, NodeCondition, NodeStatus};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let at = |s: &str| Some(Time(s.parse().unwrap()));
+        Node {
+            metadata: ObjectMeta {
+                name: Some("n1".into()),
+                ..Default::default()
+            },
+            status: Some(NodeStatus {
+                addresses: Some(vec![NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: ip.into(),
+                }]),
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: ready.into(),
+                    last_heartbeat_time: at(heartbeat),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn node_heartbeats_do_not_wake_but_readiness_and_addresses_do() {
+        use watcher::Event::{Apply, InitApply};
+        let mut w = ChangedBy::new(node_facts);
+        assert!(w.wakes(&InitApply(node("2026-01-01T00:00:00Z", "True", "10.0.0.1"))));
+        assert!(!w.wakes(&Apply(node("2026-01-01T00:00:10Z", "True", "10.0.0.1"))));
+        assert!(w.wakes(&Apply(node("2026-01-01T00:00:20Z", "False", "10.0.0.1"))));
+        assert!(w.wakes(&Apply(node("2026-01-01T00:00:30Z", "False", "10.0.0.9"))));
+        assert!(!w.wakes(&Apply(node("2026-01-01T00:00:40Z", "False", "10.0.0.9"))));
     }
 }

@@ -12,7 +12,7 @@ use std::time::Instant;
 use etcd_operator::api::{EtcdCluster, EtcdClusterStatus};
 use futures::StreamExt;
 use kube::Api;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 
 /// Something a normal run must not show, and when it was first seen.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -66,7 +66,13 @@ impl StatusWatch {
         let sink = Arc::clone(&seen);
         let api: Api<EtcdCluster> = Api::all(client);
         let task = tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default()).boxed();
+            // With back-off: once the API is gone, a watcher without it retries in a loop that
+            // never yields (a refused loopback connect is ready at once), so the task could not
+            // be aborted and the test's runtime never shut down (seen as a scenario hanging at
+            // 100% CPU after its teardown).
+            let mut events = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed();
             while let Some(event) = events.next().await {
                 let cluster = match event {
                     Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) => c,

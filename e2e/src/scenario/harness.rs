@@ -231,6 +231,8 @@ impl Harness {
         }
         self.step("load stopped and verified; tearing down");
         let steps = std::mem::take(&mut self.steps);
+        // Stop watching before the API goes away.
+        self.watch = None;
         self.cp.shutdown().await;
         match load {
             Ok(r) => (r, steps, Ok(())),

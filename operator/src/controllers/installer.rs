@@ -7,8 +7,8 @@
 //! restarts, deletion of finished installer pods. Never more than one node at a time, never one
 //! the quorum gate refuses.
 //!
-//! [`decide`] is pure. It first folds what it observes into each node's status (a Ready pod on a
-//! newer revision becomes `currentRevision`; a failed installer becomes `lastFailed*`), then picks
+//! [`decide`] is pure. It first folds what it observes into each node's status (a pod on a newer
+//! revision whose etcd serves, [`NodeView::serving_revision`], becomes `currentRevision`; a failed installer becomes `lastFailed*`), then picks
 //! at most one action:
 //! * a node already moving (`targetRevision` set) is followed to the end: its installer runs, then
 //!   its pod must be Ready on the target; a newer revision supersedes the target once the
@@ -49,6 +49,8 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 pub struct PodState {
     pub revision: i64,
     pub ready: bool,
+    /// The etcd container is running (it may not have passed its probes yet).
+    pub running: bool,
     /// `etcd-verify membership` refused to start etcd (its termination message).
     pub blocked: Option<String>,
 }
@@ -78,6 +80,20 @@ pub struct NodeView {
     pub pod: Option<PodState>,
     pub installer: Option<InstallerState>,
     pub status: NodeStatus,
+    /// etcd itself reported this node's member healthy in this pass (observed after the pods).
+    pub member_healthy: bool,
+}
+
+impl NodeView {
+    /// The revision this node's etcd serves on: its pod is Ready, or its etcd container runs and
+    /// etcd reports the member healthy. The second needs no probe period: a probe's first try
+    /// comes as the container starts, before etcd listens, and the next one a whole period
+    /// later (1 s at the least), while the operator asks etcd every pass. The pods are read
+    /// before etcd is asked, so a healthy answer comes from the container the pod shows.
+    pub fn serving_revision(&self) -> Option<i64> {
+        let pod = self.pod.as_ref()?;
+        (pod.ready || (pod.running && self.member_healthy)).then_some(pod.revision)
+    }
 }
 
 /// The one action of this pass.
@@ -130,11 +146,10 @@ fn parse_time(s: &str) -> Option<OffsetDateTime> {
 fn observe(node: &NodeView, now: OffsetDateTime) -> NodeStatus {
     let mut s = node.status.clone();
     s.node_name = node.name.clone();
-    if let Some(pod) = &node.pod
-        && pod.ready
-        && pod.revision > s.current_revision
+    if let Some(revision) = node.serving_revision()
+        && revision > s.current_revision
     {
-        s.current_revision = pod.revision;
+        s.current_revision = revision;
     }
     // An installer for a newer revision is a move in flight even if its target was never written
     // (the operator crashed between creating the pod and writing status).
@@ -250,7 +265,9 @@ fn follow(moving: &NodeView, latest: i64, view: &ClusterView) -> RolloutAction {
             },
             _ => RolloutAction::Wait {
                 node: name,
-                reason: format!("waiting for the etcd pod to be Ready on revision {target}"),
+                reason: format!(
+                    "waiting for etcd to serve on revision {target} (its pod Ready, or running with the member healthy)"
+                ),
             },
         },
         // Recorded by `observe`, which cleared the target; not reached.

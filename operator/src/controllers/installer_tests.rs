@@ -39,9 +39,11 @@ fn node(i: u64, revision: i64, ready: bool) -> NodeView {
         pod: Some(PodState {
             revision,
             ready,
+            running: ready,
             blocked: None,
         }),
         installer: None,
+        member_healthy: ready,
         status: NodeStatus {
             node_name: format!("n{i}"),
             current_revision: if ready { revision } else { revision - 1 },
@@ -118,23 +120,39 @@ fn follows_one_node_to_ready_before_the_next() {
     nodes[1].pod = Some(PodState {
         revision: 2,
         ready: false,
+        running: false,
         blocked: None,
     });
+    nodes[1].member_healthy = false;
     let d = decide(&nodes, 2, &cluster(&[true, false, true]), t(0));
     assert!(
-        matches!(&d.action, RolloutAction::Wait { reason, .. } if reason.contains("Ready on revision 2")),
+        matches!(&d.action, RolloutAction::Wait { reason, .. } if reason.contains("serve on revision 2")),
         "{d:?}"
     );
-    // Ready on 2: status records it and the next node moves.
-    nodes[1].pod = Some(PodState {
-        revision: 2,
-        ready: true,
-        blocked: None,
-    });
+    // Running, but etcd does not report the member healthy yet: still waiting.
+    nodes[1].pod.as_mut().unwrap().running = true;
+    let d = decide(&nodes, 2, &cluster(&[true, false, true]), t(0));
+    assert!(
+        matches!(&d.action, RolloutAction::Wait { reason, .. } if reason.contains("serve on revision 2")),
+        "{d:?}"
+    );
+    // Running on 2 and etcd reports the member healthy: served, before any probe passed; status
+    // records it and the next node moves.
+    nodes[1].member_healthy = true;
     let d = decide(&nodes, 2, &cluster(&[true, true, true]), t(0));
     assert_eq!(d.statuses[1].current_revision, 2);
     assert_eq!(d.statuses[1].target_revision, None);
     assert_eq!(installs(&d).0, "n1");
+    // Ready alone is enough too.
+    nodes[1].pod = Some(PodState {
+        revision: 2,
+        ready: true,
+        running: true,
+        blocked: None,
+    });
+    nodes[1].member_healthy = false;
+    let d = decide(&nodes, 2, &cluster(&[true, false, true]), t(0));
+    assert_eq!(d.statuses[1].current_revision, 2);
 }
 
 #[test]

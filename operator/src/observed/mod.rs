@@ -132,6 +132,9 @@ impl Observed {
                     is_leader: member.is_some() && member == self.etcd.leader,
                     pod: self.pods.get(name).map(|(p, _)| p.clone()),
                     installer: self.installers.get(name).cloned(),
+                    member_healthy: member
+                        .and_then(|m| self.etcd.health.get(&m))
+                        .is_some_and(|h| h.healthy),
                     status: statuses
                         .iter()
                         .find(|s| s.node_name == *name)

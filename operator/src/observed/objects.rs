@@ -122,6 +122,10 @@ pub fn etcd_pods(pods: &[Pod]) -> BTreeMap<String, (PodState, Option<VerifyRepor
             .conditions
             .as_ref()
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let running = status.container_statuses.as_ref().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.name == "etcd" && c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        });
         let report = status
             .init_container_statuses
             .as_ref()
@@ -144,6 +148,7 @@ pub fn etcd_pods(pods: &[Pod]) -> BTreeMap<String, (PodState, Option<VerifyRepor
                 PodState {
                     revision: revision_of(pod).unwrap_or(0),
                     ready,
+                    running,
                     blocked,
                 },
                 report,

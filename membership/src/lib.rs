@@ -17,6 +17,7 @@
 //! `scheme://host:port`; formatting a parsed value gives back the same text.
 
 mod client;
+mod client_error;
 mod duration;
 mod env;
 mod gate;

@@ -1,0 +1,155 @@
+//! What can go wrong talking to etcd, endpoint by endpoint: [`ClientError`] (the whole call),
+//! [`EndpointFailure`] (one endpoint) and its [`FailureKind`], and [`classify`], which tells a
+//! TLS failure (an endpoint answered: not a down cluster) from an unreachable endpoint and from
+//! etcd refusing the call.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::MemberUrl;
+use crate::tls::{is_tls_failure, mentions_tls};
+
+/// What went wrong talking to etcd.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(
+        "TLS must be configured with all three of ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY or none: {set} set but {unset} not"
+    )]
+    PartialTls { set: String, unset: String },
+    #[error("{var}: cannot read {path}: {source}")]
+    ReadTls {
+        var: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{var}: {path} is not a PEM file holding a {label}")]
+    NotPem {
+        var: &'static str,
+        path: PathBuf,
+        label: String,
+    },
+    #[error("{var}: {origin}: {reason}")]
+    BadTls {
+        var: &'static str,
+        origin: String,
+        reason: String,
+    },
+    #[error("no etcd endpoints configured")]
+    NoEndpoints,
+    #[error("https endpoint {0} needs TLS material (ETCDCTL_CACERT, ETCDCTL_CERT, ETCDCTL_KEY)")]
+    HttpsWithoutTls(MemberUrl),
+    #[error("no etcd endpoint answered {op}: {}", join_failures(.failures))]
+    NoEndpointAnswered {
+        op: &'static str,
+        failures: Vec<EndpointFailure>,
+    },
+    #[error("{0}")]
+    Endpoint(EndpointFailure),
+    #[error("etcd returned an unusable answer from {endpoint}: {reason}")]
+    BadAnswer { endpoint: MemberUrl, reason: String },
+}
+
+impl ClientError {
+    /// The gRPC failures of the endpoints, if the error came from etcd answering.
+    pub fn failures(&self) -> &[EndpointFailure] {
+        match self {
+            ClientError::NoEndpointAnswered { failures, .. } => failures,
+            ClientError::Endpoint(f) => std::slice::from_ref(f),
+            _ => &[],
+        }
+    }
+
+    /// True when some endpoint answered with `text` in its message (e.g. etcd's
+    /// "can only promote a learner member which is in sync with leader").
+    pub fn mentions(&self, text: &str) -> bool {
+        self.failures().iter().any(|f| f.message.contains(text))
+    }
+}
+
+fn join_failures(failures: &[EndpointFailure]) -> String {
+    failures
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// One endpoint's failure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointFailure {
+    pub endpoint: MemberUrl,
+    pub kind: FailureKind,
+    pub message: String,
+}
+
+/// Class of an endpoint failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    /// No answer within the call timeout.
+    Timeout,
+    /// Could not connect or the transport broke.
+    Unreachable,
+    /// The endpoint answered but the TLS handshake failed (its certificate is not trusted by
+    /// our CA, or it refused our client certificate): not a down endpoint.
+    Tls,
+    /// The endpoint is a learner and the call is one learners reject; not sent.
+    Learner,
+    /// etcd answered with an error.
+    Rejected,
+}
+
+impl fmt::Display for EndpointFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.endpoint, self.message)
+    }
+}
+
+pub(crate) fn classify(endpoint: &MemberUrl, error: etcd_client::Error) -> EndpointFailure {
+    let (kind, message) = match &error {
+        etcd_client::Error::GRpcStatus(status)
+            if is_tls_failure(status) || mentions_tls(status.message()) =>
+        {
+            (
+                FailureKind::Tls,
+                format!("TLS handshake failed: {}", chain(status)),
+            )
+        }
+        etcd_client::Error::TransportError(e) if is_tls_failure(e) => (
+            FailureKind::Tls,
+            format!("TLS handshake failed: {}", chain(e)),
+        ),
+        etcd_client::Error::GRpcStatus(status) => match status.code() {
+            tonic::Code::Unavailable if status.message().contains("connect") => (
+                FailureKind::Unreachable,
+                format!("unreachable: {}", status.message()),
+            ),
+            _ => (
+                FailureKind::Rejected,
+                format!("{:?}: {}", status.code(), status.message()),
+            ),
+        },
+        etcd_client::Error::TransportError(e) => {
+            (FailureKind::Unreachable, format!("transport: {e}"))
+        }
+        other => (FailureKind::Unreachable, other.to_string()),
+    };
+    EndpointFailure {
+        endpoint: endpoint.clone(),
+        kind,
+        message,
+    }
+}
+
+/// An error and its sources, `: `-joined (TLS causes sit deep in the chain).
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![error.to_string()];
+    let mut current = error.source();
+    while let Some(e) = current {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        current = e.source();
+    }
+    parts.join(": ")
+}

@@ -88,7 +88,7 @@ impl EtcdObservation {
                 .iter()
                 .map(|m| MemberHealth {
                     member: m.clone(),
-                    healthy: self.health.get(&m.id).is_some_and(|h| h.healthy),
+                    healthy: self.is_healthy(m.id),
                 })
                 .collect(),
             rolling_node: None,
@@ -118,6 +118,11 @@ impl EtcdObservation {
             })
             .max()?;
         Some((url, target))
+    }
+
+    /// Whether `id` answered this observation as healthy.
+    pub fn is_healthy(&self, id: MemberId) -> bool {
+        self.health.get(&id).is_some_and(|h| h.healthy)
     }
 
     /// The leader's raft index, if known.

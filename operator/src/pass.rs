@@ -37,9 +37,6 @@ pub struct PassReport {
     pub requeue_after: Duration,
     /// Each controller's next action (or why it waits), in pipeline order.
     pub plan: Vec<PlanEntry>,
-    /// Nothing is in flight, no controller failed or backs off, and etcd answered: until a
-    /// watched object changes, the idle health check ([`etcd_changed`]) stands in for passes.
-    pub settled: bool,
 }
 
 /// One controller's next action, as `etcd-operator plan` prints it.
@@ -79,7 +76,6 @@ pub async fn pass(ctx: &Context, inputs: &Inputs, now: OffsetDateTime) -> PassRe
                 controller: "caches".into(),
                 next: line,
             }],
-            settled: false,
         };
     }
     state.awaited.clear();
@@ -254,18 +250,21 @@ async fn run(
     if p.busy && p.report.requeue_after > BUSY_REQUEUE {
         p.report.requeue_after = BUSY_REQUEUE;
     }
-    p.report.settled = ok
+    // Settled: nothing in flight, no controller failed or backs off, and etcd answered. Until a
+    // watched object changes, the idle health check ([`etcd_changed`]) stands in for passes.
+    let settled = ok
         && !p.busy
         && p.report.requeue_after >= IDLE_REQUEUE
         && p.o.etcd.error.is_none()
         && !p.o.etcd.members.is_empty();
-    p.st.settled_etcd = p.report.settled.then(|| p.o.etcd.clone());
+    p.st.settled_etcd = settled.then(|| p.o.etcd.clone());
     p.report
 }
 
 /// The idle health check of a settled cluster: one status call per started member, compared
 /// with what the last pass saw (who answers, as what, which leader, which alarms). True when
-/// something differs (or there is nothing to compare with), so a pass must run.
+/// something differs, or when the last pass did not leave the cluster settled (then nothing is
+/// asked), so a pass must run.
 pub async fn etcd_changed(ctx: &Context) -> bool {
     let (client, last) = {
         let st = ctx.state.lock().await;

@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use etcd_operator::api::EtcdClusterStatus;
+use etcd_operator::observed::node_ready;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 
@@ -61,13 +62,6 @@ pub struct ScaleUpReport {
     pub cost: ScaleUpCost,
     pub samples: Vec<Sample>,
     pub writes: Vec<ProbeWrite>,
-}
-
-fn node_ready(n: &Node) -> bool {
-    n.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// The member counts a scale-up ends with.

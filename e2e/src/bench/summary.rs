@@ -53,10 +53,9 @@ pub fn revision_changes(samples: &[Sample]) -> BTreeMap<String, u32> {
                 Some(b) => b != *current,
                 None => *current > 0 && s.at_s > samples.first().map_or(0.0, |f| f.at_s),
             };
+            let count = changes.entry(node.clone()).or_default();
             if moved {
-                *changes.entry(node.clone()).or_default() += 1;
-            } else {
-                changes.entry(node.clone()).or_default();
+                *count += 1;
             }
         }
     }

@@ -202,7 +202,7 @@ fn planned_restarts(
 fn record_members(metrics: &Metrics, obs: &EtcdObservation) {
     metrics.members.clear();
     for m in &obs.members {
-        let healthy = obs.health.get(&m.id).is_some_and(|h| h.healthy);
+        let healthy = obs.is_healthy(m.id);
         metrics
             .members
             .get_or_create(&MemberRoleLabels {

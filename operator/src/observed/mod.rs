@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use membership::MemberId;
 use time::OffsetDateTime;
 
-pub use objects::{ControlPlaneNode, VerifyReport};
+pub use objects::{ControlPlaneNode, VerifyReport, node_ready};
 
 use crate::api::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, ManagementState, NodeStatus};
 use crate::controllers::installer::{InstallerState, NodeView, PodState};
@@ -132,9 +132,7 @@ impl Observed {
                     is_leader: member.is_some() && member == self.etcd.leader,
                     pod: self.pods.get(name).map(|(p, _)| p.clone()),
                     installer: self.installers.get(name).cloned(),
-                    member_healthy: member
-                        .and_then(|m| self.etcd.health.get(&m))
-                        .is_some_and(|h| h.healthy),
+                    member_healthy: member.is_some_and(|m| self.etcd.is_healthy(m)),
                     status: statuses
                         .iter()
                         .find(|s| s.node_name == *name)

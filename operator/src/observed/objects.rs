@@ -49,10 +49,7 @@ pub fn control_plane_nodes(
                 .address
                 .parse()
                 .ok()?;
-            let ready = status
-                .conditions
-                .as_ref()
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let ready = node_ready(n);
             Some(ControlPlaneNode {
                 target: NodeTarget::new(&name, ip),
                 ready,
@@ -62,6 +59,14 @@ pub fn control_plane_nodes(
         .collect();
     out.sort_by(|a, b| a.target.name.cmp(&b.target.name));
     out
+}
+
+/// Whether a Node's `Ready` condition is `True`.
+pub fn node_ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// Membership's view of the nodes: eligible = Ready, not being deleted, certificates issued.

@@ -161,7 +161,6 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
     let mut leading = false;
     let mut next_pass = Instant::now();
     let mut last_full = Instant::now();
-    let mut settled = false;
     loop {
         if server.is_finished() {
             return match server.await {
@@ -184,9 +183,10 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
             metrics.is_leader.set(i64::from(leading));
             next_renew = Instant::now() + renew;
             if leading && !was {
-                // Just took over: decide from a full pass at once.
+                // Just took over: decide from a full pass at once, not from what this instance
+                // saw when it last led.
                 next_pass = Instant::now();
-                settled = false;
+                ctx.state.lock().await.settled_etcd = None;
             }
         }
         health.beat();
@@ -197,11 +197,7 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         if !changed && Instant::now() < next_pass {
             continue;
         }
-        if !changed
-            && settled
-            && last_full.elapsed() < pass::RESYNC
-            && !pass::etcd_changed(&ctx).await
-        {
+        if !changed && last_full.elapsed() < pass::RESYNC && !pass::etcd_changed(&ctx).await {
             next_pass = Instant::now() + pass::IDLE_REQUEUE;
             continue;
         }
@@ -214,7 +210,6 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
             tracing::info!("{line}");
         }
         last_full = Instant::now();
-        settled = report.settled;
         next_pass = last_full + report.requeue_after;
     }
 }

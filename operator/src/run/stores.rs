@@ -103,7 +103,7 @@ fn generation<K: Resource>(o: &K) -> Option<i64> {
 type NodeFacts = (
     Option<BTreeMap<String, String>>,
     Vec<(String, String)>,
-    Option<String>,
+    bool,
     bool,
 );
 
@@ -117,14 +117,10 @@ fn node_facts(n: &Node) -> NodeFacts {
                 .collect()
         })
         .unwrap_or_default();
-    let ready = status
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .map(|c| c.status.clone());
     (
         n.metadata.labels.clone(),
         addresses,
-        ready,
+        crate::observed::node_ready(n),
         n.metadata.deletion_timestamp.is_some(),
     )
 }

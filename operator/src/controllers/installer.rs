@@ -8,11 +8,11 @@
 //! the quorum gate refuses.
 //!
 //! [`decide`] is pure. It first folds what it observes into each node's status (a pod on a newer
-//! revision whose etcd serves, [`NodeView::serving_revision`], becomes `currentRevision`; a failed installer becomes `lastFailed*`), then picks
-//! at most one action:
+//! revision whose etcd serves, [`NodeView::serving_revision`], becomes `currentRevision`; a
+//! failed installer becomes `lastFailed*`), then picks at most one action:
 //! * a node already moving (`targetRevision` set) is followed to the end: its installer runs, then
-//!   its pod must be Ready on the target; a newer revision supersedes the target once the
-//!   installer finished (the node moves straight on, without waiting for Ready on a stale one);
+//!   its etcd must serve on the target; a newer revision supersedes the target once the
+//!   installer finished (the node moves straight on, without waiting on a stale one);
 //! * otherwise the next node below the latest revision is chosen: nodes with no static pod, an
 //!   unready pod, or an etcd blocked by `etcd-verify` first, then the others, the etcd leader last;
 //! * every install asks the quorum gate (`RollNode`); a failed install is retried after a capped

@@ -319,7 +319,11 @@ impl LocalControlPlane {
         // Placing the manifest is what the platform's bootstrap does on the first node.
         let pod = out_dir.join("etcd-pod.yaml");
         let target = node.manifest_dir().join("etcd-pod.yaml");
-        std::fs::copy(&pod, &target).map_err(io(format!("placing {}", target.display())))?;
+        // Whole or not at all, as the installer writes: a kubelet (and the node agent) reads the
+        // directory as soon as a file appears in it.
+        let tmp = node.manifest_dir().join(".etcd-pod.yaml.tmp");
+        std::fs::copy(&pod, &tmp).map_err(io(format!("writing {}", tmp.display())))?;
+        std::fs::rename(&tmp, &target).map_err(io(format!("placing {}", target.display())))?;
         Ok(())
     }
 

@@ -74,6 +74,12 @@ enum Command {
         /// Skip a database size when the run would likely take longer than this.
         #[arg(long, default_value = "15m", value_parser = membership::parse_duration)]
         budget: Duration,
+        /// Worker Nodes heartbeating in the API during a second idle window (0: none).
+        #[arg(long, default_value_t = 1000)]
+        workers: usize,
+        /// Skip the 3 → 5 and 1 → 5 scale-ups.
+        #[arg(long)]
+        no_growth: bool,
     },
 }
 
@@ -296,12 +302,16 @@ async fn execute(command: Command) -> anyhow::Result<()> {
             svg,
             idle,
             budget,
+            workers,
+            no_growth,
         } => {
             let args = e2e::bench::BenchArgs {
                 sizes,
                 out,
                 svg,
                 idle_window: idle,
+                workers,
+                growth: !no_growth,
                 budget,
                 command: std::env::args().collect::<Vec<_>>().join(" "),
             };

@@ -27,7 +27,6 @@ use tracing::Instrument;
 use crate::backoff::Backoff;
 use crate::context::{ApiClient, NodeContext};
 use crate::images::ImageTable;
-use crate::probes::cancelled_sleep;
 use crate::publish::{Publisher, delete_now, publish_loop};
 use crate::static_pods::{Change, ManifestError, PodKey, StaticPod, desired_pods, diff, scan_dir};
 use crate::status::{PodObservation, pod_status};
@@ -60,7 +59,8 @@ pub struct NodeConfig {
     /// Image table; default [`ImageTable::standard`] with `bin_dir`.
     pub images: Option<ImageTable>,
     pub backoff: Backoff,
-    /// Manifest directory poll interval (bounds the latency of a manifest change).
+    /// Manifest directory poll interval where inotify is unavailable (then it bounds the
+    /// latency of a manifest change; with inotify a change is seen at once).
     pub manifest_poll: Duration,
     /// Node status heartbeat interval.
     pub heartbeat: Duration,
@@ -93,7 +93,8 @@ impl std::fmt::Debug for NodeConfig {
 }
 
 impl NodeConfig {
-    /// Defaults: kubelet back-off, 250 ms manifest poll, 10 s heartbeat and resync.
+    /// Defaults: kubelet back-off, manifests watched by inotify (250 ms poll without it), 10 s
+    /// heartbeat and resync.
     pub fn new(name: &str, ip: IpAddr, root: &Path, bin_dir: &Path) -> Self {
         NodeConfig {
             name: name.to_string(),
@@ -502,6 +503,12 @@ async fn apply_static_changes(pods: &Pods, desired: &BTreeMap<PodKey, StaticPod>
 
 async fn static_pod_loop(pods: Arc<Pods>, poll: Duration, cancel: CancellationToken) {
     let dir = pods.ctx.manifest_dir();
+    let mut watch = crate::manifest_watch::DirWatch::new(&dir);
+    let reread = if watch.active() {
+        crate::manifest_watch::RESYNC
+    } else {
+        poll
+    };
     let mut last_errors = Vec::new();
     loop {
         match scan_dir(&dir) {
@@ -514,8 +521,9 @@ async fn static_pod_loop(pods: Arc<Pods>, poll: Duration, cancel: CancellationTo
             }
             Err(e) => tracing::warn!(error = %e, "reading manifest directory failed"),
         }
-        if cancelled_sleep(&cancel, poll).await {
-            return;
+        tokio::select! {
+            _ = watch.changed(reread) => {}
+            _ = cancel.cancelled() => return,
         }
     }
 }

@@ -87,6 +87,7 @@ pub mod events;
 pub mod expand;
 pub mod helper;
 pub mod images;
+pub mod manifest_watch;
 pub mod mounts;
 pub mod node;
 pub mod probes;

@@ -10,6 +10,9 @@ use std::collections::BTreeMap;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+mod selector;
+pub use selector::SelectorError;
+
 /// API group of the operator's resources.
 pub const GROUP: &str = "etcd.static-operator.io";
 /// The one `EtcdCluster` the operator manages.
@@ -114,6 +117,11 @@ impl EtcdClusterSpec {
         } else {
             self.control_plane_node_selector.clone()
         }
+    }
+
+    /// The node selector as the label selector of the operator's Node watch.
+    pub fn node_label_selector(&self) -> Result<String, SelectorError> {
+        selector::label_selector(&self.node_selector())
     }
 }
 

@@ -61,14 +61,16 @@ pub async fn pass(ctx: &Context, inputs: &Inputs, now: OffsetDateTime) -> PassRe
         .iter()
         .filter(|a| !writer::satisfied(a, inputs.resource_version(a).as_deref()))
         .collect();
-    if let Some(first) = pending.first() {
-        let line = format!(
+    let lag = pending.first().map(|first| {
+        format!(
             "waiting for the caches to show {} write(s), e.g. {} {}/{}",
             pending.len(),
             first.kind,
             first.namespace,
             first.name
-        );
+        )
+    });
+    if let Some(line) = lag.or_else(|| inputs.nodes_lag()) {
         return PassReport {
             lines: vec![line.clone()],
             requeue_after: Duration::from_millis(100),
@@ -286,6 +288,16 @@ pub async fn etcd_changed(ctx: &Context) -> bool {
 /// before it (what follows depends on it).
 async fn controllers(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     use ControllerName as N;
+    // Which nodes are control-plane nodes is every controller's input; a selector the API
+    // would refuse stops the pass before any of them acts on a wrong node set.
+    if let Err(e) = p.o.spec.node_label_selector() {
+        return Err(ControllerError::new(
+            N::Membership,
+            ErrorKind::Permanent,
+            "spec",
+            e.to_string(),
+        ));
+    }
     if p.waits(N::CertSigner) {
         return Ok(());
     }

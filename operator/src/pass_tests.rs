@@ -106,3 +106,78 @@ async fn permanent_errors_wait_for_an_input_not_a_timer() {
         .unwrap();
     assert!(c.status && c.message.contains("quotaBackendBytes"), "{c:?}");
 }
+
+#[tokio::test]
+async fn an_invalid_node_selector_stops_every_controller_with_a_precise_message() {
+    let ctx = Context::for_tests();
+    let inputs = Inputs::default();
+    let mut st = PassState::default();
+    let mut p = pass_at(&ctx, &mut st, &inputs, at(0));
+    p.o.spec.control_plane_node_selector = [("node role".to_owned(), String::new())].into();
+    let e = controllers(&mut p).await.expect_err("refused");
+    assert_eq!(
+        (e.controller, e.kind, e.category),
+        (ControllerName::Membership, ErrorKind::Permanent, "spec")
+    );
+    assert!(
+        e.message.contains("\"node role\" is not a valid label key"),
+        "{e:?}"
+    );
+    assert!(
+        p.report.lines.is_empty(),
+        "no controller ran: {:?}",
+        p.report
+    );
+}
+
+#[test]
+fn a_pass_waits_for_the_node_cache_listed_with_the_specs_selector() {
+    use crate::observed::NodeListing;
+    let default = crate::api::CONTROL_PLANE_LABEL.to_owned();
+    let with = |spec: Option<EtcdClusterSpec>, listing| Inputs {
+        cluster: spec.map(|s| EtcdCluster::new(crate::api::SINGLETON, s)),
+        node_listing: listing,
+        ..Inputs::default()
+    };
+    let custom = EtcdClusterSpec {
+        control_plane_node_selector: [("role".to_owned(), "etcd".to_owned())].into(),
+        ..EtcdClusterSpec::default()
+    };
+    let invalid = EtcdClusterSpec {
+        control_plane_node_selector: [("role".to_owned(), "-".to_owned())].into(),
+        ..EtcdClusterSpec::default()
+    };
+    // Read once with every Node (plan, tests): nothing to wait for.
+    assert_eq!(
+        with(Some(custom.clone()), NodeListing::All).nodes_lag(),
+        None
+    );
+    // Not listed yet, or listed for another selector: wait, naming the selector.
+    let lag = with(None, NodeListing::Selected(None)).nodes_lag();
+    assert_eq!(
+        lag.as_deref(),
+        Some(
+            "waiting for the Node cache to list the nodes selected by \"node-role.kubernetes.io/control-plane\""
+        )
+    );
+    let stale = with(
+        Some(custom.clone()),
+        NodeListing::Selected(Some(default.clone())),
+    );
+    assert!(stale.nodes_lag().unwrap().contains("role=etcd"));
+    // Listed with the spec's selector: go.
+    let fresh = with(
+        Some(custom),
+        NodeListing::Selected(Some("role=etcd".into())),
+    );
+    assert_eq!(fresh.nodes_lag(), None);
+    assert_eq!(
+        with(None, NodeListing::Selected(Some(default.clone()))).nodes_lag(),
+        None
+    );
+    // An invalid selector is not waited for: the pass reports it (above).
+    assert_eq!(
+        with(Some(invalid), NodeListing::Selected(Some(default))).nodes_lag(),
+        None
+    );
+}

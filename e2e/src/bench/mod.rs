@@ -24,10 +24,12 @@ pub mod procstat;
 pub mod proxy;
 pub mod report;
 pub mod run;
+pub mod scale;
 pub mod scaleup;
 pub mod scrape;
 pub mod summary;
 pub mod svg;
+pub mod workers;
 
 pub use fill::Size;
 pub use run::{BenchArgs, run};

@@ -95,6 +95,31 @@ pub fn markdown(r: &BenchReport) -> String {
             counts(&o.cost.api_requests_by_kind)
         );
     }
+    if !r.growth.is_empty() {
+        let _ = writeln!(s, "\n### Several nodes at once\n");
+        let _ = writeln!(
+            s,
+            "| scale-up | etcd floor per member | operator: first learner added | every new member started | every new member a voter | every node on final revision | ratio (operator / floor × members added) | revisions created | longest probe gap |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+        for g in &r.growth {
+            let p = &g.operator.phases;
+            let _ = writeln!(
+                s,
+                "| {} → {} | {:.0} ms | {} s | {} s | {} s | **{:.2} s** | **{}** | {} | {:.0} ms |",
+                g.from,
+                g.to,
+                g.floor_ms_per_member,
+                opt(p.learner_added_s),
+                opt(p.learner_started_s),
+                opt(p.promoted_s),
+                p.done_s,
+                ratio(g.ratio),
+                p.revisions_created,
+                g.operator.probe_longest_gap_ms
+            );
+        }
+    }
     for sk in &r.skipped {
         let _ = writeln!(s, "\nSkipped: {sk}");
     }
@@ -161,6 +186,35 @@ pub fn markdown(r: &BenchReport) -> String {
             s,
             "\netcd requests per minute by method: {}",
             etcd.join(", ")
+        );
+    }
+    if let Some(w) = &r.idle_at_scale {
+        let i = &w.idle;
+        let _ = writeln!(
+            s,
+            "\n### Idle beside {} worker Nodes (each writing its status every {:.0} s; {:.0} writes/s reached, {} failed)\n",
+            w.worker_nodes,
+            w.heartbeat_period_s,
+            w.heartbeat.status_writes_per_s,
+            w.heartbeat.failed
+        );
+        let _ = writeln!(
+            s,
+            "| window | RSS (× 3-node window) | CPU (×) | API requests/min | etcd requests/min | reconcile passes/min (×) |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|");
+        let _ = writeln!(
+            s,
+            "| {:.0} s | {:.1} MiB ({}) | {:.2}% ({}) | {:.1} | {:.1} | {:.1} ({}) |",
+            i.window_s,
+            i.rss_kib as f64 / 1024.0,
+            ratio(w.rss_ratio),
+            i.cpu_percent,
+            ratio(w.cpu_ratio),
+            i.api_requests_per_min,
+            i.etcd_requests_per_min,
+            i.reconcile_passes_per_min,
+            ratio(w.passes_ratio)
         );
     }
     if let Some(rss) = r.operator_rss_after_bootstrap_kib {

@@ -14,13 +14,15 @@ use super::floor::{self, FloorReport};
 use super::idle::{self, IdleReport};
 use super::opproc::CountedOperator;
 use super::scaleup::{self, ScaleUpReport};
-use super::{procstat, report, svg};
+use super::{procstat, report, scale, svg};
 use crate::controlplane::{OPERATOR_NS, STATIC_NS};
 use crate::scenario::Harness;
 use crate::scenario::harness::{member_ids, member_of};
 use crate::scenario::load::{operator_tls, published_endpoints};
 
 const SETTLE: Duration = Duration::from_secs(600);
+/// The worker Nodes' status period: the kubelet's default `nodeStatusUpdateFrequency`.
+const HEARTBEAT: Duration = Duration::from_secs(10);
 
 /// What `sandbox bench` was asked to do.
 #[derive(Clone, Debug)]
@@ -29,6 +31,10 @@ pub struct BenchArgs {
     pub out: PathBuf,
     pub svg: PathBuf,
     pub idle_window: Duration,
+    /// Worker Nodes for the idle-at-scale window (0: no such window).
+    pub workers: usize,
+    /// Also grow 3 → 5 and, on a fresh control plane, 1 → 5.
+    pub growth: bool,
     /// A size is skipped when the run would likely overrun this.
     pub budget: Duration,
     pub command: String,
@@ -65,6 +71,8 @@ pub struct BenchReport {
     pub scaleup: Vec<SizeResult>,
     pub availability: Vec<Availability>,
     pub idle: Option<IdleReport>,
+    pub idle_at_scale: Option<scale::IdleAtScale>,
+    pub growth: Vec<scale::Growth>,
     /// RSS (KiB) of the control plane's own operator after the bootstrap.
     pub operator_rss_after_bootstrap_kib: Option<u64>,
     pub skipped: Vec<String>,
@@ -100,11 +108,15 @@ pub async fn run(args: &BenchArgs) -> Result<BenchReport, String> {
         .await
         .map_err(|e| format!("control plane: {e}"))?;
     let outcome = drive(args, &mut h, &mut rep, started).await;
+    h.shutdown().await;
+    let outcome = match outcome {
+        Ok(()) if args.growth => grow_from_one(args, &mut rep, started).await,
+        other => other,
+    };
     if let Err(e) = outcome {
         println!("bench: FAILED: {e}");
         rep.errors.push(e);
     }
-    h.cp.shutdown().await;
     rep.duration_s = started.elapsed().as_secs_f64();
     rep.machine.loadavg_end = procstat::loadavg();
     write_outputs(args, &rep)?;
@@ -270,7 +282,42 @@ async fn drive(
         "bench: idle: RSS {} KiB, CPU {:.2}%, API {:.1}/min, etcd {:.1}/min",
         idle.rss_kib, idle.cpu_percent, idle.api_requests_per_min, idle.etcd_requests_per_min
     );
+    if args.workers > 0 {
+        println!(
+            "bench: idle window with {} heartbeating worker Nodes ...",
+            args.workers
+        );
+        let at_scale =
+            scale::idle_at_scale(h, &op, &idle, args.workers, HEARTBEAT, args.idle_window).await?;
+        println!(
+            "bench: at scale: RSS {} KiB ({:.2}x), CPU {:.2}% ({:.2}x), passes {:.1}/min, {:.0} Node status writes/s",
+            at_scale.idle.rss_kib,
+            at_scale.rss_ratio,
+            at_scale.idle.cpu_percent,
+            at_scale.cpu_ratio,
+            at_scale.idle.reconcile_passes_per_min,
+            at_scale.heartbeat.status_writes_per_s
+        );
+        rep.idle_at_scale = Some(at_scale);
+    }
     rep.idle = Some(idle);
+
+    // 4b. Two nodes at once: 3 → 5 voters, then back to 3.
+    if args.growth {
+        let floor_ms = scale::empty_floor_ms().await?;
+        let names = ["g4".to_owned(), "g5".to_owned()];
+        println!("bench: growing 3 → 5 (floor {floor_ms:.0} ms per member) ...");
+        let g = scale::grow(h, 3, &names, floor_ms, Some(&op), SETTLE).await?;
+        println!(
+            "bench: 3 → 5: {:.2} s, ratio {:.0}x",
+            g.operator.phases.done_s, g.ratio
+        );
+        rep.growth.push(g);
+        for name in &names {
+            h.cp.delete_node(name).await.map_err(err)?;
+        }
+        h.wait_settled(3, SETTLE).await.map_err(err)?;
+    }
 
     // 5. One scale-up per size, the floor just before it.
     let mut filled = 0u64;
@@ -325,7 +372,15 @@ async fn drive(
             voters: 3,
             learners: 1,
         };
-        let r = scaleup::measure(h, &name, target, Some(op.pid()), Some(&op.proxy), SETTLE).await?;
+        let r = scaleup::measure(
+            h,
+            std::slice::from_ref(&name),
+            target,
+            Some(op.pid()),
+            Some(&op.proxy),
+            SETTLE,
+        )
+        .await?;
         last_scaleup_s = r.phases.done_s + r.phases.node_ready_after_add_s;
         let ratio = r.phases.done_s * 1000.0 / floor.promoted_ms.max(0.001);
         println!(
@@ -352,6 +407,51 @@ async fn drive(
             last_scaleup_s += cleanup.elapsed().as_secs_f64();
         }
     }
+    // The operator's log, for reading the timeline (the control plane's directory goes away).
+    let _ = std::fs::copy(&op.log, args.out.join("bench-operator.log"));
     drop(op);
+    Ok(())
+}
+
+/// 1 → 5 on a fresh control plane (no load, empty database), if the budget allows.
+async fn grow_from_one(
+    args: &BenchArgs,
+    rep: &mut BenchReport,
+    started: Instant,
+) -> Result<(), String> {
+    let left = args.budget.as_secs_f64() - started.elapsed().as_secs_f64();
+    if left < 120.0 {
+        let why = format!("1 → 5: skipped: {:.0} s of the budget left", left.max(0.0));
+        println!("bench: {why}");
+        rep.skipped.push(why);
+        return Ok(());
+    }
+    let floor_ms = match rep.growth.first() {
+        Some(g) => g.floor_ms_per_member,
+        None => scale::empty_floor_ms().await?,
+    };
+    println!("bench: growing 1 → 5 on a fresh control plane ...");
+    let mut h = Harness::bootstrapped(1)
+        .await
+        .map_err(|e| format!("control plane: {e}"))?;
+    let result = async {
+        // A lone voter is never restarted (the quorum gate: that would stop etcd), so n1 keeps
+        // its bootstrap manifest until members join; the start is its member serving.
+        h.wait_status("n1's member a healthy voter", SETTLE, |s| {
+            s.members.len() == 1 && s.members.iter().all(|m| m.role == "Voter" && m.healthy)
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        let names: Vec<String> = (2..=5).map(|i| format!("n{i}")).collect();
+        scale::grow(&mut h, 1, &names, floor_ms, None, SETTLE).await
+    }
+    .await;
+    h.shutdown().await;
+    let g = result?;
+    println!(
+        "bench: 1 → 5: {:.2} s, ratio {:.0}x",
+        g.operator.phases.done_s, g.ratio
+    );
+    rep.growth.push(g);
     Ok(())
 }

@@ -1,8 +1,10 @@
-//! One operator scale-up, timed: a node is added to a settled cluster; the clock starts when its
-//! Node is Ready and stops when its member has its final role (a healthy voter, or, when the
-//! odd-voter policy keeps it as the standby learner of an even node count, a started, healthy
-//! learner) and every node runs the final revision ([`crate::view::settled_with_standby`]). Status and Node are polled every 50 ms; sub-phases are
-//! the first poll that shows them.
+//! One operator scale-up, timed: one or more nodes are added to a settled cluster at once; the
+//! clock starts when the first new Node is Ready and stops when every new member has its final
+//! role (a healthy voter, or, when the odd-voter policy keeps it as the standby learner of an
+//! even node count, a started, healthy learner) and every node runs the final revision
+//! ([`crate::view::settled_with_standby`]). Status and Nodes are polled every 50 ms; sub-phases
+//! are the first poll that shows them (for several nodes: the first learner added, every new
+//! member started, every new member promoted).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -31,7 +33,7 @@ pub struct Sample {
 /// The scale-up's phases, seconds after the new Node was Ready.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Phases {
-    /// add_node → Node Ready (the agent's registration; not part of the measured time).
+    /// add_node → first new Node Ready (the agent's registration; not measured).
     pub node_ready_after_add_s: f64,
     pub learner_added_s: Option<f64>,
     pub learner_started_s: Option<f64>,
@@ -54,7 +56,8 @@ pub struct ScaleUpCost {
 
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct ScaleUpReport {
-    pub node: String,
+    /// The nodes added.
+    pub nodes: Vec<String>,
     pub phases: Phases,
     pub probe_writes: usize,
     pub probe_failed: usize,
@@ -72,11 +75,11 @@ pub struct Target {
     pub learners: usize,
 }
 
-/// Adds node `name` and measures until the cluster is settled at `target`.
+/// Adds the nodes `names` and measures until the cluster is settled at `target`.
 /// `pid` is the operator's, `counts` the proxy's request counter (if any).
 pub async fn measure(
     h: &mut Harness,
-    name: &str,
+    names: &[String],
     target: Target,
     pid: Option<u32>,
     proxy: Option<&super::proxy::CountingProxy>,
@@ -88,10 +91,12 @@ pub async fn measure(
     let probe = Probe::start(h.cp.client(), origin);
     let cpu0 = pid.and_then(procstat::sample);
     let api0 = proxy.map(|p| p.counts()).unwrap_or_default();
-    h.cp.add_node(name)
-        .await
-        .map_err(|e| format!("adding {name}: {e}"))?;
-    h.step(format!("bench: node {name} added"));
+    for name in names {
+        h.cp.add_node(name)
+            .await
+            .map_err(|e| format!("adding {name}: {e}"))?;
+        h.step(format!("bench: node {name} added"));
+    }
     let nodes: Api<Node> = Api::all(h.cp.client());
     let mut ready_at: Option<Instant> = None;
     let (mut added, mut started, mut promoted) = (None, None, None);
@@ -99,24 +104,34 @@ pub async fn measure(
     let mut max_rss = 0u64;
     let done = loop {
         let now = Instant::now();
-        if ready_at.is_none()
-            && let Ok(Some(n)) = nodes.get_opt(name).await
-            && node_ready(&n)
-        {
-            ready_at = Some(now);
-            h.step(format!("bench: node {name} Ready"));
+        if ready_at.is_none() {
+            for name in names {
+                if let Ok(Some(n)) = nodes.get_opt(name).await
+                    && node_ready(&n)
+                {
+                    ready_at = Some(now);
+                    h.step(format!("bench: node {name} Ready"));
+                    break;
+                }
+            }
         }
         let s = h.status().await;
-        let new = s.members.iter().find(|m| !before.contains(&m.id));
-        if let Some(m) = new {
+        let new: Vec<_> = s
+            .members
+            .iter()
+            .filter(|m| !before.contains(&m.id))
+            .collect();
+        if !new.is_empty() {
             added.get_or_insert(now);
-            if m.started {
-                started.get_or_insert(now);
-            }
-            if m.role == "Voter" {
-                started.get_or_insert(now);
-                promoted.get_or_insert(now);
-            }
+        }
+        let all = |f: fn(&&etcd_operator::api::MemberStatus) -> bool| {
+            new.len() == names.len() && new.iter().all(f)
+        };
+        if all(|m| m.started || m.role == "Voter") {
+            started.get_or_insert(now);
+        }
+        if all(|m| m.role == "Voter") {
+            promoted.get_or_insert(now);
         }
         if let Some(p) = pid.and_then(procstat::sample) {
             max_rss = max_rss.max(p.rss_kib);
@@ -195,7 +210,7 @@ pub async fn measure(
         })
         .collect();
     Ok(ScaleUpReport {
-        node: name.to_owned(),
+        nodes: names.to_vec(),
         phases,
         probe_writes: writes.len(),
         probe_failed: writes.iter().filter(|w| !w.ok).count(),

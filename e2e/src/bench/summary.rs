@@ -33,12 +33,49 @@ pub struct IdleSummary {
     pub api_requests_per_min: f64,
 }
 
+/// The idle window beside worker Nodes, against the one without them.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct AtScaleSummary {
+    pub worker_nodes: usize,
+    pub node_status_writes_per_s: f64,
+    pub idle: IdleSummary,
+    pub rss_ratio: f64,
+    pub cpu_ratio: f64,
+    pub passes_ratio: f64,
+}
+
+/// Several nodes added at once.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct GrowthSummary {
+    pub from: usize,
+    pub to: usize,
+    pub floor_s_per_member: f64,
+    pub scaleup_s: f64,
+    pub ratio: f64,
+    pub revisions_created: i64,
+    pub max_restarts_per_existing_member: u32,
+    pub longest_write_gap_ms: f64,
+    pub failed_writes: usize,
+}
+
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Summary {
     /// `release` or `debug`: the profile the bench (and the binaries beside it) was built with.
     pub build: &'static str,
     pub sizes: Vec<SizeSummary>,
     pub idle: Option<IdleSummary>,
+    pub idle_at_scale: Option<AtScaleSummary>,
+    pub growth: Vec<GrowthSummary>,
+}
+
+fn idle_summary(i: &super::idle::IdleReport) -> IdleSummary {
+    IdleSummary {
+        cpu_percent: i.cpu_percent,
+        rss_mib: i.rss_kib as f64 / 1024.0,
+        passes_per_min: i.reconcile_passes_per_min,
+        etcd_requests_per_min: i.etcd_requests_per_min,
+        api_requests_per_min: i.api_requests_per_min,
+    }
 }
 
 /// How many times each node's current revision changed during the scale-up (a node's first
@@ -64,10 +101,15 @@ pub fn revision_changes(samples: &[Sample]) -> BTreeMap<String, u32> {
 
 fn size_summary(size: &str, floor_ms: f64, ratio: f64, op: &ScaleUpReport) -> SizeSummary {
     let changes = revision_changes(&op.samples);
-    let new_member_restarts = changes.get(&op.node).copied().unwrap_or(0);
+    let new_member_restarts = op
+        .nodes
+        .iter()
+        .filter_map(|n| changes.get(n).copied())
+        .max()
+        .unwrap_or(0);
     let max_restarts_per_existing_member = changes
         .iter()
-        .filter(|(n, _)| **n != op.node)
+        .filter(|(n, _)| !op.nodes.contains(n))
         .map(|(_, c)| *c)
         .max()
         .unwrap_or(0);
@@ -97,13 +139,33 @@ pub fn summarize(r: &BenchReport) -> Summary {
             .iter()
             .map(|x| size_summary(&x.size, x.floor.promoted_ms, x.ratio, &x.operator))
             .collect(),
-        idle: r.idle.as_ref().map(|i| IdleSummary {
-            cpu_percent: i.cpu_percent,
-            rss_mib: i.rss_kib as f64 / 1024.0,
-            passes_per_min: i.reconcile_passes_per_min,
-            etcd_requests_per_min: i.etcd_requests_per_min,
-            api_requests_per_min: i.api_requests_per_min,
+        idle: r.idle.as_ref().map(idle_summary),
+        idle_at_scale: r.idle_at_scale.as_ref().map(|w| AtScaleSummary {
+            worker_nodes: w.worker_nodes,
+            node_status_writes_per_s: w.heartbeat.status_writes_per_s,
+            idle: idle_summary(&w.idle),
+            rss_ratio: w.rss_ratio,
+            cpu_ratio: w.cpu_ratio,
+            passes_ratio: w.passes_ratio,
         }),
+        growth: r
+            .growth
+            .iter()
+            .map(|g| {
+                let one = size_summary("", g.floor_ms_per_member, g.ratio, &g.operator);
+                GrowthSummary {
+                    from: g.from,
+                    to: g.to,
+                    floor_s_per_member: one.floor_s,
+                    scaleup_s: one.scaleup_s,
+                    ratio: g.ratio,
+                    revisions_created: one.revisions_created,
+                    max_restarts_per_existing_member: one.max_restarts_per_existing_member,
+                    longest_write_gap_ms: one.longest_write_gap_ms,
+                    failed_writes: one.failed_writes,
+                }
+            })
+            .collect(),
     }
 }
 

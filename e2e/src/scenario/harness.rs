@@ -216,6 +216,13 @@ impl Harness {
         Ok(())
     }
 
+    /// Tears everything down without checking writes (the bench, which checks its own).
+    pub async fn shutdown(mut self) {
+        // Stop watching before the API goes away.
+        self.watch = None;
+        self.cp.shutdown().await;
+    }
+
     /// Stops the load, checks every acknowledged write, tears everything down.
     pub async fn finish(mut self) -> (LoadReport, Vec<Step>, Result<(), String>) {
         let endpoints = self.node_endpoints();

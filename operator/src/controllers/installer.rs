@@ -51,6 +51,8 @@ pub struct PodState {
     pub ready: bool,
     /// The etcd container is running (it may not have passed its probes yet).
     pub running: bool,
+    /// When the running etcd container started.
+    pub started_at: Option<OffsetDateTime>,
     /// `etcd-verify membership` refused to start etcd (its termination message).
     pub blocked: Option<String>,
 }
@@ -94,7 +96,27 @@ impl NodeView {
         let pod = self.pod.as_ref()?;
         (pod.ready || (pod.running && self.member_healthy)).then_some(pod.revision)
     }
+
+    /// etcd was started on the node's target revision less than [`STARTING_WINDOW`] ago and does
+    /// not serve yet. Nothing the operator watches changes when etcd becomes healthy, so the pass
+    /// polls etcd more often meanwhile ([`STARTING_REQUEUE`]); an etcd that stays unhealthy
+    /// longer is left to the ordinary busy pace.
+    pub fn etcd_starting(&self, now: OffsetDateTime) -> bool {
+        let Some(pod) = self.pod.as_ref() else {
+            return false;
+        };
+        let on_target = self.status.target_revision == Some(pod.revision);
+        let recent = pod
+            .started_at
+            .is_some_and(|t| now - t < STARTING_WINDOW && t <= now + time::Duration::SECOND);
+        on_target && pod.running && recent && self.serving_revision().is_none()
+    }
 }
+
+/// How long after etcd's start the pass polls it at [`STARTING_REQUEUE`].
+pub const STARTING_WINDOW: time::Duration = time::Duration::seconds(10);
+/// The pause between passes while a node's etcd is starting.
+pub const STARTING_REQUEUE: Duration = Duration::from_millis(100);
 
 /// The one action of this pass.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -336,6 +358,9 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     act(p, &d.action).await?;
     if !matches!(d.action, RolloutAction::Done) {
         p.busy = true;
+    }
+    if views.iter().any(|v| v.etcd_starting(p.o.now)) {
+        p.report.requeue_after = p.report.requeue_after.min(STARTING_REQUEUE);
     }
     let current: BTreeMap<String, i64> = p
         .node_statuses

@@ -40,6 +40,7 @@ fn node(i: u64, revision: i64, ready: bool) -> NodeView {
             revision,
             ready,
             running: ready,
+            started_at: None,
             blocked: None,
         }),
         installer: None,
@@ -121,6 +122,7 @@ fn follows_one_node_to_ready_before_the_next() {
         revision: 2,
         ready: false,
         running: false,
+        started_at: None,
         blocked: None,
     });
     nodes[1].member_healthy = false;
@@ -148,6 +150,7 @@ fn follows_one_node_to_ready_before_the_next() {
         revision: 2,
         ready: true,
         running: true,
+        started_at: None,
         blocked: None,
     });
     nodes[1].member_healthy = false;
@@ -364,4 +367,34 @@ fn describe_each_action() {
     for (action, want) in cases {
         assert_eq!(describe(&action), want, "action: {action:?}");
     }
+}
+
+#[test]
+fn etcd_starting_on_its_target_is_polled_for_a_bounded_window() {
+    let mut n = node(2, 2, false);
+    n.status.target_revision = Some(2);
+    n.member_healthy = false;
+    let pod = n.pod.as_mut().unwrap();
+    pod.running = true;
+    pod.started_at = Some(t(0));
+    assert!(n.etcd_starting(t(1)), "started a second ago, not serving");
+    assert!(
+        !n.etcd_starting(t(10)),
+        "past the window: the busy pace again"
+    );
+    assert!(
+        !n.etcd_starting(t(-5)),
+        "a start time ahead of the clock is not trusted"
+    );
+    n.member_healthy = true;
+    assert!(!n.etcd_starting(t(1)), "serving");
+    n.member_healthy = false;
+    n.status.target_revision = Some(3);
+    assert!(
+        !n.etcd_starting(t(1)),
+        "still on the old revision: the installer wakes us"
+    );
+    n.status.target_revision = Some(2);
+    n.pod.as_mut().unwrap().running = false;
+    assert!(!n.etcd_starting(t(1)), "not running");
 }

@@ -26,12 +26,24 @@ use crate::writer::Awaited;
 pub struct Inputs {
     pub cluster: Option<EtcdCluster>,
     pub nodes: Vec<Node>,
+    /// How `nodes` was read.
+    pub node_listing: NodeListing,
     /// Pods, ConfigMaps and Secrets of the static-pod namespace.
     pub pods: Vec<Pod>,
     pub configmaps: Vec<ConfigMap>,
     pub secrets: Vec<Secret>,
     /// Secrets of the operator's namespace.
     pub operator_secrets: Vec<Secret>,
+}
+
+/// How the Node list in [`Inputs`] was read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum NodeListing {
+    /// Every Node (a one-shot read such as `plan`, tests): the pass picks by the selector itself.
+    #[default]
+    All,
+    /// The operator's watch, listed with this label selector (none before its first list).
+    Selected(Option<String>),
 }
 
 /// The object of `items` named `ns/name`.
@@ -42,6 +54,23 @@ pub fn find<'a, K: kube::Resource>(items: &'a [K], ns: &str, name: &str) -> Opti
 }
 
 impl Inputs {
+    /// Why the Node list can't be decided from yet: the watch has not listed the Nodes that the
+    /// spec's selector picks (it was started over for a new selector, or has not listed at all).
+    /// An invalid selector is not waited for: the pass reports it.
+    pub fn nodes_lag(&self) -> Option<String> {
+        let NodeListing::Selected(listed) = &self.node_listing else {
+            return None;
+        };
+        let spec = self
+            .cluster
+            .as_ref()
+            .map(|c| c.spec.clone())
+            .unwrap_or_default();
+        let want = spec.node_label_selector().ok()?;
+        (listed.as_deref() != Some(want.as_str()))
+            .then(|| format!("waiting for the Node cache to list the nodes selected by {want:?}"))
+    }
+
     /// The cache's resourceVersion of an object, if the cache has it.
     pub fn resource_version(&self, a: &Awaited) -> Option<String> {
         let meta = match a.kind {

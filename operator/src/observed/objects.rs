@@ -6,6 +6,7 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use membership::MemberId;
+use time::OffsetDateTime;
 
 use crate::controllers::installer::{InstallerPhase, InstallerState, PodState};
 use crate::controllers::membership::NodeInfo;
@@ -127,10 +128,15 @@ pub fn etcd_pods(pods: &[Pod]) -> BTreeMap<String, (PodState, Option<VerifyRepor
             .conditions
             .as_ref()
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-        let running = status.container_statuses.as_ref().is_some_and(|cs| {
+        let etcd_running = status.container_statuses.as_ref().and_then(|cs| {
             cs.iter()
-                .any(|c| c.name == "etcd" && c.state.as_ref().is_some_and(|s| s.running.is_some()))
+                .find(|c| c.name == "etcd")
+                .and_then(|c| c.state.as_ref()?.running.clone())
         });
+        let running = etcd_running.is_some();
+        let started_at = etcd_running
+            .and_then(|r| r.started_at)
+            .and_then(|t| OffsetDateTime::from_unix_timestamp(t.0.as_second()).ok());
         let report = status
             .init_container_statuses
             .as_ref()
@@ -154,6 +160,7 @@ pub fn etcd_pods(pods: &[Pod]) -> BTreeMap<String, (PodState, Option<VerifyRepor
                     revision: revision_of(pod).unwrap_or(0),
                     ready,
                     running,
+                    started_at,
                     blocked,
                 },
                 report,

@@ -8,6 +8,7 @@
 
 mod http;
 pub mod leader;
+mod node_watch;
 mod stores;
 
 use std::net::SocketAddr;
@@ -23,6 +24,7 @@ use tracing::Instrument;
 use crate::context::{Context, OperatorConfig};
 use crate::observed::Inputs;
 use crate::pass::{self, PassReport};
+pub use node_watch::NodeWatch;
 pub use stores::Stores;
 
 /// How `run` is configured.
@@ -76,6 +78,7 @@ pub async fn read_inputs(client: &Client, operator_namespace: &str) -> Result<In
             .get_opt(crate::api::SINGLETON)
             .await?,
         nodes: Api::<Node>::all(client.clone()).list(&lp).await?.items,
+        node_listing: crate::observed::NodeListing::All,
         pods: Api::<Pod>::namespaced(client.clone(), ns)
             .list(&lp)
             .await?

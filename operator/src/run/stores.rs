@@ -17,15 +17,16 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use tokio::sync::Notify;
 
+use super::node_watch::NodeWatch;
 use crate::api::EtcdCluster;
-use crate::observed::Inputs;
+use crate::observed::{Inputs, NodeListing};
 use crate::podspec::STATIC_POD_NAMESPACE;
 
 /// The caches, and the signal that one of them changed.
 #[derive(Clone)]
 pub struct Stores {
     pub clusters: Store<EtcdCluster>,
-    pub nodes: Store<Node>,
+    pub nodes: NodeWatch,
     pub pods: Store<Pod>,
     pub configmaps: Store<ConfigMap>,
     pub secrets: Store<Secret>,
@@ -87,7 +88,12 @@ impl<K: Resource + 'static, P: PartialEq + Send + 'static> Wake<K> for ChangedBy
                     .remove(o.meta().name.as_deref().unwrap_or_default());
                 true
             }
-            watcher::Event::Init | watcher::Event::InitDone => true,
+            watcher::Event::Init => {
+                // A relist: what was seen before may be gone without a Delete.
+                self.seen.clear();
+                true
+            }
+            watcher::Event::InitDone => true,
         }
     }
 }
@@ -100,14 +106,14 @@ fn generation<K: Resource>(o: &K) -> Option<i64> {
 /// What the operator reads of a Node: labels (the selector), addresses, Ready, deletion. Its
 /// heartbeats (a status write every few seconds from every node's kubelet, control plane or not)
 /// do not wake the loop.
-type NodeFacts = (
+pub type NodeFacts = (
     Option<BTreeMap<String, String>>,
     Vec<(String, String)>,
     bool,
     bool,
 );
 
-fn node_facts(n: &Node) -> NodeFacts {
+pub fn node_facts(n: &Node) -> NodeFacts {
     let status = n.status.as_ref();
     let addresses = status
         .and_then(|s| s.addresses.as_ref())
@@ -125,6 +131,17 @@ fn node_facts(n: &Node) -> NodeFacts {
     )
 }
 
+/// Drops what the operator never reads and the API server attaches to every object (which
+/// field manager wrote what): most of a cached object's size.
+pub fn strip<K: Resource>(event: &mut watcher::Event<K>) {
+    match event {
+        watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o) => {
+            o.meta_mut().managed_fields = None;
+        }
+        watcher::Event::Init | watcher::Event::InitDone => {}
+    }
+}
+
 fn start<K>(api: Api<K>, changed: Arc<Notify>, mut wake: impl Wake<K>) -> Store<K>
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
@@ -133,7 +150,9 @@ where
     let (reader, writer) = reflector::store();
     let stream = reflector::reflector(
         writer,
-        watcher(api, watcher::Config::default()).default_backoff(),
+        watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(|o| o.meta_mut().managed_fields = None),
     );
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
@@ -164,11 +183,7 @@ impl Stores {
                 changed.clone(),
                 ChangedBy::new(generation::<EtcdCluster>),
             ),
-            nodes: start(
-                Api::<Node>::all(client.clone()),
-                changed.clone(),
-                ChangedBy::new(node_facts),
-            ),
+            nodes: NodeWatch::start(Api::<Node>::all(client.clone()), changed.clone()),
             pods: start(
                 Api::<Pod>::namespaced(client.clone(), ns),
                 changed.clone(),
@@ -194,10 +209,10 @@ impl Stores {
         }
     }
 
-    /// Waits until every cache has its first full list.
+    /// Waits until every cache has its first full list; the Node cache lists once the first
+    /// snapshot names its selector, and a pass waits for it then.
     pub async fn wait_ready(&self) -> Result<(), reflector::store::WriterDropped> {
         self.clusters.wait_until_ready().await?;
-        self.nodes.wait_until_ready().await?;
         self.pods.wait_until_ready().await?;
         self.configmaps.wait_until_ready().await?;
         self.secrets.wait_until_ready().await?;
@@ -211,7 +226,9 @@ impl Stores {
         self.ready.load(Ordering::SeqCst)
     }
 
-    /// A snapshot for one pass.
+    /// A snapshot for one pass. It also points the Node watch at the selector of the cluster it
+    /// returns (the default one before the cluster exists); a selector the API would refuse
+    /// leaves the watch as it is, and the pass reports it.
     pub fn snapshot(&self) -> Inputs {
         fn all<K: Clone + Resource>(s: &Store<K>) -> Vec<K>
         where
@@ -219,14 +236,20 @@ impl Stores {
         {
             s.state().iter().map(|o| (**o).clone()).collect()
         }
+        let cluster = self
+            .clusters
+            .state()
+            .iter()
+            .find(|c| c.meta().name.as_deref() == Some(crate::api::SINGLETON))
+            .map(|c| (**c).clone());
+        let spec = cluster.as_ref().map(|c| c.spec.clone()).unwrap_or_default();
+        if let Ok(selector) = spec.node_label_selector() {
+            self.nodes.select(&selector);
+        }
         Inputs {
-            cluster: self
-                .clusters
-                .state()
-                .iter()
-                .find(|c| c.meta().name.as_deref() == Some(crate::api::SINGLETON))
-                .map(|c| (**c).clone()),
-            nodes: all(&self.nodes),
+            cluster,
+            node_listing: NodeListing::Selected(self.nodes.listed_with()),
+            nodes: all(&self.nodes.store),
             pods: all(&self.pods),
             configmaps: all(&self.configmaps),
             secrets: all(&self.secrets),

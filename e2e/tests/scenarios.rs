@@ -130,3 +130,8 @@ async fn member_removed_externally() {
 async fn unhealthy_member_replaced() {
     scenario("unhealthy-member-replaced").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_selector() {
+    scenario("node-selector").await;
+}

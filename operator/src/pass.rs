@@ -358,7 +358,8 @@ async fn write_status(p: &mut Pass<'_>) {
     let now = p.o.now;
     p.st.awaited.append(&mut p.w.awaited);
     let stamp = crate::certs::format_time(now);
-    let members = if p.o.etcd.error.is_none() {
+    // Members as last written unless this pass read etcd (it may have stopped before).
+    let members = if p.o.etcd_read && p.o.etcd.error.is_none() {
         member_status::member_statuses(&p.o.etcd, &p.o.prev.members, &stamp)
     } else {
         p.o.prev.members.clone()

@@ -27,6 +27,7 @@ pub mod run;
 pub mod scale;
 pub mod scaleup;
 pub mod scrape;
+pub mod steps;
 pub mod summary;
 pub mod svg;
 pub mod workers;

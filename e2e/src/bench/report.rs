@@ -120,6 +120,37 @@ pub fn markdown(r: &BenchReport) -> String {
             );
         }
     }
+    let _ = writeln!(
+        s,
+        "\n### Rollout steps (ms; etcd's own stop and start are its floor, the rest is overhead)\n"
+    );
+    let _ = writeln!(
+        s,
+        "| when | node → revision | install → SIGTERM | etcd stop | stopped → new etcd (verify, start) | etcd start | serving → operator's next decision | step | **overhead** |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
+    let runs = std::iter::once(("forced rollout".to_owned(), &r.rollout_steps)).chain(
+        r.scaleup
+            .iter()
+            .map(|x| (format!("scale-up, {}", x.size), &x.rollout_steps)),
+    );
+    for (when, steps) in runs {
+        for st in steps {
+            let _ = writeln!(
+                s,
+                "| {when} | {} → r{} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | **{}** |",
+                st.node,
+                st.revision,
+                st.to_sigterm_ms,
+                st.etcd_stop_ms,
+                st.gate_ms,
+                st.etcd_start_ms,
+                st.noticed_ms.map_or("–".into(), |v| format!("{v:.0}")),
+                st.step_ms.map_or("–".into(), |v| format!("{v:.0}")),
+                st.overhead_ms.map_or("–".into(), |v| format!("{v:.0}"))
+            );
+        }
+    }
     for sk in &r.skipped {
         let _ = writeln!(s, "\nSkipped: {sk}");
     }

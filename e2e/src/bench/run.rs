@@ -14,7 +14,7 @@ use super::floor::{self, FloorReport};
 use super::idle::{self, IdleReport};
 use super::opproc::CountedOperator;
 use super::scaleup::{self, ScaleUpReport};
-use super::{procstat, report, scale, svg};
+use super::{procstat, report, scale, steps, svg};
 use crate::controlplane::{OPERATOR_NS, STATIC_NS};
 use crate::scenario::Harness;
 use crate::scenario::harness::{member_ids, member_of};
@@ -52,6 +52,8 @@ pub struct SizeResult {
     pub ratio: f64,
     /// Operator time Ready → promoted / floor time.
     pub ratio_to_promoted: Option<f64>,
+    /// Each node's step of the scale-up's rollout.
+    pub rollout_steps: Vec<steps::RolloutStep>,
 }
 
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -72,6 +74,8 @@ pub struct BenchReport {
     pub availability: Vec<Availability>,
     pub idle: Option<IdleReport>,
     pub idle_at_scale: Option<scale::IdleAtScale>,
+    /// Each node's step of the forced rollout.
+    pub rollout_steps: Vec<steps::RolloutStep>,
     pub growth: Vec<scale::Growth>,
     /// RSS (KiB) of the control plane's own operator after the bootstrap.
     pub operator_rss_after_bootstrap_kib: Option<u64>,
@@ -219,6 +223,7 @@ async fn drive(
     let mark = h.steps.len();
     let (load, t) = availability::start_load(h).await?;
     let before = h.status().await.latest_available_revision;
+    let since = steps::now_ms();
     let lead = leader(h).await;
     h.step(format!("bench: etcd leader before the rollout: {lead}"));
     h.patch_spec(serde_json::json!({"forceRedeploymentReason": "bench rollout"}))
@@ -235,6 +240,9 @@ async fn drive(
     .map_err(err)?;
     let lead = leader(h).await;
     h.step(format!("bench: etcd leader after the rollout: {lead}"));
+    rep.rollout_steps = steps::rollout_steps(&h.cp.operator_log(), since, |n| {
+        h.cp.node(n).ok().map(|x| x.root.clone())
+    });
     let a = availability::finish_load(h, "revision rollout (3 nodes)", load, t, mark).await?;
     println!(
         "bench: rollout: longest write gap {} ms",
@@ -372,6 +380,7 @@ async fn drive(
             voters: 3,
             learners: 1,
         };
+        let since = steps::now_ms();
         let r = scaleup::measure(
             h,
             std::slice::from_ref(&name),
@@ -398,6 +407,11 @@ async fn drive(
                 .map(|p| p * 1000.0 / floor.promoted_ms.max(0.001)),
             floor,
             operator: r,
+            rollout_steps: steps::rollout_steps(
+                &std::fs::read_to_string(&op.log).unwrap_or_default(),
+                since,
+                |n| h.cp.node(n).ok().map(|x| x.root.clone()),
+            ),
         });
         if i + 1 < args.sizes.len() {
             let cleanup = Instant::now();

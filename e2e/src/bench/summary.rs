@@ -66,6 +66,9 @@ pub struct Summary {
     pub idle: Option<IdleSummary>,
     pub idle_at_scale: Option<AtScaleSummary>,
     pub growth: Vec<GrowthSummary>,
+    /// The largest rollout-step overhead (step minus etcd's own stop and start) of the forced
+    /// rollout and every scale-up's rollout.
+    pub max_rollout_step_overhead_ms: Option<f64>,
 }
 
 fn idle_summary(i: &super::idle::IdleReport) -> IdleSummary {
@@ -166,6 +169,12 @@ pub fn summarize(r: &BenchReport) -> Summary {
                 }
             })
             .collect(),
+        max_rollout_step_overhead_ms: r
+            .rollout_steps
+            .iter()
+            .chain(r.scaleup.iter().flat_map(|x| &x.rollout_steps))
+            .filter_map(|st| st.overhead_ms)
+            .reduce(f64::max),
     }
 }
 

@@ -12,10 +12,12 @@
 //! | `rollout` | a forced redeployment rolls exactly one new revision node by node, through an injected installer failure and an operator kill mid-rollout |
 //! | `odd-voters` | n4 joins as a standby learner (3 voters stay: never an even count); n1 is deleted and the standby is promoted |
 //! | `member-removed-externally` | n2's running member is removed with the etcd API, as `etcdctl member remove` would: n2 comes back as a new member by itself |
+//! | `node-selector` | the spec's control-plane selector changes at runtime (same nodes picked by a new label, then an invalid key, then fixed): no member is touched, the invalid key is `MembershipControllerDegraded` naming it |
 //! | `unhealthy-member-replaced` | n2's WAL becomes unreadable, so etcd-verify keeps its etcd down: after `memberRemediation.unhealthySeconds` the member is replaced and `status.remediations` counts the attempt |
 
 pub mod harness;
 pub mod load;
+mod node_selector;
 mod scenarios;
 
 use std::path::{Path, PathBuf};
@@ -24,7 +26,7 @@ use std::time::Instant;
 pub use harness::{Harness, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 10] = [
+pub const NAMES: [&str; 11] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -35,6 +37,7 @@ pub const NAMES: [&str; 10] = [
     "odd-voters",
     "member-removed-externally",
     "unhealthy-member-replaced",
+    "node-selector",
 ];
 
 /// The report of one scenario run (`report.json`).

@@ -48,6 +48,7 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "odd-voters" => odd_voters(&mut h).await,
         "member-removed-externally" => member_removed_externally(&mut h).await,
         "unhealthy-member-replaced" => unhealthy_member_replaced(&mut h).await,
+        "node-selector" => super::node_selector::node_selector(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
         ))),

@@ -102,6 +102,8 @@ pub struct Observed {
     pub installers: BTreeMap<String, InstallerState>,
     /// etcd, once the etcd observer read it (default before).
     pub etcd: EtcdObservation,
+    /// The etcd observer ran in this pass (a pass stopped before it knows nothing of etcd).
+    pub etcd_read: bool,
     /// Node name → its member, matched by peer URL (filled with `etcd`).
     pub by_node: BTreeMap<String, MemberId>,
     pub now: OffsetDateTime,
@@ -118,6 +120,7 @@ impl Observed {
             pods: objects::etcd_pods(&inputs.pods),
             installers: objects::installers(&inputs.pods),
             etcd: EtcdObservation::default(),
+            etcd_read: false,
             by_node: BTreeMap::new(),
             spec,
             cluster,
@@ -129,6 +132,7 @@ impl Observed {
     pub fn with_etcd(&mut self, etcd: EtcdObservation) {
         self.by_node = members_by_node(&self.nodes, &etcd);
         self.etcd = etcd;
+        self.etcd_read = true;
     }
 
     /// Members whose node is being rolled to a revision (member → node and that revision): down,

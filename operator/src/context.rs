@@ -35,6 +35,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub config: OperatorConfig,
     pub reporter: Reporter,
+    /// Events, published off the pass.
+    pub events: crate::events::EventSink,
     pub state: Mutex<PassState>,
     /// `etcd-operator plan`: decide everything, change nothing (no API write, no etcd change,
     /// no event); the would-be actions are the report's plan.
@@ -50,6 +52,7 @@ impl Context {
         plan_only: bool,
     ) -> Self {
         Self {
+            events: crate::events::EventSink::new(client.clone(), reporter.clone()),
             client,
             metrics: Arc::new(Metrics::new()),
             config,

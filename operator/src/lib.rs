@@ -31,6 +31,7 @@ pub mod certs;
 pub mod context;
 pub mod controllers;
 pub mod etcd;
+pub mod events;
 pub mod manifests;
 pub mod metrics;
 pub mod observed;

@@ -39,6 +39,16 @@ pub struct PassReport {
     pub plan: Vec<PlanEntry>,
 }
 
+impl PassReport {
+    /// Adds a line; a running operator also logs it at once (`plan` only prints its plan).
+    pub fn say(&mut self, ctx: &Context, line: String) {
+        if !ctx.plan_only {
+            tracing::info!("{line}");
+        }
+        self.lines.push(line);
+    }
+}
+
 /// One controller's next action, as `etcd-operator plan` prints it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct PlanEntry {
@@ -71,14 +81,16 @@ pub async fn pass(ctx: &Context, inputs: &Inputs, now: OffsetDateTime) -> PassRe
         )
     });
     if let Some(line) = lag.or_else(|| inputs.nodes_lag()) {
-        return PassReport {
-            lines: vec![line.clone()],
+        let mut report = PassReport {
             requeue_after: Duration::from_millis(100),
             plan: vec![PlanEntry {
                 controller: "caches".into(),
-                next: line,
+                next: line.clone(),
             }],
+            ..PassReport::default()
         };
+        report.say(ctx, line);
+        return report;
     }
     state.awaited.clear();
     let report = run(ctx, &mut state, inputs, now).await;
@@ -113,9 +125,10 @@ impl std::fmt::Debug for Pass<'_> {
 }
 
 impl Pass<'_> {
-    /// A line of what the pass did.
+    /// A line of what the pass did, logged as it happens (its timestamp is when it happened,
+    /// which the bench's step analysis reads) and kept for the report.
     pub fn note(&mut self, line: impl Into<String>) {
-        self.report.lines.push(line.into());
+        self.report.say(self.ctx, line.into());
     }
 
     /// `controller`'s next action, as `plan` shows it.
@@ -166,9 +179,13 @@ impl Pass<'_> {
         true
     }
 
-    /// An Event on the EtcdCluster (not in a plan; a failure to publish is logged).
+    /// An Event on the EtcdCluster, queued for publishing (not in a plan; a failure to
+    /// publish is logged).
     pub async fn event(&self, warning: bool, reason: &str, note: String) {
-        self.w.event(&self.o.cluster, warning, reason, note).await;
+        if !self.ctx.plan_only {
+            let object = kube::Resource::object_ref(&self.o.cluster, &());
+            self.ctx.events.publish(object, warning, reason, note);
+        }
     }
 
     /// Counts an etcd membership change by action.
@@ -224,7 +241,7 @@ async fn run(
         .control_plane_nodes
         .set(i64::try_from(o.nodes.len()).unwrap_or(i64::MAX));
     let mut p = Pass {
-        w: Writer::new(ctx.client.clone(), ctx.plan_only, ctx.reporter.clone()),
+        w: Writer::new(ctx.client.clone(), ctx.plan_only),
         latest: o.prev.latest_available_revision,
         node_statuses: o.prev.node_statuses.clone(),
         remediations: o.prev.remediations.clone(),
@@ -425,11 +442,12 @@ async fn create_singleton(ctx: &Context) -> PassReport {
         return report;
     }
     let cr = EtcdCluster::new(crate::api::SINGLETON, EtcdClusterSpec::default());
-    let w = Writer::new(ctx.client.clone(), false, ctx.reporter.clone());
-    report.lines.push(match w.create_cluster(&cr).await {
+    let w = Writer::new(ctx.client.clone(), false);
+    let line = match w.create_cluster(&cr).await {
         Ok(()) => "created EtcdCluster/cluster with the default spec".to_owned(),
         Err(e) => format!("could not create EtcdCluster/cluster: {e}"),
-    });
+    };
+    report.say(ctx, line);
     report
 }
 

@@ -22,7 +22,7 @@ fn pass_at<'a>(
         st,
         inputs,
         o: Observed::new(inputs, cluster, now),
-        w: Writer::new(ctx.client.clone(), true, ctx.reporter.clone()),
+        w: Writer::new(ctx.client.clone(), true),
         conds: Vec::new(),
         report: PassReport {
             requeue_after: IDLE_REQUEUE,

@@ -11,7 +11,6 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::api::{EtcdCluster, EtcdClusterStatus};
@@ -92,7 +91,6 @@ impl WriteError {
 /// Writes the pass makes, collecting what the caches must show next.
 pub struct Writer {
     client: Client,
-    reporter: Reporter,
     pub awaited: Vec<Awaited>,
     /// Plan only: record what would be written instead of writing.
     dry_run: bool,
@@ -113,10 +111,9 @@ fn is_status(e: &kube::Error, code: u16) -> bool {
 }
 
 impl Writer {
-    pub fn new(client: Client, dry_run: bool, reporter: Reporter) -> Self {
+    pub fn new(client: Client, dry_run: bool) -> Self {
         Self {
             client,
-            reporter,
             awaited: Vec::new(),
             dry_run,
             planned: Vec::new(),
@@ -126,29 +123,6 @@ impl Writer {
     /// True in a dry run (`etcd-operator plan`): nothing is written, to the API or to etcd.
     pub fn dry_run(&self) -> bool {
         self.dry_run
-    }
-
-    /// Publishes an Event on the EtcdCluster (not in a dry run; failures are logged, never
-    /// fatal).
-    pub async fn event(&self, cluster: &EtcdCluster, warning: bool, reason: &str, note: String) {
-        if self.dry_run {
-            return;
-        }
-        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
-        let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.to_owned(),
-            note: Some(note.chars().take(1000).collect()),
-            action: reason.to_owned(),
-            secondary: None,
-        };
-        if let Err(e) = recorder.publish(&ev, &cluster.object_ref(&())).await {
-            tracing::warn!(reason, error = %e, "could not publish event");
-        }
     }
 
     /// Writes the EtcdCluster's status (a merge patch of the whole status).

@@ -31,6 +31,9 @@ pub struct RolloutStep {
     pub overhead_ms: Option<f64>,
 }
 
+/// How much earlier than the operator's install line the old etcd may have been signalled.
+const SLACK_MS: f64 = 300.0;
+
 /// Milliseconds since an arbitrary origin, from the formats in these logs: the operator's
 /// `2026-11-25T11:02:30.454513Z`, etcd's JSON `"ts":"2026-11-25T11:02:30.523Z"` and its flag
 /// lines `2026-11-25 11:02:31.622899 I | ...` (all UTC).
@@ -127,7 +130,12 @@ fn operator_lines(log: &str) -> Vec<(f64, String)> {
             let l = strip_ansi(l);
             let (stamp, rest) = l.split_once(' ')?;
             let t = ms(stamp)?;
-            let msg = rest.split_once(": ").map_or(rest, |(_, m)| m).trim();
+            // `LEVEL [span{..}: ]etcd_operator::module: message`
+            let from_target = rest.find("etcd_operator").map_or(rest, |i| &rest[i..]);
+            let msg = from_target
+                .split_once(": ")
+                .map_or(from_target, |(_, m)| m)
+                .trim();
             Some((t, msg.to_owned()))
         })
         .collect()
@@ -160,10 +168,12 @@ pub fn rollout_steps(
             continue;
         };
         let runs = etcd_runs(&root, &node);
-        // The run stopped by this step, and the one started after it.
+        // The run stopped by this step, and the one started after it. The line is logged
+        // right after the installer pod was created, and a quick installer may already have
+        // replaced the manifest by then: allow for that.
         let Some(old) = runs
             .iter()
-            .filter(|r| r.signal.is_some_and(|s| s >= *t0 - 1.0))
+            .filter(|r| r.signal.is_some_and(|s| s >= *t0 - SLACK_MS))
             .min_by(|a, b| {
                 a.signal
                     .partial_cmp(&b.signal)
@@ -249,7 +259,7 @@ mod tests {
         let log = concat!(
             "\u{1b}[2m2026-11-25T11:02:30.454513Z\u{1b}[0m  INFO etcd_operator::run: installing revision 3 on n1 (attempt 1)\n",
             "2026-11-25T11:02:31.600979Z  INFO etcd_operator::run: n1: waiting for etcd to serve on revision 3\n",
-            "2026-11-25T11:02:31.748645Z  INFO etcd_operator::run: installing revision 3 on n3 (attempt 1)\n",
+            "2026-11-25T11:02:31.748645Z  INFO reconcile{cluster=\"cluster\"}: etcd_operator::pass: installing revision 3 on n3 (attempt 1)\n",
         );
         let root = dir.path().to_owned();
         let steps = rollout_steps(log, 0.0, |n| (n == "n1").then(|| root.clone()));

@@ -341,6 +341,19 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     let _t = p.ctx.metrics.time(NAME.as_str());
     let views: Vec<NodeView> = p.o.node_views(&p.node_statuses);
     let d = decide(&views, p.latest, &p.o.etcd.cluster_view(), p.o.now);
+    for s in &d.statuses {
+        let before = p.node_statuses.iter().find(|b| b.node_name == s.node_name);
+        if before.is_some_and(|b| b.current_revision < s.current_revision) {
+            p.note(format!(
+                "etcd on {} serves revision {}",
+                s.node_name, s.current_revision
+            ));
+            // Controllers before this one may have waited on this node (the quorum gate on a
+            // learner add): come back at once rather than after the idle pause.
+            p.busy = true;
+            p.report.requeue_after = p.report.requeue_after.min(STARTING_REQUEUE);
+        }
+    }
     p.node_statuses = d.statuses;
     p.ctx.metrics.node_current_revision.clear();
     for s in &p.node_statuses {

@@ -209,9 +209,6 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         let report = pass::pass(&ctx, &stores.snapshot(), now)
             .instrument(span)
             .await;
-        for line in &report.lines {
-            tracing::info!("{line}");
-        }
         last_full = Instant::now();
         next_pass = last_full + report.requeue_after;
     }

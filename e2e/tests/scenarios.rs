@@ -1,5 +1,5 @@
 //! The scenarios on the local control plane, as tests: each must pass with no acknowledged
-//! write lost. They run one at a time (nextest test group `e2e-scenarios`): on a 2-core machine
+//! write lost and every voter's `HashKV` equal at one revision. They run one at a time (nextest test group `e2e-scenarios`): on a 2-core machine
 //! two clusters electing leaders at once make the timings meaningless.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -14,6 +14,14 @@ async fn scenario(name: &str) {
         report.passed,
         "scenario {name} failed: {:?}\n{json}",
         report.failure
+    );
+    let hashes = report
+        .hash_kv
+        .as_ref()
+        .expect("a passed scenario compared HashKV");
+    assert!(
+        hashes.members.len() >= 3,
+        "HashKV compared on fewer than 3 members: {json}"
     );
 }
 

@@ -40,6 +40,7 @@ pub use env::{
 };
 pub use gate::{Action, ClusterView, Denial, DenyRule, MemberHealth, Verdict, gate};
 pub use id::{IdError, MemberId};
+pub use maintenance::KvHash;
 pub use member::Member;
 pub use peer_url::{MemberUrl, UrlError};
 pub use preflight::{AlarmKind, Preflight, RaisedAlarm, disagreements};

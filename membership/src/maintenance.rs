@@ -1,5 +1,7 @@
 //! Calls beyond membership changes that the operator's checks need: one member's own view of
-//! the member list, and the cluster's alarms. Each is bounded like every other client call.
+//! the member list, the cluster's alarms, and one member's hash of its key-value store at a
+//! revision (members that applied the same revision must agree on it). Each is bounded like
+//! every other client call.
 
 use etcd_client::{AlarmAction, AlarmType};
 
@@ -7,7 +9,37 @@ use crate::client::convert_members;
 use crate::preflight::{AlarmKind, RaisedAlarm};
 use crate::{ClientError, EtcdClient, Member, MemberId, MemberUrl};
 
+/// One member's `HashKV` answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvHash {
+    /// The member's current revision when it answered.
+    pub current_revision: i64,
+    /// The hash of every key-value revision up to the one asked for.
+    pub hash: u32,
+    /// The member's compact revision (the hash covers revisions after it).
+    pub compact_revision: i64,
+}
+
 impl EtcdClient {
+    /// The hash of the key-value store of the member at `endpoint`, up to `revision` (0: its
+    /// current revision). etcd answers "required revision is a future revision" from a member
+    /// that has not applied `revision` yet, and refuses learners in 3.4.
+    pub async fn hash_kv_at(
+        &self,
+        endpoint: &MemberUrl,
+        revision: i64,
+    ) -> Result<KvHash, ClientError> {
+        let resp = self
+            .on(endpoint, |mut c| async move { c.hash_kv(revision).await })
+            .await
+            .map_err(ClientError::Endpoint)?;
+        Ok(KvHash {
+            current_revision: resp.header().map_or(0, |h| h.revision()),
+            hash: resp.hash(),
+            compact_revision: resp.compact_version(),
+        })
+    }
+
     /// The member list as the member at `endpoint` sees it (etcd 3.4 serves it from the
     /// member's local view, so two members can disagree while a change propagates).
     pub async fn member_list_at(&self, endpoint: &MemberUrl) -> Result<Vec<Member>, ClientError> {

@@ -223,13 +223,31 @@ impl Harness {
         self.cp.shutdown().await;
     }
 
-    /// Stops the load, checks every acknowledged write, tears everything down.
-    pub async fn finish(mut self) -> (LoadReport, Vec<Step>, Result<(), String>) {
+    /// Stops the load, checks every acknowledged write and that the members hold the same
+    /// data (`HashKV` at one revision), tears everything down.
+    pub async fn finish(mut self) -> Finished {
         let endpoints = self.node_endpoints();
         let load = match self.load.take() {
             Some(l) => l.finish(&endpoints).await,
             None => Ok(LoadReport::default()),
         };
+        let hashes = match self.etcd().await {
+            Ok(client) => super::consistency::check(&client, HASH_DEADLINE).await,
+            Err(e) => Err(format!("no etcd client for HashKV: {e}")),
+        };
+        match &hashes {
+            Ok(h) => self.step(format!(
+                "HashKV at revision {}: {} member(s) equal{}",
+                h.revision,
+                h.members.len(),
+                if h.skipped.is_empty() {
+                    String::new()
+                } else {
+                    format!("; skipped {}", h.skipped.join("; "))
+                }
+            )),
+            Err(e) => self.step(format!("HashKV check failed: {e}")),
+        }
         for seen in self.sightings() {
             self.step(format!(
                 "the status showed (first at {:.1}s): {}",
@@ -241,15 +259,30 @@ impl Harness {
         // Stop watching before the API goes away.
         self.watch = None;
         self.cp.shutdown().await;
-        match load {
-            Ok(r) => (r, steps, Ok(())),
+        let (load, check) = match load {
+            Ok(r) => (
+                r,
+                hashes.map_err(|e| format!("checking the members' data: {e}")),
+            ),
             Err(e) => (
                 LoadReport::default(),
-                steps,
                 Err(format!("checking the writes: {e}")),
             ),
-        }
+        };
+        Finished { load, steps, check }
     }
+}
+
+/// How long the members get to reach one revision (and one compaction) for `HashKV`.
+const HASH_DEADLINE: Duration = Duration::from_secs(15);
+
+/// What [`Harness::finish`] found.
+#[derive(Debug)]
+pub struct Finished {
+    pub load: LoadReport,
+    pub steps: Vec<Step>,
+    /// Every acknowledged write read back and the members' `HashKV` equal, or why not.
+    pub check: Result<super::consistency::HashReport, String>,
 }
 
 /// Ids of the members in a status.

@@ -1,5 +1,5 @@
 //! Named scenarios on the local control plane, each under a write load that checks no
-//! acknowledged write is lost. `sandbox run <name>` runs one and writes `report.json`.
+//! acknowledged write is lost, and ending with every member's `HashKV` compared at one revision. `sandbox run <name>` runs one and writes `report.json`.
 //!
 //! | name | what happens |
 //! |---|---|
@@ -15,6 +15,7 @@
 //! | `node-selector` | the spec's control-plane selector changes at runtime (same nodes picked by a new label, then an invalid key, then fixed): no member is touched, the invalid key is `MembershipControllerDegraded` naming it |
 //! | `unhealthy-member-replaced` | n2's WAL becomes unreadable, so etcd-verify keeps its etcd down: after `memberRemediation.unhealthySeconds` the member is replaced and `status.remediations` counts the attempt |
 
+pub mod consistency;
 pub mod harness;
 pub mod load;
 mod node_selector;
@@ -51,6 +52,8 @@ pub struct ScenarioReport {
     pub writes_lost: u64,
     pub longest_write_gap_ms: u64,
     pub longest_gap_at_s: f64,
+    /// Every member's `HashKV` at one revision (absent when the check could not run).
+    pub hash_kv: Option<consistency::HashReport>,
     pub failure: Option<String>,
     pub steps: Vec<Step>,
 }
@@ -62,14 +65,25 @@ pub async fn run(name: &str, out_dir: &Path) -> Result<(PathBuf, ScenarioReport)
         Ok(h) => scenarios::drive(name, h).await,
         Err((e, h)) => (Err(e.to_string()), h),
     };
-    let (load, steps, load_check) = match harness {
-        Some(h) => h.finish().await,
-        None => (load::LoadReport::default(), Vec::new(), Ok(())),
+    let (load, steps, check) = match harness {
+        Some(h) => {
+            let f = h.finish().await;
+            (f.load, f.steps, f.check)
+        }
+        None => (
+            load::LoadReport::default(),
+            Vec::new(),
+            Err("the scenario lost its control plane: nothing was checked".into()),
+        ),
     };
     let mut failure = outcome.err();
-    if failure.is_none() {
-        failure = load_check.err();
-    }
+    let hash_kv = match check {
+        Ok(h) => Some(h),
+        Err(e) => {
+            failure.get_or_insert(e);
+            None
+        }
+    };
     if failure.is_none() && load.writes_lost > 0 {
         failure = Some(format!(
             "{} acknowledged write(s) were lost",
@@ -88,6 +102,7 @@ pub async fn run(name: &str, out_dir: &Path) -> Result<(PathBuf, ScenarioReport)
         writes_lost: load.writes_lost,
         longest_write_gap_ms: load.longest_write_gap_ms,
         longest_gap_at_s: load.longest_gap_at_s,
+        hash_kv,
         failure,
         steps,
     };

@@ -107,4 +107,7 @@ pub struct PassState {
     /// etcd as the last pass saw it, when that pass left everything settled: what the idle
     /// health check compares with.
     pub settled_etcd: Option<crate::etcd::EtcdObservation>,
+    /// Membership's learner add that etcd refuses for its health window (the rollout holds
+    /// serving nodes' restarts meanwhile: `controllers::rollout_hold`).
+    pub add_refused: Option<crate::controllers::rollout_hold::AddRefused>,
 }

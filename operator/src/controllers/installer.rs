@@ -22,6 +22,7 @@
 //! Installer pods are named `installer-<revision>-<node>-<attempt>`, so a failure is recorded
 //! exactly once and a retry is a new pod.
 
+use super::rollout_hold;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -367,9 +368,10 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
             .set(s.current_revision);
     }
     p.conds.push(failed_installs(&p.node_statuses));
-    p.next(NAME, describe(&d.action));
-    act(p, &d.action).await?;
-    if !matches!(d.action, RolloutAction::Done) {
+    let action = rollout_hold::hold(d.action, &views, p.st.add_refused.as_ref(), p.o.now);
+    p.next(NAME, describe(&action));
+    act(p, &action).await?;
+    if !matches!(action, RolloutAction::Done) {
         p.busy = true;
     }
     if views.iter().any(|v| v.etcd_starting(p.o.now)) {

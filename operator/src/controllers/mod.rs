@@ -18,6 +18,7 @@ pub mod member_status;
 pub mod membership;
 pub mod remediation;
 pub mod revisions;
+pub mod rollout_hold;
 pub mod target_config;
 pub mod voter_policy;
 

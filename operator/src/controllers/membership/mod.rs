@@ -25,6 +25,7 @@
 //! 7. a learner is added for the first eligible node (Ready, certificates issued, not being
 //!    deleted) that has no member.
 
+use crate::controllers::rollout_hold::AddRefused;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -162,6 +163,9 @@ pub async fn reconcile(
         // Recorded before the call: an attempt that fails still counts, so a failing
         // removal backs off like a successful one that did not help.
         remediation::record_attempt(&mut p.remediations, node, *id, message, &format_time(now));
+    }
+    if !matches!(step, MembershipStep::AddLearner { .. }) {
+        p.st.add_refused = None;
     }
     let changed = {
         let _t = p.ctx.metrics.time(NAME.as_str());
@@ -339,6 +343,7 @@ async fn add_learner(
     let progressing = C::EtcdMembersProgressing;
     match client.add_learner(peer_url).await {
         Ok(m) => {
+            p.st.add_refused = None;
             p.st.learner_added.insert(m.id, p.o.now);
             p.count_change("add_learner");
             p.note(format!("added learner {} for {node}", m.id));
@@ -349,13 +354,27 @@ async fn add_learner(
             Ok(true)
         }
         Err(e) if e.mentions("unhealthy cluster") => {
-            let message = format!("etcd refused adding {node} (unhealthy cluster); retrying");
+            // etcd's strict reconfiguration check: every voter connected to the leader for
+            // 5 s. Asked again soon; serving nodes' restarts wait meanwhile (rollout_hold).
+            let refused = AddRefused::again(p.st.add_refused.as_ref(), node, p.o.now);
+            let message = format!(
+                "etcd refused adding {node} (unhealthy cluster: it adds a member only once every voter has been connected to the leader for 5 s); retrying since {}",
+                format_time(refused.since)
+            );
+            if refused.since == p.o.now {
+                p.note(message.clone());
+            }
+            p.st.add_refused = Some(refused);
             p.cond(progressing, true, Reason::EtcdNotReady, message);
+            p.report.requeue_after = p.report.requeue_after.min(ADD_RETRY);
             Ok(false)
         }
         Err(e) => Err(etcd_err(e)),
     }
 }
+
+/// How soon a learner add etcd refused for its health window is asked again.
+const ADD_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
 
 fn etcd_err(e: membership::ClientError) -> ControllerError {
     ControllerError::new(NAME, ErrorKind::Transient, "etcd", e.to_string())

@@ -672,10 +672,10 @@ const OPERATOR: &[Need] = &[
         "default",
         "events.k8s.io",
         "events",
-        &["create"],
+        &["create", "patch"],
         &[],
-        "writer.rs Writer::event: kube-runtime Recorder on the cluster-scoped EtcdCluster \
-         publishes in `default`; one Recorder per event, so it never patches a series",
+        "events.rs EventSink: one long-lived kube-runtime Recorder on the cluster-scoped \
+         EtcdCluster publishes in `default`, and patches the series of a repeated Event",
     ),
 ];
 

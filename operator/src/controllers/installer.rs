@@ -22,15 +22,17 @@
 //! Installer pods are named `installer-<revision>-<node>-<attempt>`, so a failure is recorded
 //! exactly once and a retry is a new pod.
 
-use super::rollout_hold;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use membership::{Action, ClusterView, Denial, MemberId, Verdict, gate};
+use membership::{Action, ClusterView, Denial, Verdict, gate};
 use time::OffsetDateTime;
 
-use super::{ControllerError, ControllerName};
+pub use super::node_view::{
+    InstallerPhase, InstallerState, NodeView, PodState, STARTING_REQUEUE, STARTING_WINDOW,
+};
+use super::{ControllerError, ControllerName, rollout_hold};
 use crate::api::NodeStatus;
 use crate::certs::format_time;
 use crate::metrics::NodeLabel;
@@ -44,80 +46,6 @@ const NAME: ControllerName = ControllerName::Installer;
 /// First retry delay after a failed install; doubles per failure up to [`MAX_BACKOFF`].
 pub const BASE_BACKOFF: Duration = Duration::from_secs(10);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
-
-/// The node's etcd static pod as its mirror pod shows it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PodState {
-    pub revision: i64,
-    pub ready: bool,
-    /// The etcd container is running (it may not have passed its probes yet).
-    pub running: bool,
-    /// When the running etcd container started.
-    pub started_at: Option<OffsetDateTime>,
-    /// `etcd-verify membership` refused to start etcd (its termination message).
-    pub blocked: Option<String>,
-}
-
-/// Phase of an installer pod.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum InstallerPhase {
-    Running,
-    Succeeded,
-    Failed(String),
-}
-
-/// The newest installer pod of a node.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InstallerState {
-    pub revision: i64,
-    pub attempt: u32,
-    pub phase: InstallerPhase,
-}
-
-/// Everything the rollout knows about one node.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeView {
-    pub name: String,
-    pub member: Option<MemberId>,
-    pub is_leader: bool,
-    pub pod: Option<PodState>,
-    pub installer: Option<InstallerState>,
-    pub status: NodeStatus,
-    /// etcd itself reported this node's member healthy in this pass (observed after the pods).
-    pub member_healthy: bool,
-}
-
-impl NodeView {
-    /// The revision this node's etcd serves on: its pod is Ready, or its etcd container runs and
-    /// etcd reports the member healthy. The second needs no probe period: a probe's first try
-    /// comes as the container starts, before etcd listens, and the next one a whole period
-    /// later (1 s at the least), while the operator asks etcd every pass. The pods are read
-    /// before etcd is asked, so a healthy answer comes from the container the pod shows.
-    pub fn serving_revision(&self) -> Option<i64> {
-        let pod = self.pod.as_ref()?;
-        (pod.ready || (pod.running && self.member_healthy)).then_some(pod.revision)
-    }
-
-    /// etcd was started on the node's target revision less than [`STARTING_WINDOW`] ago and does
-    /// not serve yet. Nothing the operator watches changes when etcd becomes healthy, so the pass
-    /// polls etcd more often meanwhile ([`STARTING_REQUEUE`]); an etcd that stays unhealthy
-    /// longer is left to the ordinary busy pace.
-    pub fn etcd_starting(&self, now: OffsetDateTime) -> bool {
-        let Some(pod) = self.pod.as_ref() else {
-            return false;
-        };
-        let on_target = self.status.target_revision == Some(pod.revision);
-        let recent = pod
-            .started_at
-            .is_some_and(|t| now - t < STARTING_WINDOW && t <= now + time::Duration::SECOND);
-        on_target && pod.running && recent && self.serving_revision().is_none()
-    }
-}
-
-/// How long after etcd's start the pass polls it at [`STARTING_REQUEUE`].
-pub const STARTING_WINDOW: time::Duration = time::Duration::seconds(10);
-/// The pause between passes while a node's etcd is starting.
-pub const STARTING_REQUEUE: Duration = Duration::from_millis(100);
 
 /// The one action of this pass.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -16,6 +16,7 @@ pub mod installer;
 pub mod learner_promotion;
 pub mod member_status;
 pub mod membership;
+pub mod node_view;
 pub mod remediation;
 pub mod revisions;
 pub mod rollout_hold;

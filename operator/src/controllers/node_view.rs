@@ -1,0 +1,86 @@
+//! What the installer controller sees of one node: its etcd static pod as the mirror pod shows
+//! it, its newest installer pod, its status, and whether etcd itself reports its member healthy;
+//! and the two questions the rollout asks of that view (does etcd on it serve a revision, is it
+//! still starting on its target). Pure types, built by `observed/` and read by
+//! [`super::installer`] and [`super::rollout_hold`].
+
+use std::time::Duration;
+
+use membership::MemberId;
+use time::OffsetDateTime;
+
+use crate::api::NodeStatus;
+
+/// The node's etcd static pod as its mirror pod shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodState {
+    pub revision: i64,
+    pub ready: bool,
+    /// The etcd container is running (it may not have passed its probes yet).
+    pub running: bool,
+    /// When the running etcd container started.
+    pub started_at: Option<OffsetDateTime>,
+    /// `etcd-verify membership` refused to start etcd (its termination message).
+    pub blocked: Option<String>,
+}
+
+/// Phase of an installer pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InstallerPhase {
+    Running,
+    Succeeded,
+    Failed(String),
+}
+
+/// The newest installer pod of a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstallerState {
+    pub revision: i64,
+    pub attempt: u32,
+    pub phase: InstallerPhase,
+}
+
+/// Everything the rollout knows about one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeView {
+    pub name: String,
+    pub member: Option<MemberId>,
+    pub is_leader: bool,
+    pub pod: Option<PodState>,
+    pub installer: Option<InstallerState>,
+    pub status: NodeStatus,
+    /// etcd itself reported this node's member healthy in this pass (observed after the pods).
+    pub member_healthy: bool,
+}
+
+impl NodeView {
+    /// The revision this node's etcd serves on: its pod is Ready, or its etcd container runs and
+    /// etcd reports the member healthy. The second needs no probe period: a probe's first try
+    /// comes as the container starts, before etcd listens, and the next one a whole period
+    /// later (1 s at the least), while the operator asks etcd every pass. The pods are read
+    /// before etcd is asked, so a healthy answer comes from the container the pod shows.
+    pub fn serving_revision(&self) -> Option<i64> {
+        let pod = self.pod.as_ref()?;
+        (pod.ready || (pod.running && self.member_healthy)).then_some(pod.revision)
+    }
+
+    /// etcd was started on the node's target revision less than [`STARTING_WINDOW`] ago and does
+    /// not serve yet. Nothing the operator watches changes when etcd becomes healthy, so the pass
+    /// polls etcd more often meanwhile ([`STARTING_REQUEUE`]); an etcd that stays unhealthy
+    /// longer is left to the ordinary busy pace.
+    pub fn etcd_starting(&self, now: OffsetDateTime) -> bool {
+        let Some(pod) = self.pod.as_ref() else {
+            return false;
+        };
+        let on_target = self.status.target_revision == Some(pod.revision);
+        let recent = pod
+            .started_at
+            .is_some_and(|t| now - t < STARTING_WINDOW && t <= now + time::Duration::SECOND);
+        on_target && pod.running && recent && self.serving_revision().is_none()
+    }
+}
+
+/// How long after etcd's start the pass polls it at [`STARTING_REQUEUE`].
+pub const STARTING_WINDOW: time::Duration = time::Duration::seconds(10);
+/// The pause between passes while a node's etcd is starting.
+pub const STARTING_REQUEUE: Duration = Duration::from_millis(100);

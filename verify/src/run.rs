@@ -68,6 +68,9 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
     let mut archived: Option<PathBuf> = None;
     // A TLS failure seen earlier in this run: an endpoint answered, so the cluster is not down.
     let mut tls_seen: Option<String> = None;
+    // Why the last look said "wait": what the block at the deadline is about, even when the
+    // deadline runs out in the next look's first step.
+    let mut last_wait: Option<String> = None;
     loop {
         // Reading the data dir is bounded by the deadline too (a file that never answers a
         // read must not hold the gate past --timeout).
@@ -89,11 +92,15 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
                 return VerifyResult::block(why, None, archived);
             }
             Err(_) => {
-                let why = format!(
+                let read = format!(
                     "reading the data dir {} did not finish within {:?}",
                     config.data_dir.display(),
                     timing.timeout
                 );
+                let why = match &last_wait {
+                    Some(w) => format!("timed out after {:?}: {w} (then {read})", timing.timeout),
+                    None => read,
+                };
                 return VerifyResult::block(why, None, archived);
             }
         };
@@ -164,6 +171,7 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
                     );
                 }
                 tracing::info!(%reason, "waiting");
+                last_wait = Some(reason);
                 tokio::time::sleep(timing.retry_interval).await;
             }
         }

@@ -100,6 +100,18 @@ fn etcd_run(text: &str) -> EtcdRun {
 }
 
 /// Every etcd container log of a node (`var/log/pods/etcd_etcd-<node>_*/etcd/*.log`).
+/// Of the runs whose time `at` is at or after `bound`, the one where it is earliest.
+fn earliest_from(
+    runs: &[EtcdRun],
+    at: impl Fn(&EtcdRun) -> Option<f64>,
+    bound: f64,
+) -> Option<&EtcdRun> {
+    runs.iter()
+        .filter_map(|r| at(r).filter(|t| *t >= bound).map(|t| (t, r)))
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, r)| r)
+}
+
 fn etcd_runs(node_root: &Path, node: &str) -> Vec<EtcdRun> {
     let dir = node_root.join("var/log/pods");
     let prefix = format!("etcd_etcd-{node}_");
@@ -171,29 +183,13 @@ pub fn rollout_steps(
         // The run stopped by this step, and the one started after it. The line is logged
         // right after the installer pod was created, and a quick installer may already have
         // replaced the manifest by then: allow for that.
-        let Some(old) = runs
-            .iter()
-            .filter(|r| r.signal.is_some_and(|s| s >= *t0 - SLACK_MS))
-            .min_by(|a, b| {
-                a.signal
-                    .partial_cmp(&b.signal)
-                    .unwrap_or(std::cmp::Ordering::Equal)
-            })
-        else {
+        let Some(old) = earliest_from(&runs, |r| r.signal, *t0 - SLACK_MS) else {
             continue;
         };
         let (Some(signal), Some(closed)) = (old.signal, old.closed) else {
             continue;
         };
-        let Some(new) = runs
-            .iter()
-            .filter(|r| r.first.is_some_and(|f| f >= closed))
-            .min_by(|a, b| {
-                a.first
-                    .partial_cmp(&b.first)
-                    .unwrap_or(std::cmp::Ordering::Equal)
-            })
-        else {
+        let Some(new) = earliest_from(&runs, |r| r.first, closed) else {
             continue;
         };
         let (Some(first), Some(serving)) = (new.first, new.serving) else {

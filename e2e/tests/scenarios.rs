@@ -143,3 +143,13 @@ async fn unhealthy_member_replaced() {
 async fn node_selector() {
     scenario("node-selector").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defrag() {
+    scenario("defrag").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nospace() {
+    scenario("nospace").await;
+}

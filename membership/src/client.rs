@@ -47,8 +47,17 @@ pub struct EndpointStatus {
     pub leader: u64,
     pub raft_index: u64,
     pub raft_term: u64,
+    /// The member's store revision (moves with every key written or deleted, not with
+    /// compactions, alarms or membership changes).
+    pub revision: i64,
+    /// The last raft entry the member applied to its store (behind `raft_index` while it
+    /// catches up or while a defragmentation holds its store).
+    pub raft_applied_index: u64,
     pub is_learner: bool,
+    /// The database file's size, free pages included.
     pub db_size: i64,
+    /// The part of the file live data uses; the rest is reclaimed by a defragmentation.
+    pub db_size_in_use: i64,
     pub version: String,
     /// What the member reports wrong with itself: raised alarms (`memberID:<id> alarm:NOSPACE`,
     /// as etcd 3.4 words them) and a missing leader.
@@ -141,13 +150,22 @@ impl EtcdClient {
         endpoint: &MemberUrl,
         call: impl Future<Output = EtcdResult<T>>,
     ) -> Result<T, EndpointFailure> {
-        match tokio::time::timeout(self.call_timeout, call).await {
+        self.bounded_by(endpoint, self.call_timeout, call).await
+    }
+
+    async fn bounded_by<T>(
+        &self,
+        endpoint: &MemberUrl,
+        limit: Duration,
+        call: impl Future<Output = EtcdResult<T>>,
+    ) -> Result<T, EndpointFailure> {
+        match tokio::time::timeout(limit, call).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(classify(endpoint, e)),
             Err(_) => Err(EndpointFailure {
                 endpoint: endpoint.clone(),
                 kind: FailureKind::Timeout,
-                message: format!("no answer within {:?}", self.call_timeout),
+                message: format!("no answer within {limit:?}"),
             }),
         }
     }
@@ -162,8 +180,23 @@ impl EtcdClient {
         F: FnOnce(Client) -> Fut,
         Fut: Future<Output = EtcdResult<T>>,
     {
+        self.on_within(endpoint, self.call_timeout, call).await
+    }
+
+    /// [`EtcdClient::on`] with its own bound on the call (connecting is still bounded by the
+    /// client's timeout): for calls that legitimately take long, such as a defragmentation.
+    pub(crate) async fn on_within<T, F, Fut>(
+        &self,
+        endpoint: &MemberUrl,
+        limit: Duration,
+        call: F,
+    ) -> Result<T, EndpointFailure>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = EtcdResult<T>>,
+    {
         let client = self.connection(endpoint).await?;
-        let result = self.bounded(endpoint, call(client)).await;
+        let result = self.bounded_by(endpoint, limit, call(client)).await;
         if let Err(f) = &result
             && f.kind != FailureKind::Rejected
         {
@@ -186,8 +219,11 @@ impl EtcdClient {
             leader: resp.leader(),
             raft_index: resp.raft_index(),
             raft_term: resp.raft_term(),
+            revision: header.map_or(0, |h| h.revision()),
+            raft_applied_index: resp.raft_applied_index(),
             is_learner: resp.is_learner(),
             db_size: resp.db_size(),
+            db_size_in_use: resp.raft_used_db_size(),
             version: resp.version().to_owned(),
             errors: resp.errors().to_vec(),
         })
@@ -331,6 +367,37 @@ impl EtcdClient {
             .await
             .map_err(ClientError::Endpoint)?;
         Ok(resp.header().map_or(0, |h| h.revision()))
+    }
+
+    /// Deletes every key under `prefix`; returns how many were deleted and the revision after.
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<(i64, i64), ClientError> {
+        let (resp, _) = self
+            .on_any_voter("delete", |mut c| {
+                let prefix = prefix.to_owned();
+                async move {
+                    c.delete(
+                        prefix,
+                        Some(etcd_client::DeleteOptions::new().with_prefix()),
+                    )
+                    .await
+                }
+            })
+            .await?;
+        Ok((resp.deleted(), resp.header().map_or(0, |h| h.revision())))
+    }
+
+    /// Compacts the key-value history up to `revision` (what kube-apiserver does every five
+    /// minutes), waiting until the compaction is applied.
+    pub async fn compact(&self, revision: i64) -> Result<(), ClientError> {
+        self.on_any_voter("compact", |mut c| async move {
+            c.compact(
+                revision,
+                Some(etcd_client::CompactionOptions::new().with_physical()),
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
     }
 
     /// Reads one key (linearizable; voters only).

@@ -23,6 +23,11 @@
 //! 7. **Preflight.** No membership change while an alarm is raised (or the alarm list could not be
 //!    read) or a voter reports another member list than the one acted on; no healthy voter is
 //!    taken down while a `CORRUPT` alarm is raised or the voters disagree (see [`Preflight`]).
+//! 8. **Defragment one healthy voter of a healthy cluster.** A defragmentation holds the member's
+//!    store (it applies nothing until done), so it is allowed only while every voter is healthy,
+//!    no learner is pending, no node is being rolled, the cluster keeps quorum without the
+//!    member, and the preflight allows taking a healthy voter down. A single voter is
+//!    defragmented only while `NOSPACE` already refuses writes (a pause then loses nothing).
 //!
 //! Every denial names the rule and the members involved, so it can go to status, a metric label
 //! ([`DenyRule::category`]) and `etcd-operator plan`.
@@ -62,6 +67,8 @@ pub enum Action {
         node: String,
         member: Option<MemberId>,
     },
+    /// Defragment voter `id`'s database; `nospace`: the `NOSPACE` alarm is raised.
+    Defragment { id: MemberId, nospace: bool },
 }
 
 impl fmt::Display for Action {
@@ -73,6 +80,7 @@ impl fmt::Display for Action {
             Action::Promote { id } => write!(f, "promote learner {id}"),
             Action::Remove { id } => write!(f, "remove member {id}"),
             Action::RollNode { node, .. } => write!(f, "roll node {node}"),
+            Action::Defragment { id, .. } => write!(f, "defragment member {id}"),
         }
     }
 }
@@ -85,6 +93,7 @@ pub enum DenyRule {
     VoterUnhealthy,
     LearnerNotReady,
     NotALearner,
+    NotAVoter,
     UnknownMember,
     QuorumAfterAction,
     NoMargin,
@@ -103,6 +112,7 @@ impl DenyRule {
             DenyRule::VoterUnhealthy => "voter_unhealthy",
             DenyRule::LearnerNotReady => "learner_not_ready",
             DenyRule::NotALearner => "not_a_learner",
+            DenyRule::NotAVoter => "not_a_voter",
             DenyRule::UnknownMember => "unknown_member",
             DenyRule::QuorumAfterAction => "quorum_after_action",
             DenyRule::NoMargin => "no_margin",
@@ -198,7 +208,8 @@ pub fn gate(view: &ClusterView, action: &Action) -> Verdict {
     let voters = view.voter_count();
     let healthy = view.healthy_voters();
     let quorate = voters > 0 && healthy >= quorum(voters);
-    let is_membership_change = !matches!(action, Action::RollNode { .. });
+    let is_membership_change =
+        !matches!(action, Action::RollNode { .. } | Action::Defragment { .. });
     if is_membership_change && !quorate {
         return deny(
             DenyRule::NoQuorum,
@@ -229,14 +240,8 @@ pub fn gate(view: &ClusterView, action: &Action) -> Verdict {
                     ),
                 );
             }
-            if let Some(l) = view.learners().next() {
-                return deny(
-                    DenyRule::ChangeInFlight,
-                    format!(
-                        "{action}: learner {} is still pending (one membership change at a time)",
-                        label(&l.member)
-                    ),
-                );
+            if let Some(denied) = learner_pending(view, action) {
+                return denied;
             }
             if healthy < voters {
                 return deny(
@@ -324,15 +329,8 @@ pub fn gate(view: &ClusterView, action: &Action) -> Verdict {
             if !takes_down_voter {
                 return Verdict::Allow;
             }
-            let problems = view.preflight.restart_problems();
-            if !problems.is_empty() {
-                return deny(
-                    DenyRule::Preflight,
-                    format!(
-                        "{action}: preflight failed, its healthy voter stays up: {}",
-                        problems.join("; ")
-                    ),
-                );
+            if let Some(denied) = takedown_preflight(view, action) {
+                return denied;
             }
             if healthy > quorum(voters) {
                 Verdict::Allow
@@ -355,7 +353,82 @@ pub fn gate(view: &ClusterView, action: &Action) -> Verdict {
                 )
             }
         }
+        Action::Defragment { id, nospace } => defragment(view, action, *id, *nospace),
     }
+}
+
+/// Rule 2 (and 8): a learner is a membership change in flight.
+fn learner_pending(view: &ClusterView, action: &Action) -> Option<Verdict> {
+    let l = view.learners().next()?;
+    Some(deny(
+        DenyRule::ChangeInFlight,
+        format!(
+            "{action}: learner {} is still pending (one membership change at a time)",
+            label(&l.member)
+        ),
+    ))
+}
+
+/// Rule 7 for an action that takes a healthy voter down (a restart, a defragmentation).
+fn takedown_preflight(view: &ClusterView, action: &Action) -> Option<Verdict> {
+    let problems = view.preflight.restart_problems();
+    (!problems.is_empty()).then(|| {
+        deny(
+            DenyRule::Preflight,
+            format!(
+                "{action}: preflight failed, its healthy voter stays up: {}",
+                problems.join("; ")
+            ),
+        )
+    })
+}
+
+/// Rule 8.
+fn defragment(view: &ClusterView, action: &Action, id: MemberId, nospace: bool) -> Verdict {
+    let voters = view.voter_count();
+    let healthy = view.healthy_voters();
+    match view.find(id) {
+        None => return deny(DenyRule::UnknownMember, format!("{action}: no such member")),
+        Some(m) if m.member.is_learner => {
+            return deny(
+                DenyRule::NotAVoter,
+                format!("{action}: {} is a learner", label(&m.member)),
+            );
+        }
+        Some(_) => {}
+    }
+    if healthy < voters {
+        return deny(
+            DenyRule::VoterUnhealthy,
+            format!(
+                "{action}: voter(s) {} unhealthy",
+                view.unhealthy_voter_names()
+            ),
+        );
+    }
+    if let Some(denied) = learner_pending(view, action) {
+        return denied;
+    }
+    if let Some(rolling) = &view.rolling_node {
+        return deny(
+            DenyRule::RolloutInProgress,
+            format!("{action}: node {rolling} is being rolled"),
+        );
+    }
+    if let Some(denied) = takedown_preflight(view, action) {
+        return denied;
+    }
+    // A single voter held under NOSPACE pauses nothing that was not already refused.
+    let allowed = healthy > quorum(voters) || (voters == 1 && nospace);
+    if allowed {
+        return Verdict::Allow;
+    }
+    deny(
+        DenyRule::QuorumAfterAction,
+        format!(
+            "{action}: with {voters} voter(s) the cluster would not keep quorum while it is held (writes would pause); only done while NOSPACE refuses writes anyway"
+        ),
+    )
 }
 
 #[cfg(test)]

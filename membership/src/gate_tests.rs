@@ -3,6 +3,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::{AlarmKind, RaisedAlarm};
 
 fn url(i: u64) -> MemberUrl {
     format!("https://10.0.{}.{}:2380", i / 250, i % 250 + 1)
@@ -289,6 +290,12 @@ fn apply(v: &mut ClusterView, action: &Action, next_id: &mut u64) {
             }
             v.rolling_node = Some(node.clone());
         }
+        // The member is held until its defragmentation ends (a Flip brings it back).
+        Action::Defragment { id, .. } => {
+            if let Some(m) = v.members.iter_mut().find(|m| m.member.id == *id) {
+                m.healthy = false;
+            }
+        }
     }
 }
 
@@ -298,6 +305,7 @@ enum Step {
     Promote(usize),
     Remove(usize),
     Roll(usize),
+    Defrag(usize),
     /// Environment: the rollout step finishes (the rolled member comes back healthy).
     FinishRoll,
     /// Environment: a member's health flips.
@@ -312,6 +320,7 @@ fn arb_step() -> impl Strategy<Value = Step> {
         (0usize..8).prop_map(Step::Promote),
         (0usize..8).prop_map(Step::Remove),
         (0usize..8).prop_map(Step::Roll),
+        (0usize..8).prop_map(Step::Defrag),
         Just(Step::FinishRoll),
         (0usize..8).prop_map(Step::Flip),
         (0usize..8).prop_map(Step::Start),
@@ -352,6 +361,7 @@ proptest! {
                 Step::Promote(i) => member_at(&v, i).map(|m| Action::Promote { id: m.id }),
                 Step::Remove(i) => member_at(&v, i).map(|m| Action::Remove { id: m.id }),
                 Step::Roll(i) => member_at(&v, i).map(|m| Action::RollNode { node: format!("node-{}", m.id), member: Some(m.id) }),
+                Step::Defrag(i) => member_at(&v, i).map(|m| Action::Defragment { id: m.id, nospace: false }),
                 Step::FinishRoll => {
                     if let Some(node) = v.rolling_node.take()
                         && let Some(m) = v.members.iter_mut().find(|m| format!("node-{}", m.member.id) == node)
@@ -390,4 +400,85 @@ proptest! {
             }
         }
     }
+}
+
+fn defrag(i: u64, nospace: bool) -> Action {
+    Action::Defragment { id: id(i), nospace }
+}
+
+#[test]
+fn rule_8_defragments_one_voter_of_a_healthy_cluster() {
+    let healthy3 = || view(vec![voter(1, true), voter(2, true), voter(3, true)]);
+    assert!(gate(&healthy3(), &defrag(2, false)).is_allowed());
+    // NOSPACE does not stop it (it is how the space comes back); CORRUPT does.
+    let mut nospace = healthy3();
+    nospace.preflight.alarms = vec![RaisedAlarm {
+        member: id(1),
+        kind: AlarmKind::NoSpace,
+    }];
+    assert!(gate(&nospace, &defrag(2, true)).is_allowed());
+    let mut corrupt = healthy3();
+    corrupt.preflight.alarms = vec![RaisedAlarm {
+        member: id(3),
+        kind: AlarmKind::Corrupt,
+    }];
+    denied(
+        gate(&corrupt, &defrag(2, false)),
+        DenyRule::Preflight,
+        "CORRUPT",
+    );
+    denied(
+        gate(
+            &view(vec![voter(1, true), voter(2, true), voter(3, false)]),
+            &defrag(2, false),
+        ),
+        DenyRule::VoterUnhealthy,
+        "n3",
+    );
+    let with_learner = view(vec![
+        voter(1, true),
+        voter(2, true),
+        voter(3, true),
+        learner(4, true, true),
+    ]);
+    denied(
+        gate(&with_learner, &defrag(2, false)),
+        DenyRule::ChangeInFlight,
+        "learner",
+    );
+    denied(
+        gate(&with_learner, &defrag(4, false)),
+        DenyRule::NotAVoter,
+        "learner",
+    );
+    let mut rolling = healthy3();
+    rolling.rolling_node = Some("n3".into());
+    denied(
+        gate(&rolling, &defrag(2, false)),
+        DenyRule::RolloutInProgress,
+        "n3",
+    );
+    denied(
+        gate(&healthy3(), &defrag(9, false)),
+        DenyRule::UnknownMember,
+        "no such member",
+    );
+}
+
+#[test]
+fn rule_8_a_small_cluster_pauses_writes_only_under_nospace() {
+    let one = view(vec![voter(1, true)]);
+    denied(
+        gate(&one, &defrag(1, false)),
+        DenyRule::QuorumAfterAction,
+        "would not keep quorum",
+    );
+    assert!(gate(&one, &defrag(1, true)).is_allowed());
+    // Two voters: holding one leaves 1 of 2, below quorum.
+    let two = view(vec![voter(1, true), voter(2, true)]);
+    denied(
+        gate(&two, &defrag(2, false)),
+        DenyRule::QuorumAfterAction,
+        "2 voter(s)",
+    );
 }

@@ -1,9 +1,12 @@
-//! Calls beyond membership changes that the operator's checks need: one member's own view of
-//! the member list, the cluster's alarms, and one member's hash of its key-value store at a
-//! revision (members that applied the same revision must agree on it). Each is bounded like
-//! every other client call.
+//! Calls beyond membership changes that the operator's checks and maintenance need: one
+//! member's own view of the member list, the cluster's alarms (and disarming one), one member's
+//! hash of its key-value store at a revision (members that applied the same revision must agree
+//! on it), and defragmenting one member. Each is bounded like every other client call; a
+//! defragmentation by the caller's own limit.
 
-use etcd_client::{AlarmAction, AlarmType};
+use std::time::Duration;
+
+use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
 
 use crate::client::convert_members;
 use crate::preflight::{AlarmKind, RaisedAlarm};
@@ -71,5 +74,32 @@ impl EtcdClient {
         out.sort();
         out.dedup();
         Ok(out)
+    }
+
+    /// Defragments the member at `endpoint`, waiting at most `limit`. While it runs the member
+    /// applies nothing (etcd holds its store), so it answers reads and writes late; a timed-out
+    /// call leaves the defragmentation running inside etcd.
+    pub async fn defragment(
+        &self,
+        endpoint: &MemberUrl,
+        limit: Duration,
+    ) -> Result<(), ClientError> {
+        self.on_within(endpoint, limit, |mut c| async move { c.defragment().await })
+            .await
+            .map(|_| ())
+            .map_err(ClientError::Endpoint)
+    }
+
+    /// Disarms the `NOSPACE` alarm of `member` (asked of a voter: alarm changes go through
+    /// raft). Disarming an alarm that is not raised is a no-op in etcd.
+    pub async fn disarm_nospace(&self, member: MemberId) -> Result<(), ClientError> {
+        self.on_any_voter("alarm disarm", |mut c| async move {
+            let mut options = AlarmOptions::new();
+            options.with_member(member.get());
+            c.alarm(AlarmAction::Deactivate, AlarmType::Nospace, Some(options))
+                .await
+        })
+        .await
+        .map(|_| ())
     }
 }

@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+mod maintenance;
 mod selector;
+pub use maintenance::{DefragRecord, Defragmentation, DefragmentationStatus};
 pub use selector::SelectorError;
 
 /// API group of the operator's resources.
@@ -57,8 +59,16 @@ pub struct EtcdClusterSpec {
     pub timing: Timing,
     /// etcd's backend quota in GiB (etcd supports up to 8 GiB by default, at most 32).
     #[serde(default = "default_quota_gib")]
-    #[x_kube(validation = Rule::new("self >= 1 && self <= 32").message("backendQuotaGiB must be between 1 and 32"))]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 32").message("backendQuotaGib must be between 1 and 32"))]
     pub backend_quota_gib: u32,
+    /// The quota in MiB instead, for small (test) clusters: takes precedence over
+    /// `backendQuotaGib` when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 16 && self <= 32768").message("backendQuotaMib must be between 16 and 32768"))]
+    pub backend_quota_mib: Option<u32>,
+    /// When members are defragmented.
+    #[serde(default)]
+    pub defragmentation: Defragmentation,
     /// How many old revisions to keep.
     #[serde(default)]
     pub revision_history: RevisionHistory,
@@ -100,6 +110,8 @@ impl Default for EtcdClusterSpec {
             force_redeployment_reason: String::new(),
             timing: Timing::default(),
             backend_quota_gib: default_quota_gib(),
+            backend_quota_mib: None,
+            defragmentation: Defragmentation::default(),
             revision_history: RevisionHistory::default(),
             learner_start_deadline_seconds: default_learner_start_deadline(),
             local_client_listener: true,
@@ -110,6 +122,14 @@ impl Default for EtcdClusterSpec {
 }
 
 impl EtcdClusterSpec {
+    /// etcd's `--quota-backend-bytes`.
+    pub fn quota_bytes(&self) -> u64 {
+        match self.backend_quota_mib {
+            Some(mib) => u64::from(mib) << 20,
+            None => u64::from(self.backend_quota_gib) << 30,
+        }
+    }
+
     /// The node selector in effect.
     pub fn node_selector(&self) -> BTreeMap<String, String> {
         if self.control_plane_node_selector.is_empty() {
@@ -298,6 +318,9 @@ pub struct EtcdClusterStatus {
     /// Per node: replacements of a member that stayed unhealthy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub remediations: Vec<RemediationStatus>,
+    /// What the defragmentation controller is doing and did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defragmentation: Option<DefragmentationStatus>,
 }
 
 /// A status condition (the Kubernetes shape, with `lastTransitionTime` kept while the status

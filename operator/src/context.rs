@@ -110,4 +110,6 @@ pub struct PassState {
     /// Membership's learner add that etcd refuses for its health window (the rollout holds
     /// serving nodes' restarts meanwhile: `controllers::rollout_hold`).
     pub add_refused: Option<crate::controllers::rollout_hold::AddRefused>,
+    /// The defragmentation running now (`controllers::defrag`).
+    pub defrag: Option<crate::controllers::defrag::DefragRun>,
 }

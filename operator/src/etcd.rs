@@ -77,6 +77,35 @@ pub struct MemberObs {
     pub healthy: bool,
     pub raft_index: Option<u64>,
     pub error: Option<String>,
+    /// The last entry the member applied (behind `raft_index` while its store is held).
+    pub applied_index: Option<u64>,
+    /// Its database file's size and the part live data uses (bytes).
+    pub db: Option<DbSize>,
+    /// Its store revision.
+    pub revision: Option<i64>,
+}
+
+/// A member's database file: its size and the part in use (the rest is free pages a
+/// defragmentation gives back).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DbSize {
+    pub total: i64,
+    pub in_use: i64,
+}
+
+impl DbSize {
+    /// Bytes a defragmentation would give back.
+    pub fn free(self) -> i64 {
+        (self.total - self.in_use).max(0)
+    }
+
+    /// The free share of the file, in percent (0 for an empty file).
+    pub fn fragmented_percent(self) -> u32 {
+        if self.total <= 0 {
+            return 0;
+        }
+        u32::try_from(self.free().saturating_mul(100) / self.total).unwrap_or(100)
+    }
 }
 
 impl EtcdObservation {
@@ -204,6 +233,12 @@ pub async fn observe(client: &EtcdClient) -> EtcdObservation {
                         healthy,
                         raft_index: Some(s.raft_index),
                         error: (!healthy).then(|| "no leader".to_owned()),
+                        applied_index: Some(s.raft_applied_index),
+                        revision: Some(s.revision),
+                        db: Some(DbSize {
+                            total: s.db_size,
+                            in_use: s.db_size_in_use,
+                        }),
                     },
                     MemberId::new(s.leader),
                     print,

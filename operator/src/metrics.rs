@@ -49,6 +49,11 @@ pub struct NodeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AlarmLabel {
+    pub alarm: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MemberLabel {
     pub member: String,
 }
@@ -88,6 +93,14 @@ pub struct Metrics {
     pub ca_expiry: Gauge,
     pub is_leader: Gauge,
     pub condition: Family<ConditionLabels, Gauge>,
+    pub member_db_size: Family<MemberLabel, Gauge>,
+    pub member_db_size_in_use: Family<MemberLabel, Gauge>,
+    pub quota_backend_bytes: Gauge,
+    pub alarms: Family<AlarmLabel, Gauge>,
+    pub defragmentations: Family<ResultLabel, Counter>,
+    pub defrag_reclaimed_bytes: Counter,
+    pub defrag_last_success: Family<MemberLabel, Gauge>,
+    pub defrag_in_progress: Gauge,
 }
 
 fn duration_histogram() -> Histogram {
@@ -127,6 +140,14 @@ impl Metrics {
             ca_expiry: Gauge::default(),
             is_leader: Gauge::default(),
             condition: Family::default(),
+            member_db_size: Family::default(),
+            member_db_size_in_use: Family::default(),
+            quota_backend_bytes: Gauge::default(),
+            alarms: Family::default(),
+            defragmentations: Family::default(),
+            defrag_reclaimed_bytes: Counter::default(),
+            defrag_last_success: Family::default(),
+            defrag_in_progress: Gauge::default(),
             registry: Registry::default(),
         };
         m.register_reconcile_metrics(&mut registry);
@@ -135,6 +156,14 @@ impl Metrics {
         m.register_learner_metrics(&mut registry);
         m.register_certificate_metrics(&mut registry);
         m.register_status_metrics(&mut registry);
+        m.register_maintenance_metrics(&mut registry);
+        for alarm in ["NOSPACE", "CORRUPT"] {
+            m.alarms
+                .get_or_create(&AlarmLabel {
+                    alarm: alarm.to_owned(),
+                })
+                .set(0);
+        }
         Self { registry, ..m }
     }
 
@@ -249,6 +278,50 @@ impl Metrics {
             "condition",
             "EtcdCluster status conditions: 1 on the current status of each type, 0 on the others",
             self.condition.clone(),
+        );
+    }
+
+    /// Registers the database and defragmentation metrics.
+    fn register_maintenance_metrics(&self, registry: &mut Registry) {
+        registry.register(
+            "member_db_size_bytes",
+            "Size of each member's database file, free pages included",
+            self.member_db_size.clone(),
+        );
+        registry.register(
+            "member_db_size_in_use_bytes",
+            "Part of each member's database file that live data uses",
+            self.member_db_size_in_use.clone(),
+        );
+        registry.register(
+            "quota_backend_bytes",
+            "etcd's backend quota as the spec sets it",
+            self.quota_backend_bytes.clone(),
+        );
+        registry.register(
+            "alarms",
+            "Members with each etcd alarm raised (NOSPACE: etcd refuses every write but deletes)",
+            self.alarms.clone(),
+        );
+        registry.register(
+            "defragmentations",
+            "Defragmentations of one member, by result (succeeded, failed, timed_out, interrupted)",
+            self.defragmentations.clone(),
+        );
+        registry.register(
+            "defrag_reclaimed_bytes",
+            "Bytes given back to the filesystem by defragmentations",
+            self.defrag_reclaimed_bytes.clone(),
+        );
+        registry.register(
+            "defrag_last_success_timestamp_seconds",
+            "When each member's last defragmentation succeeded",
+            self.defrag_last_success.clone(),
+        );
+        registry.register(
+            "defrag_in_progress",
+            "1 while a member is being defragmented",
+            self.defrag_in_progress.clone(),
         );
     }
 

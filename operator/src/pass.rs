@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cert-signer → etcd-observer → membership (+ learner-promotion; one change, then a fresh pass)
-//!   → target-config → revision → installer → endpoints → status
+//!   → target-config → revision → installer → endpoints → defragmentation → status
 //! ```
 //!
 //! The order is a pipeline: each controller may end the pass ([`Flow::Stop`]) when what follows
@@ -18,11 +18,14 @@ use std::time::Duration;
 use ::membership::Denial;
 use time::OffsetDateTime;
 
-use crate::api::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, NodeStatus, RemediationStatus};
+use crate::api::{
+    DefragmentationStatus, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, NodeStatus,
+    RemediationStatus,
+};
 use crate::context::{Context, PassState};
 use crate::controllers::{
-    ControllerError, ControllerName, Flow, cert_signer, endpoints, etcd_observer, installer,
-    member_status, membership, remediation, revisions, target_config,
+    ControllerError, ControllerName, Flow, cert_signer, defrag, endpoints, etcd_observer,
+    installer, member_status, membership, remediation, revisions, target_config,
 };
 use crate::metrics::{ActionLabel, RuleLabel};
 use crate::observed::{Inputs, Observed};
@@ -113,6 +116,7 @@ pub struct Pass<'a> {
     pub latest: i64,
     pub node_statuses: Vec<NodeStatus>,
     pub remediations: Vec<RemediationStatus>,
+    pub defrag: DefragmentationStatus,
 }
 
 impl std::fmt::Debug for Pass<'_> {
@@ -245,6 +249,7 @@ async fn run(
         latest: o.prev.latest_available_revision,
         node_statuses: o.prev.node_statuses.clone(),
         remediations: o.prev.remediations.clone(),
+        defrag: o.prev.defragmentation.clone().unwrap_or_default(),
         report: PassReport {
             requeue_after: IDLE_REQUEUE,
             ..Default::default()
@@ -319,7 +324,11 @@ async fn controllers(p: &mut Pass<'_>) -> Result<(), ControllerError> {
         return Ok(());
     }
     let tls = cert_signer::reconcile(p).await?;
-    if etcd_observer::reconcile(p, &tls).await == Flow::Stop
+    if etcd_observer::reconcile(p, &tls).await == Flow::Stop {
+        return Ok(());
+    }
+    defrag::collect(p).await;
+    if defrag::holds(p)
         || p.waits(N::Membership)
         || p.waits(N::LearnerPromotion)
         || membership::reconcile(p, &tls.with_certs).await? == Flow::Stop
@@ -340,7 +349,11 @@ async fn controllers(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     if p.waits(N::Endpoints) {
         return Ok(());
     }
-    endpoints::reconcile(p).await
+    endpoints::reconcile(p).await?;
+    if p.waits(N::Defrag) {
+        return Ok(());
+    }
+    defrag::reconcile(p).await
 }
 
 /// A controller failed: its Degraded condition, a metric, and when to come back.
@@ -400,6 +413,7 @@ async fn write_status(p: &mut Pass<'_>) {
             now,
         ),
         members,
+        defragmentation: (p.defrag != DefragmentationStatus::default()).then(|| p.defrag.clone()),
     };
     for c in &status.conditions {
         p.ctx.metrics.condition(&c.type_, &c.status);

@@ -32,6 +32,7 @@ fn pass_at<'a>(
         latest: 0,
         node_statuses: Vec::new(),
         remediations: Vec::new(),
+        defrag: Default::default(),
     }
 }
 

@@ -36,6 +36,7 @@ pub enum ConditionType {
     RevisionControllerDegraded,
     InstallerControllerDegraded,
     EndpointsControllerDegraded,
+    DefragControllerDegraded,
 }
 
 impl ConditionType {
@@ -56,11 +57,12 @@ impl ConditionType {
             ConditionType::RevisionControllerDegraded => "RevisionControllerDegraded",
             ConditionType::InstallerControllerDegraded => "InstallerControllerDegraded",
             ConditionType::EndpointsControllerDegraded => "EndpointsControllerDegraded",
+            ConditionType::DefragControllerDegraded => "DefragControllerDegraded",
         }
     }
 
     /// The per-controller Degraded conditions.
-    pub const CONTROLLERS: [ConditionType; 7] = [
+    pub const CONTROLLERS: [ConditionType; 8] = [
         ConditionType::CertSignerDegraded,
         ConditionType::EtcdObserverDegraded,
         ConditionType::MembershipControllerDegraded,
@@ -68,6 +70,7 @@ impl ConditionType {
         ConditionType::RevisionControllerDegraded,
         ConditionType::InstallerControllerDegraded,
         ConditionType::EndpointsControllerDegraded,
+        ConditionType::DefragControllerDegraded,
     ];
 }
 
@@ -88,6 +91,10 @@ pub enum Reason {
     BlockedByVerify,
     PlannedRestart,
     RemediationExhausted,
+    NoSpace,
+    // defragmentation
+    Defragmenting,
+    DefragmentationFailed,
     // membership and learner promotion
     Planned,
     Unmanaged,
@@ -125,6 +132,9 @@ impl Reason {
             Reason::BlockedByVerify => "BlockedByVerify",
             Reason::PlannedRestart => "PlannedRestart",
             Reason::RemediationExhausted => "RemediationExhausted",
+            Reason::NoSpace => "NoSpace",
+            Reason::Defragmenting => "Defragmenting",
+            Reason::DefragmentationFailed => "DefragmentationFailed",
             Reason::Planned => "Planned",
             Reason::Unmanaged => "Unmanaged",
             Reason::WaitingForQuorumGate => "WaitingForQuorumGate",

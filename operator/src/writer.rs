@@ -136,7 +136,9 @@ impl Writer {
             return Ok(());
         }
         let api: Api<EtcdCluster> = Api::all(self.client.clone());
-        let patch = serde_json::json!({ "status": status });
+        let new = serde_json::to_value(status).unwrap_or(serde_json::Value::Null);
+        let old = serde_json::to_value(&cluster.status).unwrap_or(serde_json::Value::Null);
+        let patch = serde_json::json!({ "status": with_removals(new, &old) });
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map(|_| ())
@@ -425,6 +427,28 @@ where
     }
 }
 
+/// `new` as a JSON merge patch over `old`: a field `old` has and `new` lacks (an optional field
+/// that became empty) is sent as `null`, so the merge removes it instead of keeping it.
+fn with_removals(new: serde_json::Value, old: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match (new, old) {
+        (Value::Object(mut n), Value::Object(o)) => {
+            for (k, old_v) in o {
+                match n.remove(k) {
+                    Some(new_v) => {
+                        n.insert(k.clone(), with_removals(new_v, old_v));
+                    }
+                    None => {
+                        n.insert(k.clone(), Value::Null);
+                    }
+                }
+            }
+            Value::Object(n)
+        }
+        (new, _) => new,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,5 +493,16 @@ mod tests {
         assert!(satisfied(&want(None), None));
         assert!(!satisfied(&want(None), Some("5")));
         assert!(satisfied(&want(Some("abc")), Some("abc")));
+    }
+
+    #[test]
+    fn a_status_field_that_became_empty_is_removed_by_the_merge_patch() {
+        let old =
+            serde_json::json!({"a": 1, "d": {"inProgress": {"x": 1}, "members": [1]}, "r": [1]});
+        let new = serde_json::json!({"a": 2, "d": {"members": [2]}});
+        assert_eq!(
+            with_removals(new, &old),
+            serde_json::json!({"a": 2, "d": {"inProgress": null, "members": [2]}, "r": null})
+        );
     }
 }

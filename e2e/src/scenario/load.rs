@@ -31,9 +31,19 @@ pub struct LoadReport {
     pub longest_gap_at_s: f64,
 }
 
+/// The load over a stretch of a scenario ([`WriteLoad::window`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Window {
+    pub acknowledged: u64,
+    pub failed: u64,
+    pub longest_gap: Duration,
+}
+
 #[derive(Debug, Default)]
 struct Progress {
     acked: Vec<u64>,
+    /// When each write was acknowledged or failed (`true`: acknowledged).
+    times: Vec<(Instant, bool)>,
     failed: u64,
     longest_gap: Duration,
     longest_gap_at: Duration,
@@ -181,15 +191,18 @@ impl WriteLoad {
                         }
                         last_ack = Instant::now();
                         prog.acked.push(seq);
+                        prog.times.push((last_ack, true));
                         seq += 1;
                     }
                     Ok(Err(e)) => {
                         prog.failed += 1;
+                        prog.times.push((Instant::now(), false));
                         prog.last_error = Some(e.to_string());
                         seq += 1;
                     }
                     Err(_) => {
                         prog.failed += 1;
+                        prog.times.push((Instant::now(), false));
                         prog.last_error = Some("put timed out".into());
                         seq += 1;
                     }
@@ -211,6 +224,25 @@ impl WriteLoad {
     /// Acknowledged writes so far.
     pub async fn acknowledged(&self) -> u64 {
         self.progress.lock().await.acked.len() as u64
+    }
+
+    /// What the load saw from `since` until now: acknowledged and failed writes, and the
+    /// longest time without an acknowledgement (measured from `since` for the first one).
+    pub async fn window(&self, since: Instant) -> Window {
+        let prog = self.progress.lock().await;
+        let mut w = Window::default();
+        let mut last = since;
+        for (at, acked) in prog.times.iter().filter(|(at, _)| *at >= since) {
+            if *acked {
+                w.acknowledged += 1;
+                w.longest_gap = w.longest_gap.max(at.duration_since(last));
+                last = *at;
+            } else {
+                w.failed += 1;
+            }
+        }
+        w.longest_gap = w.longest_gap.max(last.elapsed());
+        w
     }
 
     /// The last error the writer saw.

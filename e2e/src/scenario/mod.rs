@@ -13,11 +13,14 @@
 //! | `odd-voters` | n4 joins as a standby learner (3 voters stay: never an even count); n1 is deleted and the standby is promoted |
 //! | `member-removed-externally` | n2's running member is removed with the etcd API, as `etcdctl member remove` would: n2 comes back as a new member by itself |
 //! | `node-selector` | the spec's control-plane selector changes at runtime (same nodes picked by a new label, then an invalid key, then fixed): no member is touched, the invalid key is `MembershipControllerDegraded` naming it |
+//! | `defrag` | 24 MiB written, deleted and compacted: the operator defragments the three voters one at a time, the leader last after handing its leadership away; writes never pause longer than 250 ms |
+//! | `nospace` | a 48 MiB quota filled until etcd raises `NOSPACE`: the status says an admin must delete data; after the delete and a compaction the operator defragments every voter, disarms the alarm and writes resume |
 //! | `unhealthy-member-replaced` | n2's WAL becomes unreadable, so etcd-verify keeps its etcd down: after `memberRemediation.unhealthySeconds` the member is replaced and `status.remediations` counts the attempt |
 
 pub mod consistency;
 pub mod harness;
 pub mod load;
+mod maintenance;
 mod node_selector;
 mod scenarios;
 
@@ -27,7 +30,7 @@ use std::time::Instant;
 pub use harness::{Harness, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 13] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -39,6 +42,8 @@ pub const NAMES: [&str; 11] = [
     "member-removed-externally",
     "unhealthy-member-replaced",
     "node-selector",
+    "defrag",
+    "nospace",
 ];
 
 /// The report of one scenario run (`report.json`).

@@ -49,6 +49,8 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "member-removed-externally" => member_removed_externally(&mut h).await,
         "unhealthy-member-replaced" => unhealthy_member_replaced(&mut h).await,
         "node-selector" => super::node_selector::node_selector(&mut h).await,
+        "defrag" => super::maintenance::defrag(&mut h).await,
+        "nospace" => super::maintenance::nospace(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
         ))),

@@ -35,6 +35,7 @@ fn up() -> Option<MemberObs> {
         healthy: true,
         raft_index: Some(100),
         error: None,
+        ..Default::default()
     })
 }
 
@@ -43,6 +44,7 @@ fn down(why: &str) -> Option<MemberObs> {
         healthy: false,
         raft_index: None,
         error: Some(why.to_owned()),
+        ..Default::default()
     })
 }
 

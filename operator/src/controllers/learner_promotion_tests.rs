@@ -229,6 +229,7 @@ fn promoting_obs(learner_index: Option<u64>, leader_index: Option<u64>) -> EtcdO
                 healthy: true,
                 raft_index: if i == 1 { leader_index } else { Some(110) },
                 error: None,
+                ..Default::default()
             },
         );
     }
@@ -238,6 +239,7 @@ fn promoting_obs(learner_index: Option<u64>, leader_index: Option<u64>) -> EtcdO
             healthy: true,
             raft_index: learner_index,
             error: None,
+            ..Default::default()
         },
     );
     o

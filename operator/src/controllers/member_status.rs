@@ -74,6 +74,7 @@ mod tests {
                         healthy: true,
                         raft_index: Some(9),
                         error: None,
+                        ..Default::default()
                     },
                 ),
                 (
@@ -82,6 +83,7 @@ mod tests {
                         healthy: healthy2,
                         raft_index: Some(9),
                         error: None,
+                        ..Default::default()
                     },
                 ),
             ]),

@@ -10,6 +10,7 @@
 //! labels, its log field and (through [`ControllerName::degraded`]) its Degraded condition.
 
 pub mod cert_signer;
+pub mod defrag;
 pub mod endpoints;
 pub mod etcd_observer;
 pub mod installer;
@@ -37,11 +38,12 @@ pub enum ControllerName {
     Revision,
     Installer,
     Endpoints,
+    Defrag,
 }
 
 impl ControllerName {
     /// The order of a pass (see `docs/architecture.md`).
-    pub const ORDER: [ControllerName; 8] = [
+    pub const ORDER: [ControllerName; 9] = [
         ControllerName::CertSigner,
         ControllerName::EtcdObserver,
         ControllerName::Membership,
@@ -50,6 +52,7 @@ impl ControllerName {
         ControllerName::Revision,
         ControllerName::Installer,
         ControllerName::Endpoints,
+        ControllerName::Defrag,
     ];
 
     /// Plan line, metric label and log field.
@@ -63,6 +66,7 @@ impl ControllerName {
             ControllerName::Revision => "revision",
             ControllerName::Installer => "installer",
             ControllerName::Endpoints => "endpoints",
+            ControllerName::Defrag => "defragmentation",
         }
     }
 
@@ -79,6 +83,7 @@ impl ControllerName {
             ControllerName::Revision => ConditionType::RevisionControllerDegraded,
             ControllerName::Installer => ConditionType::InstallerControllerDegraded,
             ControllerName::Endpoints => ConditionType::EndpointsControllerDegraded,
+            ControllerName::Defrag => ConditionType::DefragControllerDegraded,
         }
     }
 }

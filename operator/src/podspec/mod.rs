@@ -184,7 +184,7 @@ pub fn render_pod(input: &PodInput<'_>) -> Result<String, RenderError> {
         verify_timeout: VERIFY_TIMEOUT,
         heartbeat_ms: input.spec.timing.heartbeat_interval_ms,
         election_ms: input.spec.timing.election_timeout_ms,
-        quota_bytes: u64::from(input.spec.backend_quota_gib) << 30,
+        quota_bytes: input.spec.quota_bytes(),
         local_client_listener: input.spec.local_client_listener,
         auto_compaction_retention: AUTO_COMPACTION_RETENTION,
         certs: &certs,

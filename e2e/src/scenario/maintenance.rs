@@ -1,0 +1,243 @@
+//! The day-2 scenarios: `defrag` (a fragmented cluster defragmented one member at a time, the
+//! leader last, under the write load) and `nospace` (a small quota filled until etcd raises
+//! `NOSPACE`; the operator defragments every voter, finds that frees too little and says an admin
+//! must delete data; once data is deleted and compacted it defragments again, disarms the alarm,
+//! and writes resume).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use etcd_operator::api::{DefragRecord, EtcdClusterStatus};
+
+use super::harness::Harness;
+use crate::controlplane::ControlPlaneError;
+
+const DEADLINE: Duration = Duration::from_secs(180);
+/// The longest write gap the `defrag` scenario accepts while members are defragmented.
+const MAX_GAP: Duration = Duration::from_millis(250);
+const MIB: usize = 1 << 20;
+
+fn failed(msg: impl Into<String>) -> ControlPlaneError {
+    ControlPlaneError::Failed(msg.into())
+}
+
+fn leader(s: &EtcdClusterStatus) -> Option<String> {
+    s.members.iter().find(|m| m.leader).map(|m| m.name.clone())
+}
+
+fn records(s: &EtcdClusterStatus) -> Vec<DefragRecord> {
+    s.defragmentation
+        .as_ref()
+        .map(|d| d.members.clone())
+        .unwrap_or_default()
+}
+
+/// Writes `count` values of 1 MiB under `prefix` (stopping at the first refusal when
+/// `until_refused`); returns how many were written and the refusal, if any.
+async fn fill(
+    h: &Harness,
+    prefix: &str,
+    count: usize,
+    until_refused: bool,
+) -> Result<(usize, Option<String>), ControlPlaneError> {
+    let etcd = h.etcd().await?;
+    let value = vec![b'x'; MIB - 1024];
+    for i in 0..count {
+        if let Err(e) = etcd.put(&format!("{prefix}{i:05}"), value.clone()).await {
+            if until_refused {
+                return Ok((i, Some(e.to_string())));
+            }
+            return Err(failed(format!("writing {prefix}{i:05}: {e}")));
+        }
+    }
+    Ok((count, None))
+}
+
+/// Deletes everything under `prefix` and compacts to the current revision, as the API server's
+/// compaction would.
+async fn delete_and_compact(h: &mut Harness, prefix: &str) -> Result<(), ControlPlaneError> {
+    let etcd = h.etcd().await?;
+    let (deleted, revision) = etcd
+        .delete_prefix(prefix)
+        .await
+        .map_err(|e| failed(format!("deleting {prefix}: {e}")))?;
+    etcd.compact(revision)
+        .await
+        .map_err(|e| failed(format!("compacting at {revision}: {e}")))?;
+    h.step(format!(
+        "deleted {deleted} key(s) under {prefix} and compacted at revision {revision}"
+    ));
+    Ok(())
+}
+
+/// Polls the status until every voter has a record started after `since_records` (the records
+/// before), noting the order in which members were in progress; returns that order and the
+/// final status.
+async fn watch_defrags(
+    h: &mut Harness,
+    before: &[DefragRecord],
+    voters: usize,
+) -> Result<(Vec<String>, EtcdClusterStatus), ControlPlaneError> {
+    let started = Instant::now();
+    let mut order: Vec<String> = Vec::new();
+    loop {
+        let s = h.status().await;
+        if let Some(p) = s
+            .defragmentation
+            .as_ref()
+            .and_then(|d| d.in_progress.as_ref())
+            && order.last() != Some(&p.member_name)
+        {
+            order.push(p.member_name.clone());
+            let line = format!(
+                "defragmenting {} (trigger {}, file {} bytes)",
+                p.member_name, p.trigger, p.db_size_before
+            );
+            h.step(line);
+        }
+        let done: BTreeSet<String> = records(&s)
+            .into_iter()
+            .filter(|r| !before.contains(r) && !r.result.is_empty())
+            .map(|r| r.member_name)
+            .collect();
+        if done.len() >= voters {
+            h.step(format!(
+                "every voter defragmented, in this order: {} (after {:.1}s)",
+                order.join(", "),
+                started.elapsed().as_secs_f64()
+            ));
+            return Ok((order, s));
+        }
+        if started.elapsed() > DEADLINE {
+            return Err(failed(format!(
+                "timed out after {DEADLINE:?} waiting for every voter to be defragmented; seen in progress: {order:?}; done: {done:?}\n{}",
+                h.describe().await
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub(super) async fn defrag(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    fill(h, "/sandbox-frag/", 24, false).await?;
+    h.step("wrote 24 values of 1 MiB under /sandbox-frag/");
+    let before = records(&h.status().await);
+    delete_and_compact(h, "/sandbox-frag/").await?;
+    let since = Instant::now();
+    // Lowering the size threshold is a spec change: the next pass sees the fragmented files at
+    // once (a settled cluster's sizes are otherwise looked at every resync, 60 s).
+    h.patch_spec(serde_json::json!({"defragmentation": {"minDbSizeMib": 16}}))
+        .await?;
+    let leader_before = leader(&h.status().await).ok_or_else(|| failed("no leader in status"))?;
+    h.step(format!("{leader_before} leads"));
+    let (order, s) = watch_defrags(h, &before, 3).await?;
+    let window = match &h.load {
+        Some(l) => l.window(since).await,
+        None => return Err(failed("no write load")),
+    };
+    h.step(format!(
+        "while defragmenting: {} write(s) acknowledged, {} failed, longest gap {} ms",
+        window.acknowledged,
+        window.failed,
+        window.longest_gap.as_millis()
+    ));
+    let distinct: BTreeSet<&String> = order.iter().collect();
+    if order.len() != 3 || distinct.len() != 3 {
+        return Err(failed(format!(
+            "expected three members defragmented one after another, saw {order:?}"
+        )));
+    }
+    if order.last() != Some(&leader_before) {
+        return Err(failed(format!(
+            "the leader {leader_before} was not defragmented last: {order:?}"
+        )));
+    }
+    if leader(&s).as_ref() == Some(&leader_before) {
+        return Err(failed(format!(
+            "{leader_before} still leads: its leadership was not handed away before its defragmentation"
+        )));
+    }
+    for r in records(&s) {
+        if r.result != "Succeeded" || r.db_size_after >= r.db_size_before {
+            return Err(failed(format!(
+                "{}: {} ({}), file {} -> {} bytes",
+                r.member_name, r.result, r.message, r.db_size_before, r.db_size_after
+            )));
+        }
+    }
+    if window.longest_gap > MAX_GAP || window.failed > 0 {
+        return Err(failed(format!(
+            "writes paused {} ms ({} failed) while members were defragmented (at most {} ms, none failed)",
+            window.longest_gap.as_millis(),
+            window.failed,
+            MAX_GAP.as_millis()
+        )));
+    }
+    Ok(())
+}
+
+pub(super) async fn nospace(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    let revision = h.status().await.latest_available_revision;
+    h.patch_spec(serde_json::json!({"backendQuotaMib": 48}))
+        .await?;
+    h.wait_status("the 48 MiB quota rolled out", DEADLINE, |s| {
+        crate::view::settled(s, 3) && s.latest_available_revision > revision
+    })
+    .await?;
+    let (written, refused) = fill(h, "/sandbox-fill/", 200, true).await?;
+    let refused = refused.ok_or_else(|| failed("200 MiB written under a 48 MiB quota"))?;
+    if !refused.contains("space exceeded") {
+        return Err(failed(format!(
+            "the fill was refused for another reason: {refused}"
+        )));
+    }
+    h.step(format!(
+        "{written} MiB written, then etcd refused: {refused}"
+    ));
+    h.wait_status(
+        "NOSPACE reported with what an admin must do",
+        DEADLINE,
+        |s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == "EtcdMembersDegraded"
+                    && c.status == "True"
+                    && c.message.contains("An admin must delete data")
+            })
+        },
+    )
+    .await?;
+    // The operator tried every voter first; what it does after the cleanup comes after these.
+    let before = records(&h.status().await);
+    let acked_during_alarm = match &h.load {
+        Some(l) => l.acknowledged().await,
+        None => return Err(failed("no write load")),
+    };
+    delete_and_compact(h, "/sandbox-fill/").await?;
+    let since = Instant::now();
+    watch_defrags(h, &before, 3).await?;
+    h.wait_status("the NOSPACE alarm cleared", DEADLINE, |s| {
+        !s.conditions
+            .iter()
+            .any(|c| c.type_ == "EtcdMembersDegraded" && c.status == "True")
+    })
+    .await?;
+    let Some(load) = &h.load else {
+        return Err(failed("no write load"));
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while load.acknowledged().await <= acked_during_alarm + 5 {
+        if Instant::now() > deadline {
+            return Err(failed(format!(
+                "writes did not resume after the disarm; last error: {:?}",
+                load.last_error().await
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let w = load.window(since).await;
+    h.step(format!(
+        "writes resumed: {} acknowledged since the cleanup ({} failed)",
+        w.acknowledged, w.failed
+    ));
+    Ok(())
+}

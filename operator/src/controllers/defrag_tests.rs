@@ -1,0 +1,301 @@
+//! The defragmentation decision: triggers, order (followers first, the leader after a handover),
+//! the gate, catching up, back-off after failures, requests, and NOSPACE disarm or admin message.
+
+use membership::{Member, Preflight, RaisedAlarm};
+
+use super::*;
+use crate::etcd::MemberObs;
+
+const MIB: i64 = 1 << 20;
+
+fn id(i: u64) -> MemberId {
+    MemberId::new(i).unwrap()
+}
+
+fn voter(i: u64) -> Member {
+    Member::voter(
+        id(i),
+        &format!("n{i}"),
+        format!("https://10.0.0.{i}:2380").parse().unwrap(),
+    )
+    .with_client_url(format!("https://10.0.0.{i}:2379").parse().unwrap())
+}
+
+/// Three healthy voters, n1 leading, each with a file of `total` MiB of which `in_use` MiB live.
+fn cluster(dbs: [(i64, i64); 3]) -> EtcdObservation {
+    let mut o = EtcdObservation {
+        leader: Some(id(1)),
+        ..Default::default()
+    };
+    for (i, (total, in_use)) in (1..=3).zip(dbs) {
+        o.members.push(voter(i));
+        o.health.insert(
+            id(i),
+            MemberObs {
+                healthy: true,
+                raft_index: Some(1000),
+                applied_index: Some(1000),
+                revision: Some(500),
+                db: Some(DbSize {
+                    total: total * MIB,
+                    in_use: in_use * MIB,
+                }),
+                ..Default::default()
+            },
+        );
+    }
+    o
+}
+
+fn nospace(mut o: EtcdObservation) -> EtcdObservation {
+    o.preflight = Preflight {
+        alarms: vec![RaisedAlarm {
+            member: id(2),
+            kind: AlarmKind::NoSpace,
+        }],
+        ..Default::default()
+    };
+    o
+}
+
+fn spec() -> Defragmentation {
+    Defragmentation::default()
+}
+
+fn now() -> OffsetDateTime {
+    OffsetDateTime::parse(
+        "2026-11-25T12:00:00Z",
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap()
+}
+
+fn view<'a>(
+    obs: &'a EtcdObservation,
+    spec: &'a Defragmentation,
+    status: &'a DefragmentationStatus,
+) -> View<'a> {
+    View {
+        obs,
+        spec,
+        status,
+        quota_bytes: 100 << 20,
+        running: None,
+        unsettled: None,
+        now: now(),
+    }
+}
+
+fn defragments(step: Step) -> (String, Trigger) {
+    match step {
+        Step::Defragment(d) => (d.name, d.trigger),
+        other => panic!("expected a defragmentation, got {other:?}"),
+    }
+}
+
+#[test]
+fn thresholds_pick_followers_first_and_hand_the_leader_s_leadership_away_last() {
+    // Every member 200 MiB with 50 MiB in use (75% free): all due; n1 leads.
+    let o = cluster([(200, 50), (200, 50), (200, 50)]);
+    let (s, st) = (spec(), DefragmentationStatus::default());
+    assert_eq!(
+        defragments(decide(&view(&o, &s, &st))),
+        ("n2".into(), Trigger::Threshold)
+    );
+    // n2 and n3 done (their files shrank): the leader is next, after a handover to the most
+    // advanced healthy voter.
+    let mut o = cluster([(200, 50), (50, 50), (50, 50)]);
+    o.health.get_mut(&id(3)).unwrap().raft_index = Some(1001);
+    match decide(&view(&o, &s, &st)) {
+        Step::MoveLeader { from, to, .. } => assert_eq!((from, to), (id(1), id(3))),
+        other => panic!("expected a leadership move, got {other:?}"),
+    }
+    // Once n3 leads, n1 is a follower and is defragmented.
+    o.leader = Some(id(3));
+    assert_eq!(defragments(decide(&view(&o, &s, &st))).0, "n1");
+}
+
+#[test]
+fn below_either_threshold_nothing_is_due() {
+    let (s, st) = (spec(), DefragmentationStatus::default());
+    // Big but dense; fragmented but small.
+    for dbs in [[(200, 150); 3], [(50, 1); 3]] {
+        let o = cluster(dbs);
+        assert!(matches!(decide(&view(&o, &s, &st)), Step::Idle(_)));
+    }
+    let manual = Defragmentation {
+        automatic: false,
+        ..spec()
+    };
+    let o = cluster([(200, 50); 3]);
+    assert!(matches!(decide(&view(&o, &manual, &st)), Step::Idle(_)));
+}
+
+#[test]
+fn waits_for_settling_catch_up_and_the_running_one() {
+    let (s, st) = (spec(), DefragmentationStatus::default());
+    let o = cluster([(200, 50); 3]);
+    let mut v = view(&o, &s, &st);
+    v.unsettled = Some("node n3 runs the latest revision 4 (it runs 3)");
+    assert!(matches!(decide(&v), Step::Wait(w) if w.contains("n3 runs")));
+    let mut v = view(&o, &s, &st);
+    v.running = Some("n2");
+    assert!(matches!(decide(&v), Step::Wait(w) if w.contains("defragmenting n2")));
+    // n2 was just defragmented and has not applied what the leader committed.
+    let mut lag = cluster([(200, 50); 3]);
+    lag.health.get_mut(&id(2)).unwrap().applied_index = Some(500);
+    match decide(&view(&lag, &s, &st)) {
+        Step::Wait(w) => assert!(w.contains("n2 is catching up (applied 500"), "{w}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_gate_refuses_while_a_voter_is_unhealthy() {
+    let (s, st) = (spec(), DefragmentationStatus::default());
+    let mut o = cluster([(200, 50); 3]);
+    o.health.get_mut(&id(3)).unwrap().healthy = false;
+    match decide(&view(&o, &s, &st)) {
+        Step::Denied(d) => assert_eq!(d.rule, membership::DenyRule::VoterUnhealthy),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn record(name: &str, result: &str, end: &str, request: &str) -> DefragRecord {
+    DefragRecord {
+        member_name: name.into(),
+        member_id: "2".into(),
+        trigger: "Threshold".into(),
+        request: request.into(),
+        start_time: end.into(),
+        end_time: end.into(),
+        result: result.into(),
+        message: "no answer within 300s".into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_failed_member_is_not_retried_before_retry_after() {
+    let s = spec();
+    let o = cluster([(50, 50), (200, 50), (50, 50)]);
+    let st = DefragmentationStatus {
+        members: vec![record("n2", "TimedOut", "2026-11-25T11:30:00Z", "")],
+        ..Default::default()
+    };
+    match decide(&view(&o, &s, &st)) {
+        Step::Idle(w) => assert!(w.contains("n2: last defragmentation TimedOut"), "{w}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(failures(&st).len(), 1);
+    // An hour later it is tried again.
+    let st = DefragmentationStatus {
+        members: vec![record("n2", "TimedOut", "2026-11-25T10:59:00Z", "")],
+        ..Default::default()
+    };
+    assert_eq!(defragments(decide(&view(&o, &s, &st))).0, "n2");
+}
+
+#[test]
+fn a_request_reaches_every_voter_once() {
+    let s = Defragmentation {
+        request: "after-cleanup".into(),
+        ..spec()
+    };
+    let o = cluster([(50, 50); 3]);
+    let mut st = DefragmentationStatus::default();
+    assert_eq!(
+        defragments(decide(&view(&o, &s, &st))),
+        ("n2".into(), Trigger::Request)
+    );
+    st.members = vec![
+        record("n2", SUCCEEDED, "2026-11-25T11:59:00Z", "after-cleanup"),
+        record("n3", SUCCEEDED, "2026-11-25T11:59:00Z", "after-cleanup"),
+    ];
+    assert!(!request_done(&view(&o, &s, &st)));
+    assert!(matches!(
+        decide(&view(&o, &s, &st)),
+        Step::MoveLeader { .. }
+    ));
+    st.members.push(record(
+        "n1",
+        SUCCEEDED,
+        "2026-11-25T11:59:30Z",
+        "after-cleanup",
+    ));
+    assert!(request_done(&view(&o, &s, &st)));
+    st.handled_request = "after-cleanup".into();
+    assert!(matches!(decide(&view(&o, &s, &st)), Step::Idle(_)));
+}
+
+#[test]
+fn nospace_defragments_below_thresholds_then_disarms() {
+    let (s, st) = (spec(), DefragmentationStatus::default());
+    // 95 MiB files of a 100 MiB quota, 10 MiB live after the admin's delete and compaction.
+    let o = nospace(cluster([(95, 10); 3]));
+    assert_eq!(
+        defragments(decide(&view(&o, &s, &st))),
+        ("n2".into(), Trigger::NoSpace)
+    );
+    // All three defragmented: disarm n2's alarm.
+    let o = nospace(cluster([(11, 10); 3]));
+    assert_eq!(decide(&view(&o, &s, &st)), Step::Disarm(vec![id(2)]));
+}
+
+fn nospace_try(name: &str, end: &str, revision: i64) -> DefragRecord {
+    DefragRecord {
+        trigger: "NoSpace".into(),
+        revision,
+        ..record(name, SUCCEEDED, end, "")
+    }
+}
+
+#[test]
+fn nospace_with_live_data_at_the_quota_tries_each_voter_then_asks_an_admin() {
+    let s = spec();
+    let o = nospace(cluster([(100, 97); 3]));
+    // Not tried during this alarm yet: due although little is reported free (pages a
+    // compaction freed are not reported until the next write).
+    let st = DefragmentationStatus::default();
+    assert_eq!(
+        defragments(decide(&view(&o, &s, &st))),
+        ("n2".into(), Trigger::NoSpace)
+    );
+    // Every voter tried at the current revision, within the minute: an admin must act.
+    let tried = |end: &str, revision: i64| DefragmentationStatus {
+        members: ["n1", "n2", "n3"]
+            .iter()
+            .map(|n| nospace_try(n, end, revision))
+            .collect(),
+        ..Default::default()
+    };
+    let st = tried("2026-11-25T11:59:30Z", 500);
+    match decide(&view(&o, &s, &st)) {
+        Step::AdminMustDelete(m) => {
+            assert!(m.contains("An admin must delete data"), "{m}");
+            assert!(m.contains("n1: file 100.0 MiB, live data 97.0 MiB"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Keys were deleted since (the revision moved): tried again at once.
+    let st = tried("2026-11-25T11:59:30Z", 400);
+    assert_eq!(defragments(decide(&view(&o, &s, &st))).1, Trigger::NoSpace);
+    // And a minute after the last try in any case.
+    let st = tried("2026-11-25T11:58:59Z", 500);
+    assert_eq!(defragments(decide(&view(&o, &s, &st))).1, Trigger::NoSpace);
+}
+
+#[test]
+fn a_single_voter_is_defragmented_only_under_nospace() {
+    let s = spec();
+    let st = DefragmentationStatus::default();
+    let mut o = cluster([(200, 50); 3]);
+    o.members.truncate(1);
+    o.health.retain(|k, _| *k == id(1));
+    match decide(&view(&o, &s, &st)) {
+        Step::Denied(d) => assert_eq!(d.rule, membership::DenyRule::QuorumAfterAction),
+        other => panic!("{other:?}"),
+    }
+    let o = nospace(o);
+    assert_eq!(defragments(decide(&view(&o, &s, &st))).0, "n1");
+}

@@ -153,3 +153,8 @@ async fn defrag() {
 async fn nospace() {
     scenario("nospace").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corruption() {
+    scenario("corruption").await;
+}

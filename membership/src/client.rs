@@ -68,7 +68,7 @@ pub struct EndpointStatus {
 pub struct EtcdClient {
     endpoints: Vec<MemberUrl>,
     options: ConnectOptions,
-    call_timeout: Duration,
+    pub(crate) call_timeout: Duration,
     connections: Mutex<BTreeMap<MemberUrl, Client>>,
 }
 

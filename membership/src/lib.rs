@@ -18,6 +18,7 @@
 
 mod client;
 mod client_error;
+mod consistency;
 mod duration;
 mod env;
 mod gate;
@@ -33,6 +34,7 @@ pub use client::{
     ClientConfig, ClientError, EndpointFailure, EndpointStatus, EtcdClient, FailureKind,
     LiveMembers,
 };
+pub use consistency::{Divergence, HashVerdict, MemberHash, compare_hashes};
 pub use duration::{DurationError, parse_duration};
 pub use env::{
     EntryProblem, EnvFormatError, INITIAL_CLUSTER_VAR, InitialCluster, MEMBER_IDS_VAR, MemberIds,

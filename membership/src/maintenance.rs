@@ -32,8 +32,23 @@ impl EtcdClient {
         endpoint: &MemberUrl,
         revision: i64,
     ) -> Result<KvHash, ClientError> {
+        self.hash_kv_within(endpoint, revision, self.call_timeout)
+            .await
+    }
+
+    /// [`EtcdClient::hash_kv_at`], waiting at most `limit` (hashing a large store takes a while).
+    pub async fn hash_kv_within(
+        &self,
+        endpoint: &MemberUrl,
+        revision: i64,
+        limit: Duration,
+    ) -> Result<KvHash, ClientError> {
         let resp = self
-            .on(endpoint, |mut c| async move { c.hash_kv(revision).await })
+            .on_within(
+                endpoint,
+                limit,
+                |mut c| async move { c.hash_kv(revision).await },
+            )
             .await
             .map_err(ClientError::Endpoint)?;
         Ok(KvHash {

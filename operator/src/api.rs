@@ -12,7 +12,10 @@ use serde::{Deserialize, Serialize};
 
 mod maintenance;
 mod selector;
-pub use maintenance::{DefragRecord, Defragmentation, DefragmentationStatus};
+pub use maintenance::{
+    CorruptionCheck, CorruptionCheckStatus, DefragRecord, Defragmentation, DefragmentationStatus,
+    DivergentMember,
+};
 pub use selector::SelectorError;
 
 /// API group of the operator's resources.
@@ -69,6 +72,9 @@ pub struct EtcdClusterSpec {
     /// When members are defragmented.
     #[serde(default)]
     pub defragmentation: Defragmentation,
+    /// How often the members' data is compared, and what happens to a diverged member.
+    #[serde(default)]
+    pub corruption_check: CorruptionCheck,
     /// How many old revisions to keep.
     #[serde(default)]
     pub revision_history: RevisionHistory,
@@ -112,6 +118,7 @@ impl Default for EtcdClusterSpec {
             backend_quota_gib: default_quota_gib(),
             backend_quota_mib: None,
             defragmentation: Defragmentation::default(),
+            corruption_check: CorruptionCheck::default(),
             revision_history: RevisionHistory::default(),
             learner_start_deadline_seconds: default_learner_start_deadline(),
             local_client_listener: true,
@@ -321,6 +328,9 @@ pub struct EtcdClusterStatus {
     /// What the defragmentation controller is doing and did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub defragmentation: Option<DefragmentationStatus>,
+    /// The last comparison of the members' data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corruption_check: Option<CorruptionCheckStatus>,
 }
 
 /// A status condition (the Kubernetes shape, with `lastTransitionTime` kept while the status

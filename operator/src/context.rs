@@ -112,4 +112,6 @@ pub struct PassState {
     pub add_refused: Option<crate::controllers::rollout_hold::AddRefused>,
     /// The defragmentation running now (`controllers::defrag`).
     pub defrag: Option<crate::controllers::defrag::DefragRun>,
+    /// The consistency check running now (`controllers::corruption_check`).
+    pub corruption: Option<crate::controllers::corruption_check::CheckRun>,
 }

@@ -101,6 +101,8 @@ pub struct Metrics {
     pub defrag_reclaimed_bytes: Counter,
     pub defrag_last_success: Family<MemberLabel, Gauge>,
     pub defrag_in_progress: Gauge,
+    pub corruption_checks: Family<ResultLabel, Counter>,
+    pub members_divergent: Gauge,
 }
 
 fn duration_histogram() -> Histogram {
@@ -148,6 +150,8 @@ impl Metrics {
             defrag_reclaimed_bytes: Counter::default(),
             defrag_last_success: Family::default(),
             defrag_in_progress: Gauge::default(),
+            corruption_checks: Family::default(),
+            members_divergent: Gauge::default(),
             registry: Registry::default(),
         };
         m.register_reconcile_metrics(&mut registry);
@@ -322,6 +326,16 @@ impl Metrics {
             "defrag_in_progress",
             "1 while a member is being defragmented",
             self.defrag_in_progress.clone(),
+        );
+        registry.register(
+            "corruption_checks",
+            "Comparisons of every voter's HashKV, by result (consistent, divergent, inconclusive)",
+            self.corruption_checks.clone(),
+        );
+        registry.register(
+            "members_divergent",
+            "Members the last corruption check found holding data that diverged from the majority's",
+            self.members_divergent.clone(),
         );
     }
 

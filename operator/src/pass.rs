@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cert-signer → etcd-observer → membership (+ learner-promotion; one change, then a fresh pass)
-//!   → target-config → revision → installer → endpoints → defragmentation → status
+//!   → target-config → revision → installer → endpoints → defragmentation → corruption-check
+//!   → status
 //! ```
 //!
 //! The order is a pipeline: each controller may end the pass ([`Flow::Stop`]) when what follows
@@ -19,13 +20,13 @@ use ::membership::Denial;
 use time::OffsetDateTime;
 
 use crate::api::{
-    DefragmentationStatus, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, NodeStatus,
-    RemediationStatus,
+    CorruptionCheckStatus, DefragmentationStatus, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus,
+    NodeStatus, RemediationStatus,
 };
 use crate::context::{Context, PassState};
 use crate::controllers::{
-    ControllerError, ControllerName, Flow, cert_signer, defrag, endpoints, etcd_observer,
-    installer, member_status, membership, remediation, revisions, target_config,
+    ControllerError, ControllerName, Flow, cert_signer, corruption_check, defrag, endpoints,
+    etcd_observer, installer, member_status, membership, remediation, revisions, target_config,
 };
 use crate::metrics::{ActionLabel, RuleLabel};
 use crate::observed::{Inputs, Observed};
@@ -40,6 +41,9 @@ pub struct PassReport {
     pub requeue_after: Duration,
     /// Each controller's next action (or why it waits), in pipeline order.
     pub plan: Vec<PlanEntry>,
+    /// Time-driven work (a scheduled check) wants a whole pass within this long, even while
+    /// the cluster is settled and the idle health check sees no change; `None`: [`RESYNC`].
+    pub full_pass_within: Option<Duration>,
 }
 
 impl PassReport {
@@ -117,6 +121,7 @@ pub struct Pass<'a> {
     pub node_statuses: Vec<NodeStatus>,
     pub remediations: Vec<RemediationStatus>,
     pub defrag: DefragmentationStatus,
+    pub corruption: Option<CorruptionCheckStatus>,
 }
 
 impl std::fmt::Debug for Pass<'_> {
@@ -250,6 +255,7 @@ async fn run(
         node_statuses: o.prev.node_statuses.clone(),
         remediations: o.prev.remediations.clone(),
         defrag: o.prev.defragmentation.clone().unwrap_or_default(),
+        corruption: o.prev.corruption_check.clone(),
         report: PassReport {
             requeue_after: IDLE_REQUEUE,
             ..Default::default()
@@ -328,6 +334,7 @@ async fn controllers(p: &mut Pass<'_>) -> Result<(), ControllerError> {
         return Ok(());
     }
     defrag::collect(p).await;
+    corruption_check::collect(p).await;
     if defrag::holds(p)
         || p.waits(N::Membership)
         || p.waits(N::LearnerPromotion)
@@ -353,7 +360,9 @@ async fn controllers(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     if p.waits(N::Defrag) {
         return Ok(());
     }
-    defrag::reconcile(p).await
+    defrag::reconcile(p).await?;
+    corruption_check::reconcile(p);
+    Ok(())
 }
 
 /// A controller failed: its Degraded condition, a metric, and when to come back.
@@ -414,6 +423,7 @@ async fn write_status(p: &mut Pass<'_>) {
         ),
         members,
         defragmentation: (p.defrag != DefragmentationStatus::default()).then(|| p.defrag.clone()),
+        corruption_check: p.corruption.clone(),
     };
     for c in &status.conditions {
         p.ctx.metrics.condition(&c.type_, &c.status);

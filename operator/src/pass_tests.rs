@@ -33,6 +33,7 @@ fn pass_at<'a>(
         node_statuses: Vec::new(),
         remediations: Vec::new(),
         defrag: Default::default(),
+        corruption: None,
     }
 }
 

@@ -92,6 +92,7 @@ pub enum Reason {
     PlannedRestart,
     RemediationExhausted,
     NoSpace,
+    MembersDivergent,
     // defragmentation
     Defragmenting,
     DefragmentationFailed,
@@ -133,6 +134,7 @@ impl Reason {
             Reason::PlannedRestart => "PlannedRestart",
             Reason::RemediationExhausted => "RemediationExhausted",
             Reason::NoSpace => "NoSpace",
+            Reason::MembersDivergent => "MembersDivergent",
             Reason::Defragmenting => "Defragmenting",
             Reason::DefragmentationFailed => "DefragmentationFailed",
             Reason::Planned => "Planned",

@@ -8,19 +8,10 @@
 
 use std::time::{Duration, Instant};
 
-use membership::{EtcdClient, KvHash, MemberUrl};
+use membership::{EtcdClient, HashVerdict, KvHash, MemberHash, MemberUrl, compare_hashes};
 
 /// How often a member that is behind, or whose compaction has not caught up, is asked again.
 const RETRY: Duration = Duration::from_millis(100);
-
-/// One member's answer.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct MemberHash {
-    pub name: String,
-    pub endpoint: String,
-    pub hash: u32,
-    pub compact_revision: i64,
-}
 
 /// What the check saw (in `report.json`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -29,40 +20,6 @@ pub struct HashReport {
     pub members: Vec<MemberHash>,
     /// Learners, with etcd's refusal (etcd 3.4 serves `HashKV` to voters only).
     pub skipped: Vec<String>,
-}
-
-/// What a set of answers at one revision says.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    Equal,
-    /// Compact revisions differ: a compaction is still being applied; ask again.
-    NotComparable,
-    Diverged(String),
-}
-
-/// Compares the members' hashes at one revision.
-pub fn compare(members: &[MemberHash]) -> Verdict {
-    let Some(first) = members.first() else {
-        return Verdict::Diverged("no member answered HashKV".into());
-    };
-    if members
-        .iter()
-        .any(|m| m.compact_revision != first.compact_revision)
-    {
-        return Verdict::NotComparable;
-    }
-    if members.iter().all(|m| m.hash == first.hash) {
-        return Verdict::Equal;
-    }
-    let each: Vec<String> = members
-        .iter()
-        .map(|m| format!("{} {:08x}", m.name, m.hash))
-        .collect();
-    Verdict::Diverged(format!(
-        "members hold different data at one revision (compact revision {}): {}",
-        first.compact_revision,
-        each.join(", ")
-    ))
 }
 
 /// Asks every member for its hash at one revision until they are comparable or `deadline`
@@ -99,10 +56,9 @@ pub async fn check(client: &EtcdClient, deadline: Duration) -> Result<HashReport
                 Err(e) => behind.push(format!("{}: {e}", m.name)),
             }
         }
-        let verdict = compare(&report.members);
-        match verdict {
-            Verdict::Equal if behind.is_empty() => return Ok(report),
-            Verdict::Diverged(why) => return Err(why),
+        match compare_hashes(&report.members) {
+            HashVerdict::Equal if behind.is_empty() => return Ok(report),
+            HashVerdict::Diverged(d) => return Err(d.message),
             _ if Instant::now() >= until => {
                 return Err(format!(
                     "HashKV at revision {revision} not comparable within {deadline:?}: \
@@ -132,44 +88,6 @@ async fn ask(client: &EtcdClient, url: &MemberUrl, revision: i64) -> Result<KvHa
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn m(name: &str, hash: u32, compact: i64) -> MemberHash {
-        MemberHash {
-            name: name.into(),
-            endpoint: format!("https://{name}:2379"),
-            hash,
-            compact_revision: compact,
-        }
-    }
-
-    #[test]
-    fn equal_hashes_at_one_compact_revision_agree() {
-        assert_eq!(compare(&[m("n1", 7, 0), m("n2", 7, 0)]), Verdict::Equal);
-    }
-
-    #[test]
-    fn a_different_hash_names_every_member() {
-        let Verdict::Diverged(why) = compare(&[m("n1", 7, 3), m("n2", 8, 3)]) else {
-            panic!("not diverged");
-        };
-        assert!(
-            why.contains("n1 00000007") && why.contains("n2 00000008"),
-            "{why}"
-        );
-    }
-
-    #[test]
-    fn different_compact_revisions_are_asked_again() {
-        assert_eq!(
-            compare(&[m("n1", 7, 3), m("n2", 8, 5)]),
-            Verdict::NotComparable
-        );
-    }
-
-    #[test]
-    fn no_answer_is_a_failure() {
-        assert!(matches!(compare(&[]), Verdict::Diverged(_)));
-    }
 
     /// Real etcd 3.4: three voters agree at one revision, and a started learner is skipped with
     /// etcd's refusal.

@@ -15,9 +15,11 @@
 //! | `node-selector` | the spec's control-plane selector changes at runtime (same nodes picked by a new label, then an invalid key, then fixed): no member is touched, the invalid key is `MembershipControllerDegraded` naming it |
 //! | `defrag` | 24 MiB written, deleted and compacted: the operator defragments the three voters one at a time, the leader last after handing its leadership away; writes never pause longer than 250 ms |
 //! | `nospace` | a 48 MiB quota filled until etcd raises `NOSPACE`: the status says an admin must delete data; after the delete and a compaction the operator defragments every voter, disarms the alarm and writes resume |
+//! | `corruption` | n2's copy of a key is changed on disk while it is stopped, and a compaction keeps etcd's own start-up check from comparing: the operator's `HashKV` check names n2 within one interval (10 s), `replaceMinority` replaces it, and a later check finds every copy equal |
 //! | `unhealthy-member-replaced` | n2's WAL becomes unreadable, so etcd-verify keeps its etcd down: after `memberRemediation.unhealthySeconds` the member is replaced and `status.remediations` counts the attempt |
 
 pub mod consistency;
+mod corruption;
 pub mod harness;
 pub mod load;
 mod maintenance;
@@ -30,7 +32,7 @@ use std::time::Instant;
 pub use harness::{Harness, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 13] = [
+pub const NAMES: [&str; 14] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -44,6 +46,7 @@ pub const NAMES: [&str; 13] = [
     "node-selector",
     "defrag",
     "nospace",
+    "corruption",
 ];
 
 /// The report of one scenario run (`report.json`).

@@ -51,6 +51,7 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "node-selector" => super::node_selector::node_selector(&mut h).await,
         "defrag" => super::maintenance::defrag(&mut h).await,
         "nospace" => super::maintenance::nospace(&mut h).await,
+        "corruption" => super::corruption::corruption(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
         ))),

@@ -1,5 +1,6 @@
 //! The spec and status of etcd's day-2 care: when members are defragmented (thresholds, an
-//! explicit request) and what the last defragmentation of each member did.
+//! explicit request) and what the last defragmentation of each member did; how often the members'
+//! data is compared (`HashKV`) and what the last comparison found.
 
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
@@ -19,6 +20,9 @@ mod defaults {
     }
     pub fn retry_after_seconds() -> u32 {
         3600
+    }
+    pub fn check_interval_seconds() -> u32 {
+        300
     }
 }
 
@@ -117,4 +121,58 @@ pub struct DefragRecord {
     pub db_size_after: i64,
     #[serde(default)]
     pub duration_ms: u64,
+}
+
+/// The operator's own consistency check: every voter's `HashKV` compared at one revision, on a
+/// schedule (etcd 3.4 also checks a restarting member against its peers by itself,
+/// `--experimental-initial-corrupt-check`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CorruptionCheck {
+    /// Seconds between two checks; 0 turns the check off.
+    #[serde(default = "defaults::check_interval_seconds")]
+    #[x_kube(validation = Rule::new("self == 0 || (self >= 10 && self <= 86400)").message("intervalSeconds must be 0 or between 10 and 86400"))]
+    pub interval_seconds: u32,
+    /// Replace a member whose data the majority outvotes: removed through the quorum gate, its
+    /// data dir archived on its node, joined again as a learner that copies the majority's data.
+    /// Off: the member is only reported (`EtcdMembersDegraded`, alert `EtcdMembersDivergent`).
+    #[serde(default)]
+    pub replace_minority: bool,
+}
+
+impl Default for CorruptionCheck {
+    fn default() -> Self {
+        Self {
+            interval_seconds: defaults::check_interval_seconds(),
+            replace_minority: false,
+        }
+    }
+}
+
+/// The last consistency check.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CorruptionCheckStatus {
+    /// RFC 3339: when the last check ended.
+    pub last_check_time: String,
+    /// The revision the hashes were compared at.
+    #[serde(default)]
+    pub revision: i64,
+    /// `Consistent`, `Divergent` or `Inconclusive` (not every voter answered in time, or a
+    /// compaction was being applied).
+    pub result: String,
+    /// The members the majority outvoted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub divergent_members: Vec<DivergentMember>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// A member whose data differs from the majority's.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DivergentMember {
+    pub name: String,
+    /// etcd member id, lowercase hex.
+    pub id: String,
 }

@@ -10,6 +10,7 @@
 //! labels, its log field and (through [`ControllerName::degraded`]) its Degraded condition.
 
 pub mod cert_signer;
+pub mod corruption_check;
 pub mod defrag;
 pub mod endpoints;
 pub mod etcd_observer;
@@ -39,11 +40,12 @@ pub enum ControllerName {
     Installer,
     Endpoints,
     Defrag,
+    CorruptionCheck,
 }
 
 impl ControllerName {
     /// The order of a pass (see `docs/architecture.md`).
-    pub const ORDER: [ControllerName; 9] = [
+    pub const ORDER: [ControllerName; 10] = [
         ControllerName::CertSigner,
         ControllerName::EtcdObserver,
         ControllerName::Membership,
@@ -53,6 +55,7 @@ impl ControllerName {
         ControllerName::Installer,
         ControllerName::Endpoints,
         ControllerName::Defrag,
+        ControllerName::CorruptionCheck,
     ];
 
     /// Plan line, metric label and log field.
@@ -67,6 +70,7 @@ impl ControllerName {
             ControllerName::Installer => "installer",
             ControllerName::Endpoints => "endpoints",
             ControllerName::Defrag => "defragmentation",
+            ControllerName::CorruptionCheck => "corruption-check",
         }
     }
 
@@ -84,6 +88,9 @@ impl ControllerName {
             ControllerName::Installer => ConditionType::InstallerControllerDegraded,
             ControllerName::Endpoints => ConditionType::EndpointsControllerDegraded,
             ControllerName::Defrag => ConditionType::DefragControllerDegraded,
+            // It never fails as a step (an unanswered check is a result, `Inconclusive`); what
+            // it finds is about etcd's members.
+            ControllerName::CorruptionCheck => ConditionType::EtcdObserverDegraded,
         }
     }
 }

@@ -164,6 +164,7 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
     let mut leading = false;
     let mut next_pass = Instant::now();
     let mut last_full = Instant::now();
+    let mut resync = pass::RESYNC;
     loop {
         if server.is_finished() {
             return match server.await {
@@ -200,7 +201,7 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         if !changed && Instant::now() < next_pass {
             continue;
         }
-        if !changed && last_full.elapsed() < pass::RESYNC && !pass::etcd_changed(&ctx).await {
+        if !changed && last_full.elapsed() < resync && !pass::etcd_changed(&ctx).await {
             next_pass = Instant::now() + pass::IDLE_REQUEUE;
             continue;
         }
@@ -211,5 +212,8 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
             .await;
         last_full = Instant::now();
         next_pass = last_full + report.requeue_after;
+        resync = report
+            .full_pass_within
+            .map_or(pass::RESYNC, |d| d.min(pass::RESYNC));
     }
 }

@@ -29,7 +29,8 @@ pub fn decide(input: &MembershipInput<'_>) -> MembershipStep {
     let removal = unstarted_learner(input, &members)
         .or_else(|| member_of_gone_node(input, &members))
         .or_else(|| member_with_lost_data(input, &members))
-        .or_else(|| unhealthy_member(input, &members));
+        .or_else(|| unhealthy_member(input, &members))
+        .or_else(|| divergent_member(input, &members));
     if let Some(step) = removal {
         return step;
     }
@@ -121,6 +122,24 @@ fn unhealthy_member(input: &MembershipInput<'_>, members: &[&Member]) -> Option<
             remove(input.cluster, c.member, RemovalKind::Unhealthy, message)
         })
     })
+}
+
+/// Also 4: a voter whose data diverged from the majority's, with `replaceMinority`, is removed as
+/// an unhealthy voter would be (the gate counts it as unhealthy, since its copy of the data is
+/// not one), so its node's `etcd-verify` archives the data dir and it joins again as a learner.
+fn divergent_member(input: &MembershipInput<'_>, members: &[&Member]) -> Option<MembershipStep> {
+    let id = *input
+        .divergent
+        .iter()
+        .find(|id| members.iter().any(|m| m.id == **id && !m.is_learner))?;
+    let mut view = input.cluster.clone();
+    for m in view.members.iter_mut().filter(|m| m.member.id == id) {
+        m.healthy = false;
+    }
+    let message = format!(
+        "member {id} holds data that diverged from the majority's (HashKV); replacing it: remove, archive its data dir, join again as a learner"
+    );
+    Some(remove(&view, id, RemovalKind::Divergent, message))
 }
 
 /// 6. One voter too many for the nodes that remain.

@@ -18,7 +18,9 @@
 //! 3. a member whose node reports, through `etcd-verify`, that its data dir was lost is removed,
 //!    so the node can join again as a new learner (verify archives what is left);
 //! 4. a member that stayed unhealthy past `spec.memberRemediation` is removed, so its node joins
-//!    again as a learner (see [`crate::controllers::remediation`] for timing and retries);
+//!    again as a learner (see [`crate::controllers::remediation`] for timing and retries); with
+//!    `spec.corruptionCheck.replaceMinority`, so is a voter whose data the last corruption check
+//!    found diverged from the majority's (the gate counts it as unhealthy: its copy is no copy);
 //! 5. a started learner is promoted while the voters are below the target (etcd refuses until
 //!    its log caught up; the pass retries); otherwise it stays a standby;
 //! 6. a voter is removed while the voters exceed the odd count of the remaining nodes;
@@ -67,6 +69,7 @@ pub enum RemovalKind {
     DataDirLost,
     Unhealthy,
     OddVoterCount,
+    Divergent,
 }
 
 impl RemovalKind {
@@ -78,6 +81,7 @@ impl RemovalKind {
             RemovalKind::DataDirLost => "MemberWithLostDataRemoved",
             RemovalKind::Unhealthy => "UnhealthyMemberReplaced",
             RemovalKind::OddVoterCount => "VoterRemovedForOddCount",
+            RemovalKind::Divergent => "DivergentMemberReplaced",
         }
     }
 }
@@ -129,6 +133,8 @@ pub struct MembershipInput<'a> {
     pub leader: Option<MemberId>,
     /// Unhealthy started members and where their remediation stands.
     pub remediation: &'a [Candidate],
+    /// Voters to replace because their data diverged (empty unless `replaceMinority`).
+    pub divergent: &'a [MemberId],
     pub now: OffsetDateTime,
 }
 
@@ -226,6 +232,11 @@ fn step_of(p: &mut Pass<'_>, with_certs: &BTreeSet<String>) -> (MembershipStep, 
     let (exhausted, lines) = remediation::conditions(&candidates);
     p.conds.push(exhausted);
     let cluster = p.o.etcd.cluster_view();
+    let divergent = if p.o.spec.corruption_check.replace_minority {
+        super::corruption_check::divergent(p.corruption.as_ref(), &p.o.etcd)
+    } else {
+        Vec::new()
+    };
     let step = decide(&MembershipInput {
         nodes: &infos,
         cluster: &cluster,
@@ -234,6 +245,7 @@ fn step_of(p: &mut Pass<'_>, with_certs: &BTreeSet<String>) -> (MembershipStep, 
         start_deadline: Duration::from_secs(u64::from(p.o.spec.learner_start_deadline_seconds)),
         leader: p.o.etcd.leader,
         remediation: &candidates,
+        divergent: &divergent,
         now,
     });
     let eligible = infos.iter().filter(|n| n.eligible).count();

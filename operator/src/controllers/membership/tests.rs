@@ -93,6 +93,7 @@ fn step_full(
         start_deadline: Duration::from_secs(300),
         leader: leader.map(id),
         remediation,
+        divergent: &[],
         now: t(now),
     })
 }
@@ -486,4 +487,42 @@ fn describe_each_step() {
     for (step, want) in cases {
         assert_eq!(describe(&step), want, "step: {step:?}");
     }
+}
+
+/// With `replaceMinority`, a voter the corruption check outvoted is removed although etcd calls
+/// it healthy (its copy of the data does not count), once: a second divergent voter of three
+/// would leave no quorum and is refused by the gate.
+#[test]
+fn a_divergent_voter_is_replaced_through_the_gate() {
+    let nodes = [node(1, true), node(2, true), node(3, true)];
+    let cluster = ClusterView {
+        members: vec![voter(1, true), voter(2, true), voter(3, true)],
+        rolling_node: None,
+        preflight: Default::default(),
+    };
+    let input = |divergent: &[MemberId]| {
+        decide(&MembershipInput {
+            nodes: &nodes,
+            cluster: &cluster,
+            data_lost: &BTreeMap::new(),
+            learner_added: &BTreeMap::new(),
+            start_deadline: Duration::from_secs(300),
+            leader: Some(id(1)),
+            remediation: &[],
+            divergent,
+            now: t(0),
+        })
+    };
+    match input(&[id(2)]) {
+        MembershipStep::Remove {
+            id: removed,
+            kind,
+            message,
+        } => {
+            assert_eq!((removed, kind), (id(2), RemovalKind::Divergent));
+            assert!(message.contains("diverged from the majority"), "{message}");
+        }
+        other => panic!("expected the removal of n2, got {other:?}"),
+    }
+    assert_eq!(input(&[]), MembershipStep::None);
 }

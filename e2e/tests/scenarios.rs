@@ -114,6 +114,17 @@ async fn plan_explains_a_blocked_join() {
             .any(|l| l.starts_with("etcd") && l.contains("2 of 3 voters healthy")),
         "{text}"
     );
+    // The maintenance controllers say what they would do next, or why nothing.
+    for (controller, says) in [
+        ("defragmentation", "no member is due for defragmentation"),
+        ("corruption-check", "next check in"),
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(controller) && l.contains(says)),
+            "no {controller} line saying {says:?}:\n{text}"
+        );
+    }
     let json: serde_json::Value = serde_json::from_str(&run("json")).unwrap();
     let entries = json.as_array().unwrap();
     assert!(entries.iter().any(|e| e["controller"] == "membership"

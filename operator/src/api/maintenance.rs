@@ -161,6 +161,10 @@ pub struct CorruptionCheckStatus {
     /// `Consistent`, `Divergent` or `Inconclusive` (not every voter answered in time, or a
     /// compaction was being applied).
     pub result: String,
+    /// The voters compared, by name (a voter that was not healthy then is compared as soon as
+    /// it is).
+    #[serde(default)]
+    pub checked_members: Vec<String>,
     /// The members the majority outvoted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub divergent_members: Vec<DivergentMember>,

@@ -46,13 +46,25 @@ pub struct CheckRun {
     handle: JoinHandle<CorruptionCheckStatus>,
 }
 
-/// When the next check is due: now if there was none.
+/// When the next check is due: at once if there was none, or if a voter healthy now was not
+/// compared by the last one (it was down or joined since); else an interval after the last.
 pub fn next_due(
     spec: &CorruptionCheck,
     last: Option<&CorruptionCheckStatus>,
+    voters: &[&str],
 ) -> Option<OffsetDateTime> {
     if spec.interval_seconds == 0 {
         return None;
+    }
+    // (An inconclusive check waits its interval: asking again at once could loop.)
+    let missed = |l: &CorruptionCheckStatus| {
+        l.result != INCONCLUSIVE
+            && voters
+                .iter()
+                .any(|v| !l.checked_members.iter().any(|c| c == v))
+    };
+    if last.is_some_and(missed) {
+        return Some(OffsetDateTime::UNIX_EPOCH);
     }
     let last = last.and_then(|l| OffsetDateTime::parse(&l.last_check_time, &Rfc3339).ok());
     Some(last.map_or(OffsetDateTime::UNIX_EPOCH, |t| {
@@ -172,18 +184,6 @@ pub fn reconcile(p: &mut Pass<'_>) {
         p.next(NAME, "checking");
         return;
     }
-    let Some(due) = next_due(&p.o.spec.corruption_check, p.corruption.as_ref()) else {
-        p.next(NAME, "off (spec.corruptionCheck.intervalSeconds is 0)");
-        return;
-    };
-    if p.o.now < due {
-        let wait = due - p.o.now;
-        p.next(NAME, format!("next check in {}s", wait.whole_seconds()));
-        let wait = Duration::from_secs(u64::try_from(wait.whole_seconds()).unwrap_or(0) + 1);
-        p.report.requeue_after = p.report.requeue_after.min(wait);
-        p.report.full_pass_within = Some(p.report.full_pass_within.map_or(wait, |w| w.min(wait)));
-        return;
-    }
     let voters: Vec<Voter> =
         p.o.etcd
             .members
@@ -199,6 +199,19 @@ pub fn reconcile(p: &mut Pass<'_>) {
                 })
             })
             .collect();
+    let names: Vec<&str> = voters.iter().map(|v| v.name.as_str()).collect();
+    let Some(due) = next_due(&p.o.spec.corruption_check, p.corruption.as_ref(), &names) else {
+        p.next(NAME, "off (spec.corruptionCheck.intervalSeconds is 0)");
+        return;
+    };
+    if p.o.now < due {
+        let wait = due - p.o.now;
+        p.next(NAME, format!("next check in {}s", wait.whole_seconds()));
+        let wait = Duration::from_secs(u64::try_from(wait.whole_seconds()).unwrap_or(0) + 1);
+        p.report.requeue_after = p.report.requeue_after.min(wait);
+        p.report.full_pass_within = Some(p.report.full_pass_within.map_or(wait, |w| w.min(wait)));
+        return;
+    }
     if voters.len() < 2 || p.st.defrag.is_some() {
         p.next(
             NAME,
@@ -281,6 +294,7 @@ async fn check(client: Arc<EtcdClient>, mut voters: Vec<Voter>) -> CorruptionChe
         return CorruptionCheckStatus {
             last_check_time: format_time(OffsetDateTime::now_utc()),
             revision,
+            checked_members: voters.iter().map(|v| v.name.clone()).collect(),
             result: result.to_owned(),
             divergent_members: divergent,
             message,
@@ -290,6 +304,7 @@ async fn check(client: Arc<EtcdClient>, mut voters: Vec<Voter>) -> CorruptionChe
         last_check_time: format_time(OffsetDateTime::now_utc()),
         revision,
         result: INCONCLUSIVE.into(),
+        checked_members: Vec::new(),
         divergent_members: Vec::new(),
         message: last,
     }

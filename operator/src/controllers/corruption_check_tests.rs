@@ -36,6 +36,7 @@ fn last(result: &str, divergent: &[u64]) -> CorruptionCheckStatus {
                 id: id(*i).to_string(),
             })
             .collect(),
+        checked_members: vec!["n1".into(), "n2".into(), "n3".into()],
         message: "members hold different data".into(),
     }
 }
@@ -47,16 +48,30 @@ fn t(s: &str) -> OffsetDateTime {
 #[test]
 fn a_check_is_due_an_interval_after_the_last_and_at_once_without_one() {
     let spec = CorruptionCheck::default();
-    assert_eq!(next_due(&spec, None), Some(OffsetDateTime::UNIX_EPOCH));
+    let voters = ["n1", "n2", "n3"];
     assert_eq!(
-        next_due(&spec, Some(&last(CONSISTENT, &[]))),
+        next_due(&spec, None, &voters),
+        Some(OffsetDateTime::UNIX_EPOCH)
+    );
+    assert_eq!(
+        next_due(&spec, Some(&last(CONSISTENT, &[])), &voters),
+        Some(t("2026-11-25T12:05:00Z"))
+    );
+    // n4 was not compared last time (down, or new): at once.
+    assert_eq!(
+        next_due(&spec, Some(&last(CONSISTENT, &[])), &["n1", "n4"]),
+        Some(OffsetDateTime::UNIX_EPOCH)
+    );
+    // An inconclusive check waits its interval whoever it missed.
+    assert_eq!(
+        next_due(&spec, Some(&last(INCONCLUSIVE, &[])), &["n1", "n4"]),
         Some(t("2026-11-25T12:05:00Z"))
     );
     let off = CorruptionCheck {
         interval_seconds: 0,
         ..spec
     };
-    assert_eq!(next_due(&off, Some(&last(CONSISTENT, &[]))), None);
+    assert_eq!(next_due(&off, Some(&last(CONSISTENT, &[])), &voters), None);
 }
 
 #[test]

@@ -169,3 +169,57 @@ async fn nospace() {
 async fn corruption() {
     scenario("corruption").await;
 }
+
+/// The etcd version policy refuses, before anything is rendered or restarted, an image that
+/// skips a minor version, one below the cluster version, and a known-bad release; each refusal
+/// is `TargetConfigControllerDegraded` naming the image, and no revision is created. Back to the
+/// running image, the condition clears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_versions_etcd_cannot_take_are_refused() {
+    use e2e::scenario::Harness;
+    use std::time::Duration;
+    let mut h = Harness::bootstrapped(3).await.unwrap();
+    let settled = h.wait_settled(3, Duration::from_secs(240)).await.unwrap();
+    let revision = settled.latest_available_revision;
+    for (image, says) in [
+        ("etcd-static-operator/etcd:3.6.0", "upgrade to 3.5.x first"),
+        (
+            "etcd-static-operator/etcd:3.3.25",
+            "below the cluster version 3.4",
+        ),
+        ("etcd-static-operator/etcd:3.5.1", "known-bad release"),
+    ] {
+        h.patch_spec(serde_json::json!({ "etcdImage": image }))
+            .await
+            .unwrap();
+        let s = h
+            .wait_status(&format!("{image} refused"), Duration::from_secs(60), |s| {
+                s.conditions.iter().any(|c| {
+                    c.type_ == "TargetConfigControllerDegraded"
+                        && c.status == "True"
+                        && c.message.contains(image)
+                        && c.message.contains(says)
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            s.latest_available_revision, revision,
+            "a revision was created for {image}"
+        );
+    }
+    h.patch_spec(serde_json::json!({ "etcdImage": null }))
+        .await
+        .unwrap();
+    let s = h
+        .wait_status("the refusal cleared", Duration::from_secs(60), |s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "TargetConfigControllerDegraded" && c.status == "False")
+        })
+        .await
+        .unwrap();
+    assert_eq!(s.latest_available_revision, revision);
+    let f = h.finish().await;
+    assert_eq!(f.load.writes_lost, 0);
+}

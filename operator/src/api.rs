@@ -54,6 +54,10 @@ pub struct EtcdClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.size() > 0").message("etcdImage must not be empty when set"))]
     pub etcd_image: Option<String>,
+    /// A known-bad etcd release (see the version policy) to run anyway, by its exact number,
+    /// e.g. `3.5.1`: it applies to that release only.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub accept_known_bad_etcd_release: String,
     /// Changing this string rolls a new revision to every node without any other change.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub force_redeployment_reason: String,
@@ -113,6 +117,7 @@ impl Default for EtcdClusterSpec {
             management_state: ManagementState::default(),
             log_level: LogLevel::default(),
             etcd_image: None,
+            accept_known_bad_etcd_release: String::new(),
             force_redeployment_reason: String::new(),
             timing: Timing::default(),
             backend_quota_gib: default_quota_gib(),

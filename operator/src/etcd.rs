@@ -83,6 +83,8 @@ pub struct MemberObs {
     pub db: Option<DbSize>,
     /// Its store revision.
     pub revision: Option<i64>,
+    /// The etcd version it runs.
+    pub version: Option<String>,
 }
 
 /// A member's database file: its size and the part in use (the rest is free pages a
@@ -152,6 +154,20 @@ impl EtcdObservation {
     /// Whether `id` answered this observation as healthy.
     pub fn is_healthy(&self, id: MemberId) -> bool {
         self.health.get(&id).is_some_and(|h| h.healthy)
+    }
+
+    /// The etcd version each started member that answered runs, by member name.
+    pub fn member_versions(&self) -> Vec<(String, crate::controllers::etcd_version::Version)> {
+        self.members
+            .iter()
+            .filter_map(|m| {
+                let v = self.health.get(&m.id)?.version.as_deref()?;
+                Some((
+                    m.name.clone(),
+                    crate::controllers::etcd_version::Version::parse(v)?,
+                ))
+            })
+            .collect()
     }
 
     /// The leader's raft index, if known.
@@ -235,6 +251,7 @@ pub async fn observe(client: &EtcdClient) -> EtcdObservation {
                         error: (!healthy).then(|| "no leader".to_owned()),
                         applied_index: Some(s.raft_applied_index),
                         revision: Some(s.revision),
+                        version: Some(s.version.clone()),
                         db: Some(DbSize {
                             total: s.db_size,
                             in_use: s.db_size_in_use,

@@ -70,6 +70,34 @@ async fn delete_and_compact(h: &mut Harness, prefix: &str) -> Result<(), Control
     Ok(())
 }
 
+/// Waits until every member reports more than half of its database file free.
+async fn wait_fragmented(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    let etcd = h.etcd().await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    loop {
+        seen.clear();
+        for url in h.node_endpoints() {
+            match etcd.status_of(&url).await {
+                Ok(s) => seen.push((s.db_size, s.db_size_in_use)),
+                Err(e) => return Err(failed(format!("status of {url}: {e}"))),
+            }
+        }
+        if seen.iter().all(|(total, in_use)| in_use * 2 < *total) {
+            h.step(format!(
+                "every member reports its file mostly free: {seen:?}"
+            ));
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(failed(format!(
+                "the members do not report the freed pages within 30s: (size, in use) {seen:?}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Polls the status until every voter has a record started after `since_records` (the records
 /// before), noting the order in which members were in progress; returns that order and the
 /// final status.
@@ -124,8 +152,10 @@ pub(super) async fn defrag(h: &mut Harness) -> Result<(), ControlPlaneError> {
     let before = records(&h.status().await);
     delete_and_compact(h, "/sandbox-frag/").await?;
     let since = Instant::now();
-    // Lowering the size threshold is a spec change: the next pass sees the fragmented files at
-    // once (a settled cluster's sizes are otherwise looked at every resync, 60 s).
+    // Pages a compaction frees are reported as free only after the next write; wait until every
+    // member reports them, so the pass the spec change below brings sees the fragmented files
+    // (a settled cluster's sizes are otherwise looked at every resync, 60 s).
+    wait_fragmented(h).await?;
     h.patch_spec(serde_json::json!({"defragmentation": {"minDbSizeMib": 16}}))
         .await?;
     let leader_before = leader(&h.status().await).ok_or_else(|| failed("no leader in status"))?;

@@ -14,6 +14,7 @@ pub mod corruption_check;
 pub mod defrag;
 pub mod endpoints;
 pub mod etcd_observer;
+pub mod etcd_version;
 pub mod installer;
 pub mod learner_promotion;
 pub mod member_status;

@@ -5,13 +5,15 @@
 //! left as a token (the revision controller fills it in), deterministic so an unchanged input
 //! never makes a new revision. Writes: ConfigMap `etcd-pod` (one key per node). A node without
 //! a member gets no manifest: it first joins as a learner. Nothing else follows while no node
-//! has a member.
+//! has a member. An etcd image the version policy refuses ([`super::etcd_version`]: below the
+//! cluster version, skipping a minor, a known-bad release) is a permanent error before anything
+//! is rendered, so no revision is made and no etcd restarts.
 
 use std::collections::BTreeMap;
 
 use membership::{Member, MemberId};
 
-use super::{ControllerError, ControllerName};
+use super::{ControllerError, ControllerName, etcd_version};
 use crate::api::EtcdClusterSpec;
 use crate::observed::{ControlPlaneNode, find};
 use crate::pass::Pass;
@@ -54,6 +56,30 @@ pub async fn reconcile(
     p: &mut Pass<'_>,
 ) -> Result<Option<BTreeMap<String, String>>, ControllerError> {
     let _t = p.ctx.metrics.time(NAME.as_str());
+    let image =
+        p.o.spec
+            .etcd_image
+            .clone()
+            .unwrap_or_else(|| p.ctx.config.images.etcd.clone());
+    let running = p.o.etcd.member_versions();
+    match etcd_version::check(&image, &running, &p.o.spec.accept_known_bad_etcd_release) {
+        Ok(Some(v)) => p.next(
+            NAME,
+            format!("etcd image {image} (etcd {v}) passes the version policy"),
+        ),
+        Ok(None) => p.next(
+            NAME,
+            format!("etcd image {image} names no version: the version policy cannot check it"),
+        ),
+        Err(e) => {
+            return Err(ControllerError::new(
+                NAME,
+                ErrorKind::Permanent,
+                "etcd-version",
+                e.to_string(),
+            ));
+        }
+    }
     let pods = render_all(
         &p.o.nodes,
         &p.o.by_node,

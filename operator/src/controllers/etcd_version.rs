@@ -1,0 +1,225 @@
+//! The etcd version policy: whether the cluster may move to the etcd image the spec names.
+//!
+//! Inputs: the image (`spec.etcdImage`, else the operator's `ETCD_IMAGE`), the version each
+//! member reports, `spec.acceptKnownBadEtcdRelease`. Decision ([`check`], pure): the version is
+//! read from the image tag (`etcd:3.5.9`, `v3.5.9`; a digest-only image has none and is not
+//! checked); it may not be below the cluster version (the lowest minor the members run: etcd
+//! cannot run a cluster whose version is above its own), may not skip a minor version above the
+//! highest one running (etcd supports upgrades one minor at a time), and may not be a release
+//! in [`KNOWN_BAD`] unless that exact release is accepted in the spec. A refusal is a permanent
+//! error of target-config, so nothing is rendered, no revision is created and no etcd restarts
+//! until the spec changes. The rollout of an allowed version is the normal one: node by node
+//! through the quorum gate, the leader last.
+
+use std::fmt;
+
+/// An etcd release number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Version {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+impl Version {
+    /// `3.5.9`, `v3.5.9`, `3.5.9-0` (a suffix after the patch number is ignored).
+    pub fn parse(s: &str) -> Option<Self> {
+        let s = s.strip_prefix('v').unwrap_or(s);
+        let mut parts = s.splitn(3, '.');
+        let major = parts.next()?.parse().ok()?;
+        let minor = parts.next()?.parse().ok()?;
+        let rest = parts.next()?;
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let patch = digits.parse().ok()?;
+        Some(Self {
+            major,
+            minor,
+            patch,
+        })
+    }
+
+    fn minor_line(self) -> (u32, u32) {
+        (self.major, self.minor)
+    }
+}
+
+/// The version in an image reference's tag, if it has one.
+pub fn image_version(image: &str) -> Option<Version> {
+    let name = image.split('@').next()?;
+    let last = name.rsplit('/').next()?;
+    let (_, tag) = last.split_once(':')?;
+    Version::parse(tag)
+}
+
+/// Releases refused unless accepted by name, with why.
+pub const KNOWN_BAD: &[(&str, &str, &str)] = &[(
+    "3.5.0",
+    "3.5.2",
+    "a member that crashes while applying can come back with data inconsistent with its peers (fixed in 3.5.3)",
+)];
+
+/// Why a version is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum VersionError {
+    #[error(
+        "etcd image {image} is etcd {target}, below the cluster version {cluster} (member {member} runs {running}): etcd cannot run a cluster whose version is above its own, so a downgrade is refused"
+    )]
+    BelowCluster {
+        image: String,
+        target: Version,
+        cluster: String,
+        member: String,
+        running: Version,
+    },
+    #[error(
+        "etcd image {image} is etcd {target}, more than one minor version above {running} (member {member}): etcd upgrades one minor version at a time, so upgrade to {next}.x first"
+    )]
+    SkipsMinor {
+        image: String,
+        target: Version,
+        member: String,
+        running: Version,
+        next: String,
+    },
+    #[error(
+        "etcd image {image} is etcd {target}, a known-bad release: {why}; refused unless spec.acceptKnownBadEtcdRelease is \"{target}\""
+    )]
+    KnownBad {
+        image: String,
+        target: Version,
+        why: &'static str,
+    },
+}
+
+/// Checks a move to `image` given each member's running version (`(name, version)`).
+/// `Ok(None)`: the image names no version, nothing could be checked.
+pub fn check(
+    image: &str,
+    running: &[(String, Version)],
+    accepted_bad: &str,
+) -> Result<Option<Version>, VersionError> {
+    let Some(target) = image_version(image) else {
+        return Ok(None);
+    };
+    if let Some((name, v)) = running.iter().min_by_key(|(_, v)| v.minor_line())
+        && target.minor_line() < v.minor_line()
+    {
+        return Err(VersionError::BelowCluster {
+            image: image.to_owned(),
+            target,
+            cluster: format!("{}.{}", v.major, v.minor),
+            member: name.clone(),
+            running: *v,
+        });
+    }
+    if let Some((name, v)) = running.iter().max_by_key(|(_, v)| v.minor_line()) {
+        let skips = target.major != v.major || target.minor > v.minor + 1;
+        if skips && target.minor_line() > v.minor_line() {
+            return Err(VersionError::SkipsMinor {
+                image: image.to_owned(),
+                target,
+                member: name.clone(),
+                running: *v,
+                next: format!("{}.{}", v.major, v.minor + 1),
+            });
+        }
+    }
+    let bad = KNOWN_BAD.iter().find(|(from, to, _)| {
+        let (from, to) = (Version::parse(from), Version::parse(to));
+        from.is_some_and(|f| target >= f) && to.is_some_and(|t| target <= t)
+    });
+    if let Some((_, _, why)) = bad
+        && accepted_bad != target.to_string()
+    {
+        return Err(VersionError::KnownBad {
+            image: image.to_owned(),
+            target,
+            why,
+        });
+    }
+    Ok(Some(target))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> Version {
+        Version::parse(s).unwrap()
+    }
+
+    fn running(vs: &[&str]) -> Vec<(String, Version)> {
+        vs.iter()
+            .enumerate()
+            .map(|(i, s)| (format!("n{}", i + 1), v(s)))
+            .collect()
+    }
+
+    #[test]
+    fn versions_come_from_the_image_tag() {
+        assert_eq!(
+            image_version("registry.k8s.io/etcd:3.5.9-0"),
+            Some(v("3.5.9"))
+        );
+        assert_eq!(
+            image_version("quay.io/coreos/etcd:v3.4.23"),
+            Some(v("3.4.23"))
+        );
+        assert_eq!(
+            image_version("localhost:5000/etcd:3.4.23"),
+            Some(v("3.4.23"))
+        );
+        assert_eq!(image_version("localhost:5000/etcd"), None);
+        assert_eq!(image_version("etcd@sha256:0123abcd"), None);
+        assert_eq!(image_version("etcd:latest"), None);
+    }
+
+    #[test]
+    fn patch_and_next_minor_moves_are_allowed() {
+        let r = running(&["3.4.23", "3.4.23", "3.4.23"]);
+        assert_eq!(check("etcd:3.4.27", &r, ""), Ok(Some(v("3.4.27"))));
+        assert_eq!(check("etcd:3.4.20", &r, ""), Ok(Some(v("3.4.20"))));
+        assert_eq!(check("etcd:3.5.9", &r, ""), Ok(Some(v("3.5.9"))));
+        // Mid-upgrade the cluster version is still 3.4: going back is allowed.
+        let mid = running(&["3.5.9", "3.4.23", "3.5.9"]);
+        assert_eq!(check("etcd:3.4.23", &mid, ""), Ok(Some(v("3.4.23"))));
+        assert_eq!(check("etcd@sha256:0123", &r, ""), Ok(None));
+    }
+
+    #[test]
+    fn skipping_a_minor_and_going_below_the_cluster_version_are_refused() {
+        let r = running(&["3.4.23", "3.4.23", "3.4.23"]);
+        let e = check("etcd:3.6.0", &r, "").unwrap_err();
+        assert!(matches!(e, VersionError::SkipsMinor { .. }), "{e}");
+        assert!(e.to_string().contains("upgrade to 3.5.x first"), "{e}");
+        let e = check("etcd:4.0.0", &r, "").unwrap_err();
+        assert!(matches!(e, VersionError::SkipsMinor { .. }), "{e}");
+        let upgraded = running(&["3.5.9", "3.5.9", "3.5.9"]);
+        let e = check("etcd:3.4.23", &upgraded, "").unwrap_err();
+        assert!(
+            e.to_string().contains("below the cluster version 3.5"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn known_bad_releases_need_their_exact_name_accepted() {
+        let r = running(&["3.4.23"]);
+        let e = check("etcd:3.5.1", &r, "").unwrap_err();
+        assert!(matches!(e, VersionError::KnownBad { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("acceptKnownBadEtcdRelease is \"3.5.1\""),
+            "{e}"
+        );
+        assert!(check("etcd:3.5.1", &r, "3.5.2").is_err());
+        assert_eq!(check("etcd:3.5.1", &r, "3.5.1"), Ok(Some(v("3.5.1"))));
+        assert_eq!(check("etcd:3.5.3", &r, ""), Ok(Some(v("3.5.3"))));
+    }
+}

@@ -38,7 +38,9 @@ pub const CAUGHT_UP_LAG: u64 = 100;
 const NOSPACE_MIN_FREE_PERCENT: u32 = 10;
 /// The alarm is disarmed only when every voter's file is under this share of the quota.
 const DISARM_BELOW_PERCENT: u64 = 90;
-/// Under `NOSPACE`, a voter still over the disarm line is tried again this often.
+/// Under `NOSPACE`, a voter still over the disarm line is tried again this often, or ten times
+/// as long as its last defragmentation took if that is longer (a multi-GiB store is not held
+/// over and over while an admin works).
 const NOSPACE_RETRY: time::Duration = time::Duration::seconds(60);
 
 /// `DefragRecord::result` of a defragmentation that finished.
@@ -169,8 +171,9 @@ impl View<'_> {
     /// free pages say so; but pages freed by a compaction stay pending (not counted as free)
     /// until the next write transaction, and under `NOSPACE` there may be none. So a voter whose
     /// file is still over the disarm line is also due when it was not defragmented during this
-    /// alarm yet, when keys were deleted since (its store revision moved), or a minute after its
-    /// last try (a compaction since then may have freed what the revision does not show).
+    /// alarm yet, when keys were deleted since (its store revision moved), or a minute (at least
+    /// ten times its last run) after its last try (a compaction since then may have freed what
+    /// the revision does not show).
     fn nospace_due(&self, name: &str, db: DbSize, revision: Option<i64>) -> bool {
         if db.free() >= 1 << 20 && db.fragmented_percent() >= NOSPACE_MIN_FREE_PERCENT {
             return true;
@@ -186,7 +189,12 @@ impl View<'_> {
         };
         let since = OffsetDateTime::parse(&last.end_time, &Rfc3339).ok();
         revision.is_some_and(|r| r > last.revision)
-            || since.is_none_or(|t| self.now - t >= NOSPACE_RETRY)
+            || since.is_none_or(|t| {
+                let took = i64::try_from(last.duration_ms).unwrap_or(i64::MAX);
+                let retry =
+                    NOSPACE_RETRY.max(time::Duration::milliseconds(took.saturating_mul(10)));
+                self.now - t >= retry
+            })
     }
 
     /// Why `name` (with database `db`) is due, if it is.

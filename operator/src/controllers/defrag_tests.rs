@@ -283,6 +283,20 @@ fn nospace_with_live_data_at_the_quota_tries_each_voter_then_asks_an_admin() {
     // And a minute after the last try in any case.
     let st = tried("2026-11-25T11:58:59Z", 500);
     assert_eq!(defragments(decide(&view(&o, &s, &st))).1, Trigger::NoSpace);
+    // Unless the last try took long: a store that took 30 s waits five minutes.
+    let mut st = tried("2026-11-25T11:58:59Z", 500);
+    for r in &mut st.members {
+        r.duration_ms = 30_000;
+    }
+    assert!(matches!(
+        decide(&view(&o, &s, &st)),
+        Step::AdminMustDelete(_)
+    ));
+    let mut st = tried("2026-11-25T11:54:59Z", 500);
+    for r in &mut st.members {
+        r.duration_ms = 30_000;
+    }
+    assert_eq!(defragments(decide(&view(&o, &s, &st))).1, Trigger::NoSpace);
 }
 
 #[test]

@@ -13,7 +13,7 @@
 //! | `odd-voters` | n4 joins as a standby learner (3 voters stay: never an even count); n1 is deleted and the standby is promoted |
 //! | `member-removed-externally` | n2's running member is removed with the etcd API, as `etcdctl member remove` would: n2 comes back as a new member by itself |
 //! | `node-selector` | the spec's control-plane selector changes at runtime (same nodes picked by a new label, then an invalid key, then fixed): no member is touched, the invalid key is `MembershipControllerDegraded` naming it |
-//! | `defrag` | 24 MiB written, deleted and compacted: the operator defragments the three voters one at a time, the leader last after handing its leadership away; writes never pause longer than 250 ms |
+//! | `defrag` | 24 MiB written, deleted and compacted: the operator defragments the three voters one at a time, the leader last after handing its leadership away; writes through the leader never pause longer than 250 ms (the write load, attached to one member, waits while that member is held: reported) |
 //! | `nospace` | a 48 MiB quota filled until etcd raises `NOSPACE`: the status says an admin must delete data; after the delete and a compaction the operator defragments every voter, disarms the alarm and writes resume |
 //! | `corruption` | n2's copy of a key is changed on disk while it is stopped, and a compaction keeps etcd's own start-up check from comparing: the operator's `HashKV` check names n2 within one interval (10 s), `replaceMinority` replaces it, and a later check finds every copy equal |
 //! | `unhealthy-member-replaced` | n2's WAL becomes unreadable, so etcd-verify keeps its etcd down: after `memberRemediation.unhealthySeconds` the member is replaced and `status.remediations` counts the attempt |
@@ -21,6 +21,7 @@
 pub mod consistency;
 mod corruption;
 pub mod harness;
+mod leader_probe;
 pub mod load;
 mod maintenance;
 mod node_selector;

@@ -72,17 +72,17 @@ pub fn next_due(
     }))
 }
 
-/// The members of the last check that the majority outvoted and that are still members.
+/// The members the last conclusive check found outvoted by the majority (an inconclusive check
+/// keeps them: not being able to compare is no evidence of repair) that are still members.
 pub fn divergent(last: Option<&CorruptionCheckStatus>, obs: &EtcdObservation) -> Vec<MemberId> {
-    last.filter(|l| l.result == DIVERGENT)
-        .map(|l| {
-            l.divergent_members
-                .iter()
-                .filter_map(|d| obs.members.iter().find(|m| m.id.to_string() == d.id))
-                .map(|m| m.id)
-                .collect()
-        })
-        .unwrap_or_default()
+    last.map(|l| {
+        l.divergent_members
+            .iter()
+            .filter_map(|d| obs.members.iter().find(|m| m.id.to_string() == d.id))
+            .map(|m| m.id)
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 /// `EtcdMembersDegraded` while a member found divergent is still a member.
@@ -112,8 +112,9 @@ pub fn condition(
         true,
         Reason::MembersDivergent,
         format!(
-            "{} hold(s) data that diverged from the majority at revision {}: {}; {what}",
+            "{} hold(s) data that diverged from the majority (last check: {} at revision {}: {}); {what}",
             names.join(", "),
+            last.result,
             last.revision,
             last.message
         ),
@@ -148,6 +149,12 @@ pub async fn collect(p: &mut Pass<'_>) {
             result: result.result.to_lowercase(),
         })
         .inc();
+    let mut result = result;
+    if result.result == INCONCLUSIVE
+        && let Some(previous) = p.corruption.as_ref()
+    {
+        result.divergent_members = previous.divergent_members.clone();
+    }
     m.members_divergent
         .set(i64::try_from(result.divergent_members.len()).unwrap_or(i64::MAX));
     let before = p.corruption.as_ref().map(|c| c.result.clone());

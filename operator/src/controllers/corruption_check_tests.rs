@@ -79,6 +79,8 @@ fn only_a_divergent_result_names_members_and_only_those_still_members() {
     let o = obs(&[1, 2, 3]);
     assert_eq!(divergent(Some(&last(DIVERGENT, &[2])), &o), vec![id(2)]);
     assert!(divergent(Some(&last(CONSISTENT, &[])), &o).is_empty());
+    // An inconclusive check carries the members of the last conclusive one.
+    assert_eq!(divergent(Some(&last(INCONCLUSIVE, &[2])), &o), vec![id(2)]);
     // n2 was replaced: its old id is gone, the new member is not blamed.
     assert!(divergent(Some(&last(DIVERGENT, &[2])), &obs(&[1, 3, 9])).is_empty());
 }
@@ -105,5 +107,6 @@ fn the_condition_names_the_member_and_what_happens_next() {
         c.message
     );
     assert!(condition(Some(&last(INCONCLUSIVE, &[])), &o, false).is_none());
+    assert!(condition(Some(&last(INCONCLUSIVE, &[2])), &o, false).is_some());
     assert!(condition(None, &o, false).is_none());
 }

@@ -185,6 +185,10 @@ fn unsettled(p: &Pass<'_>) -> Option<String> {
     if p.busy {
         return Some("the membership change or rollout in flight is done".into());
     }
+    if p.st.corruption.is_some() {
+        // Its HashKV calls would wait for a held member.
+        return Some("the corruption check in flight is done".into());
+    }
     p.node_statuses
         .iter()
         .find(|n| n.target_revision.is_some() || n.current_revision != p.latest)

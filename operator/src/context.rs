@@ -114,4 +114,11 @@ pub struct PassState {
     pub defrag: Option<crate::controllers::defrag::DefragRun>,
     /// The consistency check running now (`controllers::corruption_check`).
     pub corruption: Option<crate::controllers::corruption_check::CheckRun>,
+    /// `status.defragmentation` and `status.corruptionCheck` as this operator last wrote them:
+    /// status writes are not awaited by the barrier, so the cache may still show an older one
+    /// (a finished defragmentation as running). `None` until this process wrote them.
+    pub maintenance_status: Option<(
+        crate::api::DefragmentationStatus,
+        Option<crate::api::CorruptionCheckStatus>,
+    )>,
 }

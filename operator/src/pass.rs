@@ -254,8 +254,14 @@ async fn run(
         latest: o.prev.latest_available_revision,
         node_statuses: o.prev.node_statuses.clone(),
         remediations: o.prev.remediations.clone(),
-        defrag: o.prev.defragmentation.clone().unwrap_or_default(),
-        corruption: o.prev.corruption_check.clone(),
+        defrag: st.maintenance_status.as_ref().map_or_else(
+            || o.prev.defragmentation.clone().unwrap_or_default(),
+            |m| m.0.clone(),
+        ),
+        corruption: st
+            .maintenance_status
+            .as_ref()
+            .map_or_else(|| o.prev.corruption_check.clone(), |m| m.1.clone()),
         report: PassReport {
             requeue_after: IDLE_REQUEUE,
             ..Default::default()
@@ -428,6 +434,7 @@ async fn write_status(p: &mut Pass<'_>) {
     for c in &status.conditions {
         p.ctx.metrics.condition(&c.type_, &c.status);
     }
+    p.st.maintenance_status = Some((p.defrag.clone(), p.corruption.clone()));
     if status != p.o.prev
         && let Err(e) = p.w.cluster_status(&p.o.cluster, &status).await
     {

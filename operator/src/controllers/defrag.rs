@@ -45,6 +45,8 @@ const NOSPACE_RETRY: time::Duration = time::Duration::seconds(60);
 
 /// `DefragRecord::result` of a defragmentation that finished.
 pub const SUCCEEDED: &str = "Succeeded";
+/// `DefragRecord::result` of one the operator lost track of (it restarted while it ran).
+pub const INTERRUPTED: &str = "Interrupted";
 
 /// Why a member is defragmented.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,7 +148,8 @@ impl View<'_> {
     /// The member's last defragmentation failed and its retry time has not come.
     fn backing_off(&self, name: &str) -> Option<String> {
         let r = self.last(name)?;
-        if r.result == SUCCEEDED || r.result.is_empty() {
+        // An interrupted run's outcome is unknown, not a failure: it may be tried again.
+        if r.result == SUCCEEDED || r.result.is_empty() || r.result == INTERRUPTED {
             return None;
         }
         let end = OffsetDateTime::parse(&r.end_time, &Rfc3339).ok()?;
@@ -382,7 +385,7 @@ pub fn failures(status: &DefragmentationStatus) -> Vec<String> {
     status
         .members
         .iter()
-        .filter(|r| !r.result.is_empty() && r.result != SUCCEEDED)
+        .filter(|r| !r.result.is_empty() && r.result != SUCCEEDED && r.result != INTERRUPTED)
         .map(|r| {
             format!(
                 "defragmenting {} {} at {}: {}",

@@ -194,6 +194,13 @@ fn a_failed_member_is_not_retried_before_retry_after() {
         ..Default::default()
     };
     assert_eq!(defragments(decide(&view(&o, &s, &st))).0, "n2");
+    // An interrupted run (the operator restarted) is neither a failure nor a reason to wait.
+    let st = DefragmentationStatus {
+        members: vec![record("n2", INTERRUPTED, "2026-11-25T11:59:00Z", "")],
+        ..Default::default()
+    };
+    assert_eq!(defragments(decide(&view(&o, &s, &st))).0, "n2");
+    assert!(failures(&st).is_empty());
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::time::Instant;
 use membership::{ClientError, EtcdClient, FailureKind, MemberId};
 use tokio::task::JoinHandle;
 
-use super::{SUCCEEDED, Step, View, decide, failures, mib, request_done};
+use super::{INTERRUPTED, SUCCEEDED, Step, View, decide, failures, mib, request_done};
 use crate::api::DefragRecord;
 use crate::certs::format_time;
 use crate::controllers::{ControllerError, ControllerName};
@@ -66,7 +66,7 @@ pub async fn collect(p: &mut Pass<'_>) {
         finish(
             p,
             stale,
-            Err(("Interrupted", message)),
+            Err((INTERRUPTED, message)),
             std::time::Duration::ZERO,
         )
         .await;
@@ -125,7 +125,7 @@ async fn finish(
             result: match result {
                 SUCCEEDED => "succeeded",
                 "TimedOut" => "timed_out",
-                "Interrupted" => "interrupted",
+                INTERRUPTED => "interrupted",
                 _ => "failed",
             }
             .to_owned(),

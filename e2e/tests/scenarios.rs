@@ -170,6 +170,11 @@ async fn corruption() {
     scenario("corruption").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrade() {
+    scenario("upgrade").await;
+}
+
 /// The etcd version policy refuses, before anything is rendered or restarted, an image that
 /// skips a minor version, one below the cluster version, and a known-bad release; each refusal
 /// is `TargetConfigControllerDegraded` naming the image, and no revision is created. Back to the

@@ -10,15 +10,16 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, MemberAddOptions, TlsOptions};
+use etcd_client::{Client, ConnectOptions, MemberAddOptions};
 use tokio::sync::Mutex;
 
 use crate::client_error::classify;
 pub use crate::client_error::{ClientError, EndpointFailure, FailureKind};
-use crate::tls::{TlsFiles, TlsPem};
-use crate::{Member, MemberId, MemberUrl};
+use crate::tls::{Loaded, TlsFiles, TlsPem};
+use crate::{Member, MemberId, MemberUrl, VersionInfo};
 
 /// How to reach etcd.
 #[derive(Clone, Debug)]
@@ -68,6 +69,8 @@ pub struct EndpointStatus {
 pub struct EtcdClient {
     endpoints: Vec<MemberUrl>,
     options: ConnectOptions,
+    /// For the plain HTTPS endpoints (`/version`).
+    https: Option<Arc<rustls::ClientConfig>>,
     pub(crate) call_timeout: Duration,
     connections: Mutex<BTreeMap<MemberUrl, Client>>,
 }
@@ -102,7 +105,7 @@ impl EtcdClient {
 
     fn build(
         endpoints: Vec<MemberUrl>,
-        tls: Option<TlsOptions>,
+        tls: Option<Loaded>,
         call_timeout: Duration,
     ) -> Result<Self, ClientError> {
         if endpoints.is_empty() {
@@ -111,8 +114,9 @@ impl EtcdClient {
         let mut options = ConnectOptions::new()
             .with_connect_timeout(call_timeout)
             .with_timeout(call_timeout);
+        let https = tls.as_ref().map(|t| Arc::clone(&t.https));
         match tls {
-            Some(tls) => options = options.with_tls(tls),
+            Some(tls) => options = options.with_tls(tls.options),
             None => {
                 if let Some(url) = endpoints.iter().find(|u| u.is_tls()) {
                     return Err(ClientError::HttpsWithoutTls(url.clone()));
@@ -122,6 +126,7 @@ impl EtcdClient {
         Ok(Self {
             endpoints,
             options,
+            https,
             call_timeout,
             connections: Mutex::new(BTreeMap::new()),
         })
@@ -227,6 +232,11 @@ impl EtcdClient {
             version: resp.version().to_owned(),
             errors: resp.errors().to_vec(),
         })
+    }
+
+    /// One endpoint's `/version`: its etcd version and the cluster version.
+    pub async fn version_of(&self, endpoint: &MemberUrl) -> Result<VersionInfo, ClientError> {
+        crate::http_version::get(endpoint, self.https.as_ref(), self.call_timeout).await
     }
 
     /// Runs `call` on the first endpoint that is reachable and not a learner.

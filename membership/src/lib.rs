@@ -22,6 +22,7 @@ mod consistency;
 mod duration;
 mod env;
 mod gate;
+mod http_version;
 mod id;
 mod maintenance;
 mod member;
@@ -41,6 +42,7 @@ pub use env::{
     MemberIdsDiff,
 };
 pub use gate::{Action, ClusterView, Denial, DenyRule, MemberHealth, Verdict, gate};
+pub use http_version::VersionInfo;
 pub use id::{IdError, MemberId};
 pub use maintenance::KvHash;
 pub use member::Member;

@@ -14,6 +14,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use etcd_client::{Certificate, Identity, TlsOptions};
 use rustls::pki_types::pem::PemObject;
@@ -63,12 +64,11 @@ impl TlsFiles {
     }
 
     /// Reads the three files and checks them completely (see the module docs).
-    pub(crate) fn load(&self) -> Result<TlsOptions, ClientError> {
+    pub(crate) fn load(&self) -> Result<Loaded, ClientError> {
         let ca = Input::file("ETCDCTL_CACERT", &self.ca, "CERTIFICATE")?;
         let cert = Input::file("ETCDCTL_CERT", &self.cert, "CERTIFICATE")?;
         let key = Input::file("ETCDCTL_KEY", &self.key, "PRIVATE KEY")?;
-        check(&ca, &cert, &key)?;
-        Ok(options(&ca.bytes, &cert.bytes, &key.bytes))
+        check(&ca, &cert, &key)
     }
 }
 
@@ -88,7 +88,7 @@ impl fmt::Debug for TlsPem {
 
 impl TlsPem {
     /// Checks the material as [`TlsFiles::load`] does.
-    pub(crate) fn load(&self) -> Result<TlsOptions, ClientError> {
+    pub(crate) fn load(&self) -> Result<Loaded, ClientError> {
         let input = |var, bytes: &Vec<u8>| Input {
             var,
             origin: "(in memory)".into(),
@@ -98,15 +98,16 @@ impl TlsPem {
             &input("CA certificate", &self.ca),
             &input("client certificate", &self.cert),
             &input("client key", &self.key),
-        )?;
-        Ok(options(&self.ca, &self.cert, &self.key))
+        )
     }
 }
 
-fn options(ca: &[u8], cert: &[u8], key: &[u8]) -> TlsOptions {
-    TlsOptions::new()
-        .ca_certificate(Certificate::from_pem(ca))
-        .identity(Identity::from_pem(cert, key))
+/// Checked TLS material, in the two forms the client uses: the gRPC client's options and a
+/// rustls configuration for the plain HTTPS endpoints (`/version`).
+#[derive(Clone)]
+pub(crate) struct Loaded {
+    pub options: TlsOptions,
+    pub https: Arc<rustls::ClientConfig>,
 }
 
 /// One TLS input: which variable named it, where it came from, its bytes.
@@ -158,8 +159,8 @@ impl Input {
     }
 }
 
-/// The checks of the module docs.
-fn check(ca: &Input, cert: &Input, key: &Input) -> Result<(), ClientError> {
+/// The checks of the module docs; the material in the forms of [`Loaded`].
+fn check(ca: &Input, cert: &Input, key: &Input) -> Result<Loaded, ClientError> {
     let mut roots = rustls::RootCertStore::empty();
     for (n, c) in ca.certificates()?.into_iter().enumerate() {
         roots.add(c).map_err(|e| {
@@ -174,7 +175,7 @@ fn check(ca: &Input, cert: &Input, key: &Input) -> Result<(), ClientError> {
         .map_err(|e| key.bad(format!("not a complete PEM private key: {e}")))?;
     let signing = rustls::crypto::ring::sign::any_supported_type(&private)
         .map_err(|e| key.bad(format!("not a usable private key: {e}")))?;
-    CertifiedKey::new(chain, signing)
+    CertifiedKey::new(chain.clone(), signing)
         .keys_match()
         .map_err(|e| match e {
             rustls::Error::InconsistentKeys(_) => key.bad(format!(
@@ -182,7 +183,21 @@ fn check(ca: &Input, cert: &Input, key: &Input) -> Result<(), ClientError> {
                 cert.var, cert.origin
             )),
             other => cert.bad(format!("the certificate does not parse: {other}")),
-        })
+        })?;
+    let https = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| cert.bad(format!("no TLS version to offer: {e}")))?
+    .with_root_certificates(roots)
+    .with_client_auth_cert(chain, private)
+    .map_err(|e| key.bad(format!("not usable as a client identity: {e}")))?;
+    Ok(Loaded {
+        options: TlsOptions::new()
+            .ca_certificate(Certificate::from_pem(&ca.bytes))
+            .identity(Identity::from_pem(&cert.bytes, &key.bytes)),
+        https: Arc::new(https),
+    })
 }
 
 /// True when `error` (or anything in its source chain) is a TLS failure: a handshake that an

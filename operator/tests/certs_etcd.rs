@@ -223,6 +223,36 @@ async fn certs_serve_real_etcd_with_mutual_tls() {
         .unwrap();
     assert_eq!(value.as_deref(), Some(&b"world"[..]));
 
+    // `/version` over the same identity: the member's version and, once the leader decided it,
+    // the cluster version (etcd's own words, which the gRPC API does not carry).
+    let started = Instant::now();
+    let version = loop {
+        let v = operator.version_of(&endpoints[1]).await.unwrap();
+        if v.cluster != "not_decided" {
+            break v;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "cluster version still {v:?} after {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let binary = Command::new(etcd_fixture::etcd_binary())
+        .arg("--version")
+        .output()
+        .unwrap();
+    let binary = String::from_utf8_lossy(&binary.stdout).into_owned();
+    assert!(
+        binary.contains(&format!("etcd Version: {}", version.server)),
+        "{version:?} vs {binary}"
+    );
+    let minor: Vec<&str> = version.server.split('.').take(2).collect();
+    assert_eq!(
+        version.cluster,
+        format!("{}.0", minor.join(".")),
+        "{version:?}"
+    );
+
     // A client certificate from another CA is refused by --client-cert-auth.
     let other = EtcdCa::generate(now).unwrap();
     let stranger = other
@@ -245,6 +275,11 @@ async fn certs_serve_real_etcd_with_mutual_tls() {
     assert!(
         !matches!(refused, Ok(Ok(_))),
         "a client certificate from another CA was accepted"
+    );
+    let refused = stranger.version_of(&endpoints[0]).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("GET /version"),
+        "the stranger read /version: {refused}"
     );
 
     // The secret's certificates still plan as "keep" against the running cluster's CA.

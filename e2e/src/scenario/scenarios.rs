@@ -52,6 +52,7 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "defrag" => super::maintenance::defrag(&mut h).await,
         "nospace" => super::maintenance::nospace(&mut h).await,
         "corruption" => super::corruption::corruption(&mut h).await,
+        "upgrade" => super::upgrade::upgrade(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
         ))),

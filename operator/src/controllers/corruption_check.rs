@@ -193,9 +193,7 @@ pub fn reconcile(p: &mut Pass<'_>) {
     }
     let voters: Vec<Voter> =
         p.o.etcd
-            .members
-            .iter()
-            .filter(|m| !m.is_learner && m.is_started())
+            .started_voters()
             .filter_map(|m| {
                 let h = p.o.etcd.health.get(&m.id).filter(|h| h.healthy)?;
                 Some(Voter {

@@ -31,9 +31,6 @@ use crate::etcd::{DbSize, EtcdObservation};
 mod run;
 pub use run::{DefragRun, collect, holds, reconcile};
 
-/// A voter counts as caught up when it has applied the leader's commit index up to this many
-/// entries (the two status calls are not taken at the same instant).
-pub const CAUGHT_UP_LAG: u64 = 100;
 /// Under `NOSPACE` a defragmentation is worth it when it frees at least this share of the file.
 const NOSPACE_MIN_FREE_PERCENT: u32 = 10;
 /// The alarm is disarmed only when every voter's file is under this share of the quota.
@@ -223,9 +220,7 @@ impl View<'_> {
     fn voters(&self) -> Vec<(MemberId, &str, &MemberUrl, DbSize, Option<i64>)> {
         let mut out: Vec<_> = self
             .obs
-            .members
-            .iter()
-            .filter(|m| !m.is_learner && m.is_started())
+            .started_voters()
             .filter_map(|m| {
                 let h = self.obs.health.get(&m.id)?;
                 let db = h.db?;
@@ -241,27 +236,6 @@ impl View<'_> {
         out.sort_by(|a, b| a.1.cmp(b.1));
         out
     }
-
-    fn lagging(&self) -> Option<String> {
-        lagging(self.obs)
-    }
-}
-
-/// The first voter that has not applied what the leader committed.
-pub fn lagging(obs: &EtcdObservation) -> Option<String> {
-    let leader = obs.leader_raft_index()?;
-    obs.members
-        .iter()
-        .filter(|m| !m.is_learner && m.is_started())
-        .find_map(|m| {
-            let applied = obs.health.get(&m.id)?.applied_index?;
-            (applied + CAUGHT_UP_LAG < leader).then(|| {
-                format!(
-                    "{} is catching up (applied {applied}, leader committed {leader})",
-                    m.name
-                )
-            })
-        })
 }
 
 /// The next step.
@@ -302,7 +276,7 @@ pub fn decide(v: &View<'_>) -> Step {
     if let Some(why) = v.unsettled {
         return Step::Wait(format!("waiting until {why}"));
     }
-    if let Some(why) = v.lagging() {
+    if let Some((_, why)) = v.obs.lagging_voter() {
         return Step::Wait(why);
     }
     // Followers first, the leader last.

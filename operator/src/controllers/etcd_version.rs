@@ -3,12 +3,13 @@
 //! Inputs: the image (`spec.etcdImage`, else the operator's `ETCD_IMAGE`), the version each
 //! member reports, `spec.acceptKnownBadEtcdRelease`. Decision ([`check`], pure): the version is
 //! read from the image tag (`etcd:3.5.9`, `v3.5.9`; a digest-only image has none and is not
-//! checked); it may not be below the cluster version (the lowest minor the members run: etcd
-//! cannot run a cluster whose version is above its own), may not skip a minor version above the
-//! highest one running (etcd supports upgrades one minor at a time), and may not be a release
-//! in [`KNOWN_BAD`] unless that exact release is accepted in the spec. A refusal is a permanent
-//! error of target-config, so nothing is rendered, no revision is created and no etcd restarts
-//! until the spec changes. The rollout of an allowed version is the normal one: node by node
+//! checked); it may not be below the cluster version (etcd's own, read from `/version`; else the
+//! lowest minor the members run: etcd cannot run a cluster whose version is above its own), may
+//! not be more than one minor above it (etcd upgrades one minor at a time, and the next minor
+//! waits until etcd has moved the cluster version to the one just rolled out), and may not be a
+//! release in [`KNOWN_BAD`] unless that exact release is accepted in the spec. A refusal is a
+//! permanent error of target-config, so nothing is rendered, no revision is created and no etcd
+//! restarts until the spec (or, for an unfinished upgrade, the cluster version) changes. The rollout of an allowed version is the normal one: node by node
 //! through the quorum gate, the leader last.
 
 use std::fmt;
@@ -68,24 +69,33 @@ pub const KNOWN_BAD: &[(&str, &str, &str)] = &[(
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum VersionError {
     #[error(
-        "etcd image {image} is etcd {target}, below the cluster version {cluster} (member {member} runs {running}): etcd cannot run a cluster whose version is above its own, so a downgrade is refused"
+        "etcd image {image} is etcd {target}, below the cluster version {cluster} ({source_}): etcd cannot run a cluster whose version is above its own, so a downgrade is refused"
     )]
     BelowCluster {
         image: String,
         target: Version,
         cluster: String,
-        member: String,
-        running: Version,
+        source_: String,
     },
     #[error(
-        "etcd image {image} is etcd {target}, more than one minor version above {running} (member {member}): etcd upgrades one minor version at a time, so upgrade to {next}.x first"
+        "etcd image {image} is etcd {target}, more than one minor version above the cluster version {cluster}: etcd upgrades one minor version at a time, so upgrade to {next}.x first"
     )]
     SkipsMinor {
         image: String,
         target: Version,
+        cluster: String,
+        next: String,
+    },
+    #[error(
+        "etcd image {image} is etcd {target}, but the upgrade to {running_minor} has not finished: the cluster version is still {cluster} (member {member} runs {running}); wait until etcd moves the cluster version to {running_minor}"
+    )]
+    UpgradeUnfinished {
+        image: String,
+        target: Version,
+        cluster: String,
         member: String,
         running: Version,
-        next: String,
+        running_minor: String,
     },
     #[error(
         "etcd image {image} is etcd {target}, a known-bad release: {why}; refused unless spec.acceptKnownBadEtcdRelease is \"{target}\""
@@ -97,36 +107,63 @@ pub enum VersionError {
     },
 }
 
-/// Checks a move to `image` given each member's running version (`(name, version)`).
-/// `Ok(None)`: the image names no version, nothing could be checked.
+/// The minor line the cluster runs at: etcd's own cluster version when it was read, else the
+/// lowest minor a member runs (what etcd would decide), with where it came from.
+fn cluster_line(
+    cluster: Option<Version>,
+    running: &[(String, Version)],
+) -> Option<((u32, u32), String)> {
+    if let Some(c) = cluster {
+        return Some((c.minor_line(), "as etcd reports it".to_owned()));
+    }
+    let (name, v) = running.iter().min_by_key(|(_, v)| v.minor_line())?;
+    Some((v.minor_line(), format!("member {name} runs {v}")))
+}
+
+/// Checks a move to `image` given the cluster version etcd reports (`None`: not read) and each
+/// member's running version (`(name, version)`). `Ok(None)`: the image names no version,
+/// nothing could be checked.
 pub fn check(
     image: &str,
+    cluster: Option<Version>,
     running: &[(String, Version)],
     accepted_bad: &str,
 ) -> Result<Option<Version>, VersionError> {
     let Some(target) = image_version(image) else {
         return Ok(None);
     };
-    if let Some((name, v)) = running.iter().min_by_key(|(_, v)| v.minor_line())
-        && target.minor_line() < v.minor_line()
-    {
-        return Err(VersionError::BelowCluster {
-            image: image.to_owned(),
-            target,
-            cluster: format!("{}.{}", v.major, v.minor),
-            member: name.clone(),
-            running: *v,
-        });
-    }
-    if let Some((name, v)) = running.iter().max_by_key(|(_, v)| v.minor_line()) {
-        let skips = target.major != v.major || target.minor > v.minor + 1;
-        if skips && target.minor_line() > v.minor_line() {
-            return Err(VersionError::SkipsMinor {
+    if let Some(((major, minor), source_)) = cluster_line(cluster, running) {
+        let line = format!("{major}.{minor}");
+        if target.minor_line() < (major, minor) {
+            return Err(VersionError::BelowCluster {
                 image: image.to_owned(),
                 target,
-                member: name.clone(),
-                running: *v,
-                next: format!("{}.{}", v.major, v.minor + 1),
+                cluster: line,
+                source_,
+            });
+        }
+        if target.major != major || target.minor > minor + 1 {
+            let ahead = running
+                .iter()
+                .filter(|(_, v)| v.minor_line() > (major, minor))
+                .max_by_key(|(_, v)| v.minor_line());
+            return Err(match ahead {
+                Some((member, v)) if v.minor_line() < target.minor_line() => {
+                    VersionError::UpgradeUnfinished {
+                        image: image.to_owned(),
+                        target,
+                        cluster: line,
+                        member: member.clone(),
+                        running: *v,
+                        running_minor: format!("{}.{}", v.major, v.minor),
+                    }
+                }
+                _ => VersionError::SkipsMinor {
+                    image: image.to_owned(),
+                    target,
+                    cluster: line,
+                    next: format!("{major}.{}", minor + 1),
+                },
             });
         }
     }
@@ -147,14 +184,15 @@ pub fn check(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn v(s: &str) -> Version {
+    pub(crate) fn v(s: &str) -> Version {
         Version::parse(s).unwrap()
     }
 
-    fn running(vs: &[&str]) -> Vec<(String, Version)> {
+    /// `n1`, `n2`, … running these versions.
+    pub(crate) fn running(vs: &[&str]) -> Vec<(String, Version)> {
         vs.iter()
             .enumerate()
             .map(|(i, s)| (format!("n{}", i + 1), v(s)))
@@ -183,43 +221,73 @@ mod tests {
     #[test]
     fn patch_and_next_minor_moves_are_allowed() {
         let r = running(&["3.4.23", "3.4.23", "3.4.23"]);
-        assert_eq!(check("etcd:3.4.27", &r, ""), Ok(Some(v("3.4.27"))));
-        assert_eq!(check("etcd:3.4.20", &r, ""), Ok(Some(v("3.4.20"))));
-        assert_eq!(check("etcd:3.5.9", &r, ""), Ok(Some(v("3.5.9"))));
-        // Mid-upgrade the cluster version is still 3.4: going back is allowed.
+        let c34 = Some(v("3.4.0"));
+        assert_eq!(check("etcd:3.4.27", c34, &r, ""), Ok(Some(v("3.4.27"))));
+        assert_eq!(check("etcd:3.4.20", None, &r, ""), Ok(Some(v("3.4.20"))));
+        assert_eq!(check("etcd:3.5.9", c34, &r, ""), Ok(Some(v("3.5.9"))));
+        // Mid-upgrade, and after it until etcd moves the cluster version: going back is
+        // allowed.
         let mid = running(&["3.5.9", "3.4.23", "3.5.9"]);
-        assert_eq!(check("etcd:3.4.23", &mid, ""), Ok(Some(v("3.4.23"))));
-        assert_eq!(check("etcd@sha256:0123", &r, ""), Ok(None));
+        assert_eq!(check("etcd:3.4.23", None, &mid, ""), Ok(Some(v("3.4.23"))));
+        let all = running(&["3.5.9", "3.5.9", "3.5.9"]);
+        assert_eq!(check("etcd:3.4.23", c34, &all, ""), Ok(Some(v("3.4.23"))));
+        assert_eq!(check("etcd@sha256:0123", c34, &r, ""), Ok(None));
+        // Nothing answered: only the known-bad table applies.
+        assert_eq!(check("etcd:3.7.0", None, &[], ""), Ok(Some(v("3.7.0"))));
     }
 
     #[test]
     fn skipping_a_minor_and_going_below_the_cluster_version_are_refused() {
         let r = running(&["3.4.23", "3.4.23", "3.4.23"]);
-        let e = check("etcd:3.6.0", &r, "").unwrap_err();
+        let e = check("etcd:3.6.0", Some(v("3.4.0")), &r, "").unwrap_err();
         assert!(matches!(e, VersionError::SkipsMinor { .. }), "{e}");
         assert!(e.to_string().contains("upgrade to 3.5.x first"), "{e}");
-        let e = check("etcd:4.0.0", &r, "").unwrap_err();
+        let e = check("etcd:4.0.0", None, &r, "").unwrap_err();
         assert!(matches!(e, VersionError::SkipsMinor { .. }), "{e}");
         let upgraded = running(&["3.5.9", "3.5.9", "3.5.9"]);
-        let e = check("etcd:3.4.23", &upgraded, "").unwrap_err();
+        let e = check("etcd:3.4.23", Some(v("3.5.0")), &upgraded, "").unwrap_err();
         assert!(
-            e.to_string().contains("below the cluster version 3.5"),
+            e.to_string()
+                .contains("below the cluster version 3.5 (as etcd reports it)"),
             "{e}"
+        );
+        let e = check("etcd:3.4.23", None, &upgraded, "").unwrap_err();
+        assert!(e.to_string().contains("member n1 runs 3.5.9"), "{e}");
+    }
+
+    #[test]
+    fn the_next_minor_waits_for_the_cluster_version_to_move() {
+        // Every member runs 3.5 but etcd still says 3.4: 3.6 would join a 3.4 cluster.
+        let all = running(&["3.5.9", "3.5.9", "3.5.9"]);
+        let e = check("etcd:3.6.0", Some(v("3.4.0")), &all, "").unwrap_err();
+        assert!(matches!(e, VersionError::UpgradeUnfinished { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("wait until etcd moves the cluster version to 3.5"),
+            "{e}"
+        );
+        // Half way through the 3.5 rollout, the same.
+        let mid = running(&["3.5.9", "3.4.23", "3.4.23"]);
+        let e = check("etcd:3.6.0", None, &mid, "").unwrap_err();
+        assert!(matches!(e, VersionError::UpgradeUnfinished { .. }), "{e}");
+        assert_eq!(
+            check("etcd:3.6.0", Some(v("3.5.0")), &all, ""),
+            Ok(Some(v("3.6.0")))
         );
     }
 
     #[test]
     fn known_bad_releases_need_their_exact_name_accepted() {
         let r = running(&["3.4.23"]);
-        let e = check("etcd:3.5.1", &r, "").unwrap_err();
+        let e = check("etcd:3.5.1", None, &r, "").unwrap_err();
         assert!(matches!(e, VersionError::KnownBad { .. }), "{e}");
         assert!(
             e.to_string()
                 .contains("acceptKnownBadEtcdRelease is \"3.5.1\""),
             "{e}"
         );
-        assert!(check("etcd:3.5.1", &r, "3.5.2").is_err());
-        assert_eq!(check("etcd:3.5.1", &r, "3.5.1"), Ok(Some(v("3.5.1"))));
-        assert_eq!(check("etcd:3.5.3", &r, ""), Ok(Some(v("3.5.3"))));
+        assert!(check("etcd:3.5.1", None, &r, "3.5.2").is_err());
+        assert_eq!(check("etcd:3.5.1", None, &r, "3.5.1"), Ok(Some(v("3.5.1"))));
+        assert_eq!(check("etcd:3.5.3", None, &r, ""), Ok(Some(v("3.5.3"))));
     }
 }

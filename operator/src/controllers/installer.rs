@@ -15,6 +15,8 @@
 //!   installer finished (the node moves straight on, without waiting on a stale one);
 //! * otherwise the next node below the latest revision is chosen: nodes with no static pod, an
 //!   unready pod, or an etcd blocked by `etcd-verify` first, then the others, the etcd leader last;
+//! * before the next node restarts, every started voter has applied what the leader committed
+//!   (the member restarted before has caught up);
 //! * every install asks the quorum gate (`RollNode`); a failed install is retried after a capped
 //!   exponential back-off, and while it backs off no other node is moved (a bad revision stops at
 //!   its first node).
@@ -146,6 +148,7 @@ pub fn decide(
     nodes: &[NodeView],
     latest: i64,
     cluster: &ClusterView,
+    lagging: Option<(&str, String)>,
     now: OffsetDateTime,
 ) -> RolloutDecision {
     let mut views: Vec<NodeView> = nodes.to_vec();
@@ -190,6 +193,16 @@ pub fn decide(
                 ),
             });
         }
+    }
+    // The member restarted before must have caught up before the next restart (a restart of the
+    // lagging member itself is not held: it may be what brings it back).
+    if let Some((member, why)) = lagging
+        && member != next.name
+    {
+        return decision(RolloutAction::Wait {
+            node: next.name.clone(),
+            reason: format!("{why}; the next restart waits until it has caught up"),
+        });
     }
     decision(install_or_deny(next, latest, &view))
 }
@@ -269,7 +282,13 @@ pub fn with_target(mut statuses: Vec<NodeStatus>, node: &str, revision: i64) -> 
 pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     let _t = p.ctx.metrics.time(NAME.as_str());
     let views: Vec<NodeView> = p.o.node_views(&p.node_statuses);
-    let d = decide(&views, p.latest, &p.o.etcd.cluster_view(), p.o.now);
+    let d = decide(
+        &views,
+        p.latest,
+        &p.o.etcd.cluster_view(),
+        p.o.etcd.lagging_voter(),
+        p.o.now,
+    );
     for s in &d.statuses {
         let before = p.node_statuses.iter().find(|b| b.node_name == s.node_name);
         if before.is_some_and(|b| b.current_revision < s.current_revision) {

@@ -68,12 +68,12 @@ fn installs(d: &RolloutDecision) -> (String, i64, u32) {
 fn unready_nodes_first_leader_last() {
     let mut nodes = vec![node(1, 1, true), node(2, 1, true), node(3, 1, true)];
     nodes[0].is_leader = true;
-    let d = decide(&nodes, 2, &cluster(&[true, true, true]), t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0));
     assert_eq!(installs(&d), ("n2".into(), 2, 1));
     // n3's etcd is blocked by etcd-verify (and so unhealthy): it goes first, even before n2.
     nodes[2].pod.as_mut().unwrap().blocked = Some("stale or forged revision".into());
     nodes[2].pod.as_mut().unwrap().ready = false;
-    let d = decide(&nodes, 2, &cluster(&[true, true, false]), t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, true, false]), None, t(0));
     assert_eq!(installs(&d).0, "n3");
     // Only the leader is left: now it moves.
     let mut only_leader = vec![node(1, 1, true), node(2, 2, true), node(3, 2, true)];
@@ -83,11 +83,34 @@ fn unready_nodes_first_leader_last() {
             &only_leader,
             2,
             &cluster(&[true, true, true]),
+            None,
             t(0)
         ))
         .0,
         "n1"
     );
+}
+
+#[test]
+fn the_next_restart_waits_for_the_last_restarted_member_to_catch_up() {
+    let nodes = vec![node(1, 2, true), node(2, 1, true), node(3, 1, true)];
+    let behind = || {
+        Some((
+            "n1",
+            "n1 is catching up (applied 10, leader committed 900)".into(),
+        ))
+    };
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), behind(), t(0));
+    assert!(
+        matches!(&d.action, RolloutAction::Wait { node, reason }
+            if node == "n2" && reason.contains("n1 is catching up") && reason.contains("waits until it has caught up")),
+        "{:?}",
+        d.action
+    );
+    // A lagging member's own node is not held back.
+    let lagging_n2 = Some(("n2", "n2 is catching up".into()));
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), lagging_n2, t(0));
+    assert_eq!(installs(&d).0, "n2");
 }
 
 #[test]
@@ -98,7 +121,7 @@ fn a_node_without_a_pod_goes_first() {
         ..Default::default()
     });
     assert_eq!(
-        installs(&decide(&nodes, 2, &cluster(&[true, true]), t(0))).0,
+        installs(&decide(&nodes, 2, &cluster(&[true, true]), None, t(0))).0,
         "n0-new"
     );
 }
@@ -112,7 +135,7 @@ fn follows_one_node_to_ready_before_the_next() {
         attempt: 1,
         phase: InstallerPhase::Running,
     });
-    let d = decide(&nodes, 2, &cluster(&[true, true, true]), t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0));
     assert!(
         matches!(&d.action, RolloutAction::Wait { node, reason } if node == "n2" && reason.contains("installer")),
         "{d:?}"
@@ -126,14 +149,14 @@ fn follows_one_node_to_ready_before_the_next() {
         blocked: None,
     });
     nodes[1].member_healthy = false;
-    let d = decide(&nodes, 2, &cluster(&[true, false, true]), t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, false, true]), None, t(0));
     assert!(
         matches!(&d.action, RolloutAction::Wait { reason, .. } if reason.contains("serve on revision 2")),
         "{d:?}"
     );
     // Running, but etcd does not report the member healthy yet: still waiting.
     nodes[1].pod.as_mut().unwrap().running = true;
-    let d = decide(&nodes, 2, &cluster(&[true, false, true]), t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, false, true]), None, t(0));
     assert!(
         matches!(&d.action, RolloutAction::Wait { reason, .. } if reason.contains("serve on revision 2")),
         "{d:?}"
@@ -141,7 +164,7 @@ fn follows_one_node_to_ready_before_the_next() {
     // Running on 2 and etcd reports the member healthy: served, before any probe passed; status
     // records it and the next node moves.
     nodes[1].member_healthy = true;
-    let d = decide(&nodes, 2, &cluster(&[true, true, true]), t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0));
     assert_eq!(d.statuses[1].current_revision, 2);
     assert_eq!(d.statuses[1].target_revision, None);
     assert_eq!(installs(&d).0, "n1");
@@ -154,7 +177,7 @@ fn follows_one_node_to_ready_before_the_next() {
         blocked: None,
     });
     nodes[1].member_healthy = false;
-    let d = decide(&nodes, 2, &cluster(&[true, false, true]), t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, false, true]), None, t(0));
     assert_eq!(d.statuses[1].current_revision, 2);
 }
 
@@ -166,7 +189,7 @@ fn an_installer_without_a_recorded_target_still_counts_as_in_flight() {
         attempt: 1,
         phase: InstallerPhase::Running,
     });
-    let d = decide(&nodes, 2, &cluster(&[true, true, true]), t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0));
     assert!(
         matches!(&d.action, RolloutAction::Wait { node, .. } if node == "n3"),
         "{d:?}"
@@ -183,7 +206,7 @@ fn failures_are_recorded_once_and_retried_with_backoff() {
         attempt: 1,
         phase: InstallerPhase::Failed("secret missing".into()),
     });
-    let d = decide(&nodes, 2, &cluster(&[true, true, true]), t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0));
     let s = &d.statuses[0];
     assert_eq!(
         (
@@ -200,12 +223,18 @@ fn failures_are_recorded_once_and_retried_with_backoff() {
     );
     // Observing the same failed pod again changes nothing.
     nodes[0].status = d.statuses[0].clone();
-    let again = decide(&nodes, 2, &cluster(&[true, true, true]), t(5));
+    let again = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(5));
     assert_eq!(again.statuses[0], nodes[0].status);
     assert!(matches!(again.action, RolloutAction::BackOff { .. }));
     // After the back-off, attempt 2.
     assert_eq!(
-        installs(&decide(&nodes, 2, &cluster(&[true, true, true]), t(11))),
+        installs(&decide(
+            &nodes,
+            2,
+            &cluster(&[true, true, true]),
+            None,
+            t(11)
+        )),
         ("n1".into(), 2, 2)
     );
     assert_eq!(backoff(1), Duration::from_secs(10));
@@ -223,13 +252,19 @@ fn a_newer_revision_supersedes_a_finished_install() {
         phase: InstallerPhase::Succeeded,
     });
     assert_eq!(
-        installs(&decide(&nodes, 3, &cluster(&[true, false, true]), t(0))),
+        installs(&decide(
+            &nodes,
+            3,
+            &cluster(&[true, false, true]),
+            None,
+            t(0)
+        )),
         ("n2".into(), 3, 1)
     );
     // While the old installer still runs, wait for it.
     nodes[1].installer.as_mut().unwrap().phase = InstallerPhase::Running;
     assert!(matches!(
-        decide(&nodes, 3, &cluster(&[true, true, true]), t(0)).action,
+        decide(&nodes, 3, &cluster(&[true, true, true]), None, t(0)).action,
         RolloutAction::Wait { .. }
     ));
 }
@@ -238,7 +273,7 @@ fn a_newer_revision_supersedes_a_finished_install() {
 fn the_gate_can_hold_the_rollout() {
     // Two voters: restarting either would lose quorum.
     let nodes = vec![node(1, 1, true), node(2, 1, true)];
-    let d = decide(&nodes, 2, &cluster(&[true, true]), t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, true]), None, t(0));
     match d.action {
         RolloutAction::Denied { node, denial } => {
             assert_eq!(node, "n1");
@@ -252,7 +287,7 @@ fn the_gate_can_hold_the_rollout() {
 fn done_when_everyone_is_current() {
     let nodes = vec![node(1, 2, true), node(2, 2, true), node(3, 2, true)];
     assert_eq!(
-        decide(&nodes, 2, &cluster(&[true, true, true]), t(0)).action,
+        decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0)).action,
         RolloutAction::Done
     );
 }

@@ -1,5 +1,5 @@
 //! `status.members`: every etcd member as an admin sees it (name, id, peer URL, role, started,
-//! healthy, leader, a learner's catch-up), with a `lastTransitionTime` that moves only when the
+//! healthy, leader, the etcd version it runs (the last one seen while it is down), a learner's catch-up), with a `lastTransitionTime` that moves only when the
 //! member's role, start or health changes. Pure: built from one etcd observation, the previous
 //! status and `now`.
 
@@ -30,6 +30,11 @@ pub fn member_statuses(
                 .map(|p| p.last_transition_time.clone())
                 .filter(|t| !t.is_empty())
                 .unwrap_or_else(|| now.to_owned());
+            let version = h
+                .version
+                .clone()
+                .or_else(|| Some(previous.iter().find(|p| p.id == id)?.version.clone()))
+                .unwrap_or_default();
             MemberStatus {
                 name: m.name.clone(),
                 id,
@@ -39,6 +44,7 @@ pub fn member_statuses(
                 healthy,
                 leader: obs.leader == Some(m.id),
                 last_transition_time,
+                version,
                 learner_raft_index: if m.is_learner { h.raft_index } else { None },
                 leader_raft_index: if m.is_learner { leader_index } else { None },
             }

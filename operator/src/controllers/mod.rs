@@ -24,6 +24,7 @@ pub mod remediation;
 pub mod revisions;
 pub mod rollout_hold;
 pub mod target_config;
+pub mod version_report;
 pub mod voter_policy;
 
 use crate::retry::ErrorKind;

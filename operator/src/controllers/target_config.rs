@@ -56,13 +56,15 @@ pub async fn reconcile(
     p: &mut Pass<'_>,
 ) -> Result<Option<BTreeMap<String, String>>, ControllerError> {
     let _t = p.ctx.metrics.time(NAME.as_str());
-    let image =
-        p.o.spec
-            .etcd_image
-            .clone()
-            .unwrap_or_else(|| p.ctx.config.images.etcd.clone());
+    let image = p.etcd_image();
     let running = p.o.etcd.member_versions();
-    match etcd_version::check(&image, &running, &p.o.spec.accept_known_bad_etcd_release) {
+    let cluster = p.o.etcd.cluster_version();
+    match etcd_version::check(
+        &image,
+        cluster,
+        &running,
+        &p.o.spec.accept_known_bad_etcd_release,
+    ) {
         Ok(Some(v)) => p.next(
             NAME,
             format!("etcd image {image} (etcd {v}) passes the version policy"),

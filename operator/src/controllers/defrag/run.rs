@@ -60,7 +60,7 @@ pub async fn collect(p: &mut Pass<'_>) {
             .iter()
             .find(|m| m.id.to_string() == stale.member_id);
     let settled =
-        member.is_none_or(|m| p.o.etcd.is_healthy(m.id)) && super::lagging(&p.o.etcd).is_none();
+        member.is_none_or(|m| p.o.etcd.is_healthy(m.id)) && p.o.etcd.lagging_voter().is_none();
     if settled {
         let message = "the operator restarted while it ran; its outcome is unknown".to_owned();
         finish(

@@ -11,7 +11,6 @@
 //! and a message naming it. cluster-etcd-operator gives its union conditions the same inertia.
 
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use crate::api::Condition;
 
@@ -318,7 +317,7 @@ fn true_for(previous: &[Condition], type_: ConditionType, now: OffsetDateTime) -
     previous
         .iter()
         .find(|p| p.type_ == type_.as_str() && p.status == "True")
-        .and_then(|p| OffsetDateTime::parse(&p.last_transition_time, &Rfc3339).ok())
+        .and_then(|p| crate::certs::parse_time(&p.last_transition_time))
         .map_or(time::Duration::ZERO, |since| now - since)
 }
 

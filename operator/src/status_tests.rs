@@ -1,4 +1,5 @@
 use super::*;
+use time::format_description::well_known::Rfc3339;
 
 #[test]
 fn transition_time_moves_only_with_status() {

@@ -127,6 +127,11 @@ impl CertError {
     }
 }
 
+/// An RFC 3339 time as status holds it (`None` when empty or not RFC 3339).
+pub fn parse_time(s: &str) -> Option<OffsetDateTime> {
+    OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
+}
+
 /// RFC 3339 in UTC with second precision (`2026-11-21T09:04:27Z`), for reasons and status.
 pub fn format_time(t: OffsetDateTime) -> String {
     let t = t.to_offset(time::UtcOffset::UTC);

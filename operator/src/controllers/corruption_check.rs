@@ -12,12 +12,12 @@
 //! membership itself, never names a member without a majority against it, and never checks
 //! while a defragmentation holds a member.
 
+use crate::certs::parse_time;
 use std::sync::Arc;
 use std::time::Duration;
 
 use membership::{EtcdClient, HashVerdict, MemberHash, MemberId, MemberUrl, compare_hashes};
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 use tokio::task::JoinHandle;
 
 use crate::api::{CorruptionCheck, CorruptionCheckStatus, DivergentMember};
@@ -66,7 +66,7 @@ pub fn next_due(
     if last.is_some_and(missed) {
         return Some(OffsetDateTime::UNIX_EPOCH);
     }
-    let last = last.and_then(|l| OffsetDateTime::parse(&l.last_check_time, &Rfc3339).ok());
+    let last = last.and_then(|l| parse_time(&l.last_check_time));
     Some(last.map_or(OffsetDateTime::UNIX_EPOCH, |t| {
         t + time::Duration::seconds(i64::from(spec.interval_seconds))
     }))

@@ -21,9 +21,9 @@
 //! defragments two members at once, a learner, or the only voter unless `NOSPACE` already
 //! refuses writes; it never compacts or deletes data (compaction is the API server's).
 
+use crate::certs::parse_time;
 use membership::{Action, AlarmKind, Denial, MemberId, MemberUrl, Verdict, gate};
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use crate::api::{DefragRecord, Defragmentation, DefragmentationStatus};
 use crate::etcd::{DbSize, EtcdObservation};
@@ -149,7 +149,7 @@ impl View<'_> {
         if r.result == SUCCEEDED || r.result.is_empty() || r.result == INTERRUPTED {
             return None;
         }
-        let end = OffsetDateTime::parse(&r.end_time, &Rfc3339).ok()?;
+        let end = parse_time(&r.end_time)?;
         let retry = end + time::Duration::seconds(i64::from(self.spec.retry_after_seconds));
         (retry > self.now).then(|| {
             format!(
@@ -187,7 +187,7 @@ impl View<'_> {
         else {
             return true;
         };
-        let since = OffsetDateTime::parse(&last.end_time, &Rfc3339).ok();
+        let since = parse_time(&last.end_time);
         revision.is_some_and(|r| r > last.revision)
             || since.is_none_or(|t| {
                 let took = i64::try_from(last.duration_ms).unwrap_or(i64::MAX);

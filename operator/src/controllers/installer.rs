@@ -36,7 +36,7 @@ pub use super::node_view::{
 };
 use super::{ControllerError, ControllerName, rollout_hold};
 use crate::api::NodeStatus;
-use crate::certs::format_time;
+use crate::certs::{format_time, parse_time};
 use crate::metrics::NodeLabel;
 use crate::pass::Pass;
 use crate::podspec::{STATIC_POD_NAMESPACE as NS, render_installer};
@@ -86,15 +86,6 @@ pub fn backoff(failures: u32) -> Duration {
     BASE_BACKOFF.saturating_mul(1 << shift).min(MAX_BACKOFF)
 }
 
-fn rfc3339(t: OffsetDateTime) -> String {
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
-
-fn parse_time(s: &str) -> Option<OffsetDateTime> {
-    OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
-}
-
 /// Folds observations into a node's status.
 fn observe(node: &NodeView, now: OffsetDateTime) -> NodeStatus {
     let mut s = node.status.clone();
@@ -125,7 +116,7 @@ fn observe(node: &NodeView, now: OffsetDateTime) -> NodeStatus {
             s.last_failed_revision = Some(target);
             s.last_failed_count = inst.attempt;
             s.last_failed_reason = message.clone();
-            s.last_failed_time = rfc3339(now);
+            s.last_failed_time = format_time(now);
         }
         s.target_revision = None;
     }

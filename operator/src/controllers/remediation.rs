@@ -7,6 +7,7 @@
 //! been healthy for `minHealthySeconds`. Pure: everything is decided from the observation, the
 //! previous status and `now`.
 
+use crate::certs::parse_time;
 use std::collections::BTreeMap;
 
 use crate::certs::format_time;
@@ -49,10 +50,6 @@ pub struct Candidate {
     pub assessment: Assessment,
 }
 
-fn parse(t: &str) -> Option<OffsetDateTime> {
-    OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).ok()
-}
-
 fn seconds(s: u32) -> Duration {
     Duration::seconds(i64::from(s))
 }
@@ -84,7 +81,7 @@ pub fn assess(
     if attempts >= policy.max_retries {
         return Assessment::Exhausted { attempts };
     }
-    if let Some(last) = record.and_then(|r| parse(&r.last_attempt_time)) {
+    if let Some(last) = record.and_then(|r| parse_time(&r.last_attempt_time)) {
         let until = last + retry_wait(policy, attempts);
         if now < until {
             return Assessment::BackingOff { until, attempts };
@@ -116,7 +113,7 @@ pub fn candidates(
             if m.healthy || !m.started {
                 return None;
             }
-            let since = parse(&m.last_transition_time).unwrap_or(now);
+            let since = parse_time(&m.last_transition_time).unwrap_or(now);
             let record = records.iter().find(|r| r.node_name == *node);
             Some(Candidate {
                 node: node.clone(),
@@ -146,7 +143,7 @@ pub fn settle_records(
                 .get(&r.node_name)
                 .and_then(|id| members.iter().find(|m| m.id == id.to_string()))
                 .filter(|m| m.healthy)
-                .and_then(|m| parse(&m.last_transition_time));
+                .and_then(|m| parse_time(&m.last_transition_time));
             healthy_since.is_none_or(|t| now - t < seconds(policy.min_healthy_seconds))
         })
         .cloned()

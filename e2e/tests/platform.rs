@@ -1,5 +1,6 @@
 //! The operator as the platform runs it, on the real control plane (kube-apiserver,
-//! controller-manager and scheduler from `../shared/kas`): `manifests/` applied as shipped, the
+//! controller-manager and scheduler from `../shared/kas`): `manifests/` applied as shipped, in one
+//! `kubectl apply --server-side -k manifests/`, the
 //! Deployment's ReplicaSet made by the controller-manager, its pods placed by the scheduler onto
 //! the control-plane nodes and run by their node agents, the operator authenticating with its own
 //! ServiceAccount's token (so every request it makes is checked against
@@ -18,21 +19,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
 use kube_testapi::{KasOptions, TestApi};
-
-const MANIFESTS: [(&str, &str); 3] = [
-    (
-        "00-namespaces.yaml",
-        include_str!("../../manifests/00-namespaces.yaml"),
-    ),
-    (
-        "02-rbac-operator.yaml",
-        include_str!("../../manifests/02-rbac-operator.yaml"),
-    ),
-    (
-        "04-deployment.yaml",
-        include_str!("../../manifests/04-deployment.yaml"),
-    ),
-];
 
 const OPERATOR_USER: &str = "system:serviceaccount:etcd-operator:etcd-operator";
 const INSTALLER_USER: &str = "system:serviceaccount:etcd:etcd-installer";
@@ -172,8 +158,18 @@ async fn the_operator_deployment_runs_on_the_nodes_and_grows_etcd() {
     }
     cp.bootstrap("n1").await.unwrap();
     cp.create_cluster(EtcdClusterSpec::default()).await.unwrap();
-    for (file, text) in MANIFESTS {
-        cp.apply_manifest(file, text).await.unwrap();
+    // As an admin installs it: the whole of manifests/ in one apply, in kustomize's order.
+    let applied = cp
+        .apply_kustomization(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests"))
+        .await
+        .unwrap();
+    eprintln!("kubectl apply -k manifests/:\n{applied}");
+    for object in [
+        "namespace/etcd-operator serverside-applied",
+        "customresourcedefinition.apiextensions.k8s.io/etcdclusters.etcd.static-operator.io serverside-applied",
+        "deployment.apps/etcd-operator serverside-applied",
+    ] {
+        assert!(applied.contains(object), "{object} not in:\n{applied}");
     }
     let pods: Api<Pod> = Api::namespaced(cp.client(), OPERATOR_NS);
     let selector = ListParams::default().labels("app.kubernetes.io/name=etcd-operator");

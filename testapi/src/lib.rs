@@ -293,6 +293,16 @@ impl TestApi {
         &self.server_url
     }
 
+    /// The kas control plane's `kubectl` (v1.36, beside its other binaries); `None` on the
+    /// stand-in or a cluster this process did not start.
+    pub fn kubectl(&self) -> Option<PathBuf> {
+        let Backend::Kas(_) = self.backend else {
+            return None;
+        };
+        let path = self.kubeconfig.parent()?.join("bin").join("kubectl");
+        path.is_file().then_some(path)
+    }
+
     /// True against a real cluster.
     pub fn is_real(&self) -> bool {
         matches!(self.backend, Backend::Real | Backend::Kas(_))

@@ -97,6 +97,42 @@ impl LocalControlPlane {
         .await
     }
 
+    /// `kubectl apply --server-side -k <dir>` with the kas control plane's kubectl, as an admin
+    /// applies `manifests/` (`--force-conflicts`: this control plane created some of the same
+    /// objects already, with the same content, under another field manager).
+    pub async fn apply_kustomization(
+        &self,
+        dir: &std::path::Path,
+    ) -> Result<String, ControlPlaneError> {
+        let kubectl = self.api.kubectl().ok_or_else(|| {
+            ControlPlaneError::Failed("kubectl comes with the kas control plane only".into())
+        })?;
+        let out = tokio::process::Command::new(&kubectl)
+            .arg("--kubeconfig")
+            .arg(self.api.kubeconfig())
+            .args(["apply", "--server-side", "--force-conflicts", "-k"])
+            .arg(dir)
+            .output()
+            .await
+            .map_err(|e| {
+                ControlPlaneError::Failed(format!("running {}: {e}", kubectl.display()))
+            })?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.status.success() {
+            Ok(text)
+        } else {
+            Err(ControlPlaneError::Failed(format!(
+                "kubectl apply -k {} failed ({}): {text}",
+                dir.display(),
+                out.status
+            )))
+        }
+    }
+
     /// Creates every object of one file of `manifests/` as it ships (kinds resolved through API
     /// discovery); objects that exist already are kept.
     pub async fn apply_manifest(&self, file: &str, text: &str) -> Result<(), ControlPlaneError> {

@@ -171,6 +171,11 @@ async fn corruption() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_pod_removed() {
+    scenario("static-pod-removed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrade() {
     scenario("upgrade").await;
 }

@@ -82,6 +82,13 @@ pub struct EtcdClusterSpec {
     /// How many old revisions to keep.
     #[serde(default)]
     pub revision_history: RevisionHistory,
+    /// A node whose etcd static pod vanished (its manifest moved out of the manifests directory,
+    /// the usual first step of a manual recovery) gets its revision installed again after this
+    /// many seconds, unless the Node carries the annotation `etcd.static-operator.io/etcd-stopped`
+    /// (an admin stopped etcd there on purpose; its value says why).
+    #[serde(default = "default_missing_pod_grace")]
+    #[x_kube(validation = Rule::new("self >= 30 && self <= 86400").message("missingPodGraceSeconds must be between 30 and 86400"))]
+    pub missing_pod_grace_seconds: u32,
     /// A learner added for a node but not started within this many seconds is removed again.
     #[serde(default = "default_learner_start_deadline")]
     #[x_kube(validation = Rule::new("self >= 30 && self <= 3600").message("learnerStartDeadlineSeconds must be between 30 and 3600"))]
@@ -111,6 +118,10 @@ fn default_learner_start_deadline() -> u32 {
     300
 }
 
+fn default_missing_pod_grace() -> u32 {
+    300
+}
+
 impl Default for EtcdClusterSpec {
     fn default() -> Self {
         Self {
@@ -125,6 +136,7 @@ impl Default for EtcdClusterSpec {
             defragmentation: Defragmentation::default(),
             corruption_check: CorruptionCheck::default(),
             revision_history: RevisionHistory::default(),
+            missing_pod_grace_seconds: default_missing_pod_grace(),
             learner_start_deadline_seconds: default_learner_start_deadline(),
             local_client_listener: true,
             member_remediation: MemberRemediation::default(),
@@ -404,6 +416,13 @@ pub struct NodeStatus {
     /// Consecutive failures of the last failed revision.
     #[serde(default)]
     pub last_failed_count: u32,
+    /// RFC 3339: since when the node, which ran `currentRevision`, shows no etcd static pod.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub etcd_pod_missing_since: String,
+    /// Why an admin stopped etcd on this node (the Node's `etcd.static-operator.io/etcd-stopped`
+    /// annotation): its revision is not installed again while it is set.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub etcd_stopped_by_admin: String,
 }
 
 /// One etcd member as the operator sees it.

@@ -112,6 +112,8 @@ pub enum Reason {
     Waiting,
     BackingOff,
     InstallerFailed,
+    /// A node that ran a revision shows no etcd static pod.
+    EtcdPodMissing,
     /// A controller failed; the error's category (e.g. `conflict`, `transport`, `render`).
     Failed(&'static str),
 }
@@ -151,6 +153,7 @@ impl Reason {
             Reason::Waiting => "Waiting",
             Reason::BackingOff => "BackingOff",
             Reason::InstallerFailed => "InstallerFailed",
+            Reason::EtcdPodMissing => "EtcdPodMissing",
             Reason::Failed(category) => category,
         }
     }

@@ -17,6 +17,7 @@
 //! | `nospace` | a 48 MiB quota filled until etcd raises `NOSPACE`: the status says an admin must delete data; after the delete and a compaction the operator defragments every voter, disarms the alarm and writes resume |
 //! | `corruption` | n2's copy of a key is changed on disk while it is stopped, and a compaction keeps etcd's own start-up check from comparing: the operator's `HashKV` check names n2 within one interval (10 s), `replaceMinority` replaces it, and a later check finds every copy equal |
 //! | `upgrade` | the etcd image moves from 3.4.23 to 3.5.1: refused as a known-bad release until `acceptKnownBadEtcdRelease` names it, then rolled node by node (one at a time, the leader last), every member reports 3.5.1, etcd moves the cluster version to 3.5 and `status.etcdVersion` says so; back to 3.4 is then refused as below the cluster version, with no revision made |
+//! | `static-pod-removed` | n2's etcd manifest is moved out of its manifests directory while the Node carries `etcd.static-operator.io/etcd-stopped`: `NodeInstallerDegraded` names n2, since when and the admin's reason, and n2 is left alone past the grace period (`missingPodGraceSeconds: 30`); the annotation removed, the same revision is installed again and n2's member serves with its data |
 //! | `unhealthy-member-replaced` | n2's WAL becomes unreadable, so etcd-verify keeps its etcd down: after `memberRemediation.unhealthySeconds` the member is replaced and `status.remediations` counts the attempt |
 
 pub mod consistency;
@@ -27,6 +28,7 @@ pub mod load;
 mod maintenance;
 mod node_selector;
 mod scenarios;
+mod static_pod;
 mod upgrade;
 
 use std::path::{Path, PathBuf};
@@ -35,7 +37,7 @@ use std::time::Instant;
 pub use harness::{Harness, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 15] = [
+pub const NAMES: [&str; 16] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -51,6 +53,7 @@ pub const NAMES: [&str; 15] = [
     "nospace",
     "corruption",
     "upgrade",
+    "static-pod-removed",
 ];
 
 /// The report of one scenario run (`report.json`).

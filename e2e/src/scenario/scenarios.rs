@@ -53,6 +53,7 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "nospace" => super::maintenance::nospace(&mut h).await,
         "corruption" => super::corruption::corruption(&mut h).await,
         "upgrade" => super::upgrade::upgrade(&mut h).await,
+        "static-pod-removed" => super::static_pod::static_pod_removed(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
         ))),

@@ -38,6 +38,7 @@ use super::{ControllerError, ControllerName, rollout_hold};
 use crate::api::NodeStatus;
 use crate::certs::{format_time, parse_time};
 use crate::metrics::NodeLabel;
+use crate::observed::objects::ETCD_STOPPED_ANNOTATION;
 use crate::pass::Pass;
 use crate::podspec::{STATIC_POD_NAMESPACE as NS, render_installer};
 use crate::retry::ErrorKind;
@@ -86,10 +87,29 @@ pub fn backoff(failures: u32) -> Duration {
     BASE_BACKOFF.saturating_mul(1 << shift).min(MAX_BACKOFF)
 }
 
-/// Folds observations into a node's status.
-fn observe(node: &NodeView, now: OffsetDateTime) -> NodeStatus {
+/// Folds observations into a node's status. A node that ran a revision and shows no etcd pod
+/// (not while it is being moved) is recorded with the time it was first seen so; past `grace`,
+/// on a Ready node no admin marked as stopped, nothing runs there, so its current revision is 0
+/// and the rollout installs the latest again.
+fn observe(node: &NodeView, now: OffsetDateTime, grace: time::Duration) -> NodeStatus {
     let mut s = node.status.clone();
     s.node_name = node.name.clone();
+    s.etcd_stopped_by_admin = node.etcd_stopped.clone().unwrap_or_default();
+    if node.pod.is_some() {
+        s.etcd_pod_missing_since.clear();
+    } else if s.etcd_pod_missing_since.is_empty()
+        && s.target_revision.is_none()
+        && s.current_revision > 0
+    {
+        s.etcd_pod_missing_since = format_time(now);
+    }
+    let reinstall = node.pod.is_none()
+        && node.node_ready
+        && node.etcd_stopped.is_none()
+        && parse_time(&s.etcd_pod_missing_since).is_some_and(|since| now - since >= grace);
+    if reinstall {
+        s.current_revision = 0;
+    }
     if let Some(revision) = node.serving_revision()
         && revision > s.current_revision
     {
@@ -97,10 +117,12 @@ fn observe(node: &NodeView, now: OffsetDateTime) -> NodeStatus {
     }
     // An installer for a newer revision is a move in flight even if its target was never written
     // (the operator crashed between creating the pod and writing status).
+    // Not the installer that put the vanished pod's revision there before it vanished.
     if s.target_revision.is_none()
         && let Some(inst) = &node.installer
         && inst.revision > s.current_revision
         && !(s.last_failed_revision == Some(inst.revision) && s.last_failed_count >= inst.attempt)
+        && !(reinstall && inst.phase == InstallerPhase::Succeeded)
     {
         s.target_revision = Some(inst.revision);
     }
@@ -141,11 +163,12 @@ pub fn decide(
     cluster: &ClusterView,
     lagging: Option<(&str, String)>,
     now: OffsetDateTime,
+    missing_pod_grace: time::Duration,
 ) -> RolloutDecision {
     let mut views: Vec<NodeView> = nodes.to_vec();
     views.sort_by(|a, b| a.name.cmp(&b.name));
     for v in &mut views {
-        v.status = observe(v, now);
+        v.status = observe(v, now, missing_pod_grace);
     }
     let statuses: Vec<NodeStatus> = views.iter().map(|v| v.status.clone()).collect();
     let decision = |action| RolloutDecision {
@@ -240,12 +263,21 @@ fn install_or_deny(node: &NodeView, revision: i64, view: &ClusterView) -> Rollou
     };
     match gate(view, &action) {
         Verdict::Allow => {
+            // Past the failures of this revision, and past an installer pod of it still there
+            // (the same revision installed again on a node whose etcd pod vanished): its name
+            // must be new.
             let s = &node.status;
-            let attempt = if s.last_failed_revision == Some(revision) {
+            let after_failures = if s.last_failed_revision == Some(revision) {
                 s.last_failed_count + 1
             } else {
                 1
             };
+            let after_pod = node
+                .installer
+                .as_ref()
+                .filter(|i| i.revision == revision)
+                .map_or(1, |i| i.attempt + 1);
+            let attempt = after_failures.max(after_pod);
             RolloutAction::Install {
                 node: node.name.clone(),
                 revision,
@@ -279,6 +311,7 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
         &p.o.etcd.cluster_view(),
         p.o.etcd.lagging_voter(),
         p.o.now,
+        missing_pod_grace(p),
     );
     for s in &d.statuses {
         let before = p.node_statuses.iter().find(|b| b.node_name == s.node_name);
@@ -305,9 +338,18 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
             .get_or_create(&label)
             .set(s.current_revision);
     }
-    p.conds.push(failed_installs(&p.node_statuses));
+    p.conds
+        .push(node_problems(&p.node_statuses, missing_pod_grace(p)));
     let action = rollout_hold::hold(d.action, &views, p.st.add_refused.as_ref(), p.o.now);
     p.next(NAME, describe(&action));
+    for line in p
+        .node_statuses
+        .iter()
+        .filter_map(|s| missing_pod_line(s, missing_pod_grace(p)))
+        .collect::<Vec<_>>()
+    {
+        p.next(NAME, line);
+    }
     act(p, &action).await?;
     if !matches!(action, RolloutAction::Done) {
         p.busy = true;
@@ -336,13 +378,17 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     Ok(())
 }
 
-/// `NodeInstallerDegraded`: nodes whose newest revision failed.
-pub fn failed_installs(statuses: &[NodeStatus]) -> Computed {
-    let failed: Vec<String> = statuses
-        .iter()
-        .filter(|s| {
-            s.last_failed_revision.is_some() && s.last_failed_revision > Some(s.current_revision)
-        })
+fn missing_pod_grace(p: &Pass<'_>) -> time::Duration {
+    time::Duration::seconds(i64::from(p.o.spec.missing_pod_grace_seconds))
+}
+
+/// `NodeInstallerDegraded`: nodes whose newest revision failed, and nodes that show no etcd
+/// pod (why, and what the operator does about it).
+pub fn node_problems(statuses: &[NodeStatus], grace: time::Duration) -> Computed {
+    let failed = statuses.iter().filter(|s| {
+        s.last_failed_revision.is_some() && s.last_failed_revision > Some(s.current_revision)
+    });
+    let mut problems: Vec<String> = failed
         .map(|s| {
             format!(
                 "{} failed revision {} {} time(s): {}",
@@ -353,7 +399,36 @@ pub fn failed_installs(statuses: &[NodeStatus]) -> Computed {
             )
         })
         .collect();
-    Computed::from_problems(C::NodeInstallerDegraded, Reason::InstallerFailed, &failed)
+    problems.extend(statuses.iter().filter_map(|s| missing_pod_line(s, grace)));
+    let reason = if problems.iter().all(|p| p.contains("no etcd static pod")) {
+        Reason::EtcdPodMissing
+    } else {
+        Reason::InstallerFailed
+    };
+    Computed::from_problems(C::NodeInstallerDegraded, reason, &problems)
+}
+
+/// What a node without its etcd pod means and what happens next.
+fn missing_pod_line(s: &NodeStatus, grace: time::Duration) -> Option<String> {
+    let since = parse_time(&s.etcd_pod_missing_since)?;
+    let what = format!(
+        "{} shows no etcd static pod since {} (its manifest was moved out of the node's manifests directory, or its kubelet lost it)",
+        s.node_name, s.etcd_pod_missing_since
+    );
+    Some(if !s.etcd_stopped_by_admin.is_empty() {
+        format!(
+            "{what}; stopped by an admin ({ETCD_STOPPED_ANNOTATION}: {}): not installed again until the annotation is removed",
+            s.etcd_stopped_by_admin
+        )
+    } else if s.current_revision == 0 {
+        format!("{what}; its revision is being installed again")
+    } else {
+        format!(
+            "{what}; revision {} is installed again at {} unless the Node is annotated {ETCD_STOPPED_ANNOTATION}",
+            s.current_revision,
+            format_time(since + grace)
+        )
+    })
 }
 
 /// The plan line of an action.
@@ -383,7 +458,20 @@ async fn act(p: &mut Pass<'_>, action: &RolloutAction) -> Result<(), ControllerE
     let progressing = C::NodeInstallerProgressing;
     match action {
         RolloutAction::Done => {
-            let message = "every node runs the latest revision";
+            let missing: Vec<&str> = p
+                .node_statuses
+                .iter()
+                .filter(|s| !s.etcd_pod_missing_since.is_empty())
+                .map(|s| s.node_name.as_str())
+                .collect();
+            let message = if missing.is_empty() {
+                "every node runs the latest revision".to_owned()
+            } else {
+                format!(
+                    "the latest revision is installed on every node, but {} show(s) no etcd pod (see NodeInstallerDegraded)",
+                    missing.join(", ")
+                )
+            };
             p.cond(
                 progressing,
                 false,

@@ -5,6 +5,8 @@ use time::OffsetDateTime;
 
 use super::*;
 
+const GRACE: time::Duration = time::Duration::minutes(5);
+
 fn t(secs: i64) -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp(1_800_000_000 + secs).unwrap()
 }
@@ -45,6 +47,8 @@ fn node(i: u64, revision: i64, ready: bool) -> NodeView {
         }),
         installer: None,
         member_healthy: ready,
+        node_ready: true,
+        etcd_stopped: None,
         status: NodeStatus {
             node_name: format!("n{i}"),
             current_revision: if ready { revision } else { revision - 1 },
@@ -68,12 +72,12 @@ fn installs(d: &RolloutDecision) -> (String, i64, u32) {
 fn unready_nodes_first_leader_last() {
     let mut nodes = vec![node(1, 1, true), node(2, 1, true), node(3, 1, true)];
     nodes[0].is_leader = true;
-    let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0), GRACE);
     assert_eq!(installs(&d), ("n2".into(), 2, 1));
     // n3's etcd is blocked by etcd-verify (and so unhealthy): it goes first, even before n2.
     nodes[2].pod.as_mut().unwrap().blocked = Some("stale or forged revision".into());
     nodes[2].pod.as_mut().unwrap().ready = false;
-    let d = decide(&nodes, 2, &cluster(&[true, true, false]), None, t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, true, false]), None, t(0), GRACE);
     assert_eq!(installs(&d).0, "n3");
     // Only the leader is left: now it moves.
     let mut only_leader = vec![node(1, 1, true), node(2, 2, true), node(3, 2, true)];
@@ -84,7 +88,8 @@ fn unready_nodes_first_leader_last() {
             2,
             &cluster(&[true, true, true]),
             None,
-            t(0)
+            t(0),
+            GRACE
         ))
         .0,
         "n1"
@@ -100,7 +105,14 @@ fn the_next_restart_waits_for_the_last_restarted_member_to_catch_up() {
             "n1 is catching up (applied 10, leader committed 900)".into(),
         ))
     };
-    let d = decide(&nodes, 2, &cluster(&[true, true, true]), behind(), t(0));
+    let d = decide(
+        &nodes,
+        2,
+        &cluster(&[true, true, true]),
+        behind(),
+        t(0),
+        GRACE,
+    );
     assert!(
         matches!(&d.action, RolloutAction::Wait { node, reason }
             if node == "n2" && reason.contains("n1 is catching up") && reason.contains("waits until it has caught up")),
@@ -109,8 +121,111 @@ fn the_next_restart_waits_for_the_last_restarted_member_to_catch_up() {
     );
     // A lagging member's own node is not held back.
     let lagging_n2 = Some(("n2", "n2 is catching up".into()));
-    let d = decide(&nodes, 2, &cluster(&[true, true, true]), lagging_n2, t(0));
+    let d = decide(
+        &nodes,
+        2,
+        &cluster(&[true, true, true]),
+        lagging_n2,
+        t(0),
+        GRACE,
+    );
     assert_eq!(installs(&d).0, "n2");
+}
+
+#[test]
+fn a_vanished_static_pod_is_reported_then_installed_again_after_the_grace() {
+    let mut nodes = vec![node(1, 4, true), node(2, 4, true), node(3, 4, true)];
+    nodes[1].pod = None;
+    nodes[1].member_healthy = false;
+    let view = cluster(&[true, false, true]);
+    let d = decide(&nodes, 4, &view, None, t(0), GRACE);
+    assert_eq!(d.action, RolloutAction::Done);
+    let n2 = &d.statuses[1];
+    assert_eq!(
+        (n2.current_revision, n2.etcd_pod_missing_since.as_str()),
+        (4, format_time(t(0)).as_str())
+    );
+    let c = node_problems(&d.statuses, GRACE);
+    assert!(c.status, "{c:?}");
+    assert!(
+        c.message.contains("n2 shows no etcd static pod since")
+            && c.message.contains("revision 4 is installed again at")
+            && c.message.contains(&format_time(t(300))),
+        "{}",
+        c.message
+    );
+    // Within the grace nothing moves; past it, nothing runs there: install revision 4 again.
+    for n in &mut nodes {
+        n.status = d
+            .statuses
+            .iter()
+            .find(|s| s.node_name == n.name)
+            .unwrap()
+            .clone();
+    }
+    assert_eq!(
+        decide(&nodes, 4, &view, None, t(299), GRACE).action,
+        RolloutAction::Done
+    );
+    // Its installer pod of revision 4 is still there: the new one is attempt 2 (a new name).
+    nodes[1].installer = Some(InstallerState {
+        revision: 4,
+        attempt: 1,
+        phase: InstallerPhase::Succeeded,
+    });
+    let d = decide(&nodes, 4, &view, None, t(300), GRACE);
+    assert_eq!(installs(&d), ("n2".into(), 4, 2));
+    assert!(
+        node_problems(&d.statuses, GRACE)
+            .message
+            .contains("being installed again")
+    );
+    // Its pod back and serving: the record clears.
+    let mut back = nodes.clone();
+    back[1].pod = nodes[0].pod.clone();
+    back[1].member_healthy = true;
+    back[1].status = d.statuses[1].clone();
+    let d = decide(&back, 4, &cluster(&[true, true, true]), None, t(310), GRACE);
+    assert_eq!(d.statuses[1].current_revision, 4);
+    assert_eq!(d.statuses[1].etcd_pod_missing_since, "");
+    assert!(!node_problems(&d.statuses, GRACE).status);
+}
+
+#[test]
+fn a_node_stopped_by_an_admin_or_not_ready_is_not_installed_again() {
+    let mut nodes = vec![node(1, 4, true), node(2, 4, true), node(3, 4, true)];
+    nodes[1].pod = None;
+    nodes[1].etcd_stopped = Some("disk replacement, ticket 42".into());
+    nodes[2].pod = None;
+    nodes[2].node_ready = false;
+    let view = cluster(&[true, false, false]);
+    let first = decide(&nodes, 4, &view, None, t(0), GRACE);
+    for n in &mut nodes {
+        n.status = first
+            .statuses
+            .iter()
+            .find(|s| s.node_name == n.name)
+            .unwrap()
+            .clone();
+    }
+    let d = decide(&nodes, 4, &view, None, t(3600), GRACE);
+    assert_eq!(d.action, RolloutAction::Done);
+    assert_eq!(
+        d.statuses
+            .iter()
+            .map(|s| s.current_revision)
+            .collect::<Vec<_>>(),
+        vec![4, 4, 4]
+    );
+    assert_eq!(
+        d.statuses[1].etcd_stopped_by_admin,
+        "disk replacement, ticket 42"
+    );
+    let m = node_problems(&d.statuses, GRACE).message;
+    assert!(
+        m.contains("stopped by an admin (etcd.static-operator.io/etcd-stopped: disk replacement, ticket 42)"),
+        "{m}"
+    );
 }
 
 #[test]
@@ -121,7 +236,15 @@ fn a_node_without_a_pod_goes_first() {
         ..Default::default()
     });
     assert_eq!(
-        installs(&decide(&nodes, 2, &cluster(&[true, true]), None, t(0))).0,
+        installs(&decide(
+            &nodes,
+            2,
+            &cluster(&[true, true]),
+            None,
+            t(0),
+            GRACE
+        ))
+        .0,
         "n0-new"
     );
 }
@@ -135,7 +258,7 @@ fn follows_one_node_to_ready_before_the_next() {
         attempt: 1,
         phase: InstallerPhase::Running,
     });
-    let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0), GRACE);
     assert!(
         matches!(&d.action, RolloutAction::Wait { node, reason } if node == "n2" && reason.contains("installer")),
         "{d:?}"
@@ -149,14 +272,14 @@ fn follows_one_node_to_ready_before_the_next() {
         blocked: None,
     });
     nodes[1].member_healthy = false;
-    let d = decide(&nodes, 2, &cluster(&[true, false, true]), None, t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, false, true]), None, t(0), GRACE);
     assert!(
         matches!(&d.action, RolloutAction::Wait { reason, .. } if reason.contains("serve on revision 2")),
         "{d:?}"
     );
     // Running, but etcd does not report the member healthy yet: still waiting.
     nodes[1].pod.as_mut().unwrap().running = true;
-    let d = decide(&nodes, 2, &cluster(&[true, false, true]), None, t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, false, true]), None, t(0), GRACE);
     assert!(
         matches!(&d.action, RolloutAction::Wait { reason, .. } if reason.contains("serve on revision 2")),
         "{d:?}"
@@ -164,7 +287,7 @@ fn follows_one_node_to_ready_before_the_next() {
     // Running on 2 and etcd reports the member healthy: served, before any probe passed; status
     // records it and the next node moves.
     nodes[1].member_healthy = true;
-    let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0), GRACE);
     assert_eq!(d.statuses[1].current_revision, 2);
     assert_eq!(d.statuses[1].target_revision, None);
     assert_eq!(installs(&d).0, "n1");
@@ -177,7 +300,7 @@ fn follows_one_node_to_ready_before_the_next() {
         blocked: None,
     });
     nodes[1].member_healthy = false;
-    let d = decide(&nodes, 2, &cluster(&[true, false, true]), None, t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, false, true]), None, t(0), GRACE);
     assert_eq!(d.statuses[1].current_revision, 2);
 }
 
@@ -189,7 +312,7 @@ fn an_installer_without_a_recorded_target_still_counts_as_in_flight() {
         attempt: 1,
         phase: InstallerPhase::Running,
     });
-    let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0), GRACE);
     assert!(
         matches!(&d.action, RolloutAction::Wait { node, .. } if node == "n3"),
         "{d:?}"
@@ -206,7 +329,7 @@ fn failures_are_recorded_once_and_retried_with_backoff() {
         attempt: 1,
         phase: InstallerPhase::Failed("secret missing".into()),
     });
-    let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0), GRACE);
     let s = &d.statuses[0];
     assert_eq!(
         (
@@ -223,7 +346,7 @@ fn failures_are_recorded_once_and_retried_with_backoff() {
     );
     // Observing the same failed pod again changes nothing.
     nodes[0].status = d.statuses[0].clone();
-    let again = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(5));
+    let again = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(5), GRACE);
     assert_eq!(again.statuses[0], nodes[0].status);
     assert!(matches!(again.action, RolloutAction::BackOff { .. }));
     // After the back-off, attempt 2.
@@ -233,7 +356,8 @@ fn failures_are_recorded_once_and_retried_with_backoff() {
             2,
             &cluster(&[true, true, true]),
             None,
-            t(11)
+            t(11),
+            GRACE
         )),
         ("n1".into(), 2, 2)
     );
@@ -257,14 +381,15 @@ fn a_newer_revision_supersedes_a_finished_install() {
             3,
             &cluster(&[true, false, true]),
             None,
-            t(0)
+            t(0),
+            GRACE
         )),
         ("n2".into(), 3, 1)
     );
     // While the old installer still runs, wait for it.
     nodes[1].installer.as_mut().unwrap().phase = InstallerPhase::Running;
     assert!(matches!(
-        decide(&nodes, 3, &cluster(&[true, true, true]), None, t(0)).action,
+        decide(&nodes, 3, &cluster(&[true, true, true]), None, t(0), GRACE).action,
         RolloutAction::Wait { .. }
     ));
 }
@@ -273,7 +398,7 @@ fn a_newer_revision_supersedes_a_finished_install() {
 fn the_gate_can_hold_the_rollout() {
     // Two voters: restarting either would lose quorum.
     let nodes = vec![node(1, 1, true), node(2, 1, true)];
-    let d = decide(&nodes, 2, &cluster(&[true, true]), None, t(0));
+    let d = decide(&nodes, 2, &cluster(&[true, true]), None, t(0), GRACE);
     match d.action {
         RolloutAction::Denied { node, denial } => {
             assert_eq!(node, "n1");
@@ -287,7 +412,7 @@ fn the_gate_can_hold_the_rollout() {
 fn done_when_everyone_is_current() {
     let nodes = vec![node(1, 2, true), node(2, 2, true), node(3, 2, true)];
     assert_eq!(
-        decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0)).action,
+        decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0), GRACE).action,
         RolloutAction::Done
     );
 }
@@ -356,7 +481,7 @@ fn failed_installs_table() {
         ),
     ];
     for (name, statuses, want) in cases {
-        assert_eq!(failed_installs(&statuses), want, "case: {name}");
+        assert_eq!(node_problems(&statuses, GRACE), want, "case: {name}");
     }
 }
 

@@ -51,6 +51,10 @@ pub struct NodeView {
     pub status: NodeStatus,
     /// etcd itself reported this node's member healthy in this pass (observed after the pods).
     pub member_healthy: bool,
+    /// The Node's `Ready` condition.
+    pub node_ready: bool,
+    /// An admin stopped etcd here on purpose (the Node annotation's reason).
+    pub etcd_stopped: Option<String>,
 }
 
 impl NodeView {

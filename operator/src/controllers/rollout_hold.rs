@@ -96,6 +96,8 @@ mod tests {
                 ..PodState::default()
             }),
             installer: None,
+            node_ready: true,
+            etcd_stopped: None,
             status: NodeStatus {
                 node_name: name.into(),
                 ..NodeStatus::default()

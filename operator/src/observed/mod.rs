@@ -166,6 +166,8 @@ impl Observed {
                     pod: self.pods.get(name).map(|(p, _)| p.clone()),
                     installer: self.installers.get(name).cloned(),
                     member_healthy: member.is_some_and(|m| self.etcd.is_healthy(m)),
+                    node_ready: n.ready,
+                    etcd_stopped: n.etcd_stopped.clone(),
                     status: statuses
                         .iter()
                         .find(|s| s.node_name == *name)

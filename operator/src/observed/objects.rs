@@ -23,7 +23,12 @@ pub struct ControlPlaneNode {
     pub target: NodeTarget,
     pub ready: bool,
     pub deleting: bool,
+    /// The admin's reason from [`ETCD_STOPPED_ANNOTATION`], when set.
+    pub etcd_stopped: Option<String>,
 }
+
+/// A Node annotation saying an admin stopped etcd there on purpose (its value: why).
+pub const ETCD_STOPPED_ANNOTATION: &str = "etcd.static-operator.io/etcd-stopped";
 
 /// The selected control-plane nodes (sorted by name), with their InternalIP. Nodes without an
 /// InternalIP are skipped (etcd can't advertise anything for them).
@@ -55,6 +60,18 @@ pub fn control_plane_nodes(
                 target: NodeTarget::new(&name, ip),
                 ready,
                 deleting: n.metadata.deletion_timestamp.is_some(),
+                etcd_stopped: n
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(ETCD_STOPPED_ANNOTATION))
+                    .map(|why| {
+                        if why.trim().is_empty() {
+                            "stopped by an admin (no reason given)".to_owned()
+                        } else {
+                            why.clone()
+                        }
+                    }),
             })
         })
         .collect();

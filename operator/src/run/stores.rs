@@ -103,14 +103,15 @@ fn generation<K: Resource>(o: &K) -> Option<i64> {
     o.meta().generation
 }
 
-/// What the operator reads of a Node: labels (the selector), addresses, Ready, deletion. Its
-/// heartbeats (a status write every few seconds from every node's kubelet, control plane or not)
-/// do not wake the loop.
+/// What the operator reads of a Node: labels (the selector), addresses, Ready, deletion, the
+/// admin's etcd-stopped annotation. Its heartbeats (a status write every few seconds from every
+/// node's kubelet, control plane or not) do not wake the loop.
 pub type NodeFacts = (
     Option<BTreeMap<String, String>>,
     Vec<(String, String)>,
     bool,
     bool,
+    Option<String>,
 );
 
 pub fn node_facts(n: &Node) -> NodeFacts {
@@ -128,6 +129,11 @@ pub fn node_facts(n: &Node) -> NodeFacts {
         addresses,
         crate::observed::node_ready(n),
         n.metadata.deletion_timestamp.is_some(),
+        n.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::observed::objects::ETCD_STOPPED_ANNOTATION))
+            .cloned(),
     )
 }
 
@@ -332,5 +338,16 @@ mod tests {
         assert!(w.wakes(&Apply(node("2026-01-01T00:00:20Z", "False", "10.0.0.1"))));
         assert!(w.wakes(&Apply(node("2026-01-01T00:00:30Z", "False", "10.0.0.9"))));
         assert!(!w.wakes(&Apply(node("2026-01-01T00:00:40Z", "False", "10.0.0.9"))));
+        // An admin marking etcd on the node as stopped on purpose, and unmarking it.
+        let mut stopped = node("2026-01-01T00:00:50Z", "False", "10.0.0.9");
+        stopped.metadata.annotations = Some(
+            [(
+                crate::observed::objects::ETCD_STOPPED_ANNOTATION.to_owned(),
+                "disk check".to_owned(),
+            )]
+            .into(),
+        );
+        assert!(w.wakes(&Apply(stopped)));
+        assert!(w.wakes(&Apply(node("2026-01-01T00:01:00Z", "False", "10.0.0.9"))));
     }
 }

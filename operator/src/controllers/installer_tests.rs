@@ -132,6 +132,15 @@ fn the_next_restart_waits_for_the_last_restarted_member_to_catch_up() {
     assert_eq!(installs(&d).0, "n2");
 }
 
+/// The next pass sees the statuses this decision wrote.
+fn carry_statuses(nodes: &mut [NodeView], d: &RolloutDecision) {
+    for n in nodes {
+        if let Some(s) = d.statuses.iter().find(|s| s.node_name == n.name) {
+            n.status = s.clone();
+        }
+    }
+}
+
 #[test]
 fn a_vanished_static_pod_is_reported_then_installed_again_after_the_grace() {
     let mut nodes = vec![node(1, 4, true), node(2, 4, true), node(3, 4, true)];
@@ -155,14 +164,7 @@ fn a_vanished_static_pod_is_reported_then_installed_again_after_the_grace() {
         c.message
     );
     // Within the grace nothing moves; past it, nothing runs there: install revision 4 again.
-    for n in &mut nodes {
-        n.status = d
-            .statuses
-            .iter()
-            .find(|s| s.node_name == n.name)
-            .unwrap()
-            .clone();
-    }
+    carry_statuses(&mut nodes, &d);
     assert_eq!(
         decide(&nodes, 4, &view, None, t(299), GRACE).action,
         RolloutAction::Done
@@ -200,14 +202,7 @@ fn a_node_stopped_by_an_admin_or_not_ready_is_not_installed_again() {
     nodes[2].node_ready = false;
     let view = cluster(&[true, false, false]);
     let first = decide(&nodes, 4, &view, None, t(0), GRACE);
-    for n in &mut nodes {
-        n.status = first
-            .statuses
-            .iter()
-            .find(|s| s.node_name == n.name)
-            .unwrap()
-            .clone();
-    }
+    carry_statuses(&mut nodes, &first);
     let d = decide(&nodes, 4, &view, None, t(3600), GRACE);
     assert_eq!(d.action, RolloutAction::Done);
     assert_eq!(

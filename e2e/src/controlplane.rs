@@ -414,7 +414,17 @@ impl LocalControlPlane {
 
     /// The operator's log so far.
     pub fn operator_log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("operator.log")).unwrap_or_default()
+        std::fs::read_to_string(self.operator_log_path()).unwrap_or_default()
+    }
+
+    /// Where the operator process logs.
+    pub fn operator_log_path(&self) -> PathBuf {
+        self.dir.path().join("operator.log")
+    }
+
+    /// An admin's kubeconfig for this API (what `kubectl` or `etcd-operator gather` would use).
+    pub fn admin_kubeconfig(&self) -> &Path {
+        self.api.kubeconfig()
     }
 
     /// Stops everything: operator, agents (and their pods), then the API.

@@ -180,6 +180,116 @@ async fn upgrade() {
     scenario("upgrade").await;
 }
 
+/// `etcd-operator gather` against a settled three-node cluster, as an admin runs it: one archive
+/// that holds the EtcdCluster and its conditions, Events, each node's pods and revisions, every
+/// member as etcd answers (leader, raft index), the plan and the operator's log, and no key
+/// material (the CA's private key, which the Secret `etcd-signer` holds, appears in no file).
+/// A second run onto the same file is refused and leaves it as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gather_archive_holds_the_incident_and_no_key() {
+    use e2e::scenario::Harness;
+    use std::collections::BTreeMap;
+    use std::io::Read as _;
+    use std::time::Duration;
+    let mut h = Harness::bootstrapped(3).await.unwrap();
+    h.wait_settled(3, Duration::from_secs(240)).await.unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let archive = out.path().join("incident.tar.gz");
+    let gather = || {
+        std::process::Command::new(e2e::binaries::binary("etcd-operator").unwrap())
+            .arg("gather")
+            .arg("--output")
+            .arg(&archive)
+            .arg("--log-file")
+            .arg(h.cp.operator_log_path())
+            .env("KUBECONFIG", h.cp.admin_kubeconfig())
+            .output()
+            .unwrap()
+    };
+    let run = gather();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(run.status.success(), "gather failed: {said}");
+    let mut files = BTreeMap::new();
+    let gz = flate2::read::GzDecoder::new(std::fs::File::open(&archive).unwrap());
+    for entry in tar::Archive::new(gz).entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let path = entry.path().unwrap().to_string_lossy().into_owned();
+        let (top, name) = path.split_once('/').unwrap();
+        assert!(top.starts_with("etcd-gather-"), "{path}");
+        let mut text = String::new();
+        entry.read_to_string(&mut text).unwrap();
+        files.insert(name.to_owned(), text);
+    }
+    let file = |name: &str| {
+        files
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} not in the archive: {:?}", files.keys()))
+            .clone()
+    };
+    eprintln!(
+        "gather: {said}\n--- problems.txt\n{}--- etcd.txt\n{}",
+        file("problems.txt"),
+        file("etcd.txt")
+    );
+    let cluster = file("etcdcluster.json");
+    assert!(cluster.contains("latestAvailableRevision"), "{cluster}");
+    assert!(file("conditions.txt").contains("EtcdMembersAvailable"));
+    let nodes = file("nodes.txt");
+    let etcd = file("etcd.txt");
+    for n in ["n1", "n2", "n3"] {
+        assert!(
+            nodes.contains(&format!("== {n}\nstatus: current revision")),
+            "{nodes}"
+        );
+        assert!(nodes.contains(&format!("pod etcd-{n} ")), "{nodes}");
+        assert!(etcd.contains(&format!(" {n} voter")), "{etcd}");
+    }
+    assert!(nodes.contains("etcd-verify: ready="), "{nodes}");
+    assert!(
+        etcd.contains("LEADER") && etcd.contains("healthy=true raft index "),
+        "{etcd}"
+    );
+    assert!(etcd.contains("alarms: none"), "{etcd}");
+    assert!(
+        file("plan.txt").contains("etcd-observer"),
+        "{}",
+        file("plan.txt")
+    );
+    assert!(file("events-default.json").contains("EtcdCluster"));
+    assert!(file("events-etcd.json").starts_with('['));
+    assert!(file("logs/files/operator.log").contains("reconcile"));
+    assert!(file("README.txt").contains("Secrets are not included"));
+    // No key material: no PEM key, and not the CA's key in any encoding.
+    let signer: k8s_openapi::api::core::v1::Secret =
+        kube::Api::namespaced(h.cp.client(), "etcd-operator")
+            .get("etcd-signer")
+            .await
+            .unwrap();
+    let key = signer.data.unwrap()["tls.key"].0.clone();
+    let key_pem = String::from_utf8(key).unwrap();
+    let key_line = key_pem.lines().nth(1).unwrap().to_owned();
+    assert!(key_line.len() > 40, "{key_line}");
+    for (name, text) in &files {
+        assert!(!text.contains("PRIVATE KEY"), "{name} holds a private key");
+        assert!(!text.contains(&key_line), "{name} holds the CA key");
+    }
+    let before = std::fs::read(&archive).unwrap();
+    let again = gather();
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("exists already"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(std::fs::read(&archive).unwrap(), before);
+    let f = h.finish().await;
+    assert_eq!(f.load.writes_lost, 0);
+}
+
 /// The etcd version policy refuses, before anything is rendered or restarted, an image that
 /// skips a minor version, one below the cluster version, and a known-bad release; each refusal
 /// is `TargetConfigControllerDegraded` naming the image, and no revision is created. Back to the

@@ -32,6 +32,7 @@ pub mod context;
 pub mod controllers;
 pub mod etcd;
 pub mod events;
+pub mod gather;
 pub mod manifests;
 pub mod metrics;
 pub mod observed;

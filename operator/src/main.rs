@@ -1,8 +1,8 @@
 //! `etcd-operator`: runs etcd as static pods and changes membership through one quorum gate.
 //!
-//! Subcommands: `run` (the operator), `plan` (print what the operator would do next), `crd`
-//! (print the CustomResourceDefinition), `render` (the bootstrap static pod for the first node,
-//! before any operator runs).
+//! Subcommands: `run` (the operator), `plan` (print what the operator would do next), `gather`
+//! (one archive to debug an incident with), `crd` (print the CustomResourceDefinition), `render`
+//! (the bootstrap static pod for the first node, before any operator runs).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -54,6 +54,10 @@ enum Command {
     /// Print the next action each controller would take, every quorum-gate result and why
     /// anything waits, without changing anything.
     Plan(PlanArgs),
+    /// Write one archive (.tar.gz) with what an incident needs: the EtcdCluster and its
+    /// conditions, Events, per-node revisions and installer results, each member's status,
+    /// etcd-verify's messages, the plan and the operator's recent logs. No Secret is included.
+    Gather(GatherArgs),
     /// Print the EtcdCluster CustomResourceDefinition (YAML).
     Crd,
     /// Write the bootstrap static pod, its certificates and the manifests the operator adopts.
@@ -83,11 +87,18 @@ struct RunArgs {
 
 #[derive(clap::Args, Debug)]
 struct PlanArgs {
-    #[arg(long, env = "POD_NAMESPACE", default_value = etcd_operator::bootstrap::OPERATOR_NAMESPACE)]
-    namespace: String,
     /// Output format.
     #[arg(long, value_enum, default_value_t = PlanOutput::Text)]
     output: PlanOutput,
+    #[command(flatten)]
+    read: ReadArgs,
+}
+
+/// How `plan` and `gather` read the cluster.
+#[derive(clap::Args, Debug)]
+struct ReadArgs {
+    #[arg(long, env = "POD_NAMESPACE", default_value = etcd_operator::bootstrap::OPERATOR_NAMESPACE)]
+    namespace: String,
     #[arg(long, default_value = "3s", value_parser = membership::parse_duration)]
     etcd_timeout: std::time::Duration,
     /// Bound on the whole plan: reading the API and asking etcd. When etcd is in trouble the
@@ -96,6 +107,21 @@ struct PlanArgs {
     timeout: std::time::Duration,
     #[command(flatten)]
     images: ImageArgs,
+}
+
+#[derive(clap::Args, Debug)]
+struct GatherArgs {
+    /// The archive to write (a new file).
+    #[arg(long)]
+    output: PathBuf,
+    /// A log file to include as well (repeatable): an operator that does not run as a pod.
+    #[arg(long = "log-file")]
+    log_files: Vec<PathBuf>,
+    /// Lines of each operator pod's log.
+    #[arg(long, default_value_t = 5000)]
+    log_lines: i64,
+    #[command(flatten)]
+    read: ReadArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -123,6 +149,16 @@ struct RenderArgs {
     images: ImageArgs,
 }
 
+impl ReadArgs {
+    fn config(&self) -> etcd_operator::context::OperatorConfig {
+        etcd_operator::context::OperatorConfig {
+            images: self.images.images(),
+            operator_namespace: self.namespace.clone(),
+            etcd_timeout: self.etcd_timeout,
+        }
+    }
+}
+
 /// How `plan` prints.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 enum PlanOutput {
@@ -137,6 +173,7 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Run(args) => run(args).await,
         Command::Plan(args) => plan(args).await,
+        Command::Gather(args) => gather(args).await,
         Command::Crd => crd(),
         Command::Render(args) => render(args),
     }
@@ -185,30 +222,65 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `plan`: prints each controller's next action, the whole plan bounded by `timeout`.
-async fn plan(args: PlanArgs) -> anyhow::Result<()> {
-    let PlanArgs {
-        namespace,
-        output,
-        etcd_timeout,
-        timeout,
-        images,
-    } = args;
+/// A client whose every request is bounded by `timeout` (when etcd is in trouble the API served
+/// from it may accept connections and never answer), and the server's URL.
+async fn bounded_client(timeout: std::time::Duration) -> anyhow::Result<(kube::Client, String)> {
     let mut config = kube::Config::infer().await?;
-    // Each request is bounded too, so a silent API fails fast with its own message.
     config.connect_timeout = Some(timeout);
     config.read_timeout = Some(timeout);
     config.write_timeout = Some(timeout);
     let server = config.cluster_url.to_string();
-    let client = kube::Client::try_from(config)?;
-    let plan = etcd_operator::run::plan(
-        client,
-        etcd_operator::context::OperatorConfig {
-            images: images.images(),
-            operator_namespace: namespace,
-            etcd_timeout,
-        },
+    Ok((kube::Client::try_from(config)?, server))
+}
+
+/// `gather`: reads what it can within `timeout` (what it could not is listed in the archive's
+/// problems.txt) and writes the archive.
+async fn gather(args: GatherArgs) -> anyhow::Result<()> {
+    let timeout = args.read.timeout;
+    let (client, server) = bounded_client(timeout).await?;
+    let opts = etcd_operator::gather::GatherOptions {
+        config: args.read.config(),
+        output: args.output,
+        log_files: args.log_files,
+        log_lines: args.log_lines,
+        server,
+    };
+    let now = time::OffsetDateTime::now_utc();
+    let gathered = tokio::time::timeout(
+        timeout.saturating_mul(4),
+        etcd_operator::gather::collect(&client, &opts, now),
+    )
+    .await
+    .map_err(|_| {
+        anyhow::anyhow!(
+            "gathering from {} took longer than {:?} (4 x --timeout)",
+            opts.server,
+            timeout.saturating_mul(4)
+        )
+    })?;
+    let problems = gathered.problems.clone();
+    let files = gathered.finish(&opts, now);
+    etcd_operator::gather::write_archive(&files, &opts.output, now)?;
+    println!(
+        "wrote {} ({} files){}",
+        opts.output.display(),
+        files.len(),
+        if problems.is_empty() {
+            String::new()
+        } else {
+            format!("; not gathered (see problems.txt): {}", problems.join("; "))
+        }
     );
+    Ok(())
+}
+
+/// `plan`: prints each controller's next action, the whole plan bounded by `timeout`.
+async fn plan(args: PlanArgs) -> anyhow::Result<()> {
+    let PlanArgs { output, read } = args;
+    let timeout = read.timeout;
+    // Each request is bounded too, so a silent API fails fast with its own message.
+    let (client, server) = bounded_client(timeout).await?;
+    let plan = etcd_operator::run::plan(client, read.config());
     let report = tokio::time::timeout(timeout, plan)
         .await
         .map_err(|_| {
@@ -224,17 +296,7 @@ async fn plan(args: PlanArgs) -> anyhow::Result<()> {
         })?;
     match output {
         PlanOutput::Json => println!("{}", serde_json::to_string_pretty(&report.plan)?),
-        PlanOutput::Text => {
-            let width = report
-                .plan
-                .iter()
-                .map(|p| p.controller.len())
-                .max()
-                .unwrap_or(0);
-            for p in &report.plan {
-                println!("{:<width$}  {}", p.controller, p.next);
-            }
-        }
+        PlanOutput::Text => print!("{}", report.plan_text()),
     }
     Ok(())
 }
@@ -283,4 +345,14 @@ fn render(args: RenderArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
 }

@@ -48,6 +48,20 @@ pub struct PassReport {
 }
 
 impl PassReport {
+    /// `etcd-operator plan`'s text: each controller's next action, one line each, aligned.
+    pub fn plan_text(&self) -> String {
+        let width = self
+            .plan
+            .iter()
+            .map(|p| p.controller.len())
+            .max()
+            .unwrap_or(0);
+        self.plan
+            .iter()
+            .map(|p| format!("{:<width$}  {}\n", p.controller, p.next))
+            .collect()
+    }
+
     /// Adds a line; a running operator also logs it at once (`plan` only prints its plan).
     pub fn say(&mut self, ctx: &Context, line: String) {
         if !ctx.plan_only {

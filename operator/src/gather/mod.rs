@@ -1,0 +1,313 @@
+//! `etcd-operator gather`: everything an admin needs to debug an incident, in one archive
+//! (`.tar.gz`) to attach to a ticket. It holds the EtcdCluster with its conditions, the Events
+//! about it and in the etcd and operator namespaces, each node's revision status with its etcd
+//! and installer pods (container states, `etcd-verify`'s termination message), every member as
+//! etcd answers now (raft and applied index, database size, leader, alarms, version, cluster
+//! version), the `plan` output, and the operator's recent logs (its pods', and files named with
+//! `--log-file`).
+//!
+//! What it never holds: Secrets. The operator's client certificate is read (in memory) only to
+//! ask etcd; Secrets are neither listed nor written, and every file passes [`render::redact`],
+//! which removes any PEM private-key block, before it is archived. A part that cannot be read
+//! (the API or etcd down during the very incident) is named in `problems.txt` and the rest is
+//! still gathered; the archive is written to a temporary file and renamed into place, never
+//! over an existing file.
+
+pub mod render;
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{ListParams, LogParams};
+use kube::runtime::events::Reporter;
+use kube::{Api, Client, Resource};
+use time::OffsetDateTime;
+
+use crate::context::{Context, OperatorConfig};
+use crate::etcd::EtcdObservation;
+
+/// What to gather and where to put it.
+#[derive(Clone, Debug)]
+pub struct GatherOptions {
+    pub config: OperatorConfig,
+    /// The archive to write (must not exist).
+    pub output: PathBuf,
+    /// Log files to include (an operator not running as a pod, a node's files).
+    pub log_files: Vec<PathBuf>,
+    /// Lines of each operator pod's log.
+    pub log_lines: i64,
+    /// The API server, for the README.
+    pub server: String,
+}
+
+/// The files read, by path in the archive, and what could not be read.
+#[derive(Clone, Debug, Default)]
+pub struct Gathered {
+    pub files: BTreeMap<String, Vec<u8>>,
+    pub problems: Vec<String>,
+}
+
+/// Why the archive could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum GatherError {
+    #[error("{0} exists already: choose another --output (a gather never overwrites)")]
+    Exists(PathBuf),
+    #[error("writing {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+const OPERATOR_POD_LABELS: &str = "app.kubernetes.io/name=etcd-operator";
+
+/// Reads everything; never fails as a whole (see `problems`).
+pub async fn collect(client: &Client, opts: &GatherOptions, now: OffsetDateTime) -> Gathered {
+    let mut g = Gathered::default();
+    let ns = opts.config.operator_namespace.clone();
+    match crate::run::read_inputs(client, &ns).await {
+        Ok(inputs) => {
+            let status = inputs
+                .cluster
+                .as_ref()
+                .and_then(|c| c.status.clone())
+                .unwrap_or_default();
+            if let Some(c) = &inputs.cluster {
+                g.json("etcdcluster.json", &without_managed_fields(c.clone()));
+            } else {
+                g.problems.push("no EtcdCluster `cluster` exists".into());
+            }
+            g.text("conditions.txt", render::conditions(&status));
+            g.text("nodes.txt", render::nodes(&status, &inputs.pods));
+            let pods: Vec<Pod> = inputs
+                .pods
+                .iter()
+                .cloned()
+                .map(without_managed_fields)
+                .collect();
+            g.json("pods-etcd.json", &pods);
+            let (plan, obs) = plan_and_etcd(client, &opts.config, &inputs, now).await;
+            g.text("plan.txt", plan);
+            g.text("etcd.txt", render::etcd(&obs));
+        }
+        Err(e) => g.problems.push(format!(
+            "reading the EtcdCluster, Nodes and pods from the API: {}",
+            crate::writer::describe(&e)
+        )),
+    }
+    events(client, &ns, &mut g).await;
+    operator_logs(
+        client,
+        &ns,
+        opts.log_lines,
+        !opts.log_files.is_empty(),
+        &mut g,
+    )
+    .await;
+    for path in &opts.log_files {
+        let name = path
+            .file_name()
+            .map_or_else(|| "log".into(), |n| n.to_string_lossy().into_owned());
+        match std::fs::read(path) {
+            Ok(bytes) => g.add(format!("logs/files/{name}"), bytes),
+            Err(e) => g.problems.push(format!("reading {}: {e}", path.display())),
+        }
+    }
+    g
+}
+
+/// The plan pass (read-only) and, through the client it built, etcd as it answers now.
+async fn plan_and_etcd(
+    client: &Client,
+    config: &OperatorConfig,
+    inputs: &crate::observed::Inputs,
+    now: OffsetDateTime,
+) -> (String, EtcdObservation) {
+    let reporter = Reporter {
+        controller: "etcd-operator-gather".into(),
+        instance: None,
+    };
+    let ctx = Context::new(client.clone(), config.clone(), reporter, true);
+    let report = crate::pass::pass(&ctx, inputs, now).await;
+    let etcd_client = ctx.state.lock().await.etcd.current();
+    let obs = match etcd_client {
+        Some(c) => crate::etcd::observe(&c).await,
+        None => EtcdObservation {
+            error: Some(
+                "no etcd client: the operator's client certificate or the etcd endpoints could not be read"
+                    .into(),
+            ),
+            ..Default::default()
+        },
+    };
+    (report.plan_text(), obs)
+}
+
+/// Events about the EtcdCluster (in `default`) and every Event of the etcd and operator
+/// namespaces.
+async fn events(client: &Client, operator_ns: &str, g: &mut Gathered) {
+    for ns in ["default", crate::podspec::STATIC_POD_NAMESPACE, operator_ns] {
+        match Api::<Event>::namespaced(client.clone(), ns)
+            .list(&ListParams::default())
+            .await
+        {
+            Ok(list) => {
+                let mut items: Vec<Event> = list
+                    .items
+                    .into_iter()
+                    .filter(|e| {
+                        ns != "default"
+                            || e.regarding
+                                .as_ref()
+                                .is_some_and(|r| r.kind.as_deref() == Some("EtcdCluster"))
+                    })
+                    .map(without_managed_fields)
+                    .collect();
+                items
+                    .sort_by_key(|e| (e.event_time.as_ref().map(|t| t.0), e.metadata.name.clone()));
+                g.json(&format!("events-{ns}.json"), &items);
+            }
+            Err(e) => g.problems.push(format!("listing Events in {ns}: {e}")),
+        }
+    }
+}
+
+/// The last `lines` of every operator pod's log (none is only a problem when no log file was
+/// given either).
+async fn operator_logs(client: &Client, ns: &str, lines: i64, have_files: bool, g: &mut Gathered) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let list = match pods
+        .list(&ListParams::default().labels(OPERATOR_POD_LABELS))
+        .await
+    {
+        Ok(l) => l.items,
+        Err(e) => {
+            g.problems
+                .push(format!("listing operator pods in {ns}: {e}"));
+            return;
+        }
+    };
+    if list.is_empty() && !have_files {
+        g.problems.push(format!(
+            "no operator pod in {ns} ({OPERATOR_POD_LABELS}): pass its log with --log-file"
+        ));
+    }
+    for p in list {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let params = LogParams {
+            tail_lines: Some(lines),
+            timestamps: true,
+            ..Default::default()
+        };
+        match pods.logs(&name, &params).await {
+            Ok(text) => g.text(&format!("logs/{name}.log"), text),
+            Err(e) => g
+                .problems
+                .push(format!("reading the log of pod {ns}/{name}: {e}")),
+        }
+    }
+}
+
+fn without_managed_fields<K: Resource>(mut o: K) -> K {
+    o.meta_mut().managed_fields = None;
+    o
+}
+
+impl Gathered {
+    fn add(&mut self, name: String, bytes: Vec<u8>) {
+        self.files.insert(name, bytes);
+    }
+
+    fn text(&mut self, name: &str, text: String) {
+        self.add(name.to_owned(), text.into_bytes());
+    }
+
+    fn json<T: serde::Serialize>(&mut self, name: &str, value: &T) {
+        match serde_json::to_vec_pretty(value) {
+            Ok(bytes) => self.add(name.to_owned(), bytes),
+            Err(e) => self.problems.push(format!("encoding {name}: {e}")),
+        }
+    }
+
+    /// The files as archived: each redacted, plus `problems.txt` and `README.txt`.
+    pub fn finish(
+        mut self,
+        opts: &GatherOptions,
+        now: OffsetDateTime,
+    ) -> BTreeMap<String, Vec<u8>> {
+        let mut removed = Vec::new();
+        for (name, bytes) in &mut self.files {
+            let (text, n) = render::redact(&String::from_utf8_lossy(bytes));
+            if n > 0 {
+                removed.push(format!("{name}: {n} private key block(s) removed"));
+                *bytes = text.into_bytes();
+            }
+        }
+        self.problems.extend(removed);
+        let problems = if self.problems.is_empty() {
+            "none\n".to_owned()
+        } else {
+            self.problems.join("\n") + "\n"
+        };
+        self.text("problems.txt", problems);
+        let listing: Vec<String> = self.files.keys().cloned().collect();
+        let readme = format!(
+            "etcd-operator gather {}\nAPI server: {}\ntaken: {}\nfiles: {}\nSecrets are not included; private-key blocks are removed from every file.\n",
+            env!("CARGO_PKG_VERSION"),
+            opts.server,
+            crate::certs::format_time(now),
+            listing.join(", ")
+        );
+        self.text("README.txt", readme);
+        self.files
+    }
+}
+
+/// Writes `files` as `<output>` (a `.tar.gz` whose entries sit under one directory named for
+/// the time), through a temporary file renamed into place.
+pub fn write_archive(
+    files: &BTreeMap<String, Vec<u8>>,
+    output: &Path,
+    now: OffsetDateTime,
+) -> Result<(), GatherError> {
+    if output.exists() {
+        return Err(GatherError::Exists(output.to_owned()));
+    }
+    let tmp = output.with_extension(format!("partial-{}", std::process::id()));
+    let err = |source| GatherError::Write {
+        path: output.to_owned(),
+        source,
+    };
+    let written = (|| -> std::io::Result<()> {
+        let file = std::fs::File::create(&tmp)?;
+        let gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
+        let mut tar = tar::Builder::new(gz);
+        let top = format!(
+            "etcd-gather-{}",
+            crate::certs::format_time(now).replace(':', "")
+        );
+        let mtime = u64::try_from(now.unix_timestamp()).unwrap_or(0);
+        for (name, bytes) in files {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o644);
+            header.set_mtime(mtime);
+            header.set_cksum();
+            tar.append_data(&mut header, format!("{top}/{name}"), bytes.as_slice())?;
+        }
+        let mut file = tar.into_inner()?.finish()?;
+        file.flush()?;
+        file.sync_all()
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(err(e));
+    }
+    std::fs::rename(&tmp, output).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        err(e)
+    })
+}

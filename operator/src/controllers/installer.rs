@@ -399,12 +399,13 @@ pub fn node_problems(statuses: &[NodeStatus], grace: time::Duration) -> Computed
             )
         })
         .collect();
-    problems.extend(statuses.iter().filter_map(|s| missing_pod_line(s, grace)));
-    let reason = if problems.iter().all(|p| p.contains("no etcd static pod")) {
+    // A failed install is the reason when there is one; otherwise it is the missing pods.
+    let reason = if problems.is_empty() {
         Reason::EtcdPodMissing
     } else {
         Reason::InstallerFailed
     };
+    problems.extend(statuses.iter().filter_map(|s| missing_pod_line(s, grace)));
     Computed::from_problems(C::NodeInstallerDegraded, reason, &problems)
 }
 

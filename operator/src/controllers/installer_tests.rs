@@ -156,6 +156,7 @@ fn a_vanished_static_pod_is_reported_then_installed_again_after_the_grace() {
     );
     let c = node_problems(&d.statuses, GRACE);
     assert!(c.status, "{c:?}");
+    assert_eq!(c.reason, Reason::EtcdPodMissing);
     assert!(
         c.message.contains("n2 shows no etcd static pod since")
             && c.message.contains("revision 4 is installed again at")

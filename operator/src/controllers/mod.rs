@@ -19,6 +19,7 @@ pub mod installer;
 pub mod learner_promotion;
 pub mod member_status;
 pub mod membership;
+pub mod node_problems;
 pub mod node_view;
 pub mod remediation;
 pub mod revisions;

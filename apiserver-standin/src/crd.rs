@@ -44,16 +44,7 @@ pub fn resources_of(crd: &Value) -> Vec<ResourceInfo> {
         }
     };
     let namespaced = s("/spec/scope") == "Namespaced";
-    let short_names: Vec<String> = crd
-        .pointer("/spec/names/shortNames")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+    let short_names = objects::strings(crd.pointer("/spec/names/shortNames"));
     let versions = crd
         .pointer("/spec/versions")
         .and_then(Value::as_array)

@@ -193,6 +193,7 @@ pub async fn delete(
             match state.store.delete(&current.key, current.mod_revision).await {
                 Ok(_) => {
                     tracing::debug!(resource = %info.resource, namespace = %ns, %name, "API stand-in: deleted");
+                    state.written(info);
                     after_remove(state, info, &obj).await;
                     if info.return_deleted_object {
                         return Ok((200, obj));
@@ -238,6 +239,7 @@ pub async fn delete(
                 objects::set_meta_str(&mut next, "resourceVersion", &rev.to_string());
                 tracing::debug!(resource = %info.resource, namespace = %ns, %name, grace, ?finalizers,
                     "API stand-in: deletion pending");
+                state.written(info);
                 state.gc_wake.notify_one();
                 return Ok((200, next));
             }

@@ -23,6 +23,12 @@ pub fn wants_aggregated(accept: &str) -> bool {
 fn resource_discovery(r: &ResourceInfo) -> Value {
     let kind = json!({"group": r.group, "version": r.version, "kind": r.kind});
     let mut subresources = Vec::new();
+    if r.has_eviction() {
+        let eviction = json!({"group": "policy", "version": "v1", "kind": "Eviction"});
+        subresources.push(
+            json!({"subresource": "eviction", "responseKind": eviction, "verbs": ["create"]}),
+        );
+    }
     if r.status_subresource {
         subresources.push(json!({"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}));
     }
@@ -165,9 +171,11 @@ mod tests {
             .unwrap()
             .clone();
         assert_eq!(pods["scope"], "Namespaced");
-        assert_eq!(pods["subresources"][0]["subresource"], "status");
+        assert_eq!(pods["subresources"][0]["subresource"], "eviction");
+        assert_eq!(pods["subresources"][0]["responseKind"]["group"], "policy");
+        assert_eq!(pods["subresources"][1]["subresource"], "status");
         let apis = aggregated(&reg, false);
-        assert_eq!(apis["items"].as_array().unwrap().len(), 4);
+        assert_eq!(apis["items"].as_array().unwrap().len(), 5);
     }
 
     #[test]
@@ -182,6 +190,17 @@ mod tests {
             .collect();
         assert!(names.contains(&"pods"));
         assert!(names.contains(&"pods/status"));
+        let eviction = list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "pods/eviction")
+            .unwrap();
+        assert_eq!(
+            *eviction,
+            json!({"name": "pods/eviction", "singularName": "", "namespaced": true,
+                "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]})
+        );
         assert!(names.contains(&"endpoints"));
         assert!(!names.contains(&"configmaps/status"));
         assert!(resource_list(&reg, "example.com", "v1").is_none());

@@ -297,6 +297,15 @@ impl ApiError {
         Self::new(504, "Timeout", format!("Timeout: {what}"))
     }
 
+    /// `details.retryAfterSeconds`, when the error asks the client to come back later.
+    pub fn retry_after_seconds(&self) -> Option<i64> {
+        self.details
+            .as_ref()
+            .and_then(|d| d.get("retryAfterSeconds"))
+            .and_then(Value::as_i64)
+            .filter(|s| *s > 0)
+    }
+
     /// The `Status` object body.
     pub fn status_body(&self) -> Value {
         let mut body = json!({
@@ -305,11 +314,16 @@ impl ApiError {
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
             "code": self.code,
         });
-        if let (Some(details), Some(map)) = (&self.details, body.as_object_mut()) {
-            map.insert("details".to_string(), details.clone());
+        if let Some(map) = body.as_object_mut() {
+            // An empty reason is left out (e.g. the eviction subresource's 500).
+            if !self.reason.is_empty() {
+                map.insert("reason".to_string(), json!(self.reason));
+            }
+            if let Some(details) = &self.details {
+                map.insert("details".to_string(), details.clone());
+            }
         }
         body
     }

@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::delete::{self, DeleteOptions, parse_propagation};
 use crate::discovery;
 use crate::error::ApiError;
+use crate::eviction;
 use crate::patch::PatchKind;
 use crate::state::State;
 use crate::verbs::{self, ListOptions, Target, WriteOptions};
@@ -36,7 +37,13 @@ fn json_response(code: u16, body: &Value) -> Response {
 }
 
 fn error_response(e: &ApiError) -> Response {
-    json_response(e.code, &e.status_body())
+    let mut resp = json_response(e.code, &e.status_body());
+    if let Some(seconds) = e.retry_after_seconds()
+        && let Ok(value) = header::HeaderValue::from_str(&seconds.to_string())
+    {
+        resp.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    resp
 }
 
 fn text_response(text: &'static str) -> Response {
@@ -134,6 +141,8 @@ enum Route {
     Group(String),
     ResourceList(String, String),
     Resource(Box<Target>),
+    /// `pods/<name>/eviction` in a namespace: (namespace, pod name).
+    Eviction(String, String),
 }
 
 fn route(state: &State, path: &str) -> Result<Route, ApiError> {
@@ -177,6 +186,12 @@ fn route(state: &State, path: &str) -> Result<Route, ApiError> {
     }
     let status = match sub {
         None => false,
+        Some("eviction") if info.group.is_empty() && info.resource == "pods" => {
+            return Ok(Route::Eviction(
+                namespace.unwrap_or_default(),
+                name.unwrap_or_default(),
+            ));
+        }
         Some("status") if info.status_subresource => true,
         Some(_) => return Err(ApiError::no_such_resource()),
     };
@@ -252,6 +267,12 @@ async fn dispatch(
                 .map(|v| json_response(200, &v))
                 .ok_or_else(ApiError::no_such_resource);
         }
+        Route::Eviction(ns, name) if method == Method::POST => {
+            let dry_run = q.get("dryRun") == Some("All");
+            let status = eviction::evict(state, &ns, &name, &body, dry_run).await?;
+            return Ok(json_response(201, &status));
+        }
+        Route::Eviction(..) => return Err(ApiError::method_not_allowed()),
         Route::Resource(t) => *t,
     };
     let collection = t.name.is_none();

@@ -11,13 +11,15 @@
 //!   kube::Client ──HTTP/JSON──▶ http.rs (routing, query, responses)
 //!                                  │
 //!                                  ├─▶ verbs.rs (get/create/update/patch), list.rs, delete.rs,
-//!                                  │   watch.rs, discovery.rs
+//!                                  │   watch.rs, discovery.rs, eviction.rs (pods/eviction)
 //!                                  │     uses: admission.rs, strategy.rs, validation.rs,
-//!                                  │           patch.rs, strategic.rs, apply.rs, selectors.rs
+//!                                  │           patch.rs, strategic.rs, apply.rs, selectors.rs,
+//!                                  │           pdb.rs, pdb_validation.rs, eviction_rules.rs
 //!                                  ▼
 //!                               store.rs ──gRPC──▶ etcd (its own process, loopback)
 //!                                  ▲
-//!   gc.rs (garbage collector, namespace controller) ─┘
+//!   gc.rs (garbage collector, namespace controller) ─┤
+//!   disruption.rs (PodDisruptionBudget status) ──────┘
 //! ```
 //!
 //! ## What is real
@@ -40,19 +42,31 @@
 //! - **HTTP** is real HTTP/1.1 on a loopback address of the caller's choosing.
 //!
 //! ## What it serves
-//! core/v1 `namespaces`, `nodes`, `pods` (+`/status`), `configmaps`, `secrets`, `events`,
-//! `serviceaccounts`, `endpoints`; `events.k8s.io/v1` `events` (same storage as core events,
-//! converted field by field like the real server); `coordination.k8s.io/v1` `leases`;
+//! core/v1 `namespaces`, `nodes`, `pods` (+`/status`, +`/eviction`), `configmaps`, `secrets`,
+//! `events`, `serviceaccounts`, `endpoints`; `events.k8s.io/v1` `events` (same storage as core
+//! events, converted field by field like the real server); `coordination.k8s.io/v1` `leases`;
+//! `policy/v1` `poddisruptionbudgets` (+`/status`);
 //! `apiextensions.k8s.io/v1` `customresourcedefinitions` (+`/status`) and, once a CRD exists,
 //! its custom resources (namespaced or cluster-scoped, `/status` when the version declares the
 //! subresource). Verbs: get, list, watch, create, update, patch, delete, deletecollection.
-//! Discovery: `/version`, `/api`, `/api/v1`, `/apis`, `/apis/<g>`, `/apis/<g>/<v>`; health:
+//! Discovery: `/version`, `/api`, `/api/v1`, `/apis`, `/apis/<g>`, `/apis/<g>/<v>` (with
+//! `pods/eviction` as kind `policy/v1 Eviction`, which `kubectl drain` looks for); health:
 //! `/healthz`, `/readyz`, `/livez`.
+//!
+//! **Eviction** ([`eviction`], `POST .../pods/<name>/eviction` with a policy/v1 `Eviction`) as
+//! kube-apiserver v1.36 does it: pods being deleted, finished or Pending are deleted without a
+//! budget check; otherwise the one PodDisruptionBudget selecting the pod decides (none: delete;
+//! more than one: 500; spec not yet observed: 429; no disruption left: 429 with a
+//! `DisruptionBudget` cause; an unready pod goes without using a disruption under
+//! `AlwaysAllow`, or under `IfHealthyBudget` while the budget is met); a granted eviction
+//! decrements `disruptionsAllowed` and records the pod in `disruptedPods`, marks the pod
+//! `DisruptionTarget` and deletes it with the eviction's `deleteOptions` (preconditions kept,
+//! graceful for bound pods); success is a 201 `Status`; `dryRun=All` changes nothing.
 //!
 //! Behaviour kept from kube-apiserver:
 //! - server-set metadata: uid, creationTimestamp, `generation` (1 on create, bumped when the
-//!   spec changes, for pods, CRDs and custom resources), `generateName` (five characters from
-//!   the real alphabet);
+//!   spec changes, for pods, CRDs, PodDisruptionBudgets and custom resources), `generateName`
+//!   (five characters from the real alphabet);
 //! - decoding: a built-in kind's body must decode as its type (k8s-openapi types; a wrongly
 //!   typed field is a 400) and unknown fields are dropped; 500 on a create that carries a
 //!   `resourceVersion`;
@@ -63,7 +77,10 @@
 //!   422 Invalid for names, labels, annotations, finalizers, owner references, ConfigMap/Secret
 //!   keys, immutable ConfigMap/Secret data, data over 1 MiB, pod spec changes other than
 //!   images/activeDeadlineSeconds/added tolerations, `metadata.uid` changes, new finalizers
-//!   on an object being deleted, malformed CRDs; 405 for verbs a path does not take; 410
+//!   on an object being deleted, malformed CRDs, PodDisruptionBudget specs (both or negative
+//!   `minAvailable`/`maxUnavailable`, bad percentages or selectors, unknown
+//!   `unhealthyPodEvictionPolicy`) and negative PodDisruptionBudget status counters; 405 for
+//!   verbs a path does not take; 410
 //!   Expired; 415 for unknown patch types;
 //! - status isolation for resources with a status subresource (main writes keep the stored
 //!   `.status`; status writes keep the spec, and for custom resources everything but `.status`);
@@ -85,7 +102,13 @@
 //! **namespace controller** (a deleted namespace is `Terminating` until its contents are gone),
 //! the apiextensions **CRD finalizer** (a deleted CRD's custom resources are deleted first)
 //! and the **service-account controller** (each new namespace gets a `default` ServiceAccount;
-//! [`StandInConfig::default_service_accounts`]). A real bare kube-apiserver does none of this.
+//! [`StandInConfig::default_service_accounts`]), and ([`disruption`]) the **disruption
+//! controller**: every PodDisruptionBudget's `status` (`expectedPods`, `desiredHealthy`,
+//! `currentHealthy` = selected pods Ready, not being deleted and not in `disruptedPods`,
+//! `disruptionsAllowed`, `observedGeneration`, the `DisruptionAllowed` condition), recomputed
+//! after every pod or budget write and every [`StandInConfig::disruption_interval`], written
+//! only when it changes; `disruptedPods` entries go with their pod's deletion or after two
+//! minutes. A real bare kube-apiserver does none of this.
 //!
 //! ## How it differs from kube-apiserver (exactly)
 //! - **No authentication, authorization or TLS on the HTTP side** (etcd may be reached over
@@ -140,11 +163,20 @@
 //! - **Pods**: a pod bound to a node (`spec.nodeName`) that is not finished is deleted
 //!   gracefully (`deletionTimestamp` = now + grace period) and stays until deleted again with
 //!   `gracePeriodSeconds=0` (the kubelet's job; [`StandInConfig::graceful_pod_deletion`]);
-//!   there is no scheduler, no `binding`, `eviction`, `log`, `exec` or `ephemeralContainers`
-//!   subresource.
+//!   there is no scheduler, no `binding`, `log`, `exec` or `ephemeralContainers` subresource.
+//! - **PodDisruptionBudgets**: the stand-in serves no workload controllers, so for
+//!   `maxUnavailable` and percentages it knows no scale: pods without a controller count for
+//!   nothing (as on the real cluster: `expectedPods` 0, no disruption allowed) and a pod *with*
+//!   a controller fails the budget's sync (`DisruptionAllowed` False, `SyncFailed`, as the real
+//!   controller does for kinds without a scale subresource; a real Deployment, ReplicaSet or
+//!   StatefulSet would give a scale there). The disruption controller records no Events
+//!   (`NoPods`, `UnmanagedPods`, ...) and does not reset a stale `DisruptionTarget` condition
+//!   of a pod that was evicted but not deleted; it reacts at once where the real one may lag.
 //! - **Watches** of `resourceVersion=0` behave like unset (current state first); there is no
 //!   "resource version too large" wait; bookmarks come every
 //!   [`StandInConfig::bookmark_interval`] (the real server: about a minute).
+//! - Note for clients: kube's default client retries 429 answers (an eviction refused by a
+//!   budget) with backoff; set `kube::Config::default_retry = false` to see them.
 //! - The garbage collector runs in-process and promptly (woken by every deletion, and every
 //!   [`StandInConfig::gc_interval`]); on a real cluster it is the controller-manager's and may
 //!   lag.
@@ -181,17 +213,23 @@
 
 pub mod admission;
 pub mod apply;
+pub mod builtins;
 pub mod crd;
 pub mod delete;
 pub mod discovery;
+pub mod disruption;
 pub mod error;
 pub mod events;
+pub mod eviction;
+pub mod eviction_rules;
 pub mod gc;
 pub mod http;
 pub mod kubeconfig;
 pub mod list;
 pub mod objects;
 pub mod patch;
+pub mod pdb;
+pub mod pdb_validation;
 pub mod resources;
 pub mod selectors;
 pub mod state;

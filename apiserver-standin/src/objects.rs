@@ -73,11 +73,9 @@ pub fn labels(obj: &Value) -> Map<String, Value> {
         .unwrap_or_default()
 }
 
-/// `metadata.finalizers`.
-pub fn finalizers(obj: &Value) -> Vec<String> {
-    obj.get("metadata")
-        .and_then(|m| m.get("finalizers"))
-        .and_then(Value::as_array)
+/// The strings of a JSON array (none when `v` is not an array; non-strings skipped).
+pub fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
         .map(|a| {
             a.iter()
                 .filter_map(Value::as_str)
@@ -85,6 +83,11 @@ pub fn finalizers(obj: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// `metadata.finalizers`.
+pub fn finalizers(obj: &Value) -> Vec<String> {
+    strings(obj.get("metadata").and_then(|m| m.get("finalizers")))
 }
 
 /// Replaces `metadata.finalizers` (removing the field when empty).
@@ -145,16 +148,26 @@ pub fn now_rfc3339() -> String {
 
 /// The time `seconds` from now, formatted like [`now_rfc3339`].
 pub fn rfc3339_after(seconds: i64) -> String {
-    let now = time::OffsetDateTime::now_utc() + time::Duration::seconds(seconds);
+    rfc3339(time::OffsetDateTime::now_utc() + time::Duration::seconds(seconds))
+}
+
+/// A time as kube-apiserver writes timestamps (`metav1.Time`: RFC 3339, UTC, whole seconds).
+pub fn rfc3339(t: time::OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        now.year(),
-        u8::from(now.month()),
-        now.day(),
-        now.hour(),
-        now.minute(),
-        now.second()
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
     )
+}
+
+/// Parses an RFC 3339 timestamp.
+pub fn parse_rfc3339(s: &str) -> Option<time::OffsetDateTime> {
+    time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+pub use crate::builtins::builtins;
+
 /// How `metadata.name` is validated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NameRule {
@@ -67,7 +69,7 @@ pub struct ResourceInfo {
 impl ResourceInfo {
     /// A built-in resource.
     #[allow(clippy::too_many_arguments)]
-    fn builtin(
+    pub(crate) fn builtin(
         group: &str,
         version: &str,
         resource: &str,
@@ -156,7 +158,12 @@ impl ResourceInfo {
         ])
     }
 
-    /// `APIResource` entries for discovery (the resource and its status subresource).
+    /// Pods' `eviction` subresource ([`crate::eviction`]), which takes a policy/v1 `Eviction`.
+    pub fn has_eviction(&self) -> bool {
+        self.group.is_empty() && self.resource == "pods"
+    }
+
+    /// `APIResource` entries for discovery (the resource and its subresources, in name order).
     pub fn api_resources(&self) -> Vec<Value> {
         let mut out = vec![json!({
             "name": self.resource,
@@ -166,6 +173,17 @@ impl ResourceInfo {
             "verbs": Self::verbs(),
             "shortNames": self.short_names,
         })];
+        if self.has_eviction() {
+            out.push(json!({
+                "name": format!("{}/eviction", self.resource),
+                "singularName": "",
+                "namespaced": self.namespaced,
+                "group": "policy",
+                "version": "v1",
+                "kind": "Eviction",
+                "verbs": ["create"],
+            }));
+        }
         if self.status_subresource {
             out.push(json!({
                 "name": format!("{}/status", self.resource),
@@ -177,120 +195,6 @@ impl ResourceInfo {
         }
         out
     }
-}
-
-/// The built-in resources.
-pub fn builtins() -> Vec<ResourceInfo> {
-    let mut namespaces =
-        ResourceInfo::builtin("", "v1", "namespaces", "Namespace", false, true, &["ns"]);
-    namespaces.name_rule = NameRule::Dns1123Label;
-    let mut nodes = ResourceInfo::builtin("", "v1", "nodes", "Node", false, true, &["no"]);
-    nodes.storage = "minions".into();
-    let mut pods = ResourceInfo::builtin("", "v1", "pods", "Pod", true, true, &["po"]);
-    pods.tracks_generation = true;
-    pods.return_deleted_object = true;
-    pods.extra_fields = vec![
-        "spec.nodeName".into(),
-        "status.phase".into(),
-        "spec.serviceAccountName".into(),
-    ];
-    let mut events = ResourceInfo::builtin("", "v1", "events", "Event", true, false, &["ev"]);
-    events.allow_create_on_update = true;
-    events.name_rule = NameRule::PathSegment;
-    events.extra_fields = [
-        "involvedObject.kind",
-        "involvedObject.namespace",
-        "involvedObject.name",
-        "involvedObject.uid",
-        "reason",
-        "type",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut events_v1 = ResourceInfo::builtin(
-        "events.k8s.io",
-        "v1",
-        "events",
-        "Event",
-        true,
-        false,
-        &["ev"],
-    );
-    events_v1.name_rule = NameRule::PathSegment;
-    events_v1.allow_create_on_update = true;
-    events_v1.representation = Representation::EventsV1;
-    events_v1.extra_fields = vec![
-        "regarding.kind".into(),
-        "regarding.name".into(),
-        "reason".into(),
-        "type".into(),
-    ];
-    let mut secrets = ResourceInfo::builtin("", "v1", "secrets", "Secret", true, false, &[]);
-    secrets.extra_fields = vec!["type".into()];
-    let mut endpoints =
-        ResourceInfo::builtin("", "v1", "endpoints", "Endpoints", true, false, &["ep"]);
-    endpoints.allow_create_on_update = true;
-    let mut service_accounts = ResourceInfo::builtin(
-        "",
-        "v1",
-        "serviceaccounts",
-        "ServiceAccount",
-        true,
-        false,
-        &["sa"],
-    );
-    service_accounts.return_deleted_object = true;
-    let mut crds = ResourceInfo::builtin(
-        "apiextensions.k8s.io",
-        "v1",
-        "customresourcedefinitions",
-        "CustomResourceDefinition",
-        false,
-        true,
-        &["crd", "crds"],
-    );
-    crds.tracks_generation = true;
-    vec![
-        namespaces,
-        nodes,
-        pods,
-        ResourceInfo::builtin("", "v1", "configmaps", "ConfigMap", true, false, &["cm"]),
-        secrets,
-        events,
-        service_accounts,
-        endpoints,
-        events_v1,
-        ResourceInfo::builtin(
-            "coordination.k8s.io",
-            "v1",
-            "leases",
-            "Lease",
-            true,
-            false,
-            &[],
-        ),
-        crds,
-        // Stored only: the stand-in authenticates and authorizes nobody (see the crate docs).
-        ResourceInfo::builtin(
-            "rbac.authorization.k8s.io",
-            "v1",
-            "roles",
-            "Role",
-            true,
-            false,
-            &[],
-        ),
-        ResourceInfo::builtin(
-            "rbac.authorization.k8s.io",
-            "v1",
-            "rolebindings",
-            "RoleBinding",
-            true,
-            false,
-            &[],
-        ),
-    ]
 }
 
 /// What is served right now: built-ins plus every established CRD's versions.
@@ -414,6 +318,7 @@ mod tests {
                 "events.k8s.io",
                 "coordination.k8s.io",
                 "apiextensions.k8s.io",
+                "policy",
                 "rbac.authorization.k8s.io"
             ]
         );

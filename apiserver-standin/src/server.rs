@@ -1,5 +1,6 @@
 //! Configuration and lifecycle of the stand-in: connect to etcd, load CRDs, create the default
-//! namespaces, bind, serve, run the garbage collector; stop on drop.
+//! namespaces, bind, serve, run the garbage collector and the disruption controller; stop on
+//! drop.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -15,7 +16,7 @@ use crate::resources::Registry;
 use crate::state::State;
 use crate::store::Store;
 use crate::verbs::{self, Target, WriteOptions};
-use crate::{gc, http, kubeconfig};
+use crate::{disruption, gc, http, kubeconfig};
 
 /// Client certificate files for an etcd that requires mTLS (PEM).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,6 +47,9 @@ pub struct StandInConfig {
     /// How often the garbage collector sweeps when nothing wakes it (every deletion wakes it;
     /// default 10 s).
     pub gc_interval: Duration,
+    /// How often the disruption controller recomputes PodDisruptionBudget statuses when
+    /// nothing wakes it (every pod or budget write does; default 500 ms).
+    pub disruption_interval: Duration,
     /// Reject pods whose service account does not exist (kube-apiserver's admission plugin).
     pub service_account_admission: bool,
     /// Create a `default` ServiceAccount in every new namespace (the controller-manager's job).
@@ -75,6 +79,7 @@ impl StandInConfig {
             etcd_timeout: Duration::from_secs(5),
             bookmark_interval: Duration::from_secs(10),
             gc_interval: Duration::from_secs(10),
+            disruption_interval: Duration::from_millis(500),
             service_account_admission: true,
             default_service_accounts: true,
             graceful_pod_deletion: true,
@@ -110,6 +115,12 @@ impl StandInConfig {
         self
     }
 
+    /// Sets the disruption controller's interval.
+    pub fn with_disruption_interval(mut self, interval: Duration) -> Self {
+        self.disruption_interval = interval;
+        self
+    }
+
     /// Sets the etcd key prefix (lets several stand-ins share one etcd).
     pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = prefix.into().trim_end_matches('/').to_string();
@@ -125,6 +136,7 @@ pub struct ApiServerStandIn {
     shutdown: Option<oneshot::Sender<()>>,
     server: JoinHandle<()>,
     gc: JoinHandle<()>,
+    disruption: JoinHandle<()>,
     compactor: Option<JoinHandle<()>>,
 }
 
@@ -161,6 +173,7 @@ impl ApiServerStandIn {
             registry: RwLock::new(Registry::default()),
             config,
             gc_wake: Notify::new(),
+            disruption_wake: Notify::new(),
             address: addr.to_string(),
         });
         bootstrap(&state).await?;
@@ -175,6 +188,7 @@ impl ApiServerStandIn {
             }
         });
         let gc = tokio::spawn(gc::run(Arc::clone(&state)));
+        let disruption = tokio::spawn(disruption::run(Arc::clone(&state)));
         let compactor = state
             .config
             .compaction_interval
@@ -187,6 +201,7 @@ impl ApiServerStandIn {
             shutdown: Some(tx),
             server,
             gc,
+            disruption,
             compactor,
         })
     }
@@ -252,6 +267,7 @@ impl ApiServerStandIn {
             let _ = tx.send(());
         }
         self.gc.abort();
+        self.disruption.abort();
         if let Some(c) = &self.compactor {
             c.abort();
         }

@@ -1,5 +1,5 @@
 //! Shared server state: the store, the resource registry, the configuration and the wake-up
-//! signal of the garbage collector.
+//! signals of the in-process controllers (garbage collector, disruption controller).
 
 use std::sync::{Arc, RwLock};
 
@@ -23,6 +23,8 @@ pub struct State {
     pub config: StandInConfig,
     /// Wakes the garbage collector after deletions.
     pub gc_wake: Notify,
+    /// Wakes the disruption controller after pod and PodDisruptionBudget writes.
+    pub disruption_wake: Notify,
     /// The URL clients reach the stand-in at (for discovery).
     pub address: String,
 }
@@ -44,6 +46,13 @@ impl State {
         match self.registry.write() {
             Ok(mut r) => f(&mut r),
             Err(poisoned) => f(&mut poisoned.into_inner()),
+        }
+    }
+
+    /// Tells the in-process controllers that an object of `info` was written.
+    pub fn written(&self, info: &ResourceInfo) {
+        if crate::disruption::watches(info) {
+            self.disruption_wake.notify_one();
         }
     }
 

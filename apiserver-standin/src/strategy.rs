@@ -68,6 +68,13 @@ pub fn prepare_for_create(info: &ResourceInfo, obj: &mut Value, uid: &str, now: 
         }
         // Nodes may carry status on create (the kubelet registers that way).
         ("", "nodes") => {}
+        // The real strategy resets the status, whose counters are always serialized.
+        ("policy", "poddisruptionbudgets") => {
+            map.insert(
+                "status".into(),
+                crate::pdb::BudgetStatus::default().to_value(),
+            );
+        }
         _ if info.status_subresource => {
             map.remove("status");
         }

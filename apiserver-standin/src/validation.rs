@@ -447,7 +447,7 @@ pub fn validate_crd(crd: &Value) -> Vec<Cause> {
 /// with every body: a wrongly typed field is an error (a 400 there), unknown fields are dropped.
 /// Custom resources are returned unchanged (no schema validation or pruning).
 pub fn normalize_builtin(info: &ResourceInfo, obj: &Value) -> Result<Value, String> {
-    use k8s_openapi::api::{coordination, core, events};
+    use k8s_openapi::api::{coordination, core, events, policy};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
     fn try_as<T: serde::de::DeserializeOwned + serde::Serialize>(
         obj: &Value,
@@ -466,6 +466,7 @@ pub fn normalize_builtin(info: &ResourceInfo, obj: &Value) -> Result<Value, Stri
         ("", "endpoints") => try_as::<core::v1::Endpoints>(obj),
         ("events.k8s.io", "events") => try_as::<events::v1::Event>(obj),
         ("coordination.k8s.io", "leases") => try_as::<coordination::v1::Lease>(obj),
+        ("policy", "poddisruptionbudgets") => try_as::<policy::v1::PodDisruptionBudget>(obj),
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
             try_as::<apiextensions::v1::CustomResourceDefinition>(obj)
         }

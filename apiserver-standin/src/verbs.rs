@@ -11,6 +11,7 @@ use crate::crd;
 use crate::error::{ApiError, Cause};
 use crate::objects;
 use crate::patch::{self, PatchKind};
+use crate::pdb_validation;
 use crate::resources::ResourceInfo;
 use crate::state::{State, from_storage, to_storage};
 use crate::store::{StoreError, Stored, encode};
@@ -190,6 +191,9 @@ fn validate_create(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
     if is(info, "apiextensions.k8s.io", "customresourcedefinitions") {
         causes.extend(validation::validate_crd(obj));
     }
+    if is(info, "policy", "poddisruptionbudgets") {
+        causes.extend(pdb_validation::validate_spec(obj));
+    }
     invalid(info, obj, causes)
 }
 
@@ -211,6 +215,13 @@ fn validate_update(
     }
     if is(info, "", "pods") && !status {
         causes.extend(validation::validate_pod_spec_update(old, new));
+    }
+    if is(info, "policy", "poddisruptionbudgets") {
+        causes.extend(if status {
+            pdb_validation::validate_status(new)
+        } else {
+            pdb_validation::validate_spec(new)
+        });
     }
     if is(info, "apiextensions.k8s.io", "customresourcedefinitions") && !status {
         causes.extend(validation::validate_crd(new));
@@ -292,6 +303,7 @@ pub async fn create(
             Ok(rev) => {
                 objects::set_meta_str(&mut candidate, "resourceVersion", &rev.to_string());
                 tracing::debug!(resource = %info.resource, namespace = %ns, %name, rev, "API stand-in: created");
+                state.written(info);
                 after_create(state, info, &candidate).await;
                 if !objects::owner_uids(&candidate).is_empty() {
                     // An owner that does not exist makes this a garbage-collection candidate.
@@ -390,6 +402,7 @@ pub async fn commit_update(
     {
         return match state.store.delete(&current.key, current.mod_revision).await {
             Ok(_) => {
+                state.written(info);
                 crate::delete::after_remove(state, info, &next).await;
                 Ok(Commit::Done(next))
             }
@@ -408,6 +421,7 @@ pub async fn commit_update(
     {
         Ok(rev) => {
             objects::set_meta_str(&mut next, "resourceVersion", &rev.to_string());
+            state.written(info);
             if is(info, "apiextensions.k8s.io", "customresourcedefinitions") {
                 register_crd(state, &next);
             }

@@ -13,6 +13,7 @@ use apiserver_standin::{ApiServerStandIn, StandInConfig};
 use etcd_fixture::{ClusterSpec, EtcdCluster, LoopbackAddr};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy, VersionMatch,
@@ -1208,4 +1209,107 @@ async fn etcd_over_mutual_tls() {
         cms.list(&ListParams::default()).await.unwrap().items.len(),
         1
     );
+}
+
+#[tokio::test]
+async fn eviction_waits_for_the_disruption_budget() {
+    let env = env().await;
+    // What `kubectl drain` checks first: the eviction subresource in discovery.
+    let core = env
+        .client
+        .list_core_api_resources("v1")
+        .await
+        .expect("core discovery");
+    let eviction = core
+        .resources
+        .iter()
+        .find(|r| r.name == "pods/eviction")
+        .expect("pods/eviction advertised");
+    assert_eq!(
+        (
+            eviction.group.as_deref(),
+            eviction.version.as_deref(),
+            eviction.kind.as_str()
+        ),
+        (Some("policy"), Some("v1"), "Eviction")
+    );
+
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "default");
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(env.client.clone(), "default");
+    let ready = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+    let start = |name: &'static str| {
+        let (pods, ready) = (pods.clone(), ready.clone());
+        async move {
+            pods.create(
+                &PostParams::default(),
+                &pod(name, "n1", json!({"app": "db"})),
+            )
+            .await
+            .unwrap();
+            pods.patch_status(name, &PatchParams::default(), &Patch::Merge(ready))
+                .await
+                .unwrap();
+        }
+    };
+    for name in ["db-1", "db-2", "db-3"] {
+        start(name).await;
+    }
+    let budget: PodDisruptionBudget = serde_json::from_value(json!({"metadata": {"name": "db"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "db"}}}}))
+    .unwrap();
+    pdbs.create(&PostParams::default(), &budget).await.unwrap();
+    let allowed = |want: i32| {
+        let pdbs = pdbs.clone();
+        async move {
+            wait_for(&format!("disruptionsAllowed {want}"), || async {
+                let pdb = pdbs.get("db").await.unwrap();
+                let status = pdb.status.clone().unwrap_or_default();
+                let done = status.observed_generation == pdb.metadata.generation
+                    && status.disruptions_allowed == Some(want)
+                    && status.disrupted_pods.as_ref().is_none_or(|d| d.is_empty());
+                (done.then_some(pdb), format!("{status:?}"))
+            })
+            .await
+        }
+    };
+    let settled = allowed(1).await;
+
+    // Nothing changes while nothing happens: the controller does not rewrite the status.
+    let quiet = pdbs
+        .watch(
+            &WatchParams::default().timeout(2),
+            settled.metadata.resource_version.as_deref().unwrap(),
+        )
+        .await
+        .unwrap();
+    let events: Vec<_> = quiet.boxed().try_collect().await.unwrap();
+    assert!(
+        events.iter().all(|e| matches!(e, WatchEvent::Bookmark(_))),
+        "status rewritten without a change: {events:?}"
+    );
+
+    // kube's default client retries 429s; a drain wants to see them.
+    let mut config = env.standin.kube_config().unwrap();
+    config.default_retry = false;
+    let drain: Api<Pod> = Api::namespaced(Client::try_from(config).unwrap(), "default");
+    drain.evict("db-1", &Default::default()).await.unwrap();
+    let refused = drain.evict("db-2", &Default::default()).await;
+    assert_eq!(code(refused), (429, "TooManyRequests".into()));
+    // The kubelet finishes db-1 and a replacement becomes Ready: the budget allows one again.
+    pods.delete("db-1", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    start("db-4").await;
+    allowed(1).await;
+    drain.evict("db-2", &Default::default()).await.unwrap();
+    let evicted = pods.get("db-2").await.unwrap();
+    assert!(evicted.metadata.deletion_timestamp.is_some());
+    let target = evicted
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "DisruptionTarget")
+        .expect("DisruptionTarget condition");
+    assert_eq!(target.reason.as_deref(), Some("EvictionByEvictionAPI"));
 }

@@ -5,6 +5,8 @@
 //!
 //! * [`controlplane`]: the Kubernetes API (stand-in or real), simulated nodes (node agents),
 //!   the bootstrap with `etcd-operator render`, the operator as a local process;
+//! * [`drain`]: `sandbox drain`, `kubectl drain`'s API calls (cordon, evictions retried while a
+//!   budget refuses);
 //! * [`view`]: the live status view;
 //! * [`status_watch`]: watches the status for what a normal run must never show (Degraded, a
 //!   missing name);
@@ -15,6 +17,7 @@
 pub mod bench;
 pub mod binaries;
 pub mod controlplane;
+pub mod drain;
 pub mod scenario;
 pub mod status_watch;
 pub mod verify_demo;

@@ -55,6 +55,20 @@ enum Command {
         #[arg(long, default_value = "sandbox-reports")]
         out: std::path::PathBuf,
     },
+    /// Drain a node as `kubectl drain` does (cordon, then evict through `pods/eviction`,
+    /// retrying while a disruption budget refuses), against the cluster in KUBECONFIG (what
+    /// `up` prints).
+    Drain {
+        node: String,
+        /// Also delete pods that declare no controller.
+        #[arg(long)]
+        force: bool,
+        /// Give up after this long.
+        #[arg(long, default_value = "10m", value_parser = membership::parse_duration)]
+        timeout: Duration,
+    },
+    /// Make a drained node schedulable again (`kubectl uncordon`), against KUBECONFIG.
+    Uncordon { node: String },
     /// Show `etcd-verify membership` deciding on a throw-away 3-member TLS cluster.
     DemoVerify,
     /// Benchmarks: scale-up vs the etcd floor, write availability, operator cost; writes
@@ -294,6 +308,26 @@ async fn execute(command: Command) -> anyhow::Result<()> {
             if !failed.is_empty() {
                 anyhow::bail!("scenario(s) failed: {}", failed.join(", "));
             }
+        }
+        Command::Drain {
+            node,
+            force,
+            timeout,
+        } => {
+            let client = e2e::drain::client(None).await?;
+            let options = e2e::drain::DrainOptions {
+                force,
+                timeout,
+                ..Default::default()
+            };
+            let report =
+                e2e::drain::drain(&client, &node, &options, &|line| println!("{line}")).await?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        }
+        Command::Uncordon { node } => {
+            let client = kube::Client::try_default().await?;
+            e2e::drain::set_unschedulable(&client, &node, false).await?;
+            println!("node/{node} uncordoned");
         }
         Command::DemoVerify => e2e::verify_demo::run().await?,
         Command::Bench {

@@ -351,6 +351,25 @@ pub struct EtcdClusterStatus {
     /// Which etcd version the cluster runs and where a version change stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_version: Option<EtcdVersionStatus>,
+    /// The quorum guards and their PodDisruptionBudget: whether a drain may take a node now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quorum_guard: Option<QuorumGuardStatus>,
+}
+
+/// Where drains stand: the guards the budget counts and why no node may be drained now.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QuorumGuardStatus {
+    /// One guard per selected control-plane node.
+    pub expected_guards: i64,
+    /// Guards whose node's etcd answers `/health`.
+    pub ready_guards: i64,
+    /// The budget's `minAvailable`: `expectedGuards - 1` lets a drain take one node;
+    /// `expectedGuards` lets none.
+    pub min_available: i64,
+    /// Why no node may be drained now (empty when one may).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drain_blocked_by: Vec<String>,
 }
 
 /// Where the cluster's etcd version stands.

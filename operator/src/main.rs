@@ -2,7 +2,8 @@
 //!
 //! Subcommands: `run` (the operator), `plan` (print what the operator would do next), `gather`
 //! (one archive to debug an incident with), `crd` (print the CustomResourceDefinition), `render`
-//! (the bootstrap static pod for the first node, before any operator runs).
+//! (the bootstrap static pod for the first node, before any operator runs), `guard` (the quorum
+//! guard pod's idle container).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -62,6 +63,9 @@ enum Command {
     Crd,
     /// Write the bootstrap static pod, its certificates and the manifests the operator adopts.
     Render(RenderArgs),
+    /// The quorum guard pod's container: idles until SIGTERM (its readiness probe, on the
+    /// node's etcd, is what counts).
+    Guard,
 }
 
 #[derive(clap::Args, Debug)]
@@ -176,6 +180,10 @@ async fn main() -> anyhow::Result<()> {
         Command::Gather(args) => gather(args).await,
         Command::Crd => crd(),
         Command::Render(args) => render(args),
+        Command::Guard => {
+            etcd_operator::run::shutdown_signal().await;
+            Ok(())
+        }
     }
 }
 

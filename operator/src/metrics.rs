@@ -116,6 +116,8 @@ pub struct Metrics {
     pub members_divergent: Gauge,
     pub member_version: Family<MemberVersionLabels, Gauge>,
     pub cluster_version: Family<VersionLabel, Gauge>,
+    pub quorum_guards_expected: Gauge,
+    pub quorum_guards_ready: Gauge,
 }
 
 fn duration_histogram() -> Histogram {
@@ -167,6 +169,8 @@ impl Metrics {
             members_divergent: Gauge::default(),
             member_version: Family::default(),
             cluster_version: Family::default(),
+            quorum_guards_expected: Gauge::default(),
+            quorum_guards_ready: Gauge::default(),
             registry: Registry::default(),
         };
         m.register_reconcile_metrics(&mut registry);
@@ -176,6 +180,7 @@ impl Metrics {
         m.register_certificate_metrics(&mut registry);
         m.register_status_metrics(&mut registry);
         m.register_maintenance_metrics(&mut registry);
+        m.register_guard_metrics(&mut registry);
         for alarm in ["NOSPACE", "CORRUPT"] {
             m.alarms
                 .get_or_create(&AlarmLabel {
@@ -362,6 +367,28 @@ impl Metrics {
             "1 for the cluster version etcd reports (label version): the lowest minor any member runs",
             self.cluster_version.clone(),
         );
+    }
+
+    /// Registers the quorum guard metrics.
+    fn register_guard_metrics(&self, registry: &mut Registry) {
+        registry.register(
+            "quorum_guards_expected",
+            "Quorum guard pods the PodDisruptionBudget counts: one per selected control-plane node",
+            self.quorum_guards_expected.clone(),
+        );
+        registry.register(
+            "quorum_guards_ready",
+            "Quorum guard pods that are Ready (their node's etcd answers /health)",
+            self.quorum_guards_ready.clone(),
+        );
+    }
+
+    /// Records the guards the budget counts and how many are Ready.
+    pub fn quorum_guards(&self, expected: usize, ready: usize) {
+        self.quorum_guards_expected
+            .set(i64::try_from(expected).unwrap_or(i64::MAX));
+        self.quorum_guards_ready
+            .set(i64::try_from(ready).unwrap_or(i64::MAX));
     }
 
     /// Starts timing one controller step; the time is recorded when the guard drops.

@@ -26,8 +26,8 @@ use crate::api::{
 use crate::context::{Context, PassState};
 use crate::controllers::{
     ControllerError, ControllerName, Flow, cert_signer, corruption_check, defrag, endpoints,
-    etcd_observer, installer, member_status, membership, remediation, revisions, target_config,
-    version_report,
+    etcd_observer, installer, member_status, membership, quorum_guard, remediation, revisions,
+    target_config, version_report,
 };
 use crate::metrics::{ActionLabel, RuleLabel};
 use crate::observed::{Inputs, Observed};
@@ -138,6 +138,7 @@ pub struct Pass<'a> {
     pub defrag: DefragmentationStatus,
     pub corruption: Option<CorruptionCheckStatus>,
     pub etcd_version: Option<EtcdVersionStatus>,
+    pub quorum_guard: Option<crate::api::QuorumGuardStatus>,
 }
 
 impl std::fmt::Debug for Pass<'_> {
@@ -288,6 +289,7 @@ async fn run(
             .as_ref()
             .map_or_else(|| o.prev.corruption_check.clone(), |m| m.1.clone()),
         etcd_version: o.prev.etcd_version.clone(),
+        quorum_guard: o.prev.quorum_guard.clone(),
         report: PassReport {
             requeue_after: IDLE_REQUEUE,
             ..Default::default()
@@ -299,13 +301,23 @@ async fn run(
         st,
         inputs,
     };
-    let ok = match controllers(&mut p).await {
+    let mut ok = match controllers(&mut p).await {
         Ok(()) => true,
         Err(e) => {
             failed(&mut p, e);
             false
         }
     };
+    // The guard's budget follows etcd in every pass that read it, also one that stopped early
+    // (etcd not answering, a membership change just made).
+    if p.o.etcd_read
+        && p.o.managed
+        && !p.waits(ControllerName::QuorumGuard)
+        && let Err(e) = quorum_guard::reconcile(&mut p).await
+    {
+        failed(&mut p, e);
+        ok = false;
+    }
     if !ctx.plan_only {
         write_status(&mut p).await;
     }
@@ -458,6 +470,7 @@ async fn write_status(p: &mut Pass<'_>) {
         defragmentation: (p.defrag != DefragmentationStatus::default()).then(|| p.defrag.clone()),
         corruption_check: p.corruption.clone(),
         etcd_version: p.etcd_version.clone(),
+        quorum_guard: p.quorum_guard.clone(),
     };
     for c in &status.conditions {
         p.ctx.metrics.condition(&c.type_, &c.status);

@@ -36,6 +36,7 @@ pub enum ConditionType {
     InstallerControllerDegraded,
     EndpointsControllerDegraded,
     DefragControllerDegraded,
+    QuorumGuardControllerDegraded,
 }
 
 impl ConditionType {
@@ -57,11 +58,12 @@ impl ConditionType {
             ConditionType::InstallerControllerDegraded => "InstallerControllerDegraded",
             ConditionType::EndpointsControllerDegraded => "EndpointsControllerDegraded",
             ConditionType::DefragControllerDegraded => "DefragControllerDegraded",
+            ConditionType::QuorumGuardControllerDegraded => "QuorumGuardControllerDegraded",
         }
     }
 
     /// The per-controller Degraded conditions.
-    pub const CONTROLLERS: [ConditionType; 8] = [
+    pub const CONTROLLERS: [ConditionType; 9] = [
         ConditionType::CertSignerDegraded,
         ConditionType::EtcdObserverDegraded,
         ConditionType::MembershipControllerDegraded,
@@ -70,6 +72,7 @@ impl ConditionType {
         ConditionType::InstallerControllerDegraded,
         ConditionType::EndpointsControllerDegraded,
         ConditionType::DefragControllerDegraded,
+        ConditionType::QuorumGuardControllerDegraded,
     ];
 }
 

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -267,6 +268,29 @@ impl Writer {
         .await
     }
 
+    /// Makes PodDisruptionBudget `name` have exactly `spec`.
+    pub async fn pdb(
+        &mut self,
+        ns: &str,
+        name: &str,
+        current: Option<&PodDisruptionBudget>,
+        spec: PodDisruptionBudgetSpec,
+        owner: Option<&OwnerReference>,
+    ) -> Result<bool, WriteError> {
+        let same = current.is_some_and(|p| p.spec.as_ref() == Some(&spec));
+        self.ensure(
+            ns,
+            name,
+            current,
+            same,
+            owner,
+            |p: &mut PodDisruptionBudget| {
+                p.spec = Some(spec.clone());
+            },
+        )
+        .await
+    }
+
     /// Creates `name` (with `owner`) or replaces the current object, after `fill` set its data.
     #[allow(clippy::too_many_arguments)]
     async fn ensure<K>(
@@ -423,6 +447,7 @@ where
         "ConfigMap" => "ConfigMap",
         "Secret" => "Secret",
         "Pod" => "Pod",
+        "PodDisruptionBudget" => "PodDisruptionBudget",
         _ => "Object",
     }
 }

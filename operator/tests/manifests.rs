@@ -519,6 +519,18 @@ fn the_sample_is_the_singleton_with_every_default_spelled_out() {
 }
 
 #[test]
+fn guard_pods_name_the_service_account_the_manifests_create() {
+    let docs = all_docs();
+    let target = etcd_operator::podspec::NodeTarget::new("n1", "10.0.0.1".parse().unwrap());
+    let pod = etcd_operator::podspec::render_guard(&target, &deployed_images(&docs)).unwrap();
+    let sa = pod.spec.unwrap().service_account_name.unwrap();
+    assert!(
+        has_service_account(&docs, STATIC_POD_NAMESPACE, &sa),
+        "manifests create ServiceAccount {STATIC_POD_NAMESPACE}/{sa}"
+    );
+}
+
+#[test]
 fn installer_pods_name_the_service_account_the_manifests_create() {
     let docs = all_docs();
     let pod = render_installer("n1", 1, 1, &deployed_images(&docs)).unwrap();
@@ -617,7 +629,7 @@ const OPERATOR: &[Need] = &[
         "pods",
         &["list", "watch"],
         &[],
-        "run/stores.rs: reflector (mirror pods, installer pods)",
+        "run/stores.rs: reflector (mirror pods, installer pods, quorum guard pods)",
     ),
     need(
         STATIC_POD_NAMESPACE,
@@ -625,7 +637,8 @@ const OPERATOR: &[Need] = &[
         "pods",
         &["create"],
         &[],
-        "controllers/installer.rs → writer.rs Writer::create: installer pods",
+        "controllers/installer.rs, quorum_guard.rs → writer.rs Writer::create: installer pods, \
+         quorum guard pods",
     ),
     need(
         STATIC_POD_NAMESPACE,
@@ -633,7 +646,24 @@ const OPERATOR: &[Need] = &[
         "pods",
         &["delete"],
         &[],
-        "controllers/installer.rs → writer.rs Writer::delete: finished installer pods a node moved past",
+        "controllers/installer.rs, quorum_guard.rs → writer.rs Writer::delete: finished installer \
+         pods a node moved past, guards of nodes that left",
+    ),
+    need(
+        STATIC_POD_NAMESPACE,
+        "policy",
+        "poddisruptionbudgets",
+        &["list", "watch"],
+        &[],
+        "run/stores.rs: reflector (the quorum guard's budget)",
+    ),
+    need(
+        STATIC_POD_NAMESPACE,
+        "policy",
+        "poddisruptionbudgets",
+        &["create", "update"],
+        &[],
+        "controllers/quorum_guard.rs → writer.rs Writer::pdb: etcd-quorum-guard (create/replace)",
     ),
     need(
         STATIC_POD_NAMESPACE,
@@ -1184,6 +1214,10 @@ async fn validate(client: &Client, real: bool) {
     let installer = render_installer("n1", 3, 1, &images).unwrap();
     let said = dry_run_create(&pods, &installer, "rendered installer pod").await;
     assert_eq!(said, DryRun::Accepted, "installer pod");
+    let target = etcd_operator::podspec::NodeTarget::new("n1", "10.0.0.1".parse().unwrap());
+    let guard = etcd_operator::podspec::render_guard(&target, &images).unwrap();
+    let said = dry_run_create(&pods, &guard, "rendered quorum guard pod").await;
+    assert_eq!(said, DryRun::Accepted, "quorum guard pod");
     // The Deployment's pod as its ReplicaSet would create it: Pod Security is enforced on pods
     // (a Deployment only warns), and the stand-in checks pods but serves no Deployments.
     let d = deployment(&docs);

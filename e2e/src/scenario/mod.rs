@@ -18,10 +18,12 @@
 //! | `corruption` | n2's copy of a key is changed on disk while it is stopped, and a compaction keeps etcd's own start-up check from comparing: the operator's `HashKV` check names n2 within one interval (10 s), `replaceMinority` replaces it, and a later check finds every copy equal |
 //! | `upgrade` | the etcd image moves from 3.4.23 to 3.5.1: refused as a known-bad release until `acceptKnownBadEtcdRelease` names it, then rolled node by node (one at a time, the leader last), every member reports 3.5.1, etcd moves the cluster version to 3.5 and `status.etcdVersion` says so; back to 3.4 is then refused as below the cluster version, with no revision made |
 //! | `static-pod-removed` | n2's etcd manifest is moved out of its manifests directory while the Node carries `etcd.static-operator.io/etcd-stopped`: `NodeInstallerDegraded` names n2, since when and the admin's reason, and n2 is left alone past the grace period (`missingPodGraceSeconds: 30`); the annotation removed, the same revision is installed again and n2's member serves with its data |
+//! | `drain` | n1 is drained (cordon, evictions through `pods/eviction`) and powered off; a drain of n2 started at once is refused by the quorum guard's PodDisruptionBudget until n1 is back, uncordoned and its member healthy, then goes through; n3 drains at once afterwards; never fewer than a quorum of healthy voters |
 //! | `unhealthy-member-replaced` | n2's WAL becomes unreadable, so etcd-verify keeps its etcd down: after `memberRemediation.unhealthySeconds` the member is replaced and `status.remediations` counts the attempt |
 
 pub mod consistency;
 mod corruption;
+mod drain;
 pub mod harness;
 mod leader_probe;
 pub mod load;
@@ -37,7 +39,7 @@ use std::time::Instant;
 pub use harness::{Harness, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 16] = [
+pub const NAMES: [&str; 17] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -54,6 +56,7 @@ pub const NAMES: [&str; 16] = [
     "corruption",
     "upgrade",
     "static-pod-removed",
+    "drain",
 ];
 
 /// The report of one scenario run (`report.json`).

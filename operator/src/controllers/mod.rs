@@ -21,6 +21,7 @@ pub mod member_status;
 pub mod membership;
 pub mod node_problems;
 pub mod node_view;
+pub mod quorum_guard;
 pub mod remediation;
 pub mod revisions;
 pub mod rollout_hold;
@@ -44,11 +45,12 @@ pub enum ControllerName {
     Endpoints,
     Defrag,
     CorruptionCheck,
+    QuorumGuard,
 }
 
 impl ControllerName {
     /// The order of a pass (see `docs/architecture.md`).
-    pub const ORDER: [ControllerName; 10] = [
+    pub const ORDER: [ControllerName; 11] = [
         ControllerName::CertSigner,
         ControllerName::EtcdObserver,
         ControllerName::Membership,
@@ -59,6 +61,7 @@ impl ControllerName {
         ControllerName::Endpoints,
         ControllerName::Defrag,
         ControllerName::CorruptionCheck,
+        ControllerName::QuorumGuard,
     ];
 
     /// Plan line, metric label and log field.
@@ -74,6 +77,7 @@ impl ControllerName {
             ControllerName::Endpoints => "endpoints",
             ControllerName::Defrag => "defragmentation",
             ControllerName::CorruptionCheck => "corruption-check",
+            ControllerName::QuorumGuard => "quorum-guard",
         }
     }
 
@@ -94,6 +98,7 @@ impl ControllerName {
             // It never fails as a step (an unanswered check is a result, `Inconclusive`); what
             // it finds is about etcd's members.
             ControllerName::CorruptionCheck => ConditionType::EtcdObserverDegraded,
+            ControllerName::QuorumGuard => ConditionType::QuorumGuardControllerDegraded,
         }
     }
 }

@@ -12,6 +12,7 @@ fn node(i: u8) -> ControlPlaneNode {
         target: NodeTarget::new(&format!("n{i}"), IpAddr::V4(Ipv4Addr::new(10, 0, 0, i))),
         ready: true,
         deleting: false,
+        unschedulable: false,
         etcd_stopped: None,
     }
 }

@@ -89,6 +89,13 @@ pub async fn collect(client: &Client, opts: &GatherOptions, now: OffsetDateTime)
                 .map(without_managed_fields)
                 .collect();
             g.json("pods-etcd.json", &pods);
+            let budgets: Vec<_> = inputs
+                .pdbs
+                .iter()
+                .cloned()
+                .map(without_managed_fields)
+                .collect();
+            g.json("poddisruptionbudgets-etcd.json", &budgets);
             let (plan, obs) = plan_and_etcd(client, &opts.config, &inputs, now).await;
             g.text("plan.txt", plan);
             g.text("etcd.txt", render::etcd(&obs));

@@ -11,6 +11,7 @@ pub mod objects;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use membership::MemberId;
 use time::OffsetDateTime;
 
@@ -34,6 +35,8 @@ pub struct Inputs {
     pub secrets: Vec<Secret>,
     /// Secrets of the operator's namespace.
     pub operator_secrets: Vec<Secret>,
+    /// PodDisruptionBudgets of the static-pod namespace.
+    pub pdbs: Vec<PodDisruptionBudget>,
 }
 
 /// How the Node list in [`Inputs`] was read.
@@ -79,6 +82,7 @@ impl Inputs {
             "Secret" => find(&self.secrets, &a.namespace, &a.name)
                 .or_else(|| find(&self.operator_secrets, &a.namespace, &a.name))
                 .map(|o| &o.metadata),
+            "PodDisruptionBudget" => find(&self.pdbs, &a.namespace, &a.name).map(|o| &o.metadata),
             // Kinds without a cache here never hold a pass back.
             _ => return a.resource_version.clone(),
         };

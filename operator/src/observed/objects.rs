@@ -23,6 +23,8 @@ pub struct ControlPlaneNode {
     pub target: NodeTarget,
     pub ready: bool,
     pub deleting: bool,
+    /// Cordoned (`spec.unschedulable`): the quorum guard is not recreated there.
+    pub unschedulable: bool,
     /// The admin's reason from [`ETCD_STOPPED_ANNOTATION`], when set.
     pub etcd_stopped: Option<String>,
 }
@@ -60,6 +62,7 @@ pub fn control_plane_nodes(
                 target: NodeTarget::new(&name, ip),
                 ready,
                 deleting: n.metadata.deletion_timestamp.is_some(),
+                unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true),
                 etcd_stopped: n
                     .metadata
                     .annotations

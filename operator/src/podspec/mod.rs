@@ -38,6 +38,7 @@ pub fn substitute_revision(text: &str, revision: i64) -> String {
 
 const TEMPLATE: &str = include_str!("../../../bindata/etcd-pod.yaml.hbs");
 const INSTALLER_TEMPLATE: &str = include_str!("../../../bindata/installer-pod.yaml.hbs");
+const GUARD_TEMPLATE: &str = include_str!("../../../bindata/guard-pod.yaml.hbs");
 
 /// A control-plane node etcd runs on.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -151,6 +152,8 @@ fn registry() -> Result<Handlebars<'static>, RenderError> {
         .map_err(|e| RenderError::Template(e.to_string()))?;
     hb.register_template_string("installer-pod", INSTALLER_TEMPLATE)
         .map_err(|e| RenderError::Template(e.to_string()))?;
+    hb.register_template_string("guard-pod", GUARD_TEMPLATE)
+        .map_err(|e| RenderError::Template(e.to_string()))?;
     Ok(hb)
 }
 
@@ -234,6 +237,35 @@ pub fn render_installer(
     };
     let text = registry()?
         .render("installer-pod", &data)
+        .map_err(|e| RenderError::Template(e.to_string()))?;
+    parse_pod(&text)
+}
+
+/// Name of the quorum guard pod of `node`.
+pub fn guard_pod_name(node: &str) -> String {
+    format!("etcd-quorum-guard-{node}")
+}
+
+#[derive(serde::Serialize)]
+struct GuardData<'a> {
+    pod_name: String,
+    namespace: &'static str,
+    node_name: &'a str,
+    node_ip: String,
+    operator_image: &'a str,
+}
+
+/// Renders the quorum guard pod of `node` (`bindata/guard-pod.yaml.hbs`).
+pub fn render_guard(node: &NodeTarget, images: &Images) -> Result<Pod, RenderError> {
+    let data = GuardData {
+        pod_name: guard_pod_name(&node.name),
+        namespace: STATIC_POD_NAMESPACE,
+        node_name: &node.name,
+        node_ip: node.ip.to_string(),
+        operator_image: &images.operator,
+    };
+    let text = registry()?
+        .render("guard-pod", &data)
         .map_err(|e| RenderError::Template(e.to_string()))?;
     parse_pod(&text)
 }

@@ -302,3 +302,20 @@ fn the_source_carries_a_token_the_revision_replaces() {
         render_for(1, &scale_up_members(), &spec)
     );
 }
+
+#[test]
+fn golden_guard_pod() {
+    let pod = render_guard(&node(1), &images()).unwrap();
+    let spec = pod.spec.as_ref().unwrap();
+    assert_eq!(spec.node_name.as_deref(), Some("master-1"));
+    let probe = spec.containers[0].readiness_probe.as_ref().unwrap();
+    let get = probe.http_get.as_ref().unwrap();
+    assert_eq!(
+        (get.host.as_deref(), get.path.as_deref()),
+        (Some("10.0.0.1"), Some("/health"))
+    );
+    check_golden(
+        "guard-pod-master-1.json",
+        &format!("{}\n", serde_json::to_string_pretty(&pod).unwrap()),
+    );
+}

@@ -50,7 +50,8 @@ pub enum RunError {
     Caches,
 }
 
-async fn shutdown_signal() {
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {
@@ -95,6 +96,13 @@ pub async fn read_inputs(client: &Client, operator_namespace: &str) -> Result<In
             .list(&lp)
             .await?
             .items,
+        pdbs: Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(
+            client.clone(),
+            ns,
+        )
+        .list(&lp)
+        .await?
+        .items,
     })
 }
 

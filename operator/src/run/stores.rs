@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -31,6 +32,8 @@ pub struct Stores {
     pub configmaps: Store<ConfigMap>,
     pub secrets: Store<Secret>,
     pub operator_secrets: Store<Secret>,
+    /// PodDisruptionBudgets of the static-pod namespace (the quorum guard's).
+    pub pdbs: Store<PodDisruptionBudget>,
     pub changed: Arc<Notify>,
     ready: Arc<AtomicBool>,
 }
@@ -104,7 +107,7 @@ fn generation<K: Resource>(o: &K) -> Option<i64> {
 }
 
 /// What the operator reads of a Node: labels (the selector), addresses, Ready, deletion, the
-/// admin's etcd-stopped annotation. Its heartbeats (a status write every few seconds from every
+/// admin's etcd-stopped annotation, cordoning. Its heartbeats (a status write every few seconds from every
 /// node's kubelet, control plane or not) do not wake the loop.
 pub type NodeFacts = (
     Option<BTreeMap<String, String>>,
@@ -112,6 +115,7 @@ pub type NodeFacts = (
     bool,
     bool,
     Option<String>,
+    bool,
 );
 
 pub fn node_facts(n: &Node) -> NodeFacts {
@@ -134,6 +138,7 @@ pub fn node_facts(n: &Node) -> NodeFacts {
             .as_ref()
             .and_then(|a| a.get(crate::observed::objects::ETCD_STOPPED_ANNOTATION))
             .cloned(),
+        n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true),
     )
 }
 
@@ -210,6 +215,11 @@ impl Stores {
                 changed.clone(),
                 Always,
             ),
+            pdbs: start(
+                Api::<PodDisruptionBudget>::namespaced(client.clone(), ns),
+                changed.clone(),
+                Always,
+            ),
             changed,
             ready: Arc::new(AtomicBool::new(false)),
         }
@@ -223,6 +233,7 @@ impl Stores {
         self.configmaps.wait_until_ready().await?;
         self.secrets.wait_until_ready().await?;
         self.operator_secrets.wait_until_ready().await?;
+        self.pdbs.wait_until_ready().await?;
         self.ready.store(true, Ordering::SeqCst);
         Ok(())
     }
@@ -260,6 +271,7 @@ impl Stores {
             configmaps: all(&self.configmaps),
             secrets: all(&self.secrets),
             operator_secrets: all(&self.operator_secrets),
+            pdbs: all(&self.pdbs),
         }
     }
 }

@@ -8,15 +8,16 @@
 //!                   var/lib/etcd)         node-agent n1 @ 127.0.x.y
 //!  <dir>/nodes/n2/ ...                    node-agent n2 @ 127.0.x.z
 //!  <dir>/operator.log                     etcd-operator run (KUBECONFIG = the API)
+//!  <dir>/operator-<identity>.log          a second instance, a standby (see [`operators`])
 //! ```
 //!
-//! Everything is torn down by [`LocalControlPlane::shutdown`]: the operator (SIGTERM, then SIGKILL),
-//! every node agent (which stops its pods), then the API. Dropping without shutdown still kills
-//! the operator process.
+//! Everything is torn down by [`LocalControlPlane::shutdown`]: the operator processes (SIGTERM,
+//! then SIGKILL), every node agent (which stops its pods), then the API. Dropping without
+//! shutdown still kills the operator processes.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use etcd_fixture::LoopbackAddr;
@@ -90,8 +91,8 @@ pub struct LocalControlPlane {
     pub dir: tempfile::TempDir,
     pub bin_dir: PathBuf,
     pub nodes: Vec<SimNode>,
-    operator: Option<Child>,
-    pub operator_metrics: Option<SocketAddr>,
+    /// The operator processes started so far (see [`operators`]).
+    operators: Vec<OperatorProcess>,
     /// On the kas control plane: a kubeconfig with a token of the operator's ServiceAccount,
     /// so the local operator process has exactly the RBAC `manifests/` grant it.
     operator_kubeconfig: Option<PathBuf>,
@@ -107,6 +108,9 @@ impl std::fmt::Debug for LocalControlPlane {
 }
 
 mod identity;
+pub mod operators;
+
+pub use operators::{DEFAULT_OPERATOR, OPERATOR_LEASE_DURATION, OperatorProcess};
 
 /// The namespace of the etcd static pods and the operator's own.
 pub const STATIC_NS: &str = etcd_operator::podspec::STATIC_POD_NAMESPACE;
@@ -131,8 +135,7 @@ impl LocalControlPlane {
             dir,
             bin_dir,
             nodes: Vec::new(),
-            operator: None,
-            operator_metrics: None,
+            operators: Vec::new(),
             operator_kubeconfig: None,
         };
         cp.install_prerequisites().await?;
@@ -160,16 +163,24 @@ impl LocalControlPlane {
             create_or_keep(&Api::<Namespace>::all(client.clone()), &obj).await?;
         }
         self.apply_installer_rbac().await?;
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        create_or_keep(&crds, &EtcdCluster::crd()).await?;
-        let name = EtcdCluster::crd_name();
+        self.install_crd(&EtcdCluster::crd()).await
+    }
+
+    /// Creates `crd` (kept when it exists) and waits until it is Established.
+    pub async fn install_crd(
+        &self,
+        crd: &CustomResourceDefinition,
+    ) -> Result<(), ControlPlaneError> {
+        let crds: Api<CustomResourceDefinition> = Api::all(self.client());
+        create_or_keep(&crds, crd).await?;
+        let name = crd.metadata.name.clone().unwrap_or_default();
         wait_for(
             Duration::from_secs(30),
-            "the EtcdCluster CRD to be Established",
+            &format!("CRD {name} to be Established"),
             || {
-                let crds = crds.clone();
+                let (crds, name) = (crds.clone(), name.clone());
                 async move {
-                    let crd = crds.get(name).await.map_err(|e| e.to_string())?;
+                    let crd = crds.get(&name).await.map_err(|e| e.to_string())?;
                     let established = crd.status.and_then(|s| s.conditions).is_some_and(|cs| {
                         cs.iter()
                             .any(|c| c.type_ == "Established" && c.status == "True")
@@ -339,89 +350,6 @@ impl LocalControlPlane {
         create_or_keep(&Api::<EtcdCluster>::all(self.client()), &cr).await
     }
 
-    /// Starts `etcd-operator run` as a local process (output in `<dir>/operator.log`); on the
-    /// kas control plane it authenticates as the operator's ServiceAccount.
-    pub fn start_operator(&mut self) -> Result<(), ControlPlaneError> {
-        if self.operator.is_some() {
-            return Ok(());
-        }
-        let addr = LoopbackAddr::acquire()?;
-        let listen = SocketAddr::from((addr.ip(), 8443));
-        let log_path = self.dir.path().join("operator.log");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(io(format!("opening {}", log_path.display())))?;
-        let err = log.try_clone().map_err(io("operator log"))?;
-        let child = Command::new(self.bin_dir.join("etcd-operator"))
-            .arg("run")
-            .arg("--listen")
-            .arg(listen.to_string())
-            .args(["--identity", "sandbox-operator", "--lease-duration", "6s"])
-            .env(
-                "KUBECONFIG",
-                self.operator_kubeconfig
-                    .as_deref()
-                    .unwrap_or(self.api.kubeconfig()),
-            )
-            .env("ETCD_OPERATOR_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(err)
-            .spawn()
-            .map_err(io("starting etcd-operator run"))?;
-        self.operator = Some(child);
-        self.operator_metrics = Some(listen);
-        // The address reservation only guards against parallel tests; the port is ours now.
-        drop(addr);
-        Ok(())
-    }
-
-    /// Stops the operator: SIGTERM, then SIGKILL after `grace`. With `grace` zero: SIGKILL
-    /// (a crash).
-    pub fn stop_operator(&mut self, grace: Duration) -> Result<(), ControlPlaneError> {
-        let Some(mut child) = self.operator.take() else {
-            return Ok(());
-        };
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-        let signal = if grace.is_zero() {
-            nix::sys::signal::Signal::SIGKILL
-        } else {
-            nix::sys::signal::Signal::SIGTERM
-        };
-        let _ = nix::sys::signal::kill(pid, signal);
-        let started = Instant::now();
-        loop {
-            match child.try_wait() {
-                Ok(Some(_)) => return Ok(()),
-                Ok(None) if started.elapsed() < grace + Duration::from_secs(1) => {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Ok(());
-                }
-            }
-        }
-    }
-
-    /// The operator process's pid, while it runs.
-    pub fn operator_pid(&self) -> Option<u32> {
-        self.operator.as_ref().map(Child::id)
-    }
-
-    /// The operator's log so far.
-    pub fn operator_log(&self) -> String {
-        std::fs::read_to_string(self.operator_log_path()).unwrap_or_default()
-    }
-
-    /// Where the operator process logs.
-    pub fn operator_log_path(&self) -> PathBuf {
-        self.dir.path().join("operator.log")
-    }
-
     /// An admin's kubeconfig for this API (what `kubectl` or `etcd-operator gather` would use).
     pub fn admin_kubeconfig(&self) -> &Path {
         self.api.kubeconfig()
@@ -429,7 +357,7 @@ impl LocalControlPlane {
 
     /// Stops everything: operator, agents (and their pods), then the API.
     pub async fn shutdown(mut self) {
-        let _ = self.stop_operator(Duration::from_secs(5));
+        self.stop_operators(Duration::from_secs(5));
         for node in &mut self.nodes {
             if let Some(agent) = node.agent.take() {
                 agent.shutdown().await;
@@ -453,15 +381,6 @@ impl LocalControlPlane {
     /// Path of the sandbox dir.
     pub fn path(&self) -> &Path {
         self.dir.path()
-    }
-}
-
-impl Drop for LocalControlPlane {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.operator.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 

@@ -130,7 +130,7 @@ async fn up(
     cp.create_cluster(EtcdClusterSpec::default()).await?;
     let watch = e2e::status_watch::StatusWatch::start(cp.client(), started);
     cp.start_operator()?;
-    if let Some(addr) = cp.operator_metrics {
+    if let Some(addr) = cp.operator_metrics() {
         println!(
             "operator running (metrics on http://{addr}/metrics, log {}/operator.log)",
             cp.path().display()

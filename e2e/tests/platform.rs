@@ -7,13 +7,16 @@
 //! `manifests/02-rbac-operator.yaml`), and from there the bootstrapped member grown to three
 //! voters. kube-apiserver's audit log records every request of the operator's and the installer's
 //! ServiceAccounts: none may be refused (403, a missing permission), and the permissions the
-//! manifests grant but this run never used are listed. Skipped loudly where kas is absent.
+//! manifests grant but this run never used are listed. A second test kills the leading replica
+//! in the middle of a scale-up (operator HA for real). Skipped loudly where kas is absent.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use e2e::controlplane::{LocalControlPlane, OPERATOR_NS, wait_for};
+use e2e::scenario::Harness;
+use e2e::scenario::failover::{OperatorInstances, kill_leader_mid_scale_up};
 use etcd_operator::api::{EtcdCluster, EtcdClusterSpec, SINGLETON};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -122,6 +125,38 @@ fn ready_operator_nodes(pods: &[Pod]) -> Result<BTreeSet<String>, String> {
     }
 }
 
+/// Three nodes, n1 bootstrapped, the EtcdCluster created and the whole of `manifests/` applied
+/// as an admin installs it (one apply, in kustomize's order), on a kas control plane; `None`
+/// (and a loud SKIPPED) where kas is absent.
+async fn operator_deployment(options: KasOptions, test: &str) -> Option<LocalControlPlane> {
+    let Some(api) = TestApi::kas(options).await.unwrap() else {
+        eprintln!(
+            "SKIPPED {test}: no kas control plane beside the repository (../shared/kas/kas) and \
+             no $KAS; the operator was not run as a Deployment"
+        );
+        return None;
+    };
+    let mut cp = LocalControlPlane::start_on(api).await.unwrap();
+    for i in 1..=3 {
+        cp.add_node(&format!("n{i}")).await.unwrap();
+    }
+    cp.bootstrap("n1").await.unwrap();
+    cp.create_cluster(EtcdClusterSpec::default()).await.unwrap();
+    let applied = cp
+        .apply_kustomization(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests"))
+        .await
+        .unwrap();
+    eprintln!("kubectl apply -k manifests/:\n{applied}");
+    for object in [
+        "namespace/etcd-operator serverside-applied",
+        "customresourcedefinition.apiextensions.k8s.io/etcdclusters.etcd.static-operator.io serverside-applied",
+        "deployment.apps/etcd-operator serverside-applied",
+    ] {
+        assert!(applied.contains(object), "{object} not in:\n{applied}");
+    }
+    Some(cp)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_deployment_runs_on_the_nodes_and_grows_etcd() {
     let audit = tempfile::tempdir().unwrap();
@@ -144,33 +179,14 @@ async fn the_operator_deployment_runs_on_the_nodes_and_grows_etcd() {
             format!("--audit-log-path={}", log.display()),
         ],
     };
-    let Some(api) = TestApi::kas(options).await.unwrap() else {
-        eprintln!(
-            "SKIPPED the_operator_deployment_runs_on_the_nodes_and_grows_etcd: no kas control \
-             plane beside the repository (../shared/kas/kas) and no $KAS; the operator was not \
-             run as a Deployment"
-        );
+    let Some(cp) = operator_deployment(
+        options,
+        "the_operator_deployment_runs_on_the_nodes_and_grows_etcd",
+    )
+    .await
+    else {
         return;
     };
-    let mut cp = LocalControlPlane::start_on(api).await.unwrap();
-    for i in 1..=3 {
-        cp.add_node(&format!("n{i}")).await.unwrap();
-    }
-    cp.bootstrap("n1").await.unwrap();
-    cp.create_cluster(EtcdClusterSpec::default()).await.unwrap();
-    // As an admin installs it: the whole of manifests/ in one apply, in kustomize's order.
-    let applied = cp
-        .apply_kustomization(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests"))
-        .await
-        .unwrap();
-    eprintln!("kubectl apply -k manifests/:\n{applied}");
-    for object in [
-        "namespace/etcd-operator serverside-applied",
-        "customresourcedefinition.apiextensions.k8s.io/etcdclusters.etcd.static-operator.io serverside-applied",
-        "deployment.apps/etcd-operator serverside-applied",
-    ] {
-        assert!(applied.contains(object), "{object} not in:\n{applied}");
-    }
     let pods: Api<Pod> = Api::namespaced(cp.client(), OPERATOR_NS);
     let selector = ListParams::default().labels("app.kubernetes.io/name=etcd-operator");
     wait_for(
@@ -253,4 +269,43 @@ async fn the_operator_deployment_runs_on_the_nodes_and_grows_etcd() {
         nodes.iter().all(|n| n.starts_with('n')),
         "operator pods on unexpected nodes: {nodes:?}"
     );
+}
+
+/// Operator HA on the real control plane: the Deployment's two replicas, a scale-up from 3 to 5
+/// voters, and the replica holding the Lease killed (SIGKILL to its container, its pod deleted
+/// with grace period 0) as soon as etcd lists the first new learner. Another replica holds the
+/// Lease within the lease duration (15 s) + 1 s + the renew period (5 s) + 1 s, never before the
+/// lease expired; the scale-up completes with no membership action done twice, no acknowledged
+/// write lost and every member's `HashKV` equal (see `e2e::scenario::failover`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_takes_over_when_the_leader_is_killed_mid_scale_up() {
+    let options = KasOptions {
+        controller_manager: true,
+        scheduler: true,
+        ..KasOptions::default()
+    };
+    let Some(cp) = operator_deployment(
+        options,
+        "a_replica_takes_over_when_the_leader_is_killed_mid_scale_up",
+    )
+    .await
+    else {
+        return;
+    };
+    let mut h = Harness::around(cp);
+    let outcome = async {
+        h.start_load().await?;
+        h.wait_settled(3, Duration::from_secs(240)).await?;
+        kill_leader_mid_scale_up(&mut h, OperatorInstances::Deployment).await
+    }
+    .await;
+    let f = h.finish().await;
+    for s in &f.steps {
+        eprintln!("[{:6.1}s] {}", s.at_s, s.what);
+    }
+    outcome.unwrap();
+    assert_eq!(f.load.writes_lost, 0, "{:?}", f.load);
+    assert!(f.load.writes_acknowledged > 0, "{:?}", f.load);
+    let hashes = f.check.unwrap();
+    assert_eq!(hashes.members.len(), 5, "{hashes:?}");
 }

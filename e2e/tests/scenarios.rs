@@ -65,6 +65,11 @@ async fn drain() {
     scenario("drain").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_failover() {
+    scenario("operator-failover").await;
+}
+
 /// `etcd-operator plan` explains a blocked state: with voter n3 down, a new node n4 cannot join
 /// (the gate refuses to add a learner while a voter is unhealthy), and plan says so, naming n3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,11 +11,13 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 mod maintenance;
+mod platform;
 mod selector;
 pub use maintenance::{
     CorruptionCheck, CorruptionCheckStatus, DefragRecord, Defragmentation, DefragmentationStatus,
     DivergentMember,
 };
+pub use platform::{OperandVersion, QuorumGuardStatus, RelatedObject};
 pub use selector::SelectorError;
 
 /// API group of the operator's resources.
@@ -354,22 +356,13 @@ pub struct EtcdClusterStatus {
     /// The quorum guards and their PodDisruptionBudget: whether a drain may take a node now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quorum_guard: Option<QuorumGuardStatus>,
-}
-
-/// Where drains stand: the guards the budget counts and why no node may be drained now.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct QuorumGuardStatus {
-    /// One guard per selected control-plane node.
-    pub expected_guards: i64,
-    /// Guards whose node's etcd answers `/health`.
-    pub ready_guards: i64,
-    /// The budget's `minAvailable`: `expectedGuards - 1` lets a drain take one node;
-    /// `expectedGuards` lets none.
-    pub min_available: i64,
-    /// Why no node may be drained now (empty when one may).
+    /// The versions this operator has rolled out, as a payload operator reports them: the
+    /// operator's own, and the etcd version every member runs (moved only once all do).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub drain_blocked_by: Vec<String>,
+    pub versions: Vec<OperandVersion>,
+    /// Objects debug tooling (must-gather, `etcd-operator gather`) should collect.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub related_objects: Vec<RelatedObject>,
 }
 
 /// Where the cluster's etcd version stands.

@@ -117,6 +117,9 @@ pub struct PassState {
     /// `status.defragmentation` and `status.corruptionCheck` as this operator last wrote them:
     /// status writes are not awaited by the barrier, so the cache may still show an older one
     /// (a finished defragmentation as running). `None` until this process wrote them.
+    /// Whether the API serves ClusterOperators, and when that was asked
+    /// (`controllers::cluster_operator`).
+    pub cluster_operator_api: Option<(bool, OffsetDateTime)>,
     pub maintenance_status: Option<(
         crate::api::DefragmentationStatus,
         Option<crate::api::CorruptionCheckStatus>,

@@ -25,9 +25,9 @@ use crate::api::{
 };
 use crate::context::{Context, PassState};
 use crate::controllers::{
-    ControllerError, ControllerName, Flow, cert_signer, corruption_check, defrag, endpoints,
-    etcd_observer, installer, member_status, membership, quorum_guard, remediation, revisions,
-    target_config, version_report,
+    ControllerError, ControllerName, Flow, cert_signer, cluster_operator, corruption_check, defrag,
+    endpoints, etcd_observer, installer, member_status, membership, payload_status, quorum_guard,
+    remediation, revisions, target_config, version_report,
 };
 use crate::metrics::{ActionLabel, RuleLabel};
 use crate::observed::{Inputs, Observed};
@@ -139,6 +139,8 @@ pub struct Pass<'a> {
     pub corruption: Option<CorruptionCheckStatus>,
     pub etcd_version: Option<EtcdVersionStatus>,
     pub quorum_guard: Option<crate::api::QuorumGuardStatus>,
+    pub versions: Vec<crate::api::OperandVersion>,
+    pub related_objects: Vec<crate::api::RelatedObject>,
 }
 
 impl std::fmt::Debug for Pass<'_> {
@@ -290,6 +292,8 @@ async fn run(
             .map_or_else(|| o.prev.corruption_check.clone(), |m| m.1.clone()),
         etcd_version: o.prev.etcd_version.clone(),
         quorum_guard: o.prev.quorum_guard.clone(),
+        versions: o.prev.versions.clone(),
+        related_objects: o.prev.related_objects.clone(),
         report: PassReport {
             requeue_after: IDLE_REQUEUE,
             ..Default::default()
@@ -317,6 +321,9 @@ async fn run(
     {
         failed(&mut p, e);
         ok = false;
+    }
+    if p.o.etcd_read {
+        payload_status::reconcile(&mut p);
     }
     if !ctx.plan_only {
         write_status(&mut p).await;
@@ -471,6 +478,8 @@ async fn write_status(p: &mut Pass<'_>) {
         corruption_check: p.corruption.clone(),
         etcd_version: p.etcd_version.clone(),
         quorum_guard: p.quorum_guard.clone(),
+        versions: std::mem::take(&mut p.versions),
+        related_objects: std::mem::take(&mut p.related_objects),
     };
     for c in &status.conditions {
         p.ctx.metrics.condition(&c.type_, &c.status);
@@ -481,6 +490,35 @@ async fn write_status(p: &mut Pass<'_>) {
     {
         p.note(format!("could not write status: {e}"));
         p.ctx.metrics.error("status", e.category());
+    }
+    mirror_cluster_operator(p, &status).await;
+}
+
+/// Mirrors the payload status into ClusterOperator `etcd` where the API serves the kind
+/// (looked for again every [`cluster_operator::RECHECK`] while it is not).
+async fn mirror_cluster_operator(p: &mut Pass<'_>, status: &EtcdClusterStatus) {
+    let now = p.o.now;
+    let served = match p.st.cluster_operator_api {
+        Some((true, _)) => true,
+        Some((false, asked)) if now - asked < cluster_operator::RECHECK => false,
+        _ => {
+            let served = cluster_operator::served(&p.ctx.client).await;
+            p.st.cluster_operator_api = Some((served, now));
+            served
+        }
+    };
+    if !served {
+        return;
+    }
+    match cluster_operator::mirror(&p.ctx.client, &cluster_operator::desired_status(status)).await {
+        Ok(true) => p.note("ClusterOperator etcd status updated"),
+        Ok(false) => {}
+        Err(e) => {
+            p.note(format!("could not mirror the status: {e}"));
+            p.ctx.metrics.error("cluster-operator", "api");
+            // The kind may have gone (its CRD deleted): look again next time.
+            p.st.cluster_operator_api = None;
+        }
     }
 }
 
@@ -495,6 +533,14 @@ fn fill_defaults(mut conds: Vec<Computed>) -> Vec<Computed> {
         if !conds.iter().any(|c| c.type_ == t) {
             conds.push(Computed::new(t, false, Reason::AsExpected, ""));
         }
+    }
+    if !conds.iter().any(|c| c.type_ == C::Upgradeable) {
+        conds.push(Computed::new(
+            C::Upgradeable,
+            false,
+            Reason::Unknown,
+            "etcd was not read in this pass",
+        ));
     }
     conds
 }

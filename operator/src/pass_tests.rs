@@ -36,6 +36,8 @@ fn pass_at<'a>(
         corruption: None,
         etcd_version: None,
         quorum_guard: None,
+        versions: Vec::new(),
+        related_objects: Vec::new(),
     }
 }
 

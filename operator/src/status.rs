@@ -23,6 +23,7 @@ pub enum ConditionType {
     Available,
     Progressing,
     Degraded,
+    Upgradeable,
     EtcdMembersAvailable,
     EtcdMembersDegraded,
     EtcdMembersProgressing,
@@ -45,6 +46,7 @@ impl ConditionType {
             ConditionType::Available => "Available",
             ConditionType::Progressing => "Progressing",
             ConditionType::Degraded => "Degraded",
+            ConditionType::Upgradeable => "Upgradeable",
             ConditionType::EtcdMembersAvailable => "EtcdMembersAvailable",
             ConditionType::EtcdMembersDegraded => "EtcdMembersDegraded",
             ConditionType::EtcdMembersProgressing => "EtcdMembersProgressing",
@@ -117,6 +119,11 @@ pub enum Reason {
     InstallerFailed,
     /// A node that ran a revision shows no etcd static pod.
     EtcdPodMissing,
+    // payload status (Upgradeable)
+    MembershipChanging,
+    RevisionRollingOut,
+    EtcdVersionChanging,
+    QuorumAtRisk,
     /// A controller failed; the error's category (e.g. `conflict`, `transport`, `render`).
     Failed(&'static str),
 }
@@ -157,6 +164,10 @@ impl Reason {
             Reason::BackingOff => "BackingOff",
             Reason::InstallerFailed => "InstallerFailed",
             Reason::EtcdPodMissing => "EtcdPodMissing",
+            Reason::MembershipChanging => "MembershipChanging",
+            Reason::RevisionRollingOut => "RevisionRollingOut",
+            Reason::EtcdVersionChanging => "EtcdVersionChanging",
+            Reason::QuorumAtRisk => "QuorumAtRisk",
             Reason::Failed(category) => category,
         }
     }

@@ -43,13 +43,7 @@ impl std::fmt::Debug for Harness {
 impl Harness {
     /// `nodes` simulated nodes, n1 bootstrapped with `etcd-operator render`, the operator running.
     pub async fn bootstrapped(nodes: usize) -> Result<Self, ControlPlaneError> {
-        let mut h = Self {
-            cp: LocalControlPlane::start().await?,
-            load: None,
-            started: Instant::now(),
-            steps: Vec::new(),
-            watch: None,
-        };
+        let mut h = Self::around(LocalControlPlane::start().await?);
         for i in 1..=nodes {
             h.cp.add_node(&format!("n{i}")).await?;
         }
@@ -61,6 +55,18 @@ impl Harness {
             "{nodes} nodes up, n1 bootstrapped, operator started"
         ));
         Ok(h)
+    }
+
+    /// A harness around a control plane brought up elsewhere (the platform test's, where the
+    /// operator runs as the Deployment): no write load nor status watch yet.
+    pub fn around(cp: LocalControlPlane) -> Self {
+        Self {
+            cp,
+            load: None,
+            started: Instant::now(),
+            steps: Vec::new(),
+            watch: None,
+        }
     }
 
     pub fn step(&mut self, what: impl Into<String>) {
@@ -136,19 +142,25 @@ impl Harness {
             .unwrap_or_default();
         let cluster = self.cp.cluster().await.ok().flatten();
         let view = crate::view::render(&nodes, cluster.as_ref()).join("\n  ");
-        let log = self.cp.operator_log();
-        let tail: Vec<&str> = log
-            .lines()
-            .rev()
-            .take(15)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect();
-        format!(
-            "view:\n  {view}\noperator log tail:\n  {}",
-            tail.join("\n  ")
-        )
+        let mut out = format!("view:\n  {view}");
+        // Every operator process's log tail (a standby's too, when one was started).
+        for p in self.cp.operators() {
+            let log = p.log();
+            let tail: Vec<&str> = log
+                .lines()
+                .rev()
+                .take(15)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            out.push_str(&format!(
+                "\noperator {} log tail:\n  {}",
+                p.identity,
+                tail.join("\n  ")
+            ));
+        }
+        out
     }
 
     /// What the status showed so far that a normal run must not.

@@ -20,10 +20,14 @@
 //! | `static-pod-removed` | n2's etcd manifest is moved out of its manifests directory while the Node carries `etcd.static-operator.io/etcd-stopped`: `NodeInstallerDegraded` names n2, since when and the admin's reason, and n2 is left alone past the grace period (`missingPodGraceSeconds: 30`); the annotation removed, the same revision is installed again and n2's member serves with its data |
 //! | `drain` | n1 is drained (cordon, evictions through `pods/eviction`) and powered off; a drain of n2 started at once is refused by the quorum guard's PodDisruptionBudget until n1 is back, uncordoned and its member healthy, then goes through; n3 drains at once afterwards; never fewer than a quorum of healthy voters |
 //! | `unhealthy-member-replaced` | n2's WAL becomes unreadable, so etcd-verify keeps its etcd down: after `memberRemediation.unhealthySeconds` the member is replaced and `status.remediations` counts the attempt |
+//! | `operator-failover` | a second operator instance stands by; n4 and n5 join (3 → 5 voters) and the Lease holder is killed (SIGKILL) as soon as etcd lists the first new learner: the standby holds the Lease within 10 s (lease 6 s + 1 s rounding + renew period 2 s + 1 s), never before the lease expired, and completes the scale-up; each node keeps one member id throughout, each new node is added at most once and promoted exactly once (etcd's member list sampled, Events, both logs); the takeover time is in the step log |
 
 pub mod consistency;
 mod corruption;
 mod drain;
+pub mod failover;
+mod failover_audit;
+mod failover_instances;
 pub mod harness;
 mod leader_probe;
 pub mod load;
@@ -39,7 +43,7 @@ use std::time::Instant;
 pub use harness::{Harness, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 17] = [
+pub const NAMES: [&str; 18] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -57,6 +61,7 @@ pub const NAMES: [&str; 17] = [
     "upgrade",
     "static-pod-removed",
     "drain",
+    "operator-failover",
 ];
 
 /// The report of one scenario run (`report.json`).

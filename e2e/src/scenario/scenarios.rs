@@ -55,6 +55,7 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "upgrade" => super::upgrade::upgrade(&mut h).await,
         "static-pod-removed" => super::static_pod::static_pod_removed(&mut h).await,
         "drain" => super::drain::drain_scenario(&mut h).await,
+        "operator-failover" => super::failover::operator_failover(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
         ))),

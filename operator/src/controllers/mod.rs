@@ -10,6 +10,7 @@
 //! labels, its log field and (through [`ControllerName::degraded`]) its Degraded condition.
 
 pub mod cert_signer;
+pub mod cluster_operator;
 pub mod corruption_check;
 pub mod defrag;
 pub mod endpoints;
@@ -21,6 +22,7 @@ pub mod member_status;
 pub mod membership;
 pub mod node_problems;
 pub mod node_view;
+pub mod payload_status;
 pub mod quorum_guard;
 pub mod remediation;
 pub mod revisions;

@@ -98,31 +98,61 @@ pub struct GuardPlan {
     pub blocked_by: Vec<String>,
 }
 
+/// What kind of risk holds drains (and upgrades: [`super::payload_status`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RiskKind {
+    EtcdUnreachable,
+    MembershipChange,
+    MemberDown,
+    Rollout,
+}
+
+/// One reason etcd cannot lose a node now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Risk {
+    pub kind: RiskKind,
+    pub text: String,
+}
+
+fn risk(kind: RiskKind, text: String) -> Risk {
+    Risk { kind, text }
+}
+
 /// Why etcd cannot lose a node now in a way the guards' probes may not show yet.
-pub fn risks(o: &Observed, guards: &[GuardPod]) -> Vec<String> {
+pub fn risks(o: &Observed, guards: &[GuardPod]) -> Vec<Risk> {
+    use RiskKind::{EtcdUnreachable, MemberDown, MembershipChange, Rollout};
     let obs = &o.etcd;
     if let Some(e) = &obs.error {
-        return vec![format!("etcd did not answer: {e}")];
+        return vec![risk(EtcdUnreachable, format!("etcd did not answer: {e}"))];
     }
     if obs.members.is_empty() {
-        return vec!["etcd did not answer".to_owned()];
+        return vec![risk(EtcdUnreachable, "etcd did not answer".to_owned())];
     }
     let mut out = Vec::new();
     let eligible = o.nodes.iter().filter(|n| !n.deleting).count();
     let voters = obs.members.iter().filter(|m| !m.is_learner).count();
     for m in &obs.members {
         if !m.is_started() {
-            out.push(format!("member {} has not started yet (joining)", m.id));
+            out.push(risk(
+                MembershipChange,
+                format!("member {} has not started yet (joining)", m.id),
+            ));
         } else if m.is_learner && voters < voter_policy::voter_target(eligible) {
-            out.push(format!("learner {} waits to be promoted", m.name));
+            out.push(risk(
+                MembershipChange,
+                format!("learner {} waits to be promoted", m.name),
+            ));
         } else if !obs.is_healthy(m.id) {
             let guard_ready = guards
                 .iter()
                 .any(|g| g.node == m.name && g.ready && !g.deleting);
             if guard_ready {
-                out.push(format!(
-                    "member {} is down while its guard still reads Ready",
-                    m.name
+                out.push(risk(
+                    MemberDown,
+                    format!(
+                        "member {} is down while its guard still reads Ready",
+                        m.name
+                    ),
                 ));
             }
         }
@@ -130,26 +160,33 @@ pub fn risks(o: &Observed, guards: &[GuardPod]) -> Vec<String> {
     let with_member: BTreeSet<&str> = o.by_node.keys().map(String::as_str).collect();
     for n in o.nodes.iter().filter(|n| !n.deleting) {
         if !with_member.contains(n.target.name.as_str()) {
-            out.push(format!("node {} has no etcd member yet", n.target.name));
+            out.push(risk(
+                MembershipChange,
+                format!("node {} has no etcd member yet", n.target.name),
+            ));
         }
     }
     let on_nodes: BTreeSet<MemberId> = o.by_node.values().copied().collect();
     for m in obs.members.iter().filter(|m| !on_nodes.contains(&m.id)) {
-        out.push(format!(
-            "member {} is on no selected node (to be removed)",
-            if m.name.is_empty() {
-                m.id.to_string()
-            } else {
-                m.name.clone()
-            }
+        let who = if m.name.is_empty() {
+            m.id.to_string()
+        } else {
+            m.name.clone()
+        };
+        out.push(risk(
+            MembershipChange,
+            format!("member {who} is on no selected node (to be removed)"),
         ));
     }
     let latest = o.prev.latest_available_revision;
     for s in &o.prev.node_statuses {
         if latest > 0 && s.current_revision != latest {
-            out.push(format!(
-                "node {} moves to revision {latest} (runs {})",
-                s.node_name, s.current_revision
+            out.push(risk(
+                Rollout,
+                format!(
+                    "node {} moves to revision {latest} (runs {})",
+                    s.node_name, s.current_revision
+                ),
             ));
         }
     }
@@ -157,7 +194,7 @@ pub fn risks(o: &Observed, guards: &[GuardPod]) -> Vec<String> {
 }
 
 /// Guards to create and delete, and the budget, from the nodes, the guards and the risks.
-pub fn decide(nodes: &[ControlPlaneNode], guards: &[GuardPod], risks: Vec<String>) -> GuardPlan {
+pub fn decide(nodes: &[ControlPlaneNode], guards: &[GuardPod], risks: &[Risk]) -> GuardPlan {
     let selected: BTreeMap<&str, &ControlPlaneNode> = nodes
         .iter()
         .filter(|n| !n.deleting)
@@ -199,7 +236,7 @@ pub fn decide(nodes: &[ControlPlaneNode], guards: &[GuardPod], risks: Vec<String
         expected,
         ready,
         min_available: i32::try_from(min_available).unwrap_or(i32::MAX),
-        blocked_by: risks,
+        blocked_by: risks.iter().map(|r| r.text.clone()).collect(),
     }
 }
 
@@ -250,7 +287,7 @@ fn owner(p: &Pass<'_>) -> Option<OwnerReference> {
 pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     let _t = p.ctx.metrics.time(NAME.as_str());
     let guards = guard_pods(&p.inputs.pods);
-    let plan = decide(&p.o.nodes, &guards, risks(&p.o, &guards));
+    let plan = decide(&p.o.nodes, &guards, &risks(&p.o, &guards));
     p.next(NAME, describe(&plan));
     p.ctx.metrics.quorum_guards(plan.expected, plan.ready);
     p.quorum_guard = Some(QuorumGuardStatus {

@@ -40,7 +40,7 @@ fn three_healthy_nodes_tolerate_one_drain() {
     let plan = decide(
         &nodes,
         &[guard(1, true), guard(2, true), guard(3, true)],
-        vec![],
+        &[],
     );
     assert_eq!(plan.create, Vec::<String>::new());
     assert_eq!(plan.delete, Vec::<String>::new());
@@ -56,12 +56,12 @@ fn a_cordoned_node_gets_no_new_guard_and_still_counts() {
     // n1 was drained: its guard was evicted and is not recreated while n1 stays cordoned, so
     // the budget (2 of 3) has 2 Ready guards and allows no second eviction.
     let nodes = [cp(1, true), cp(2, false), cp(3, false)];
-    let plan = decide(&nodes, &[guard(2, true), guard(3, true)], vec![]);
+    let plan = decide(&nodes, &[guard(2, true), guard(3, true)], &[]);
     assert!(plan.create.is_empty(), "{plan:?}");
     assert_eq!((plan.expected, plan.ready, plan.min_available), (3, 2, 2));
     // Uncordoned: the guard comes back.
     let nodes = [cp(1, false), cp(2, false), cp(3, false)];
-    let plan = decide(&nodes, &[guard(2, true), guard(3, true)], vec![]);
+    let plan = decide(&nodes, &[guard(2, true), guard(3, true)], &[]);
     assert_eq!(plan.create, vec!["n1".to_owned()]);
 }
 
@@ -72,7 +72,10 @@ fn a_risk_lets_no_node_go_and_says_why() {
     let plan = decide(
         &nodes,
         &guards,
-        vec!["learner n4 waits to be promoted".into()],
+        &[risk(
+            RiskKind::MembershipChange,
+            "learner n4 waits to be promoted".into(),
+        )],
     );
     assert_eq!(plan.min_available, 3);
     assert_eq!(
@@ -92,7 +95,7 @@ fn guards_of_nodes_that_left_go_and_misnamed_guards_are_replaced() {
         ready: true,
         deleting: false,
     };
-    let plan = decide(&nodes, &[guard(1, true), stray, guard(3, true)], vec![]);
+    let plan = decide(&nodes, &[guard(1, true), stray, guard(3, true)], &[]);
     assert_eq!(plan.create, vec!["n2".to_owned()]);
     assert_eq!(
         plan.delete,
@@ -106,9 +109,13 @@ fn guards_of_nodes_that_left_go_and_misnamed_guards_are_replaced() {
 
 #[test]
 fn a_single_node_is_never_held() {
-    let plan = decide(&[cp(1, false)], &[guard(1, true)], vec![]);
+    let plan = decide(&[cp(1, false)], &[guard(1, true)], &[]);
     assert_eq!(plan.min_available, 0);
-    let plan = decide(&[cp(1, false)], &[guard(1, true)], vec!["x".into()]);
+    let plan = decide(
+        &[cp(1, false)],
+        &[guard(1, true)],
+        &[risk(RiskKind::Rollout, "x".into())],
+    );
     assert_eq!(
         plan.min_available, 0,
         "waiting cannot make draining the only node safe"
@@ -164,19 +171,23 @@ fn observed(nodes: u8, members: Vec<Member>, healthy: &[u8]) -> Observed {
     o
 }
 
+fn texts(o: &Observed, guards: &[GuardPod]) -> Vec<String> {
+    risks(o, guards).into_iter().map(|r| r.text).collect()
+}
+
 #[test]
 fn nothing_is_at_risk_in_a_settled_cluster() {
     let o = observed(3, vec![member(1), member(2), member(3)], &[1, 2, 3]);
-    assert_eq!(risks(&o, &[]), Vec::<String>::new());
+    assert_eq!(texts(&o, &[]), Vec::<String>::new());
 }
 
 #[test]
 fn a_down_member_is_a_risk_only_while_its_guard_reads_ready() {
     let o = observed(3, vec![member(1), member(2), member(3)], &[2, 3]);
-    assert_eq!(risks(&o, &[guard(1, false)]), Vec::<String>::new());
-    assert_eq!(risks(&o, &[]), Vec::<String>::new(), "n1 drained");
+    assert_eq!(texts(&o, &[guard(1, false)]), Vec::<String>::new());
+    assert_eq!(texts(&o, &[]), Vec::<String>::new(), "n1 drained");
     assert_eq!(
-        risks(&o, &[guard(1, true)]),
+        texts(&o, &[guard(1, true)]),
         vec!["member n1 is down while its guard still reads Ready".to_owned()]
     );
 }
@@ -191,7 +202,7 @@ fn joins_promotions_removals_and_rollouts_are_risks() {
         &[1, 2, 3],
     );
     assert_eq!(
-        risks(&o, &[]),
+        texts(&o, &[]),
         vec!["member 4 has not started yet (joining)".to_owned()]
     );
     // A started learner on the fourth node is the standby (3 voters is the target): no risk.
@@ -202,7 +213,7 @@ fn joins_promotions_removals_and_rollouts_are_risks() {
         vec![member(1), member(2), member(3), standby.clone()],
         &[1, 2, 3, 4],
     );
-    assert_eq!(risks(&o, &[]), Vec::<String>::new());
+    assert_eq!(texts(&o, &[]), Vec::<String>::new());
     // With five nodes the learner is to be promoted, and n5 has no member yet.
     let o = observed(
         5,
@@ -210,7 +221,7 @@ fn joins_promotions_removals_and_rollouts_are_risks() {
         &[1, 2, 3, 4],
     );
     assert_eq!(
-        risks(&o, &[]),
+        texts(&o, &[]),
         vec![
             "learner n4 waits to be promoted".to_owned(),
             "node n5 has no etcd member yet".to_owned()
@@ -219,7 +230,7 @@ fn joins_promotions_removals_and_rollouts_are_risks() {
     // A member whose node left.
     let o = observed(2, vec![member(1), member(2), member(3)], &[1, 2, 3]);
     assert_eq!(
-        risks(&o, &[]),
+        texts(&o, &[]),
         vec!["member n3 is on no selected node (to be removed)".to_owned()]
     );
     // A rollout in flight.
@@ -233,7 +244,7 @@ fn joins_promotions_removals_and_rollouts_are_risks() {
         })
         .collect();
     assert_eq!(
-        risks(&o, &[]),
+        texts(&o, &[]),
         vec!["node n2 moves to revision 5 (runs 4)".to_owned()]
     );
 }
@@ -241,10 +252,10 @@ fn joins_promotions_removals_and_rollouts_are_risks() {
 #[test]
 fn etcd_not_answering_is_a_risk() {
     let mut o = observed(3, vec![], &[]);
-    assert_eq!(risks(&o, &[]), vec!["etcd did not answer".to_owned()]);
+    assert_eq!(texts(&o, &[]), vec!["etcd did not answer".to_owned()]);
     o.etcd.error = Some("deadline exceeded".into());
     assert_eq!(
-        risks(&o, &[]),
+        texts(&o, &[]),
         vec!["etcd did not answer: deadline exceeded".to_owned()]
     );
 }

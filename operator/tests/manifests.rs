@@ -759,8 +759,8 @@ const OPERATOR: &[Need] = &[
         "events",
         &["create", "patch"],
         &[],
-        "events.rs EventSink: one long-lived kube-runtime Recorder on the cluster-scoped \
-         EtcdCluster publishes in `default`, and patches the series of a repeated Event",
+        "events.rs EventSink: long-lived kube-runtime Recorders on the cluster-scoped \
+         EtcdCluster publish in `default`, and patch the series of the same Event repeated",
     ),
 ];
 

@@ -7,7 +7,7 @@
 //! The takeover bound, from `operator/src/run/leader.rs` and `run/mod.rs`, for a lease duration
 //! D (6 s for the local processes, 15 s for the Deployment): the leader renews every D/3, so its
 //! last `renewTime` R is at most D/3 (plus one API round trip) before the kill. A standby may
-//! take the Lease once, in whole seconds, `now > R + D`: at most D + 1 s after R. It checks
+//! take the Lease once `now > R + D` (1 s is kept for clock granularity). It checks
 //! every D/3, so it holds the Lease at most D + 1 s + D/3 after the kill, plus API round trips
 //! on a loaded machine (1 s): [`takeover_bound`] (10 s for D = 6 s, 22 s for D = 15 s). It must
 //! not hold it before R + D either (that would be a stolen lease).
@@ -28,8 +28,7 @@ use etcd_operator::run::leader::LEASE_NAME;
 const SETTLE: Duration = Duration::from_secs(240);
 const NEW_NODES: [&str; 2] = ["n4", "n5"];
 
-/// Lease duration D + 1 s (whole seconds in `may_take`) + one renew period (D/3) + 1 s of API
-/// latency.
+/// Lease duration D + 1 s (clock granularity) + one renew period (D/3) + 1 s of API latency.
 pub fn takeover_bound(lease_duration: Duration) -> Duration {
     lease_duration + Duration::from_secs(2) + lease_duration / 3
 }
@@ -168,6 +167,30 @@ pub async fn kill_leader_mid_scale_up(
         if gains != 1 {
             return Err(failed(format!("{survivor} took the lead {gains} times")));
         }
+        released_on_sigterm(h, &leases, &survivor).await?;
+    }
+    Ok(())
+}
+
+/// A leader stopped with SIGTERM (a rolling update, a drain) gives the Lease up on its way out,
+/// so the next instance need not wait the lease out.
+async fn released_on_sigterm(
+    h: &mut Harness,
+    leases: &Api<Lease>,
+    survivor: &str,
+) -> Result<(), ControlPlaneError> {
+    let stopped = Instant::now();
+    h.cp.stop_operator_named(survivor, Duration::from_secs(5))?;
+    let spec = lease(leases).await?;
+    let holder = spec.holder_identity.unwrap_or_default();
+    h.step(format!(
+        "{survivor} stopped with SIGTERM in {:.1}s; the Lease names {holder:?}",
+        stopped.elapsed().as_secs_f64()
+    ));
+    if !holder.is_empty() {
+        return Err(failed(format!(
+            "{survivor} stopped with SIGTERM but the Lease still names {holder:?}"
+        )));
     }
     Ok(())
 }

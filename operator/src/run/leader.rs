@@ -1,7 +1,9 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease: one operator instance acts, the others
 //! wait. The holder renews every `renew` interval; another instance takes over once
 //! `renewTime + leaseDurationSeconds` has passed. Every write is a replace guarded by the Lease's
-//! resourceVersion, so two instances can never both believe they won the same round.
+//! resourceVersion, so two instances can never both believe they won the same round. The holder
+//! acts only until [`renew_deadline`] after its last successful renewal (a pass still running
+//! then is cut short), and gives the lease up on SIGTERM ([`release`]).
 
 use std::time::Duration;
 
@@ -19,13 +21,42 @@ pub fn may_take(lease: &LeaseSpec, me: &str, now: k8s_openapi::jiff::Timestamp) 
     if holder.is_empty() || holder == me {
         return true;
     }
-    let duration = i64::from(lease.lease_duration_seconds.unwrap_or(15));
+    let duration = i64::from(lease.lease_duration_seconds.unwrap_or(15)) * 1000;
     match &lease.renew_time {
-        Some(MicroTime(renewed)) => {
-            let expires = renewed.as_second() + duration;
-            now.as_second() > expires
-        }
+        Some(MicroTime(renewed)) => now.as_millisecond() > renewed.as_millisecond() + duration,
         None => true,
+    }
+}
+
+/// How long after starting a successful renewal the holder may still act: two thirds of the
+/// lease (client-go's renew deadline is 10 s of 15). Another instance takes over only once
+/// `renewTime + leaseDurationSeconds` has passed on its own clock, so an instance that stops
+/// acting at this deadline never acts together with its successor, with a third of the lease to
+/// spare for clock skew and a slow API call.
+pub fn renew_deadline(lease_duration: Duration) -> Duration {
+    lease_duration * 2 / 3
+}
+
+/// Gives the lease up (SIGTERM): the holder is cleared, so a standby takes over at its next
+/// try instead of after the lease runs out. Only a lease this instance holds is touched.
+pub async fn release(client: &Client, namespace: &str, me: &str) -> Result<bool, kube::Error> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let Some(mut lease) = api.get_opt(LEASE_NAME).await? else {
+        return Ok(false);
+    };
+    let mut spec = lease.spec.clone().unwrap_or_default();
+    if spec.holder_identity.as_deref() != Some(me) {
+        return Ok(false);
+    }
+    spec.holder_identity = None;
+    lease.spec = Some(spec);
+    match api
+        .replace(LEASE_NAME, &PostParams::default(), &lease)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -106,8 +137,32 @@ mod tests {
             ..Default::default()
         };
         assert!(!may_take(&held, "me", at(10)));
+        assert!(
+            !may_take(&held, "me", at(15)),
+            "not before the whole lease ran out"
+        );
         assert!(may_take(&held, "me", at(16)));
         assert!(may_take(&held, "other", at(1)));
         assert!(may_take(&LeaseSpec::default(), "me", at(0)));
+        let released = LeaseSpec {
+            holder_identity: None,
+            ..held
+        };
+        assert!(
+            may_take(&released, "me", at(1)),
+            "a released lease is free at once"
+        );
+    }
+
+    #[test]
+    fn the_holder_stops_acting_a_third_of_the_lease_before_anyone_may_take_it() {
+        assert_eq!(
+            renew_deadline(Duration::from_secs(15)),
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            renew_deadline(Duration::from_secs(6)),
+            Duration::from_secs(4)
+        );
     }
 }

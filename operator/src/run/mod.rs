@@ -139,6 +139,18 @@ async fn renew_lease(client: &Client, opts: &RunOptions, was: bool) -> bool {
     leading
 }
 
+/// Gives the lease up on the way out, so a standby takes over at once (bounded: a silent API
+/// server must not hold the shutdown).
+async fn release_lease(client: &Client, opts: &RunOptions) {
+    let release = leader::release(client, &opts.config.operator_namespace, &opts.identity);
+    match tokio::time::timeout(Duration::from_secs(2), release).await {
+        Ok(Ok(true)) => tracing::info!("leader lease released"),
+        Ok(Ok(false)) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "could not release the leader lease"),
+        Err(_) => tracing::warn!("could not release the leader lease within 2 s"),
+    }
+}
+
 /// Runs the operator until SIGTERM / Ctrl-C.
 pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
     let reporter = Reporter {
@@ -170,6 +182,8 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
     let renew = opts.lease_duration / 3;
     let mut next_renew = Instant::now();
     let mut leading = false;
+    // Until when this instance may act on its last renewal (see `leader::renew_deadline`).
+    let mut act_until: Option<Instant> = None;
     let mut next_pass = Instant::now();
     let mut last_full = Instant::now();
     let mut resync = pass::RESYNC;
@@ -183,6 +197,9 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         let changed = tokio::select! {
             _ = &mut shutdown => {
                 tracing::info!("shutting down");
+                if leading {
+                    release_lease(&client, &opts).await;
+                }
                 return Ok(());
             }
             _ = stores.changed.notified() => true,
@@ -191,7 +208,9 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         };
         if Instant::now() >= next_renew {
             let was = leading;
+            let asked = Instant::now();
             leading = renew_lease(&client, &opts, leading).await;
+            act_until = leading.then(|| asked + leader::renew_deadline(opts.lease_duration));
             metrics.is_leader.set(i64::from(leading));
             next_renew = Instant::now() + renew;
             if leading && !was {
@@ -213,11 +232,25 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
             next_pass = Instant::now() + pass::IDLE_REQUEUE;
             continue;
         }
+        // Fenced: a pass starts only while the last renewal lets this instance act, and is cut
+        // short when that runs out (the caches and etcd decide the next pass; every step is
+        // idempotent, so a cut pass is like a killed operator).
+        let Some(until) = act_until.filter(|u| Instant::now() < *u) else {
+            next_renew = Instant::now();
+            continue;
+        };
         let now = time::OffsetDateTime::now_utc();
         let span = tracing::info_span!("reconcile", cluster = crate::api::SINGLETON);
-        let report = pass::pass(&ctx, &stores.snapshot(), now)
-            .instrument(span)
-            .await;
+        let inputs = stores.snapshot();
+        let pass = pass::pass(&ctx, &inputs, now).instrument(span);
+        let Ok(report) = tokio::time::timeout_at(until, pass).await else {
+            tracing::warn!(
+                "pass cut short: the lease was last renewed too long ago to go on acting; \
+                 renewing before the next pass"
+            );
+            next_renew = Instant::now();
+            continue;
+        };
         last_full = Instant::now();
         next_pass = last_full + report.requeue_after;
         resync = report

@@ -444,107 +444,6 @@ fn failed(p: &mut Pass<'_>, e: ControllerError) {
     p.report.requeue_after = retry;
 }
 
-/// Writes status when it changed, and the barrier for the next pass.
-async fn write_status(p: &mut Pass<'_>) {
-    let now = p.o.now;
-    p.st.awaited.append(&mut p.w.awaited);
-    let stamp = crate::certs::format_time(now);
-    // Members as last written unless this pass read etcd (it may have stopped before).
-    let members = if p.o.etcd_read && p.o.etcd.error.is_none() {
-        member_status::member_statuses(&p.o.etcd, &p.o.prev.members, &stamp)
-    } else {
-        p.o.prev.members.clone()
-    };
-    let conds = with_aggregates(
-        fill_defaults(std::mem::take(&mut p.conds)),
-        &p.o.prev.conditions,
-        now,
-    );
-    let status = EtcdClusterStatus {
-        observed_generation: p.o.cluster.metadata.generation,
-        conditions: merge(&p.o.prev.conditions, &conds, &stamp),
-        latest_available_revision: p.latest,
-        node_statuses: std::mem::take(&mut p.node_statuses),
-        remediations: remediation::settle_records(
-            &p.o.spec.member_remediation,
-            &p.remediations,
-            &members,
-            &p.o.by_node,
-            &p.o.node_names(),
-            now,
-        ),
-        members,
-        defragmentation: (p.defrag != DefragmentationStatus::default()).then(|| p.defrag.clone()),
-        corruption_check: p.corruption.clone(),
-        etcd_version: p.etcd_version.clone(),
-        quorum_guard: p.quorum_guard.clone(),
-        versions: std::mem::take(&mut p.versions),
-        related_objects: std::mem::take(&mut p.related_objects),
-    };
-    for c in &status.conditions {
-        p.ctx.metrics.condition(&c.type_, &c.status);
-    }
-    p.st.maintenance_status = Some((p.defrag.clone(), p.corruption.clone()));
-    if status != p.o.prev
-        && let Err(e) = p.w.cluster_status(&p.o.cluster, &status).await
-    {
-        p.note(format!("could not write status: {e}"));
-        p.ctx.metrics.error("status", e.category());
-    }
-    mirror_cluster_operator(p, &status).await;
-}
-
-/// Mirrors the payload status into ClusterOperator `etcd` where the API serves the kind
-/// (looked for again every [`cluster_operator::RECHECK`] while it is not).
-async fn mirror_cluster_operator(p: &mut Pass<'_>, status: &EtcdClusterStatus) {
-    let now = p.o.now;
-    let served = match p.st.cluster_operator_api {
-        Some((true, _)) => true,
-        Some((false, asked)) if now - asked < cluster_operator::RECHECK => false,
-        _ => {
-            let served = cluster_operator::served(&p.ctx.client).await;
-            p.st.cluster_operator_api = Some((served, now));
-            served
-        }
-    };
-    if !served {
-        return;
-    }
-    match cluster_operator::mirror(&p.ctx.client, &cluster_operator::desired_status(status)).await {
-        Ok(true) => p.note("ClusterOperator etcd status updated"),
-        Ok(false) => {}
-        Err(e) => {
-            p.note(format!("could not mirror the status: {e}"));
-            p.ctx.metrics.error("cluster-operator", "api");
-            // The kind may have gone (its CRD deleted): look again next time.
-            p.st.cluster_operator_api = None;
-        }
-    }
-}
-
-/// Every controller condition is present (False when its controller didn't report).
-fn fill_defaults(mut conds: Vec<Computed>) -> Vec<Computed> {
-    for t in C::CONTROLLERS.into_iter().chain([
-        C::EtcdMembersProgressing,
-        C::NodeInstallerProgressing,
-        C::NodeInstallerDegraded,
-        C::EtcdMembersDegraded,
-    ]) {
-        if !conds.iter().any(|c| c.type_ == t) {
-            conds.push(Computed::new(t, false, Reason::AsExpected, ""));
-        }
-    }
-    if !conds.iter().any(|c| c.type_ == C::Upgradeable) {
-        conds.push(Computed::new(
-            C::Upgradeable,
-            false,
-            Reason::Unknown,
-            "etcd was not read in this pass",
-        ));
-    }
-    conds
-}
-
 /// No EtcdCluster yet: create the singleton with the default spec.
 async fn create_singleton(ctx: &Context) -> PassReport {
     let mut report = PassReport {
@@ -568,6 +467,10 @@ async fn create_singleton(ctx: &Context) -> PassReport {
     report.say(ctx, line);
     report
 }
+
+#[path = "pass_status.rs"]
+mod status_write;
+use status_write::write_status;
 
 #[cfg(test)]
 #[path = "pass_tests.rs"]

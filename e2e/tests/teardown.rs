@@ -128,7 +128,12 @@ fn signal_tears_down(args: &[&str], signal: Signal, want_code: i32, etcds: usize
                 );
             }
             let below = descendants(root);
-            let operator = below.values().filter(|p| p.comm == "etcd-operator").count();
+            // The operator is the sandbox's own child; quorum guard pods run `etcd-operator
+            // guard` below their node agents.
+            let operator = below
+                .values()
+                .filter(|p| p.comm == "etcd-operator" && p.ppid == root)
+                .count();
             let etcd = below.values().filter(|p| p.comm == "etcd").count();
             if operator == 1 && etcd >= etcds {
                 Ok(below)

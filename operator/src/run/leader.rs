@@ -37,6 +37,16 @@ pub fn renew_deadline(lease_duration: Duration) -> Duration {
     lease_duration * 2 / 3
 }
 
+/// Replaces the Lease, guarded by the resourceVersion it was read at: false when another
+/// instance wrote it in between (409).
+async fn write(api: &Api<Lease>, lease: &Lease) -> Result<bool, kube::Error> {
+    match api.replace(LEASE_NAME, &PostParams::default(), lease).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Gives the lease up (SIGTERM): the holder is cleared, so a standby takes over at its next
 /// try instead of after the lease runs out. Only a lease this instance holds is touched.
 pub async fn release(client: &Client, namespace: &str, me: &str) -> Result<bool, kube::Error> {
@@ -50,14 +60,7 @@ pub async fn release(client: &Client, namespace: &str, me: &str) -> Result<bool,
     }
     spec.holder_identity = None;
     lease.spec = Some(spec);
-    match api
-        .replace(LEASE_NAME, &PostParams::default(), &lease)
-        .await
-    {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-        Err(e) => Err(e),
-    }
+    write(&api, &lease).await
 }
 
 /// Tries to acquire or renew the lease; returns whether this instance leads now.
@@ -108,14 +111,7 @@ pub async fn try_lead(
                 next.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
             }
             lease.spec = Some(next);
-            match api
-                .replace(LEASE_NAME, &PostParams::default(), &lease)
-                .await
-            {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                Err(e) => Err(e),
-            }
+            write(&api, &lease).await
         }
     }
 }

@@ -17,7 +17,6 @@
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use etcd_fixture::LoopbackAddr;
@@ -96,6 +95,9 @@ pub struct LocalControlPlane {
     /// On the kas control plane: a kubeconfig with a token of the operator's ServiceAccount,
     /// so the local operator process has exactly the RBAC `manifests/` grant it.
     operator_kubeconfig: Option<PathBuf>,
+    /// The API's own loopback address, held while the API serves from the managed etcd
+    /// ([`managed`]).
+    _api_addr: Option<LoopbackAddr>,
 }
 
 impl std::fmt::Debug for LocalControlPlane {
@@ -108,7 +110,9 @@ impl std::fmt::Debug for LocalControlPlane {
 }
 
 mod identity;
+mod managed;
 pub mod operators;
+mod render;
 
 pub use operators::{DEFAULT_OPERATOR, OPERATOR_LEASE_DURATION, OperatorProcess};
 
@@ -137,6 +141,7 @@ impl LocalControlPlane {
             nodes: Vec::new(),
             operators: Vec::new(),
             operator_kubeconfig: None,
+            _api_addr: None,
         };
         cp.install_prerequisites().await?;
         if cp.api.kas_address().is_some() {
@@ -275,67 +280,33 @@ impl LocalControlPlane {
     /// certificates applied for the operator to adopt.
     pub async fn bootstrap(&self, name: &str) -> Result<(), ControlPlaneError> {
         let node = self.node(name)?;
-        let out_dir = node.root.join("etc/kubernetes/bootstrap");
-        let output = Command::new(self.bin_dir.join("etcd-operator"))
-            .args([
-                "render",
-                "--node-name",
-                name,
-                "--local-client-listener=false",
-            ])
-            .arg("--node-ip")
-            .arg(node.ip().to_string())
-            .arg("--output-dir")
-            .arg(&out_dir)
-            .args([
-                "--resource-host-dir",
-                "/etc/kubernetes/bootstrap/etcd-certs",
-            ])
-            .output()
-            .map_err(io("running etcd-operator render"))?;
-        if !output.status.success() {
-            return Err(ControlPlaneError::Failed(format!(
-                "etcd-operator render failed: {}",
-                String::from_utf8_lossy(&output.stderr)
-            )));
-        }
+        let out_dir = render::render(&self.bin_dir, node)?;
+        self.apply_bootstrap_objects(&out_dir).await?;
+        render::place_manifest(node, &out_dir)
+    }
+
+    /// Applies what `render` wrote for the operator to adopt: the CA, the certificates and the
+    /// bundles.
+    async fn apply_bootstrap_objects(&self, out_dir: &Path) -> Result<(), ControlPlaneError> {
         let client = self.client();
-        let read = |f: &str| -> Result<Vec<u8>, ControlPlaneError> {
-            let p = out_dir.join("manifests").join(f);
-            std::fs::read(&p).map_err(io(format!("reading {}", p.display())))
-        };
-        let parse =
-            |what: &str, e: serde_json::Error| ControlPlaneError::Failed(format!("{what}: {e}"));
-        let signer: Secret = serde_json::from_slice(&read("etcd-signer.json")?)
-            .map_err(|e| parse("etcd-signer.json", e))?;
+        let signer: Secret = render::read_rendered(out_dir, "etcd-signer.json")?;
         create_or_keep(
             &Api::<Secret>::namespaced(client.clone(), OPERATOR_NS),
             &signer,
         )
         .await?;
-        let certs: Secret = serde_json::from_slice(&read("etcd-all-certs.json")?)
-            .map_err(|e| parse("etcd-all-certs.json", e))?;
+        let certs: Secret = render::read_rendered(out_dir, "etcd-all-certs.json")?;
         create_or_keep(
             &Api::<Secret>::namespaced(client.clone(), STATIC_NS),
             &certs,
         )
         .await?;
-        let bundles: ConfigMap = serde_json::from_slice(&read("etcd-all-bundles.json")?)
-            .map_err(|e| parse("etcd-all-bundles.json", e))?;
+        let bundles: ConfigMap = render::read_rendered(out_dir, "etcd-all-bundles.json")?;
         create_or_keep(
             &Api::<ConfigMap>::namespaced(client.clone(), STATIC_NS),
             &bundles,
         )
-        .await?;
-        // Placing the manifest is what the platform's bootstrap does on the first node.
-        let pod = out_dir.join("etcd-pod.yaml");
-        let target = node.manifest_dir().join("etcd-pod.yaml");
-        // Whole or not at all, as the installer writes: a kubelet (and the node agent) reads the
-        // directory as soon as a file appears in it.
-        let tmp = node.manifest_dir().join(".etcd-pod.yaml.tmp");
-        std::fs::copy(&pod, &tmp).map_err(io(format!("writing {}", tmp.display())))?;
-        std::fs::rename(&tmp, &target).map_err(io(format!("placing {}", target.display())))?;
-        Ok(())
+        .await
     }
 
     /// Creates the EtcdCluster (defaults unless `spec` is given).

@@ -44,6 +44,10 @@ enum Command {
         /// Give up after this long (e.g. 5m); default: run until Ctrl-C.
         #[arg(long, value_parser = membership::parse_duration)]
         timeout: Option<Duration>,
+        /// Serve the API stand-in from the etcd the operator manages, as kube-apiserver is in a
+        /// real control plane (losing etcd's quorum then takes the API down).
+        #[arg(long)]
+        api_on_managed_etcd: bool,
     },
     /// Run a named scenario (or `all`) under a write load; writes <out>/<name>/report.json and
     /// exits 0 only when every scenario passed.
@@ -101,11 +105,24 @@ async fn up(
     nodes: usize,
     exit_when_settled: bool,
     timeout: Option<Duration>,
+    api_on_managed_etcd: bool,
 ) -> anyhow::Result<bool> {
     let started = Instant::now();
-    println!("starting the Kubernetes API ...");
-    let mut cp = LocalControlPlane::start().await?;
-    let mode = if cp.api.is_real() {
+    let names: Vec<String> = (1..=nodes).map(|i| format!("n{i}")).collect();
+    let mut cp = if api_on_managed_etcd {
+        println!(
+            "bootstrapping {} with `etcd-operator render`, then the Kubernetes API on its etcd ...",
+            names[0]
+        );
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        LocalControlPlane::start_on_managed_etcd(&refs).await?
+    } else {
+        println!("starting the Kubernetes API ...");
+        LocalControlPlane::start().await?
+    };
+    let mode = if api_on_managed_etcd {
+        "API stand-in on the managed etcd"
+    } else if cp.api.is_real() {
         "real cluster (KUBECONFIG)"
     } else {
         "API stand-in on its own etcd"
@@ -115,9 +132,14 @@ async fn up(
         "  kubeconfig: {} (e.g. for `etcd-operator plan`)",
         cp.api.kubeconfig().display()
     );
-    let names: Vec<String> = (1..=nodes).map(|i| format!("n{i}")).collect();
-    for name in &names {
-        let node = cp.add_node(name).await?;
+    if !api_on_managed_etcd {
+        for name in &names {
+            cp.add_node(name).await?;
+        }
+        println!("bootstrapping {} with `etcd-operator render` ...", names[0]);
+        cp.bootstrap(&names[0]).await?;
+    }
+    for node in &cp.nodes {
         println!(
             "  node {} at {} (node agent, root {})",
             node.name,
@@ -125,8 +147,6 @@ async fn up(
             node.root.display()
         );
     }
-    println!("bootstrapping {} with `etcd-operator render` ...", names[0]);
-    cp.bootstrap(&names[0]).await?;
     cp.create_cluster(EtcdClusterSpec::default()).await?;
     let watch = e2e::status_watch::StatusWatch::start(cp.client(), started);
     cp.start_operator()?;
@@ -270,8 +290,15 @@ async fn execute(command: Command) -> anyhow::Result<()> {
             nodes,
             exit_when_settled,
             timeout,
+            api_on_managed_etcd,
         } => {
-            let settled = up(nodes.max(1), exit_when_settled, timeout).await?;
+            let settled = up(
+                nodes.max(1),
+                exit_when_settled,
+                timeout,
+                api_on_managed_etcd,
+            )
+            .await?;
             if exit_when_settled && !settled {
                 anyhow::bail!("the cluster did not settle cleanly (see above)");
             }

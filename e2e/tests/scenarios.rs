@@ -3,7 +3,7 @@
 //! two clusters electing leaders at once make the timings meaningless.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-async fn scenario(name: &str) {
+async fn scenario(name: &str) -> e2e::scenario::ScenarioReport {
     let out = tempfile::tempdir().unwrap();
     let (path, report) = e2e::scenario::run(name, out.path()).await.unwrap();
     let json = std::fs::read_to_string(&path).unwrap();
@@ -23,6 +23,7 @@ async fn scenario(name: &str) {
         hashes.members.len() >= 3,
         "HashKV compared on fewer than 3 members: {json}"
     );
+    report
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,6 +69,31 @@ async fn drain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_failover() {
     scenario("operator-failover").await;
+}
+
+/// The runbook `docs/runbooks/quorum-loss.md` run on the survivor of a quorum loss: no
+/// acknowledged write lost, and the recovery time measured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quorum_loss() {
+    let report = scenario("quorum-loss").await;
+    assert_eq!(report.rpo_writes, Some(0), "{report:?}");
+    assert!(
+        report.rto_s.is_some_and(|s| s > 0.0),
+        "no RTO measured: {report:?}"
+    );
+}
+
+/// Every member's data wiped, the cluster restored from an `etcdctl` snapshot with
+/// `etcd-recover from-snapshot` on n1 (after its refusals of bad input): no write acknowledged
+/// at or below the snapshot's revision lost, the recovery time and point measured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_from_snapshot() {
+    let report = scenario("restore-from-snapshot").await;
+    assert!(report.rpo_writes.is_some(), "no RPO measured: {report:?}");
+    assert!(
+        report.rto_s.is_some_and(|s| s > 0.0),
+        "no RTO measured: {report:?}"
+    );
 }
 
 /// `etcd-operator plan` explains a blocked state: with voter n3 down, a new node n4 cannot join

@@ -108,7 +108,8 @@ pub fn kas_script() -> Option<PathBuf> {
 
 struct StandInParts {
     server: ApiServerStandIn,
-    _etcd: EtcdCluster,
+    /// Its own etcd; `None` when it serves from an etcd someone else runs.
+    _etcd: Option<EtcdCluster>,
     _dir: tempfile::TempDir,
 }
 
@@ -165,7 +166,25 @@ impl TestApi {
         let etcd = EtcdCluster::start(ClusterSpec::plain(1)).await?;
         let endpoints: Vec<String> = etcd.client_urls().iter().map(ToString::to_string).collect();
         let listen = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
-        let server = ApiServerStandIn::start(StandInConfig::new(endpoints, listen)).await?;
+        Self::stand_in_with(StandInConfig::new(endpoints, listen), Some(etcd)).await
+    }
+
+    /// The API stand-in serving from an etcd run by someone else (the sandbox's managed etcd,
+    /// as kube-apiserver does in a real control plane), on `listen`, over mutual TLS.
+    pub async fn stand_in_on(
+        endpoints: Vec<String>,
+        tls: apiserver_standin::EtcdTls,
+        listen: SocketAddr,
+    ) -> Result<Self, TestApiError> {
+        let config = StandInConfig::new(endpoints, listen).with_etcd_tls(tls);
+        Self::stand_in_with(config, None).await
+    }
+
+    async fn stand_in_with(
+        config: StandInConfig,
+        etcd: Option<EtcdCluster>,
+    ) -> Result<Self, TestApiError> {
+        let server = ApiServerStandIn::start(config).await?;
         let dir = tempfile::Builder::new()
             .prefix("kube-testapi-")
             .tempdir()

@@ -38,10 +38,10 @@ pub fn inspect(data_dir: &Path) -> Result<DataDir, DataDirError> {
     })
 }
 
-/// Renames `<data_dir>/member` aside; returns the new path.
-pub fn archive(data_dir: &Path, now: time::OffsetDateTime) -> Result<PathBuf, DataDirError> {
-    let member = data_dir.join("member");
-    let stamp = format!(
+/// `YYYYMMDDTHHMMSSZ` (UTC), the stamp in the names of what is kept aside.
+pub fn stamp(now: time::OffsetDateTime) -> String {
+    let now = now.to_offset(time::UtcOffset::UTC);
+    format!(
         "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
         now.year(),
         u8::from(now.month()),
@@ -49,7 +49,13 @@ pub fn archive(data_dir: &Path, now: time::OffsetDateTime) -> Result<PathBuf, Da
         now.hour(),
         now.minute(),
         now.second()
-    );
+    )
+}
+
+/// Renames `<data_dir>/member` aside; returns the new path.
+pub fn archive(data_dir: &Path, now: time::OffsetDateTime) -> Result<PathBuf, DataDirError> {
+    let member = data_dir.join("member");
+    let stamp = stamp(now);
     let mut target = data_dir.join(format!("member-archived-{stamp}"));
     let mut n = 1;
     while target.exists() {

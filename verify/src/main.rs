@@ -104,10 +104,51 @@ fn membership_gate(args: &MembershipArgs) -> Result<VerifyResult, String> {
         retry_interval: args.retry_interval,
         call_timeout: args.call_timeout,
     };
-    let result = runtime.block_on(run(&config, &client, timing));
+    // The kubelet stops a pod (a new revision, a recovery) with SIGTERM; as its container's PID 1
+    // this process would otherwise ignore it and hold the pod until the grace period's SIGKILL.
+    // Stopping is never a decision to start: it blocks.
+    let result = runtime.block_on(async {
+        let stop = Stop::install();
+        tokio::select! {
+            result = run(&config, &client, timing) => result,
+            signal = stop.received() => VerifyResult::block(
+                format!("stopped by {signal} before deciding"),
+                None,
+                None,
+            ),
+        }
+    });
     // A read of the data dir that timed out may still hang in a blocking thread: don't wait.
     runtime.shutdown_background();
     Ok(result)
+}
+
+/// SIGTERM and SIGINT handlers, installed before the gate runs (so a signal that arrives once it
+/// logged anything is handled).
+struct Stop {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Stop {
+    fn install() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        Self {
+            term: signal(SignalKind::terminate()).ok(),
+            int: signal(SignalKind::interrupt()).ok(),
+        }
+    }
+
+    /// The name of the first signal received (never, if the handlers could not be installed).
+    async fn received(mut self) -> &'static str {
+        match (self.term.as_mut(), self.int.as_mut()) {
+            (Some(term), Some(int)) => tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            },
+            _ => std::future::pending().await,
+        }
+    }
 }
 
 /// `--termination-log` from the raw arguments, for when the flags as a whole did not parse.

@@ -413,17 +413,12 @@ fn bad_input_is_named_and_exits_2() {
 
 /// No endpoint answers and there is no data dir: retry until the deadline, then block (exit 1),
 /// naming each endpoint's failure.
-#[test]
-fn unreachable_endpoints_block_after_the_deadline() {
-    let nobody = LoopbackAddr::acquire().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let ep = format!("http://{}:2379", nobody.ip());
-    let env: BTreeMap<String, String> = [
+/// The contract of member n2 of a two-member revision whose only endpoint `ep` answers nothing,
+/// its data dir (absent) in `dir`.
+fn unanswered_env(dir: &Path, ep: &str) -> BTreeMap<String, String> {
+    [
         ("ETCD_NAME", "n2".to_owned()),
-        (
-            "ETCD_DATA_DIR",
-            dir.path().join("data").display().to_string(),
-        ),
+        ("ETCD_DATA_DIR", dir.join("data").display().to_string()),
         (
             "ETCD_INITIAL_ADVERTISE_PEER_URLS",
             "http://127.0.0.2:2380".to_owned(),
@@ -437,11 +432,19 @@ fn unreachable_endpoints_block_after_the_deadline() {
             "ETCD_MEMBER_IDS",
             "a1=http://127.0.0.1:2380,b2=http://127.0.0.2:2380".to_owned(),
         ),
-        ("ETCDCTL_ENDPOINTS", ep.clone()),
+        ("ETCDCTL_ENDPOINTS", ep.to_owned()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
-    .collect();
+    .collect()
+}
+
+#[test]
+fn unreachable_endpoints_block_after_the_deadline() {
+    let nobody = LoopbackAddr::acquire().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ep = format!("http://{}:2379", nobody.ip());
+    let env = unanswered_env(dir.path(), &ep);
     let started = std::time::Instant::now();
     let outcome = run_verify(&env, "1500ms");
     outcome.assert(
@@ -657,4 +660,52 @@ fn the_json_line_fits_a_termination_message() {
         "{reason}"
     );
     assert!(reason.ends_with("[truncated]"), "{reason}");
+}
+
+/// The kubelet stops a pod with SIGTERM: etcd-verify, waiting for the cluster, must stop at once
+/// (as the container's PID 1 it would otherwise hold the pod for the whole grace period) and
+/// never with exit 0.
+#[test]
+fn sigterm_while_waiting_blocks_at_once() {
+    use std::io::BufRead;
+    let nobody = LoopbackAddr::acquire().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ep = format!("http://{}:2379", nobody.ip());
+    let env = unanswered_env(dir.path(), &ep);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_etcd-verify"))
+        .args(["membership", "--timeout=60s"])
+        .env_clear()
+        .envs(&env)
+        .env("ETCD_VERIFY_LOG", "debug")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its first log line says the gate runs, with the handlers installed.
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    stderr.read_line(&mut first).unwrap();
+    assert!(!first.is_empty(), "etcd-verify logged nothing");
+    let sent = std::time::Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        sent.elapsed() < std::time::Duration::from_secs(5),
+        "took {:?} to stop",
+        sent.elapsed()
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["decision"], "block");
+    assert!(
+        json["reason"]
+            .as_str()
+            .unwrap()
+            .contains("stopped by SIGTERM"),
+        "{json}"
+    );
 }

@@ -29,6 +29,15 @@ pub struct Harness {
     pub steps: Vec<Step>,
     /// What the status showed that a normal run must not (see [`crate::status_watch`]).
     pub watch: Option<StatusWatch>,
+    /// Recovery figures a scenario measured for its report (`quorum-loss` only).
+    pub recovery: Option<Recovery>,
+}
+
+/// What a disaster-recovery scenario measured ([`super::ScenarioReport::rto_s`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Recovery {
+    /// Seconds from the loss to the first write acknowledged afterwards (`None`: none was).
+    pub rto_s: Option<f64>,
 }
 
 impl std::fmt::Debug for Harness {
@@ -48,6 +57,21 @@ impl Harness {
             h.cp.add_node(&format!("n{i}")).await?;
         }
         h.cp.bootstrap("n1").await?;
+        h.operating(nodes).await
+    }
+
+    /// Like [`Harness::bootstrapped`], with the API served from the managed etcd (n1's member),
+    /// as in a real control plane: losing quorum takes the API down.
+    pub async fn bootstrapped_on_managed_etcd(nodes: usize) -> Result<Self, ControlPlaneError> {
+        let names: Vec<String> = (1..=nodes).map(|i| format!("n{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let h = Self::around(LocalControlPlane::start_on_managed_etcd(&refs).await?);
+        h.operating(nodes).await
+    }
+
+    /// The EtcdCluster created, the status watched, the operator started.
+    async fn operating(self, nodes: usize) -> Result<Self, ControlPlaneError> {
+        let mut h = self;
         h.cp.create_cluster(EtcdClusterSpec::default()).await?;
         h.watch = Some(StatusWatch::start(h.cp.client(), h.started));
         h.cp.start_operator()?;
@@ -66,6 +90,33 @@ impl Harness {
             started: Instant::now(),
             steps: Vec::new(),
             watch: None,
+            recovery: None,
+        }
+    }
+
+    /// When the write load first got a write acknowledged after `since`, waiting up to
+    /// `deadline` for one.
+    pub async fn first_write_after(
+        &self,
+        since: Instant,
+        deadline: Duration,
+    ) -> Result<Instant, ControlPlaneError> {
+        let load = self
+            .load
+            .as_ref()
+            .ok_or_else(|| ControlPlaneError::Failed("the write load is not running".into()))?;
+        let until = Instant::now() + deadline;
+        loop {
+            if let Some(at) = load.first_ack_after(since).await {
+                return Ok(at);
+            }
+            if Instant::now() > until {
+                return Err(ControlPlaneError::Failed(format!(
+                    "no write acknowledged within {deadline:?}; the load's last error: {:?}",
+                    load.last_error().await
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -298,6 +349,23 @@ pub struct Finished {
 }
 
 /// Ids of the members in a status.
+/// The status's members, one `name id role` each, for a step line.
+pub fn describe_members(s: &EtcdClusterStatus) -> String {
+    s.members
+        .iter()
+        .map(|m| {
+            format!(
+                "{} {} {}{}",
+                m.name,
+                m.id,
+                m.role,
+                if m.healthy { "" } else { " (unhealthy)" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub fn member_ids(s: &EtcdClusterStatus) -> BTreeSet<String> {
     s.members.iter().map(|m| m.id.clone()).collect()
 }

@@ -6,6 +6,11 @@
 //! records every acknowledged sequence number and the longest time between two acknowledged
 //! writes. [`WriteLoad::finish`] stops it and reads back every acknowledged key: a key that is
 //! missing or holds another value is a lost write.
+//!
+//! A restore from a snapshot loses, by design, what was written after the snapshot: with a
+//! cut-off ([`WriteLoad::set_cutoff`], the snapshot's store revision) a missing write the put
+//! answered at a revision above it, before [`WriteLoad::end_cutoff`] (the old cluster gone),
+//! counts in `writes_lost_past_cutoff` (the recovery point), not in `writes_lost`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,6 +34,8 @@ pub struct LoadReport {
     pub longest_write_gap_ms: u64,
     /// When the longest gap ended, seconds after the load started.
     pub longest_gap_at_s: f64,
+    /// Missing writes acknowledged at a revision above the cut-off (0 without one).
+    pub writes_lost_past_cutoff: u64,
 }
 
 /// The load over a stretch of a scenario ([`WriteLoad::window`]).
@@ -42,6 +49,13 @@ pub struct Window {
 #[derive(Debug, Default)]
 struct Progress {
     acked: Vec<u64>,
+    /// The store revision each acknowledged write was put at, in the order of `acked`.
+    revisions: Vec<i64>,
+    /// Writes put above this revision may be lost ([`WriteLoad::set_cutoff`]).
+    cutoff: Option<i64>,
+    /// How many writes were acknowledged when the cut-off ended: later ones may not be lost
+    /// ([`WriteLoad::end_cutoff`]).
+    cutoff_end: Option<usize>,
     /// When each write was acknowledged or failed (`true`: acknowledged).
     times: Vec<(Instant, bool)>,
     failed: u64,
@@ -183,7 +197,7 @@ impl WriteLoad {
                 .await;
                 let mut prog = p.lock().await;
                 match put {
-                    Ok(Ok(_)) => {
+                    Ok(Ok(revision)) => {
                         let gap = last_ack.elapsed();
                         if gap > prog.longest_gap && !prog.acked.is_empty() {
                             prog.longest_gap = gap;
@@ -191,6 +205,7 @@ impl WriteLoad {
                         }
                         last_ack = Instant::now();
                         prog.acked.push(seq);
+                        prog.revisions.push(revision);
                         prog.times.push((last_ack, true));
                         seq += 1;
                     }
@@ -245,6 +260,50 @@ impl WriteLoad {
         w
     }
 
+    /// When the first write acknowledged strictly after `since` was acknowledged (none yet:
+    /// `None`).
+    pub async fn first_ack_after(&self, since: Instant) -> Option<Instant> {
+        let prog = self.progress.lock().await;
+        prog.times
+            .iter()
+            .find(|(at, acked)| *acked && *at > since)
+            .map(|(at, _)| *at)
+    }
+
+    /// Writes acknowledged in `(from, to]`.
+    pub async fn acknowledged_between(&self, from: Instant, to: Instant) -> u64 {
+        let prog = self.progress.lock().await;
+        prog.times
+            .iter()
+            .filter(|(at, acked)| *acked && *at > from && *at <= to)
+            .count() as u64
+    }
+
+    /// Writes acknowledged at a revision above `revision` may be lost from now on (a restore
+    /// from a snapshot taken at that store revision): [`WriteLoad::finish`] counts them in
+    /// `writes_lost_past_cutoff` instead of `writes_lost`.
+    pub async fn set_cutoff(&self, revision: i64) {
+        self.progress.lock().await.cutoff = Some(revision);
+    }
+
+    /// No write acknowledged from now on may be lost, whatever its revision (the cluster the
+    /// cut-off was about is gone; a restore without a revision bump reuses its revisions).
+    pub async fn end_cutoff(&self) {
+        let mut prog = self.progress.lock().await;
+        prog.cutoff_end = Some(prog.acked.len());
+    }
+
+    /// Writes acknowledged so far at a revision above `revision`, and the highest revision a
+    /// write was acknowledged at.
+    pub async fn acknowledged_above(&self, revision: i64) -> (u64, i64) {
+        let prog = self.progress.lock().await;
+        let above = prog.revisions.iter().filter(|r| **r > revision).count() as u64;
+        (
+            above,
+            prog.revisions.iter().copied().max().unwrap_or_default(),
+        )
+    }
+
     /// The last error the writer saw.
     pub async fn last_error(&self) -> Option<String> {
         self.progress.lock().await.last_error.clone()
@@ -259,8 +318,9 @@ impl WriteLoad {
             etcd_client(&self.client, &self.operator_ns, &self.static_ns, fallback).await?;
         let client = answering_first(client, &self.client, &self.operator_ns).await?;
         let mut lost = 0u64;
+        let mut past_cutoff = 0u64;
         let mut lost_examples: BTreeMap<u64, String> = BTreeMap::new();
-        for seq in &prog.acked {
+        for (i, seq) in prog.acked.iter().enumerate() {
             let key = format!("{PREFIX}{seq:010}");
             let mut got = None;
             for _ in 0..5 {
@@ -275,7 +335,12 @@ impl WriteLoad {
             let ok = got
                 .flatten()
                 .is_some_and(|v| v == seq.to_string().into_bytes());
-            if !ok {
+            let revision = prog.revisions.get(i).copied().unwrap_or_default();
+            let excused = prog.cutoff.is_some_and(|c| revision > c)
+                && prog.cutoff_end.is_none_or(|end| i < end);
+            if !ok && excused {
+                past_cutoff += 1;
+            } else if !ok {
                 lost += 1;
                 if lost_examples.len() < 5 {
                     lost_examples.insert(*seq, key);
@@ -285,12 +350,20 @@ impl WriteLoad {
         if !lost_examples.is_empty() {
             tracing::error!(?lost_examples, "acknowledged writes missing");
         }
+        if past_cutoff > 0 {
+            tracing::info!(
+                past_cutoff,
+                cutoff = ?prog.cutoff,
+                "acknowledged writes above the cut-off revision missing (expected)"
+            );
+        }
         Ok(LoadReport {
             writes_acknowledged: prog.acked.len() as u64,
             writes_failed: prog.failed,
             writes_lost: lost,
             longest_write_gap_ms: u64::try_from(prog.longest_gap.as_millis()).unwrap_or(u64::MAX),
             longest_gap_at_s: prog.longest_gap_at.as_secs_f64(),
+            writes_lost_past_cutoff: past_cutoff,
         })
     }
 }

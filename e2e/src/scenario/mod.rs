@@ -21,6 +21,8 @@
 //! | `drain` | n1 is drained (cordon, evictions through `pods/eviction`) and powered off; a drain of n2 started at once is refused by the quorum guard's PodDisruptionBudget until n1 is back, uncordoned and its member healthy, then goes through; n3 drains at once afterwards; never fewer than a quorum of healthy voters |
 //! | `unhealthy-member-replaced` | n2's WAL becomes unreadable, so etcd-verify keeps its etcd down: after `memberRemediation.unhealthySeconds` the member is replaced and `status.remediations` counts the attempt |
 //! | `operator-failover` | a second operator instance stands by; n4 and n5 join (3 → 5 voters) and the Lease holder is killed (SIGKILL) as soon as etcd lists the first new learner: the standby holds the Lease within 10 s (lease 6 s + 1 s rounding + renew period 2 s + 1 s), never before the lease expired, and completes the scale-up; each node keeps one member id throughout, each new node is added at most once and promoted exactly once (etcd's member list sampled, Events, both logs); the takeover time is in the step log |
+//! | `quorum-loss` | `etcd-recover from-member` on n1 while quorum is healthy is refused (exit 1, manifest untouched, no recovery record); with the API served from the managed etcd, leadership moves to n1 (the API's etcd endpoint), then n2 and n3 are stopped and their data dirs wiped: no leader is left and the API is down; the `sh scenario` blocks of `docs/runbooks/quorum-loss.md` run literally on n1 (the survivor): its member becomes a one-member cluster, the operator adds the other two back as new members, 3 voters; `rto_s` (quorum loss to the first write acknowledged again) and `rpo_writes` (acknowledged writes lost) in the report |
+//! | `restore-from-snapshot` | with the API served from the managed etcd, a snapshot is saved with `etcdctl snapshot save` under write load; `etcd-recover from-snapshot` refuses it while quorum is healthy (exit 1), refuses a copy with one flipped byte (exit 2, integrity hash) and, once every node is stopped and its data dir wiped, another cluster's snapshot (exit 1), each leaving n1's manifest byte-identical and no recovery record; then it restores the snapshot on n1 (`--accept-revisions-going-back`, etcd 3.4) as a new one-member cluster, the operator is restarted (the runbook's step when the revision cannot be bumped) and adds n2 and n3 back: 3 voters, every member id new; no write acknowledged at or below the snapshot's revision is lost, those above it are `rpo_writes`; `rto_s` from the wipe to the first write acknowledged again |
 
 pub mod consistency;
 mod corruption;
@@ -33,6 +35,9 @@ mod leader_probe;
 pub mod load;
 mod maintenance;
 mod node_selector;
+mod quorum_loss;
+mod restore;
+pub mod runbook;
 mod scenarios;
 mod static_pod;
 mod upgrade;
@@ -40,10 +45,10 @@ mod upgrade;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-pub use harness::{Harness, Step};
+pub use harness::{Harness, Recovery, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 18] = [
+pub const NAMES: [&str; 20] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -62,7 +67,13 @@ pub const NAMES: [&str; 18] = [
     "static-pod-removed",
     "drain",
     "operator-failover",
+    "quorum-loss",
+    "restore-from-snapshot",
 ];
+
+/// The scenarios whose API is served from the managed etcd, as in a real control plane (their
+/// story loses quorum, which must take the API down too).
+pub const ON_MANAGED_ETCD: [&str; 2] = ["quorum-loss", "restore-from-snapshot"];
 
 /// The report of one scenario run (`report.json`).
 #[derive(Clone, Debug, serde::Serialize)]
@@ -77,6 +88,15 @@ pub struct ScenarioReport {
     pub longest_gap_at_s: f64,
     /// Every member's `HashKV` at one revision (absent when the check could not run).
     pub hash_kv: Option<consistency::HashReport>,
+    /// Recovery time: seconds from quorum loss (`restore-from-snapshot`: the wipe of every data
+    /// dir) to the first write acknowledged afterwards (recovery scenarios only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rto_s: Option<f64>,
+    /// Recovery point: acknowledged writes lost across the recovery (recovery scenarios only;
+    /// `restore-from-snapshot`: those acknowledged above the snapshot's revision, which
+    /// `writes_lost` leaves out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rpo_writes: Option<u64>,
     pub failure: Option<String>,
     pub steps: Vec<Step>,
 }
@@ -88,15 +108,17 @@ pub async fn run(name: &str, out_dir: &Path) -> Result<(PathBuf, ScenarioReport)
         Ok(h) => scenarios::drive(name, h).await,
         Err((e, h)) => (Err(e.to_string()), h),
     };
-    let (load, steps, check) = match harness {
+    let (load, steps, check, recovery) = match harness {
         Some(h) => {
+            let recovery = h.recovery;
             let f = h.finish().await;
-            (f.load, f.steps, f.check)
+            (f.load, f.steps, f.check, recovery)
         }
         None => (
             load::LoadReport::default(),
             Vec::new(),
             Err("the scenario lost its control plane: nothing was checked".into()),
+            None,
         ),
     };
     let mut failure = outcome.err();
@@ -126,6 +148,11 @@ pub async fn run(name: &str, out_dir: &Path) -> Result<(PathBuf, ScenarioReport)
         longest_write_gap_ms: load.longest_write_gap_ms,
         longest_gap_at_s: load.longest_gap_at_s,
         hash_kv,
+        rto_s: recovery.and_then(|r| r.rto_s),
+        // Known only when the writes were read back.
+        rpo_writes: recovery
+            .filter(|_| load.writes_acknowledged > 0)
+            .map(|_| load.writes_lost + load.writes_lost_past_cutoff),
         failure,
         steps,
     };

@@ -23,7 +23,12 @@ pub(super) async fn prepare(name: &str) -> Result<Harness, (ControlPlaneError, O
             None,
         ));
     }
-    let mut h = Harness::bootstrapped(3).await.map_err(|e| (e, None))?;
+    let built = if super::ON_MANAGED_ETCD.contains(&name) {
+        Harness::bootstrapped_on_managed_etcd(3).await
+    } else {
+        Harness::bootstrapped(3).await
+    };
+    let mut h = built.map_err(|e| (e, None))?;
     if let Err(e) = h.start_load().await {
         return Err((e, Some(h)));
     }
@@ -56,6 +61,8 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "static-pod-removed" => super::static_pod::static_pod_removed(&mut h).await,
         "drain" => super::drain::drain_scenario(&mut h).await,
         "operator-failover" => super::failover::operator_failover(&mut h).await,
+        "quorum-loss" => super::quorum_loss::quorum_loss(&mut h).await,
+        "restore-from-snapshot" => super::restore::restore_from_snapshot(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
         ))),

@@ -1,0 +1,180 @@
+//! The local control plane with the Kubernetes API served from the etcd the operator manages, as
+//! in a real control plane: losing etcd's quorum takes the API down with it.
+//!
+//! The order is a real bootstrap's. The API's address is fixed first (so the node agents, like
+//! kubelets, can be configured with it before it answers); the nodes start; `render` bootstraps
+//! n1 and its static pod runs with no API at all; once n1's etcd answers, the API stand-in starts
+//! on it, over mutual TLS with a client certificate issued by the etcd CA `render` made (the
+//! `kube-apiserver-etcd-client` of a real control plane); then the objects `render` wrote are
+//! applied and the operator grows etcd from there. Unlike kube-apiserver, whose
+//! `--etcd-servers` lists every member, the stand-in talks to n1's member only (see
+//! [`LocalControlPlane::start_on_managed_etcd`]).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use etcd_fixture::LoopbackAddr;
+use etcd_operator::certs::{CertPolicy, EtcdCa, LeafSpec, Sans, Usage};
+use k8s_openapi::api::core::v1::Secret;
+use kube_testapi::TestApi;
+use membership::{ClientConfig, EtcdClient, MemberUrl, TlsFiles};
+use node_agent::{NodeAgent, NodeConfig};
+
+use super::{ControlPlaneError, LocalControlPlane, SimNode, io, render, wait_for};
+
+/// The port the API listens on, at its own loopback address.
+const API_PORT: u16 = 6443;
+/// etcd's client port on every node.
+const CLIENT_PORT: u16 = 2379;
+/// Bound on n1's etcd answering after its manifest is placed.
+const ETCD_UP: Duration = Duration::from_secs(90);
+
+/// The common name of the API's etcd client certificate.
+pub const API_CLIENT_CN: &str = "kube-apiserver-etcd-client";
+
+impl LocalControlPlane {
+    /// Nodes `names` (the first bootstrapped with `render`) and the API stand-in serving from
+    /// their etcd (see the module docs). The operator is not started.
+    pub async fn start_on_managed_etcd(names: &[&str]) -> Result<Self, ControlPlaneError> {
+        let first = names
+            .first()
+            .ok_or_else(|| ControlPlaneError::Failed("no node to bootstrap".into()))?;
+        let dir = tempfile::Builder::new()
+            .prefix("sandbox-")
+            .tempdir()
+            .map_err(io("creating the sandbox dir"))?;
+        let bin_dir = crate::binaries::bin_dir().map_err(io("locating the project's binaries"))?;
+        let api_addr = LoopbackAddr::acquire()?;
+        let api_url = format!("http://{}:{API_PORT}", api_addr.ip());
+        let kubeconfig = dir.path().join("api.kubeconfig");
+        apiserver_standin::kubeconfig::write(&kubeconfig, &api_url, "default")
+            .map_err(|e| ControlPlaneError::Failed(format!("writing the kubeconfig: {e}")))?;
+        let uri = api_url
+            .parse()
+            .map_err(|e| ControlPlaneError::Failed(format!("API URL {api_url}: {e}")))?;
+        let client = kube::Client::try_from(kube::Config::new(uri))?;
+
+        let mut nodes = Vec::new();
+        for name in names {
+            let root = dir.path().join("nodes").join(name);
+            std::fs::create_dir_all(root.join("etc/kubernetes/manifests"))
+                .map_err(io(format!("creating {}", root.display())))?;
+            let mut node = SimNode {
+                name: (*name).to_owned(),
+                addr: LoopbackAddr::acquire()?,
+                root,
+                agent: None,
+            };
+            let cfg = NodeConfig::new(&node.name, node.ip(), &node.root, &bin_dir)
+                .with_client(client.clone())
+                .with_kubeconfig(&kubeconfig)
+                .with_api_service(&api_url);
+            node.agent = Some(NodeAgent::start(cfg).await?);
+            nodes.push(node);
+        }
+        let n1 = nodes
+            .iter()
+            .find(|n| n.name == *first)
+            .ok_or_else(|| ControlPlaneError::Failed(format!("no node {first}")))?;
+        let out_dir = render::render(&bin_dir, n1)?;
+        let tls = api_client_cert(&out_dir, &dir.path().join("api-etcd"))?;
+        render::place_manifest(n1, &out_dir)?;
+        wait_etcd(&client_url(n1)?, &tls).await?;
+
+        // One endpoint, the first node's: the stand-in's etcd client (etcd-client's balanced
+        // channel) keeps sending to a member that is down instead of skipping it, as
+        // kube-apiserver's client does, so listing every node would fail whenever one is.
+        let endpoints = vec![client_url(n1)?.to_string()];
+        let api = TestApi::stand_in_on(
+            endpoints,
+            apiserver_standin::EtcdTls {
+                ca: tls.ca.clone(),
+                cert: tls.cert.clone(),
+                key: tls.key.clone(),
+            },
+            SocketAddr::from((api_addr.ip(), API_PORT)),
+        )
+        .await?;
+        let cp = Self {
+            api,
+            dir,
+            bin_dir,
+            nodes,
+            operators: Vec::new(),
+            operator_kubeconfig: None,
+            _api_addr: Some(api_addr),
+        };
+        cp.install_prerequisites().await?;
+        cp.apply_bootstrap_objects(&out_dir).await?;
+        Ok(cp)
+    }
+}
+
+/// `https://<node ip>:2379`.
+fn client_url(node: &SimNode) -> Result<MemberUrl, ControlPlaneError> {
+    format!("https://{}:{CLIENT_PORT}", node.ip())
+        .parse()
+        .map_err(|e| ControlPlaneError::Failed(format!("client URL of {}: {e}", node.name)))
+}
+
+/// Issues the API's etcd client certificate from the CA `render` made; writes CA, certificate
+/// and key into `dir`.
+fn api_client_cert(out_dir: &Path, dir: &Path) -> Result<TlsFiles, ControlPlaneError> {
+    let signer: Secret = render::read_rendered(out_dir, "etcd-signer.json")?;
+    let data: BTreeMap<String, Vec<u8>> = signer
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    let failed = |what: &str, e: &dyn std::fmt::Display| {
+        ControlPlaneError::Failed(format!("the API's etcd client certificate: {what}: {e}"))
+    };
+    let ca = EtcdCa::from_secret_data(&data).map_err(|e| failed("reading the CA", &e))?;
+    let spec = LeafSpec {
+        common_name: API_CLIENT_CN.into(),
+        sans: Sans::default(),
+        usage: Usage::CLIENT,
+    };
+    let issued = ca
+        .issue(
+            &spec,
+            &CertPolicy::default(),
+            time::OffsetDateTime::now_utc(),
+        )
+        .map_err(|e| failed("issuing", &e))?;
+    std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
+    let write = |name: &str, text: &str| -> Result<PathBuf, ControlPlaneError> {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
+        Ok(path)
+    };
+    Ok(TlsFiles {
+        ca: write("ca.crt", ca.cert_pem())?,
+        cert: write("client.crt", &issued.cert_pem)?,
+        key: write("client.key", &issued.key_pem)?,
+    })
+}
+
+/// Waits until the etcd at `url` answers with a leader.
+async fn wait_etcd(url: &MemberUrl, tls: &TlsFiles) -> Result<(), ControlPlaneError> {
+    let client = EtcdClient::new(ClientConfig {
+        endpoints: vec![url.clone()],
+        tls: Some(tls.clone()),
+        call_timeout: Duration::from_secs(2),
+    })
+    .map_err(|e| ControlPlaneError::Failed(format!("etcd client for {url}: {e}")))?;
+    wait_for(ETCD_UP, &format!("the bootstrap etcd at {url}"), || {
+        let client = &client;
+        async move {
+            match client.status_of(url).await {
+                Ok(s) if s.leader != 0 => Ok(()),
+                Ok(_) => Err("answers without a leader".into()),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+    })
+    .await
+}

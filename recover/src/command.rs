@@ -1,0 +1,310 @@
+//! The commands as the binary runs them: arguments in, lines printed, an [`Exit`] out.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use etcd_verify::decide::DataDir;
+use membership::EtcdClient;
+use tokio::time::Instant;
+
+use crate::act::{self, Layout};
+use crate::plan::{self, Accept, Refusal, Survey};
+use crate::pod::{self, EtcdPod};
+use crate::probe;
+use crate::snapshot::{self, LocalIdentity, Origin};
+use crate::{restore, restore_steps};
+
+/// How a command ended (the process exit code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// Done (or, with `--dry-run`, the plan may run).
+    Ok = 0,
+    /// Refused: acting could lose data or discard a working cluster. Nothing was changed.
+    Refused = 1,
+    /// Invalid input (flags, the manifest, TLS files). Nothing was changed.
+    Invalid = 2,
+    /// Failed while acting: the printed steps say how far it got.
+    Failed = 3,
+}
+
+/// Where to find the node's etcd.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub root: PathBuf,
+    /// The manifest's host path (absolute, read below `root`).
+    pub manifest: PathBuf,
+    pub call_timeout: Duration,
+}
+
+impl Target {
+    fn layout(&self) -> Result<Layout, String> {
+        let manifest = pod::below_root(&self.root, &self.manifest).ok_or_else(|| {
+            format!(
+                "--manifest {}: must be an absolute path without '..'",
+                self.manifest.display()
+            )
+        })?;
+        Ok(Layout {
+            root: self.root.clone(),
+            manifest,
+        })
+    }
+
+    fn read(&self) -> Result<(Layout, EtcdPod), String> {
+        let layout = self.layout()?;
+        let bytes = std::fs::read(&layout.manifest).map_err(|e| {
+            format!(
+                "reading the etcd manifest {}: {e} (is this a control-plane node, and is --node-root right?)",
+                layout.manifest.display()
+            )
+        })?;
+        let pod = EtcdPod::read(&bytes, &layout.manifest, &self.root).map_err(|e| e.to_string())?;
+        if pod::forces_new_cluster(&pod.pod) {
+            return Err(format!(
+                "{} still starts etcd with {}: a recovery did not finish; see the records in {}",
+                layout.manifest.display(),
+                pod::FORCE_NEW_CLUSTER,
+                layout.records().display()
+            ));
+        }
+        Ok((layout, pod))
+    }
+}
+
+/// Prints `message` as invalid input.
+fn invalid(out: &mut dyn FnMut(String), message: impl std::fmt::Display) -> Exit {
+    out(format!("invalid input: {message}\nnothing was changed."));
+    Exit::Invalid
+}
+
+fn refused(out: &mut dyn FnMut(String), refusal: &Refusal) -> Exit {
+    out(format!("refused: {refusal}\nnothing was changed."));
+    Exit::Refused
+}
+
+/// The node's manifest, read (invalid input when it cannot be).
+fn read(target: &Target, out: &mut dyn FnMut(String)) -> Result<(Layout, EtcdPod), Exit> {
+    target.read().map_err(|e| invalid(out, e))
+}
+
+/// The survey, printed as a table.
+async fn surveyed(
+    target: &Target,
+    pod: &EtcdPod,
+    out: &mut dyn FnMut(String),
+) -> Result<Survey, Exit> {
+    let survey = probe::survey(pod, target.call_timeout)
+        .await
+        .map_err(|e| invalid(out, e))?;
+    out(plan::table(&survey));
+    Ok(survey)
+}
+
+/// A client for this node's etcd alone.
+fn local_client(
+    target: &Target,
+    pod: &EtcdPod,
+    out: &mut dyn FnMut(String),
+) -> Result<EtcdClient, Exit> {
+    probe::client(pod, vec![pod.client_url.clone()], target.call_timeout)
+        .map_err(|e| invalid(out, e))
+}
+
+/// How acting ended: `done` says what was done, or the failure is printed.
+fn ended<T>(
+    out: &mut dyn FnMut(String),
+    result: Result<T, act::ActError>,
+    done: impl FnOnce(T) -> String,
+) -> Exit {
+    match result {
+        Ok(v) => {
+            out(format!(
+                "{}\nNext: once the Kubernetes API answers, the operator adopts this member and adds the other control-plane nodes back as learners.",
+                done(v)
+            ));
+            Exit::Ok
+        }
+        Err(e) => {
+            out(format!("failed: {e}"));
+            Exit::Failed
+        }
+    }
+}
+
+/// `status`: the survey, nothing changed.
+pub async fn status(target: &Target, out: &mut dyn FnMut(String)) -> Exit {
+    async {
+        let (_, pod) = read(target, out)?;
+        surveyed(target, &pod, out).await?;
+        Ok(Exit::Ok)
+    }
+    .await
+    .unwrap_or_else(|e| e)
+}
+
+/// `from-member`.
+pub async fn from_member(
+    target: &Target,
+    accept: Accept,
+    dry_run: bool,
+    timeout: Duration,
+    out: &mut dyn FnMut(String),
+) -> Exit {
+    let deadline = Instant::now() + timeout;
+    async {
+        let (layout, pod) = read(target, out)?;
+        out(format!(
+            "etcd-recover from-member on {} (manifest {}, revision {}, data dir {})",
+            pod.name,
+            layout.manifest.display(),
+            pod.revision.as_deref().unwrap_or("?"),
+            pod.data_dir.display()
+        ));
+        let survey = surveyed(target, &pod, out).await?;
+        let plan = plan::decide_from_member(&survey, accept).map_err(|r| refused(out, &r))?;
+        let stamp = stamp();
+        out(format!(
+            "plan: member {} of cluster {:x} (raft index {}) becomes a one-member cluster:\n  1. stop etcd (its manifest moves to {})\n  2. copy {}/member to member-before-recovery-{stamp}\n  3. start once with {}\n  4. restart without it\nthen the operator adds the other nodes back as learners once the API is back.",
+            plan.member_id,
+            plan.cluster_id,
+            plan.raft_index
+                .map_or("unknown: etcd does not answer".into(), |i| i.to_string()),
+            layout.record_dir(&stamp).display(),
+            pod.data_dir.display(),
+            pod::FORCE_NEW_CLUSTER,
+        ));
+        for lost in &plan.losing {
+            out(format!(
+                "WARNING (--accept-losing-newer-writes): writes only {lost} holds will be lost"
+            ));
+        }
+        if dry_run {
+            out("dry run: nothing was changed.".into());
+            return Ok(Exit::Ok);
+        }
+        let client = local_client(target, &pod, out)?;
+        let result = act::from_member(&pod, &plan, &layout, &client, &stamp, deadline, out).await;
+        Ok(ended(out, result, |done| {
+            format!(
+                "recovered: {} is a one-member cluster at raft index {}. Kept: the old manifest in {}, the data as it was in {}.",
+                pod.name,
+                done.raft_index,
+                done.record_dir.display(),
+                done.data_copy.display()
+            )
+        }))
+    }
+    .await
+    .unwrap_or_else(|e| e)
+}
+
+/// `from-snapshot PATH`.
+pub async fn from_snapshot(
+    target: &Target,
+    path: &Path,
+    accept: Accept,
+    dry_run: bool,
+    timeout: Duration,
+    out: &mut dyn FnMut(String),
+) -> Exit {
+    let deadline = Instant::now() + timeout;
+    async {
+        let (layout, pod) = read(target, out)?;
+        out(format!(
+            "etcd-recover from-snapshot {} on {} (manifest {}, data dir {})",
+            path.display(),
+            pod.name,
+            layout.manifest.display(),
+            pod.data_dir.display()
+        ));
+        let verified = snapshot::verify(path).map_err(|e| invalid(out, e))?;
+        let c = &verified.contents;
+        out(format!(
+            "snapshot: {} bytes, sha256 {} (integrity hash checked{}), store revision {}, raft index {}, members {}",
+            verified.size,
+            verified.sha256,
+            if verified.record.is_some() {
+                ", record beside it agrees"
+            } else {
+                "; no record beside it"
+            },
+            c.revision,
+            c.consistent_index,
+            c.members
+                .iter()
+                .map(|m| format!("{} ({:x})", m.name, m.id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        let survey = surveyed(target, &pod, out).await?;
+        let mut local = LocalIdentity {
+            cluster_id: None,
+            member_ids: pod.member_ids.iter().map(|(id, _)| id.get()).collect(),
+        };
+        if let DataDir::Present(wal) = &survey.data_dir {
+            local.cluster_id = Some(wal.cluster_id);
+            local.member_ids.insert(wal.member_id);
+        }
+        let origin = snapshot::origin(c, verified.record.as_ref(), &local);
+        let tool = restore::etcd_image(&pod)
+            .ok_or_else(|| "the etcd container has no image".to_owned())
+            .and_then(|image| snapshot::restore_tool(&image))
+            .map_err(|e| invalid(out, e))?;
+        let decided = plan::decide_from_snapshot(&survey, &origin, &tool, accept)
+            .map_err(|r| refused(out, &r))?;
+        let stamp = stamp();
+        match &origin {
+            Origin::ThisCluster(why) => out(format!("origin: this cluster's ({why})")),
+            Origin::OtherCluster(why) => out(format!(
+                "WARNING (--force-other-cluster): the snapshot is another cluster's ({why})"
+            )),
+        }
+        if !decided.bump {
+            out(format!(
+                "WARNING (--accept-revisions-going-back): {} cannot bump the revision; once etcd serves, restart every kube-apiserver and the operator's pods, so no watch cache or informer waits for revisions of the lost cluster",
+                tool.binary
+            ));
+        }
+        out(format!(
+            "plan: {} becomes a one-member cluster on the snapshot's data:\n  1. stop etcd (its manifest moves to {})\n  2. copy the snapshot there and check the copy\n  3. move {}/member aside to member-before-restore-{stamp}\n  4. restore with the etcd image's {} and start once on the restored data\n  5. move the restored data into place and start etcd normally\nthen the operator adds the other nodes back as learners once the API is back.",
+            pod.name,
+            layout.record_dir(&stamp).display(),
+            pod.data_dir.display(),
+            tool.binary,
+        ));
+        if dry_run {
+            out("dry run: nothing was changed.".into());
+            return Ok(Exit::Ok);
+        }
+        let client = local_client(target, &pod, out)?;
+        let inputs = restore_steps::Inputs {
+            current: &pod,
+            snapshot: &verified,
+            layout: &layout,
+            client: &client,
+            tool,
+            bump: decided.bump,
+            stamp: &stamp,
+        };
+        let result = restore_steps::from_snapshot(&inputs, deadline, out).await;
+        Ok(ended(out, result, |done| {
+            format!(
+                "restored: {} is a one-member cluster (member {}) at raft index {}. Kept: the old manifest and the snapshot in {}{}.",
+                pod.name,
+                done.member_id,
+                done.raft_index,
+                done.record_dir.display(),
+                done.moved_aside
+                    .map(|p| format!(", the data as it was in {}", p.display()))
+                    .unwrap_or_default()
+            )
+        }))
+    }
+    .await
+    .unwrap_or_else(|e| e)
+}
+
+/// UTC `YYYYMMDDTHHMMSSZ`, for the names of what recovery keeps.
+fn stamp() -> String {
+    etcd_verify::datadir::stamp(time::OffsetDateTime::now_utc())
+}

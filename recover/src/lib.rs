@@ -1,0 +1,40 @@
+//! # etcd-recover
+//!
+//! Node-local disaster recovery for the etcd static pod, run by an admin on one control-plane
+//! node while the Kubernetes API is down (in a real control plane the API is served from this
+//! very etcd, so nothing declarative can start a recovery once quorum is lost).
+//!
+//! * `etcd-recover status` lists every member this node can reach, with its raft index, and
+//!   whether a quorum answers. It changes nothing.
+//! * `etcd-recover from-member [--dry-run]` makes this node's surviving data a one-member
+//!   cluster: it refuses while quorum is healthy and when another survivor is further ahead
+//!   (the table in [`plan`]), prints the survey and the plan, then acts ([`act`]): the data dir is
+//!   copied aside, never deleted, and every manifest lands atomically.
+//!
+//! Once the API is back, the operator adopts the one-member cluster and adds the other nodes
+//! back as learners; `etcd-verify` archives their stale data. The runbook
+//! `docs/runbooks/quorum-loss.md` walks through it, and the `quorum-loss` scenario runs its
+//! commands.
+//!
+//! ```text
+//!   manifest ─► EtcdPod ─┐
+//!   data dir (WAL ids) ──┼─► Survey ─► decide_from_member() ─► Refusal | Plan ─► act::from_member
+//!   every member status ─┤
+//!   linearizable read ───┘
+//! ```
+
+pub mod act;
+pub mod bolt;
+pub mod command;
+pub mod plan;
+pub mod pod;
+pub mod probe;
+pub mod restore;
+pub mod restore_steps;
+pub mod snapshot;
+pub mod wait;
+
+#[cfg(test)]
+mod plan_tests;
+#[cfg(test)]
+mod pod_tests;

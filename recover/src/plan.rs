@@ -1,0 +1,266 @@
+//! What `etcd-recover from-member` may do, decided from what it saw (pure).
+//!
+//! [`Survey`] is everything observed before acting: this node's data dir, its own etcd's status,
+//! every other member reached with its raft index, and whether a linearizable read went through
+//! (a quorum answers). [`decide_from_member`] refuses whenever acting could lose data that the
+//! cluster still holds or discard a working cluster:
+//!
+//! | seen | verdict |
+//! |---|---|
+//! | a linearizable read went through | refuse: quorum is healthy |
+//! | a member still names a leader it follows | refuse: quorum may still be there (retry after an election timeout) |
+//! | no data dir here, or its WAL cannot be read | refuse: nothing to recover from on this node |
+//! | this node's member is a learner | refuse: a learner may lack committed writes |
+//! | another member answers with a higher raft index | refuse, naming it, unless `--accept-losing-newer-writes` |
+//! | this node's etcd does not answer while another member does | refuse (its index cannot be compared), unless `--accept-losing-newer-writes` |
+//! | otherwise | the plan: stop, copy the data aside, start once with `--force-new-cluster`, start normally |
+
+use std::fmt::Write as _;
+
+use etcd_verify::decide::DataDir;
+use membership::{EndpointStatus, Member, MemberId, MemberUrl};
+
+use crate::snapshot::{Origin, Tool};
+
+/// One member endpoint as recovery reached it.
+#[derive(Clone, Debug)]
+pub struct Reached {
+    pub url: MemberUrl,
+    pub status: Result<EndpointStatus, String>,
+}
+
+/// What recovery saw before acting.
+#[derive(Clone, Debug)]
+pub struct Survey {
+    /// This member's name (the node name).
+    pub name: String,
+    pub data_dir: DataDir,
+    /// This node's etcd, at its own client URL.
+    pub own: Reached,
+    /// Every other endpoint tried, in a stable order.
+    pub others: Vec<Reached>,
+    /// The members as this node's etcd lists them (empty when it does not answer).
+    pub members: Vec<Member>,
+    /// A linearizable read through any member: `Ok(url)` means a quorum answered.
+    pub quorum_read: Result<MemberUrl, String>,
+}
+
+/// Why recovery refuses to act.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error(
+        "quorum is healthy: a linearizable read through {0} succeeded. Recovery would throw away a working cluster; let the operator replace lost members instead"
+    )]
+    QuorumHealthy(String),
+    #[error(
+        "{member} still follows leader {leader:x}: quorum may still be there. Retry after an election timeout; recovery acts only when no member has a leader"
+    )]
+    LeaderStillKnown { member: String, leader: u64 },
+    #[error(
+        "no etcd data on this node ({0}): run from-member on a node that kept its data, or recover from-snapshot"
+    )]
+    NoData(String),
+    #[error(
+        "this node's etcd data cannot be read ({0}): run from-member on another survivor, or recover from-snapshot"
+    )]
+    DataUnreadable(String),
+    #[error(
+        "this node's member {0} is a learner: it may lack committed writes; run from-member on a voter"
+    )]
+    OwnIsLearner(String),
+    #[error(
+        "another survivor is further ahead: {ahead} (this node is at raft index {own_index}). Run from-member there, or pass --accept-losing-newer-writes to lose the writes only it holds"
+    )]
+    Behind { own_index: u64, ahead: String },
+    #[error(
+        "the snapshot is not this cluster's: {0}. Restoring it replaces this cluster's data with another's; pass --force-other-cluster if that is what you mean"
+    )]
+    OtherCluster(String),
+    #[error(
+        "{tool} cannot bump the store revision after the restore, so clients that watched the lost cluster (the API server's watch cache, every informer) could see revisions go back and miss changes. Use an etcd image with etcdutl 3.5.10 or later, or pass --accept-revisions-going-back and restart every kube-apiserver and the operator after the restore"
+    )]
+    CannotBumpRevision { tool: String },
+    #[error(
+        "this node's etcd does not answer ({reason}), so its raft index cannot be compared with the survivors that do: {answered}. Start it, run from-member on a survivor that answers, or pass --accept-losing-newer-writes"
+    )]
+    OwnIndexUnknown { reason: String, answered: String },
+}
+
+/// What `from-member` will do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub member_id: MemberId,
+    pub cluster_id: u64,
+    /// This node's raft index, when its etcd answered.
+    pub raft_index: Option<u64>,
+    /// Survivors further ahead whose newer writes will be lost (only with the accepting flag).
+    pub losing: Vec<String>,
+}
+
+/// The flags that widen what recovery accepts.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Accept {
+    /// `--accept-losing-newer-writes`.
+    pub losing_newer_writes: bool,
+    /// `--force-other-cluster`.
+    pub other_cluster: bool,
+    /// `--accept-revisions-going-back`.
+    pub revisions_going_back: bool,
+}
+
+/// Refuses while a quorum answers or any member still follows a leader.
+fn quorum_is_lost(s: &Survey) -> Result<(), Refusal> {
+    if let Ok(url) = &s.quorum_read {
+        return Err(Refusal::QuorumHealthy(url.to_string()));
+    }
+    for r in std::iter::once(&s.own).chain(&s.others) {
+        if let Ok(st) = &r.status
+            && st.leader != 0
+        {
+            return Err(Refusal::LeaderStillKnown {
+                member: label(s, r),
+                leader: st.leader,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Decides `from-snapshot`: quorum must be lost (as for `from-member`), the snapshot must be
+/// this cluster's and the tool must keep revisions from going back, each unless waived.
+pub fn decide_from_snapshot(
+    s: &Survey,
+    origin: &Origin,
+    tool: &Tool,
+    accept: Accept,
+) -> Result<SnapshotPlan, Refusal> {
+    quorum_is_lost(s)?;
+    if let Origin::OtherCluster(why) = origin
+        && !accept.other_cluster
+    {
+        return Err(Refusal::OtherCluster(why.clone()));
+    }
+    if !tool.bumps_revision && !accept.revisions_going_back {
+        let (a, b, c) = tool.version;
+        return Err(Refusal::CannotBumpRevision {
+            tool: format!("{} {a}.{b}.{c}", tool.binary),
+        });
+    }
+    Ok(SnapshotPlan {
+        bump: tool.bumps_revision,
+    })
+}
+
+/// What `from-snapshot` will do beyond the fixed steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotPlan {
+    /// Bump the revision and mark the old ones compacted.
+    pub bump: bool,
+}
+
+/// Decides `from-member` (see the module table).
+pub fn decide_from_member(s: &Survey, accept: Accept) -> Result<Plan, Refusal> {
+    quorum_is_lost(s)?;
+    let identity = match &s.data_dir {
+        DataDir::Absent => return Err(Refusal::NoData(s.name.clone())),
+        DataDir::Unreadable(e) => return Err(Refusal::DataUnreadable(e.clone())),
+        DataDir::Present(identity) => *identity,
+    };
+    let member_id = MemberId::new(identity.member_id)
+        .ok_or_else(|| Refusal::DataUnreadable("the WAL names member id 0".into()))?;
+    let answered: Vec<(&Reached, &EndpointStatus)> = s
+        .others
+        .iter()
+        .filter_map(|r| r.status.as_ref().ok().map(|st| (r, st)))
+        .filter(|(_, st)| st.member_id != identity.member_id)
+        .collect();
+    let describe = |list: &[(&Reached, &EndpointStatus)]| -> String {
+        list.iter()
+            .map(|(r, st)| format!("{} at raft index {}", label(s, r), st.raft_index))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let raft_index = match &s.own.status {
+        Ok(st) => {
+            if st.is_learner {
+                return Err(Refusal::OwnIsLearner(format!("{member_id}")));
+            }
+            Some(st.raft_index)
+        }
+        Err(reason) if !answered.is_empty() && !accept.losing_newer_writes => {
+            return Err(Refusal::OwnIndexUnknown {
+                reason: reason.clone(),
+                answered: describe(&answered),
+            });
+        }
+        Err(_) => None,
+    };
+    let ahead: Vec<(&Reached, &EndpointStatus)> = answered
+        .iter()
+        .copied()
+        .filter(|(_, st)| raft_index.is_none_or(|own| st.raft_index > own))
+        .collect();
+    if !ahead.is_empty() && !accept.losing_newer_writes {
+        return Err(Refusal::Behind {
+            own_index: raft_index.unwrap_or_default(),
+            ahead: describe(&ahead),
+        });
+    }
+    Ok(Plan {
+        member_id,
+        cluster_id: identity.cluster_id,
+        raft_index,
+        losing: ahead
+            .iter()
+            .map(|(r, st)| format!("{} at raft index {}", label(s, r), st.raft_index))
+            .collect(),
+    })
+}
+
+/// `name (url)` when the member list names the endpoint's member, else the URL.
+fn label(s: &Survey, r: &Reached) -> String {
+    let id = r.status.as_ref().ok().map(|st| st.member_id);
+    let by_id = id.and_then(|id| s.members.iter().find(|m| m.id.get() == id));
+    let by_url = || s.members.iter().find(|m| m.client_urls.contains(&r.url));
+    match by_id.or_else(by_url) {
+        Some(m) if !m.name.is_empty() => format!("{} ({})", m.name, r.url),
+        _ => r.url.to_string(),
+    }
+}
+
+/// The survey as a table an admin reads: every endpoint tried, what it answered.
+pub fn table(s: &Survey) -> String {
+    let mut out = String::from("member                                  answer\n");
+    for (i, r) in std::iter::once(&s.own).chain(&s.others).enumerate() {
+        let who = if i == 0 {
+            format!("{} [this node]", label(s, r))
+        } else {
+            label(s, r)
+        };
+        let answer = match &r.status {
+            Ok(st) => format!(
+                "id {:x}, raft index {}, term {}, {}{}",
+                st.member_id,
+                st.raft_index,
+                st.raft_term,
+                if st.leader == 0 {
+                    "no leader".to_owned()
+                } else {
+                    format!("leader {:x}", st.leader)
+                },
+                if st.is_learner { ", learner" } else { "" }
+            ),
+            Err(e) => format!("no answer: {e}"),
+        };
+        let _ = writeln!(out, "{who:<40}{answer}");
+    }
+    match &s.quorum_read {
+        Ok(url) => {
+            let _ = writeln!(out, "quorum: a linearizable read through {url} succeeded");
+        }
+        Err(e) => {
+            let _ = writeln!(out, "quorum: lost (a linearizable read failed: {e})");
+        }
+    }
+    out
+}

@@ -100,6 +100,10 @@ pub struct PassState {
     pub learner_added: BTreeMap<MemberId, OffsetDateTime>,
     /// Writes the caches must show before the next pass acts.
     pub awaited: Vec<Awaited>,
+    /// Since when the barrier has waited for `awaited` (see [`crate::history`]).
+    pub awaited_since: Option<OffsetDateTime>,
+    /// The etcd cluster id this process's caches were filled from (see [`crate::history`]).
+    pub cluster_id: Option<u64>,
     /// Client URLs of the members last seen (to find etcd next time).
     pub known_endpoints: BTreeSet<String>,
     /// Consecutive failures of each controller, for the back-off of transient errors.

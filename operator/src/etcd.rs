@@ -30,6 +30,8 @@ pub struct EtcdObservation {
     /// The cluster version as the leader's `/version` reports it (`3.4.0`); `None` when it
     /// could not be read or etcd has not decided one yet.
     pub cluster_version: Option<String>,
+    /// The cluster id the member list came with (`None` when it could not be read).
+    pub cluster_id: Option<u64>,
 }
 
 /// What one status call per member says about the cluster, without the numbers that move with
@@ -260,6 +262,7 @@ pub async fn observe(client: &EtcdClient) -> EtcdObservation {
     };
     let mut obs = EtcdObservation {
         members: live.members.clone(),
+        cluster_id: Some(live.cluster_id),
         ..Default::default()
     };
     let checks = live.members.iter().map(|m| async move {

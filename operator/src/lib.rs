@@ -33,6 +33,7 @@ pub mod controllers;
 pub mod etcd;
 pub mod events;
 pub mod gather;
+pub mod history;
 pub mod manifests;
 pub mod metrics;
 pub mod observed;

@@ -189,8 +189,11 @@ async fn main() -> anyhow::Result<()> {
 
 /// Logs to stderr, filtered by `ETCD_OPERATOR_LOG` (default `info`).
 fn init_tracing() {
+    // Colours only on a terminal: `kubectl logs`, log files and the scenarios' step logs get
+    // plain text.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ETCD_OPERATOR_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),

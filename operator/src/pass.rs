@@ -45,6 +45,9 @@ pub struct PassReport {
     /// Time-driven work (a scheduled check) wants a whole pass within this long, even while
     /// the cluster is settled and the idle health check sees no change; `None`: [`RESYNC`].
     pub full_pass_within: Option<Duration>,
+    /// Every cache must be listed anew before the next pass (why): etcd's history changed under
+    /// them ([`crate::history`]).
+    pub relist: Option<String>,
 }
 
 impl PassReport {
@@ -102,6 +105,18 @@ pub async fn pass(ctx: &Context, inputs: &Inputs, now: OffsetDateTime) -> PassRe
             first.name
         )
     });
+    if lag.is_some() {
+        let first = pending
+            .first()
+            .map(|a| format!("{} {}/{}", a.kind, a.namespace, a.name));
+        let count = pending.len();
+        let since = *state.awaited_since.get_or_insert(now);
+        if let Some(why) =
+            crate::history::barrier_check(&state, since, now, count, first.as_deref()).await
+        {
+            return crate::history::relist(ctx, &mut state, inputs, why);
+        }
+    }
     if let Some(line) = lag.or_else(|| inputs.nodes_lag()) {
         let mut report = PassReport {
             requeue_after: Duration::from_millis(100),
@@ -115,6 +130,7 @@ pub async fn pass(ctx: &Context, inputs: &Inputs, now: OffsetDateTime) -> PassRe
         return report;
     }
     state.awaited.clear();
+    state.awaited_since = None;
     let report = run(ctx, &mut state, inputs, now).await;
     tracing::debug!(lines = ?report.lines, "pass done");
     report
@@ -312,6 +328,11 @@ async fn run(
             false
         }
     };
+    if p.report.relist.is_some() {
+        // The caches hold the lost cluster's objects (`crate::history`): nothing is written
+        // from them; the next pass runs on caches listed anew.
+        return p.report;
+    }
     // The guard's budget follows etcd in every pass that read it, also one that stopped early
     // (etcd not answering, a membership change just made).
     if p.o.etcd_read

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_operator::run::NodeWatch;
+use etcd_operator::run::{NodeWatch, Tasks};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -85,7 +85,8 @@ async fn the_node_watch_holds_only_the_selected_nodes_and_follows_the_selector()
             .expect("create a Node");
     }
 
-    let watch = NodeWatch::start(nodes.clone(), Arc::new(Notify::new()));
+    let tasks = Tasks::default();
+    let watch = NodeWatch::start(nodes.clone(), Arc::new(Notify::new()), &tasks);
     assert_eq!(
         watch.listed_with(),
         None,

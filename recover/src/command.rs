@@ -261,7 +261,7 @@ pub async fn from_snapshot(
         }
         if !decided.bump {
             out(format!(
-                "WARNING (--accept-revisions-going-back): {} cannot bump the revision; once etcd serves, restart every kube-apiserver and the operator's pods, so no watch cache or informer waits for revisions of the lost cluster",
+                "WARNING (--accept-revisions-going-back): {} cannot bump the revision; once etcd serves, restart every kube-apiserver so no watch cache keeps revisions of the lost cluster (the operator relists its own caches when it sees the new cluster id)",
                 tool.binary
             ));
         }

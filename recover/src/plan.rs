@@ -77,7 +77,7 @@ pub enum Refusal {
     )]
     OtherCluster(String),
     #[error(
-        "{tool} cannot bump the store revision after the restore, so clients that watched the lost cluster (the API server's watch cache, every informer) could see revisions go back and miss changes. Use an etcd image with etcdutl 3.5.10 or later, or pass --accept-revisions-going-back and restart every kube-apiserver and the operator after the restore"
+        "{tool} cannot bump the store revision after the restore, so clients that watched the lost cluster (the API server's watch cache, every informer) could see revisions go back and miss changes. Use an etcd image with etcdutl 3.5.10 or later, or pass --accept-revisions-going-back and restart every kube-apiserver after the restore"
     )]
     CannotBumpRevision { tool: String },
     #[error(

@@ -35,6 +35,8 @@ const RECOVER_DEADLINE: Duration = Duration::from_secs(360);
 /// How long the write load gets, once the cluster settled, to have a write acknowledged.
 const FIRST_WRITE_DEADLINE: Duration = Duration::from_secs(60);
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
+/// What the operator logs when etcd's history changed under its caches.
+const RELIST_LOG: &str = "every cache relists";
 /// Where the restore runs: the API stand-in talks to this node's etcd only.
 const TARGET: &str = "n1";
 /// `etcd-recover` exit codes.
@@ -353,11 +355,6 @@ pub async fn restore_from_snapshot(h: &mut Harness) -> Result<(), ControlPlaneEr
             format!("\n[stderr]\n{}", excerpt(&ran.stderr))
         }
     ));
-    // etcd 3.4 cannot bump the revision: as the runbook says, restart what watched the lost
-    // cluster so it relists (the operator; the API stand-in keeps no watch cache).
-    h.cp.stop_operator(Duration::from_secs(5))?;
-    h.cp.start_operator()?;
-    h.step("the operator restarted, as the runbook says for a restore without a revision bump: its caches relist instead of waiting for resourceVersions of the lost cluster");
     let recover_says = figure_after(&ran.stdout, "store revision ").map(str::to_owned);
     if recover_says.as_deref() != Some(revision.to_string().as_str()) {
         h.step(format!(
@@ -427,6 +424,22 @@ pub async fn restore_from_snapshot(h: &mut Harness) -> Result<(), ControlPlaneEr
             .map(|(n, id)| format!("{n}={id}"))
             .collect::<Vec<_>>()
             .join(", ")
+    ));
+
+    // etcd 3.4 could not bump the revision: the operator must have seen the new cluster id and
+    // listed its caches anew (not waited for resourceVersions of the lost cluster).
+    let log = h.cp.operator_log();
+    let relisted = log
+        .lines()
+        .find(|l| l.contains(RELIST_LOG))
+        .ok_or_else(|| {
+            failed(format!(
+                "the operator never logged {RELIST_LOG:?} after the restore made a new cluster"
+            ))
+        })?;
+    h.step(format!(
+        "the operator relisted its caches: {}",
+        relisted.trim()
     ));
 
     // RTO: from the wipe to the first write acknowledged afterwards.

@@ -46,6 +46,13 @@ pub async fn reconcile(p: &mut Pass<'_>, issued: &Issued) -> Flow {
         }
     };
     p.o.with_etcd(obs);
+    if let Some(why) = crate::history::replaced(p.st.cluster_id, p.o.etcd.cluster_id) {
+        p.report = crate::history::relist(p.ctx, p.st, p.inputs, why);
+        return Flow::Stop;
+    }
+    if p.o.etcd.cluster_id.is_some() {
+        p.st.cluster_id = p.o.etcd.cluster_id;
+    }
     let mut conds = member_conditions(&p.o.etcd, &p.o.restarting());
     let blocked = blocked_by_verify(p);
     conds.push(Computed::from_problems(

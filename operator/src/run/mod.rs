@@ -25,7 +25,7 @@ use crate::context::{Context, OperatorConfig};
 use crate::observed::Inputs;
 use crate::pass::{self, PassReport};
 pub use node_watch::NodeWatch;
-pub use stores::Stores;
+pub use stores::{Stores, Tasks};
 
 /// How `run` is configured.
 #[derive(Clone, Debug)]
@@ -168,7 +168,7 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
     };
     let addr = opts.listen;
     let server = tokio::spawn(http::serve(addr, health.clone()));
-    let stores = Stores::start(&client, &opts.config.operator_namespace);
+    let mut stores = Stores::start(&client, &opts.config.operator_namespace);
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     tokio::select! {
@@ -251,6 +251,21 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
             next_renew = Instant::now();
             continue;
         };
+        if report.relist.is_some() {
+            // etcd's history changed under the caches (`crate::history`): the old reflectors go
+            // with the old caches, and nothing acts until the new ones have listed.
+            stores = Stores::start(&client, &opts.config.operator_namespace);
+            tokio::select! {
+                r = stores.wait_ready() => r.map_err(|_| RunError::Caches)?,
+                _ = &mut shutdown => {
+                    if leading {
+                        release_lease(&client, &opts).await;
+                    }
+                    return Ok(());
+                }
+            }
+            tracing::info!("caches listed anew");
+        }
         last_full = Instant::now();
         next_pass = last_full + report.requeue_after;
         resync = report

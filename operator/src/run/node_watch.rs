@@ -14,7 +14,7 @@ use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::{Notify, watch};
 
-use super::stores::{ChangedBy, Wake, node_facts};
+use super::stores::{ChangedBy, Tasks, Wake, node_facts};
 
 /// The Node cache and the selector it follows.
 #[derive(Clone)]
@@ -34,11 +34,17 @@ impl std::fmt::Debug for NodeWatch {
 
 impl NodeWatch {
     /// Starts the watch task; it lists nothing until [`NodeWatch::select`] names a selector.
-    pub fn start(api: Api<Node>, changed: Arc<Notify>) -> Self {
+    pub fn start(api: Api<Node>, changed: Arc<Notify>, tasks: &Tasks) -> Self {
         let (reader, writer) = reflector::store();
         let (want, rx) = watch::channel(None);
         let listed = Arc::new(Mutex::new(None));
-        tokio::spawn(follow(api, writer, rx, listed.clone(), changed));
+        tasks.keep(&tokio::spawn(follow(
+            api,
+            writer,
+            rx,
+            listed.clone(),
+            changed,
+        )));
         Self {
             store: reader,
             want: Arc::new(want),

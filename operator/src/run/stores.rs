@@ -36,6 +36,7 @@ pub struct Stores {
     pub pdbs: Store<PodDisruptionBudget>,
     pub changed: Arc<Notify>,
     ready: Arc<AtomicBool>,
+    _tasks: Arc<Tasks>,
 }
 
 impl std::fmt::Debug for Stores {
@@ -153,7 +154,35 @@ pub fn strip<K: Resource>(event: &mut watcher::Event<K>) {
     }
 }
 
-fn start<K>(api: Api<K>, changed: Arc<Notify>, mut wake: impl Wake<K>) -> Store<K>
+/// The reflector tasks, aborted when the last copy of the caches is dropped (a relist starts new
+/// ones).
+#[derive(Debug, Default)]
+pub struct Tasks(std::sync::Mutex<Vec<tokio::task::AbortHandle>>);
+
+impl Tasks {
+    /// Keeps `task` to abort with the caches.
+    pub fn keep(&self, task: &tokio::task::JoinHandle<()>) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(task.abort_handle());
+    }
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for task in self
+            .0
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+        {
+            task.abort();
+        }
+    }
+}
+
+fn start<K>(api: Api<K>, changed: Arc<Notify>, mut wake: impl Wake<K>, tasks: &Tasks) -> Store<K>
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
@@ -165,7 +194,7 @@ where
             .default_backoff()
             .modify(|o| o.meta_mut().managed_fields = None),
     );
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             let wakes = match &event {
@@ -180,6 +209,7 @@ where
             }
         }
     });
+    tasks.keep(&task);
     reader
 }
 
@@ -188,40 +218,48 @@ impl Stores {
     pub fn start(client: &Client, operator_namespace: &str) -> Self {
         let changed = Arc::new(Notify::new());
         let ns = STATIC_POD_NAMESPACE;
+        let tasks = Arc::new(Tasks::default());
         Self {
             clusters: start(
                 Api::<EtcdCluster>::all(client.clone()),
                 changed.clone(),
                 ChangedBy::new(generation::<EtcdCluster>),
+                &tasks,
             ),
-            nodes: NodeWatch::start(Api::<Node>::all(client.clone()), changed.clone()),
+            nodes: NodeWatch::start(Api::<Node>::all(client.clone()), changed.clone(), &tasks),
             pods: start(
                 Api::<Pod>::namespaced(client.clone(), ns),
                 changed.clone(),
                 Always,
+                &tasks,
             ),
             configmaps: start(
                 Api::<ConfigMap>::namespaced(client.clone(), ns),
                 changed.clone(),
                 Always,
+                &tasks,
             ),
             secrets: start(
                 Api::<Secret>::namespaced(client.clone(), ns),
                 changed.clone(),
                 Always,
+                &tasks,
             ),
             operator_secrets: start(
                 Api::<Secret>::namespaced(client.clone(), operator_namespace),
                 changed.clone(),
                 Always,
+                &tasks,
             ),
             pdbs: start(
                 Api::<PodDisruptionBudget>::namespaced(client.clone(), ns),
                 changed.clone(),
                 Always,
+                &tasks,
             ),
             changed,
             ready: Arc::new(AtomicBool::new(false)),
+            _tasks: tasks,
         }
     }
 

@@ -53,8 +53,16 @@ impl Target {
     fn read(&self) -> Result<(Layout, EtcdPod), String> {
         let layout = self.layout()?;
         let bytes = std::fs::read(&layout.manifest).map_err(|e| {
+            let hint = if layout.records().is_dir() {
+                format!(
+                    "a recovery may have stopped midway: each one keeps the manifest it took out in {}/<time>/",
+                    layout.records().display()
+                )
+            } else {
+                "is this a control-plane node, and is --node-root right?".to_owned()
+            };
             format!(
-                "reading the etcd manifest {}: {e} (is this a control-plane node, and is --node-root right?)",
+                "reading the etcd manifest {}: {e} ({hint})",
                 layout.manifest.display()
             )
         })?;
@@ -252,6 +260,12 @@ pub async fn from_snapshot(
             .map_err(|e| invalid(out, e))?;
         let decided = plan::decide_from_snapshot(&survey, &origin, &tool, accept)
             .map_err(|r| refused(out, &r))?;
+        if let DataDir::Present(wal) = &survey.data_dir {
+            out(format!(
+                "WARNING: this node still holds etcd data (member {:x} of cluster {:x}): `from-member` would keep the writes made after the snapshot; from-snapshot moves that data aside",
+                wal.member_id, wal.cluster_id
+            ));
+        }
         let stamp = stamp();
         match &origin {
             Origin::ThisCluster(why) => out(format!("origin: this cluster's ({why})")),
@@ -307,4 +321,50 @@ pub async fn from_snapshot(
 /// UTC `YYYYMMDDTHHMMSSZ`, for the names of what recovery keeps.
 fn stamp() -> String {
     etcd_verify::datadir::stamp(time::OffsetDateTime::now_utc())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(root: &Path) -> Target {
+        Target {
+            root: root.to_owned(),
+            manifest: PathBuf::from("/etc/kubernetes/manifests/etcd-pod.yaml"),
+            call_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn a_missing_manifest_points_at_a_recovery_that_stopped_midway() {
+        let root = tempfile::tempdir().unwrap();
+        let e = target(root.path()).read().unwrap_err();
+        assert!(e.contains("is --node-root right?"), "{e}");
+        std::fs::create_dir_all(root.path().join("var/lib/etcd-recovery/20261126T000000Z"))
+            .unwrap();
+        let e = target(root.path()).read().unwrap_err();
+        assert!(e.contains("stopped midway"), "{e}");
+    }
+
+    #[test]
+    fn a_manifest_still_forcing_a_new_cluster_is_not_recovered_again() {
+        let root = tempfile::tempdir().unwrap();
+        let golden = include_str!("../../operator/tests/golden/etcd-pod-master-1.yaml");
+        let current = EtcdPod::read(golden.as_bytes(), Path::new("golden"), root.path()).unwrap();
+        let id = membership::MemberId::new(0x1111).unwrap();
+        let forced = pod::render(&pod::one_member(&current, id, true, "t"), "test").unwrap();
+        let dir = root.path().join("etc/kubernetes/manifests");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("etcd-pod.yaml"), forced).unwrap();
+        let e = target(root.path()).read().unwrap_err();
+        assert!(e.contains("a recovery did not finish"), "{e}");
+    }
+
+    #[test]
+    fn a_manifest_path_outside_the_root_is_invalid_input() {
+        let root = tempfile::tempdir().unwrap();
+        let mut t = target(root.path());
+        t.manifest = PathBuf::from("relative/etcd-pod.yaml");
+        assert!(t.read().unwrap_err().contains("--manifest"));
+    }
 }

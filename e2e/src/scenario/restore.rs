@@ -167,27 +167,13 @@ async fn must_refuse(
     let node = h.cp.node(TARGET)?;
     let before = Untouched::take(&node.root, &node.manifest_dir())?;
     let ran = from_snapshot(h, snapshot).await?;
-    let mut wrong = before.changes();
-    if ran.code != Some(code) {
-        wrong.insert(0, format!("exit {:?} instead of {code}", ran.code));
-    }
-    if !ran.stdout.contains(says) {
-        wrong.push(format!("its output does not say {says:?}"));
-    }
-    if !wrong.is_empty() {
-        return Err(failed(format!(
-            "etcd-recover from-snapshot ({what}) on {TARGET}: {}\n{}",
-            wrong.join("; "),
-            ran.said()
-        )));
-    }
-    let reason = ran
-        .stdout
-        .lines()
-        .find(|l| l.contains(says))
-        .unwrap_or_default()
-        .trim()
-        .to_owned();
+    let reason = before.refused(
+        &format!("etcd-recover from-snapshot ({what}) on {TARGET}"),
+        &ran,
+        code,
+        says,
+        Vec::new(),
+    )?;
     h.step(format!(
         "etcd-recover from-snapshot ({what}) on {TARGET}: exit {code} in {:.1}s, manifest byte-identical, no {RECORD_DIR}: {reason}",
         ran.took.as_secs_f64()

@@ -128,6 +128,43 @@ impl Untouched {
     }
 }
 
+impl Untouched {
+    /// Checks a command `what` that must have been refused: exit `code`, its output naming
+    /// `says`, nothing changed since [`Untouched::take`], and nothing in `also` (what the caller
+    /// found wrong besides). Returns the output line naming `says`.
+    pub fn refused(
+        &self,
+        what: &str,
+        ran: &Ran,
+        code: i32,
+        says: &str,
+        also: Vec<String>,
+    ) -> Result<String, ControlPlaneError> {
+        let mut wrong = self.changes();
+        if ran.code != Some(code) {
+            wrong.insert(0, format!("exit {:?} instead of {code}", ran.code));
+        }
+        if !ran.stdout.contains(says) {
+            wrong.push(format!("its output does not say {says:?}"));
+        }
+        wrong.extend(also);
+        if !wrong.is_empty() {
+            return Err(failed(format!(
+                "{what}: {}\n{}",
+                wrong.join("; "),
+                ran.said()
+            )));
+        }
+        Ok(ran
+            .stdout
+            .lines()
+            .find(|l| l.contains(says))
+            .unwrap_or_default()
+            .trim()
+            .to_owned())
+    }
+}
+
 /// The record dir `etcd-recover` keeps below a node root.
 pub const RECORD_DIR: &str = "var/lib/etcd-recovery";
 

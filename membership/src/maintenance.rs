@@ -105,6 +105,36 @@ impl EtcdClient {
             .map_err(ClientError::Endpoint)
     }
 
+    /// Streams a snapshot of the member at `endpoint`'s store into `out`, the whole stream
+    /// bounded by `limit`; returns the bytes written. etcd ends the stream with the SHA-256 of
+    /// the database, which `etcd_snapshot::file::verify` checks. A write to `out` that fails
+    /// ends the call with that error.
+    pub async fn snapshot_into<W>(
+        &self,
+        endpoint: &MemberUrl,
+        out: &mut W,
+        limit: Duration,
+    ) -> Result<u64, ClientError>
+    where
+        W: tokio::io::AsyncWrite + Unpin + Send,
+    {
+        use tokio::io::AsyncWriteExt;
+        self.on_within(endpoint, limit, |mut c| async move {
+            let mut stream = c.snapshot().await?;
+            let mut total = 0u64;
+            while let Some(part) = stream.message().await? {
+                out.write_all(part.blob())
+                    .await
+                    .map_err(etcd_client::Error::IoError)?;
+                total += part.blob().len() as u64;
+            }
+            out.flush().await.map_err(etcd_client::Error::IoError)?;
+            Ok(total)
+        })
+        .await
+        .map_err(ClientError::Endpoint)
+    }
+
     /// Disarms the `NOSPACE` alarm of `member` (asked of a voter: alarm changes go through
     /// raft). Disarming an alarm that is not raised is a no-op in etcd.
     pub async fn disarm_nospace(&self, member: MemberId) -> Result<(), ClientError> {

@@ -10,9 +10,14 @@ use std::collections::BTreeMap;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+mod backup;
 mod maintenance;
 mod platform;
 mod selector;
+pub use backup::{
+    Backup, BackupFailure, BackupRecord, BackupRetention, BackupStatus, BackupVerification,
+    S3Destination,
+};
 pub use maintenance::{
     CorruptionCheck, CorruptionCheckStatus, DefragRecord, Defragmentation, DefragmentationStatus,
     DivergentMember,
@@ -81,6 +86,9 @@ pub struct EtcdClusterSpec {
     /// How often the members' data is compared, and what happens to a diverged member.
     #[serde(default)]
     pub corruption_check: CorruptionCheck,
+    /// Scheduled, verified backups. Unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<Backup>,
     /// How many old revisions to keep.
     #[serde(default)]
     pub revision_history: RevisionHistory,
@@ -137,6 +145,7 @@ impl Default for EtcdClusterSpec {
             backend_quota_mib: None,
             defragmentation: Defragmentation::default(),
             corruption_check: CorruptionCheck::default(),
+            backup: None,
             revision_history: RevisionHistory::default(),
             missing_pod_grace_seconds: default_missing_pod_grace(),
             learner_start_deadline_seconds: default_learner_start_deadline(),
@@ -350,6 +359,9 @@ pub struct EtcdClusterStatus {
     /// The last comparison of the members' data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub corruption_check: Option<CorruptionCheckStatus>,
+    /// Scheduled backups: the last good one, the last failure, the last verification.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<BackupStatus>,
     /// Which etcd version the cluster runs and where a version change stands.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_version: Option<EtcdVersionStatus>,

@@ -27,6 +27,30 @@ pub struct OperatorConfig {
     pub operator_namespace: String,
     /// Bound on each etcd call.
     pub etcd_timeout: Duration,
+    /// Where backups are written and checked.
+    pub backup: BackupPaths,
+}
+
+/// The operator's own paths for backups (`run`'s flags).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackupPaths {
+    /// The local destination: a hostPath of the control-plane node the operator runs on.
+    pub dir: std::path::PathBuf,
+    /// Holds `etcd` and `etcdctl` (3.4) or `etcdutl` (3.5+) of the cluster's etcd version, for
+    /// verification by restore.
+    pub etcd_tools: std::path::PathBuf,
+    /// Snapshots are streamed here first, and verification restores here (emptied after).
+    pub scratch: std::path::PathBuf,
+}
+
+impl Default for BackupPaths {
+    fn default() -> Self {
+        Self {
+            dir: "/var/lib/etcd-backup".into(),
+            etcd_tools: "/usr/local/bin".into(),
+            scratch: std::env::temp_dir(),
+        }
+    }
 }
 
 /// What every pass shares.
@@ -75,6 +99,7 @@ impl Context {
             },
             operator_namespace: "etcd-operator".into(),
             etcd_timeout: Duration::from_secs(1),
+            backup: BackupPaths::default(),
         };
         let reporter = Reporter {
             controller: "etcd-operator-test".into(),
@@ -118,6 +143,10 @@ pub struct PassState {
     pub defrag: Option<crate::controllers::defrag::DefragRun>,
     /// The consistency check running now (`controllers::corruption_check`).
     pub corruption: Option<crate::controllers::corruption_check::CheckRun>,
+    /// The backup being taken now (`controllers::backup`).
+    pub backup: Option<crate::controllers::backup::BackupRun>,
+    /// `status.backup` as this operator last wrote it (see `maintenance_status`).
+    pub backup_status: Option<Option<crate::api::BackupStatus>>,
     /// `status.defragmentation` and `status.corruptionCheck` as this operator last wrote them:
     /// status writes are not awaited by the barrier, so the cache may still show an older one
     /// (a finished defragmentation as running). `None` until this process wrote them.

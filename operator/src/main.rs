@@ -87,6 +87,41 @@ struct RunArgs {
     etcd_timeout: std::time::Duration,
     #[command(flatten)]
     images: ImageArgs,
+    #[command(flatten)]
+    backup: BackupArgs,
+}
+
+/// Where `run` keeps backups (`spec.backup`).
+#[derive(clap::Args, Debug)]
+struct BackupArgs {
+    /// The local backup destination (mount a hostPath of the control-plane node here).
+    #[arg(
+        long,
+        env = "ETCD_OPERATOR_BACKUP_DIR",
+        default_value = "/var/lib/etcd-backup"
+    )]
+    backup_dir: PathBuf,
+    /// A directory holding `etcd` and `etcdctl` (etcd 3.4) or `etcdutl` (3.5+) of the cluster's
+    /// etcd version: verification restores each backup with them.
+    #[arg(
+        long,
+        env = "ETCD_OPERATOR_ETCD_TOOLS",
+        default_value = "/usr/local/bin"
+    )]
+    etcd_tools: PathBuf,
+    /// Scratch space: snapshots are streamed here before they are stored, and verified here.
+    #[arg(long, env = "ETCD_OPERATOR_SCRATCH_DIR")]
+    scratch_dir: Option<PathBuf>,
+}
+
+impl BackupArgs {
+    fn paths(self) -> etcd_operator::context::BackupPaths {
+        etcd_operator::context::BackupPaths {
+            dir: self.backup_dir,
+            etcd_tools: self.etcd_tools,
+            scratch: self.scratch_dir.unwrap_or_else(std::env::temp_dir),
+        }
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -159,6 +194,7 @@ impl ReadArgs {
             images: self.images.images(),
             operator_namespace: self.namespace.clone(),
             etcd_timeout: self.etcd_timeout,
+            backup: etcd_operator::context::BackupPaths::default(),
         }
     }
 }
@@ -210,6 +246,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         lease_duration,
         etcd_timeout,
         images,
+        backup,
     } = args;
     let client = kube::Client::try_default().await?;
     let identity = identity.unwrap_or_else(|| {
@@ -223,6 +260,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 images: images.images(),
                 operator_namespace: namespace,
                 etcd_timeout,
+                backup: backup.paths(),
             },
             listen,
             identity,

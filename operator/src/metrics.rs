@@ -114,6 +114,13 @@ pub struct Metrics {
     pub defrag_in_progress: Gauge,
     pub corruption_checks: Family<ResultLabel, Counter>,
     pub members_divergent: Gauge,
+    pub backup_enabled: Gauge,
+    pub backups: Family<ResultLabel, Counter>,
+    pub backup_last_success: Gauge,
+    pub backup_last_size: Gauge,
+    pub backup_last_duration: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub backup_consecutive_failures: Gauge,
+    pub backup_max_interval: Gauge,
     pub member_version: Family<MemberVersionLabels, Gauge>,
     pub cluster_version: Family<VersionLabel, Gauge>,
     pub quorum_guards_expected: Gauge,
@@ -167,6 +174,13 @@ impl Metrics {
             defrag_in_progress: Gauge::default(),
             corruption_checks: Family::default(),
             members_divergent: Gauge::default(),
+            backup_enabled: Gauge::default(),
+            backups: Family::default(),
+            backup_last_success: Gauge::default(),
+            backup_last_size: Gauge::default(),
+            backup_last_duration: Gauge::default(),
+            backup_consecutive_failures: Gauge::default(),
+            backup_max_interval: Gauge::default(),
             member_version: Family::default(),
             cluster_version: Family::default(),
             quorum_guards_expected: Gauge::default(),
@@ -356,6 +370,41 @@ impl Metrics {
             "members_divergent",
             "Members the last corruption check found holding data that diverged from the majority's",
             self.members_divergent.clone(),
+        );
+        registry.register(
+            "backup_enabled",
+            "1 when spec.backup is set",
+            self.backup_enabled.clone(),
+        );
+        registry.register(
+            "backups",
+            "Backups attempted, by result (succeeded, failed; a failed verification is a failure)",
+            self.backups.clone(),
+        );
+        registry.register(
+            "backup_last_success_timestamp_seconds",
+            "When the last good backup (stored and, with verify, verified) was taken; 0: none since the operator started and none in status",
+            self.backup_last_success.clone(),
+        );
+        registry.register(
+            "backup_last_size_bytes",
+            "Size of the last good backup's snapshot",
+            self.backup_last_size.clone(),
+        );
+        registry.register(
+            "backup_last_duration_seconds",
+            "How long the last good backup took, verification included",
+            self.backup_last_duration.clone(),
+        );
+        registry.register(
+            "backup_consecutive_failures",
+            "Failed backup attempts since the last good one",
+            self.backup_consecutive_failures.clone(),
+        );
+        registry.register(
+            "backup_max_interval_seconds",
+            "The longest gap between two scheduled backups of spec.backup.schedule",
+            self.backup_max_interval.clone(),
         );
         registry.register(
             "member_version_info",

@@ -25,9 +25,9 @@ use crate::api::{
 };
 use crate::context::{Context, PassState};
 use crate::controllers::{
-    ControllerError, ControllerName, Flow, cert_signer, cluster_operator, corruption_check, defrag,
-    endpoints, etcd_observer, installer, member_status, membership, payload_status, quorum_guard,
-    remediation, revisions, target_config, version_report,
+    ControllerError, ControllerName, Flow, backup, cert_signer, cluster_operator, corruption_check,
+    defrag, endpoints, etcd_observer, installer, member_status, membership, payload_status,
+    quorum_guard, remediation, revisions, target_config, version_report,
 };
 use crate::metrics::{ActionLabel, RuleLabel};
 use crate::observed::{Inputs, Observed};
@@ -153,6 +153,7 @@ pub struct Pass<'a> {
     pub remediations: Vec<RemediationStatus>,
     pub defrag: DefragmentationStatus,
     pub corruption: Option<CorruptionCheckStatus>,
+    pub backup: Option<crate::api::BackupStatus>,
     pub etcd_version: Option<EtcdVersionStatus>,
     pub quorum_guard: Option<crate::api::QuorumGuardStatus>,
     pub versions: Vec<crate::api::OperandVersion>,
@@ -173,6 +174,21 @@ impl Pass<'_> {
     /// which the bench's step analysis reads) and kept for the report.
     pub fn note(&mut self, line: impl Into<String>) {
         self.report.say(self.ctx, line.into());
+    }
+
+    /// Whether time-driven work of `controller` (`what`) is due at `due` still lies ahead: if so
+    /// the plan says in how long, and a whole pass comes back for it on time.
+    pub fn not_yet(&mut self, controller: ControllerName, due: OffsetDateTime, what: &str) -> bool {
+        if self.o.now >= due {
+            return false;
+        }
+        let wait = due - self.o.now;
+        self.next(controller, format!("{what} in {}s", wait.whole_seconds()));
+        let wait = Duration::from_secs(u64::try_from(wait.whole_seconds()).unwrap_or(0) + 1);
+        self.report.requeue_after = self.report.requeue_after.min(wait);
+        self.report.full_pass_within =
+            Some(self.report.full_pass_within.map_or(wait, |w| w.min(wait)));
+        true
     }
 
     /// `controller`'s next action, as `plan` shows it.
@@ -306,6 +322,10 @@ async fn run(
             .maintenance_status
             .as_ref()
             .map_or_else(|| o.prev.corruption_check.clone(), |m| m.1.clone()),
+        backup: st
+            .backup_status
+            .clone()
+            .unwrap_or_else(|| o.prev.backup.clone()),
         etcd_version: o.prev.etcd_version.clone(),
         quorum_guard: o.prev.quorum_guard.clone(),
         versions: o.prev.versions.clone(),
@@ -408,6 +428,7 @@ async fn controllers(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     version_report::reconcile(p).await;
     defrag::collect(p).await;
     corruption_check::collect(p).await;
+    backup::collect(p).await;
     if defrag::holds(p)
         || p.waits(N::Membership)
         || p.waits(N::LearnerPromotion)
@@ -435,6 +456,7 @@ async fn controllers(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     }
     defrag::reconcile(p).await?;
     corruption_check::reconcile(p);
+    backup::reconcile(p);
     Ok(())
 }
 

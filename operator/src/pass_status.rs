@@ -37,6 +37,7 @@ pub(super) async fn write_status(p: &mut Pass<'_>) {
         members,
         defragmentation: (p.defrag != DefragmentationStatus::default()).then(|| p.defrag.clone()),
         corruption_check: p.corruption.clone(),
+        backup: p.backup.clone(),
         etcd_version: p.etcd_version.clone(),
         quorum_guard: p.quorum_guard.clone(),
         versions: std::mem::take(&mut p.versions),
@@ -46,6 +47,7 @@ pub(super) async fn write_status(p: &mut Pass<'_>) {
         p.ctx.metrics.condition(&c.type_, &c.status);
     }
     p.st.maintenance_status = Some((p.defrag.clone(), p.corruption.clone()));
+    p.st.backup_status = Some(p.backup.clone());
     if status != p.o.prev
         && let Err(e) = p.w.cluster_status(&p.o.cluster, &status).await
     {

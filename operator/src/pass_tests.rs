@@ -34,6 +34,7 @@ fn pass_at<'a>(
         remediations: Vec::new(),
         defrag: Default::default(),
         corruption: None,
+        backup: None,
         etcd_version: None,
         quorum_guard: None,
         versions: Vec::new(),

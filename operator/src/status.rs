@@ -37,6 +37,7 @@ pub enum ConditionType {
     InstallerControllerDegraded,
     EndpointsControllerDegraded,
     DefragControllerDegraded,
+    BackupControllerDegraded,
     QuorumGuardControllerDegraded,
 }
 
@@ -60,12 +61,13 @@ impl ConditionType {
             ConditionType::InstallerControllerDegraded => "InstallerControllerDegraded",
             ConditionType::EndpointsControllerDegraded => "EndpointsControllerDegraded",
             ConditionType::DefragControllerDegraded => "DefragControllerDegraded",
+            ConditionType::BackupControllerDegraded => "BackupControllerDegraded",
             ConditionType::QuorumGuardControllerDegraded => "QuorumGuardControllerDegraded",
         }
     }
 
     /// The per-controller Degraded conditions.
-    pub const CONTROLLERS: [ConditionType; 9] = [
+    pub const CONTROLLERS: [ConditionType; 10] = [
         ConditionType::CertSignerDegraded,
         ConditionType::EtcdObserverDegraded,
         ConditionType::MembershipControllerDegraded,
@@ -74,6 +76,7 @@ impl ConditionType {
         ConditionType::InstallerControllerDegraded,
         ConditionType::EndpointsControllerDegraded,
         ConditionType::DefragControllerDegraded,
+        ConditionType::BackupControllerDegraded,
         ConditionType::QuorumGuardControllerDegraded,
     ];
 }

@@ -24,8 +24,8 @@
 //! ```
 
 pub mod act;
-pub mod bolt;
 pub mod command;
+pub mod fetch;
 pub mod plan;
 pub mod pod;
 pub mod probe;

@@ -59,9 +59,11 @@ enum Cmd {
     /// etcd image's own tool and starts it as a one-member cluster (refused while quorum is
     /// healthy, for another cluster's snapshot, and where the tool cannot bump the revision).
     FromSnapshot {
-        /// The snapshot file (`etcdctl snapshot save` or an operator backup; its record
-        /// `<file>.json`, when present, must agree).
-        path: PathBuf,
+        /// The snapshot: a file (`etcdctl snapshot save` or an operator backup; its record
+        /// `<file>.json`, when present, must agree) or `s3://bucket/key` (downloaded first;
+        /// endpoint and credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
+        /// AWS_SECRET_ACCESS_KEY, AWS_REGION).
+        path: String,
         /// Print the checks and the plan, change nothing.
         #[arg(long)]
         dry_run: bool,
@@ -141,6 +143,27 @@ fn main() -> ExitCode {
                     other_cluster: force_other_cluster,
                     revisions_going_back: accept_revisions_going_back,
                     ..Accept::default()
+                };
+                let path = if path.starts_with("s3://") {
+                    match etcd_recover::fetch::fetch(
+                        &path,
+                        &target.root,
+                        &|k| std::env::var(k).ok(),
+                        &mut out,
+                    )
+                    .await
+                    {
+                        Ok(p) => p,
+                        Err(e) => {
+                            out(format!("etcd-recover from-snapshot {path}: {e}"));
+                            return match e {
+                                etcd_recover::fetch::FetchError::Invalid(_) => Exit::Invalid,
+                                etcd_recover::fetch::FetchError::Failed(_) => Exit::Failed,
+                            };
+                        }
+                    }
+                } else {
+                    PathBuf::from(path)
                 };
                 command::from_snapshot(&target, &path, accept, dry_run, timeout, &mut out).await
             }

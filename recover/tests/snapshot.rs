@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use etcd_fixture::{ClusterSpec, EtcdCluster};
-use etcd_recover::bolt;
 use etcd_recover::restore::restored_member_id;
 use etcd_recover::snapshot::{self, LocalIdentity, Origin, Record, SnapshotError};
+use etcd_snapshot::bolt;
 
 /// A 3-member cluster with `keys` keys written; returns it, the saved snapshot and the last
 /// write's revision.
@@ -110,6 +110,7 @@ async fn a_record_beside_the_snapshot_must_agree_with_it() {
         members: Vec::new(),
         etcd_version: "3.4.23".into(),
         taken_at: "2026-11-26T00:00:00Z".into(),
+        ..Record::default()
     };
     let record_path = snapshot::record_path(&path);
     std::fs::write(&record_path, serde_json::to_vec(&record).unwrap()).unwrap();
@@ -189,4 +190,78 @@ fn a_file_that_is_no_database_is_refused() {
     std::fs::write(&path, vec![0u8; 64 * 1024]).unwrap();
     assert!(bolt::read(&path).is_err());
     assert!(snapshot::verify(&path).is_err());
+}
+
+/// `from-snapshot s3://…` downloads the snapshot and its record from a real S3 server (Garage on
+/// loopback); a wrong secret key fails the download, naming the bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_s3_snapshot_is_downloaded_with_its_record() {
+    use etcd_recover::fetch::{FetchError, fetch};
+    use etcd_snapshot::store::{Destination, S3Config, Store};
+    let dir = tempfile::tempdir().unwrap();
+    let (_cluster, path, _revision) = saved(dir.path(), 10).await;
+    let sha = snapshot::verify(&path).unwrap().sha256;
+    let garage = etcd_fixture::garage::Garage::start(&dir.path().join("garage"))
+        .await
+        .unwrap();
+    garage.create_bucket("snapshots").await.unwrap();
+    let key = garage.create_key("admin").await.unwrap();
+    garage.allow("snapshots", &key.access_key_id).await.unwrap();
+    let store = Store::open(&Destination::S3(S3Config {
+        endpoint: garage.endpoint(),
+        bucket: "snapshots".into(),
+        prefix: "a/b".into(),
+        region: garage.region().to_owned(),
+        access_key_id: key.access_key_id.clone(),
+        secret_access_key: key.secret_access_key.clone(),
+    }))
+    .unwrap();
+    store.upload("s.db", &path).await.unwrap();
+    let record = Record {
+        sha256: sha.clone(),
+        ..Record::default()
+    };
+    store
+        .put_bytes("s.db.json", serde_json::to_vec(&record).unwrap())
+        .await
+        .unwrap();
+    let env = |secret: String| {
+        let (endpoint, region, id) = (
+            garage.endpoint(),
+            garage.region().to_owned(),
+            key.access_key_id.clone(),
+        );
+        move |k: &str| match k {
+            "AWS_ENDPOINT_URL" => Some(endpoint.clone()),
+            "AWS_REGION" => Some(region.clone()),
+            "AWS_ACCESS_KEY_ID" => Some(id.clone()),
+            "AWS_SECRET_ACCESS_KEY" => Some(secret.clone()),
+            _ => None,
+        }
+    };
+    let root = dir.path().join("node");
+    let mut lines = Vec::new();
+    let wrong = fetch(
+        "s3://snapshots/a/b/s.db",
+        &root,
+        &env("wrong".into()),
+        &mut |l| lines.push(l),
+    )
+    .await;
+    match wrong {
+        Err(FetchError::Failed(e)) => assert!(e.contains("s3://snapshots/a/b"), "{e}"),
+        other => panic!("a wrong secret must fail the download: {other:?}"),
+    }
+    let local = fetch(
+        "s3://snapshots/a/b/s.db",
+        &root,
+        &env(key.secret_access_key.clone()),
+        &mut |l| lines.push(l),
+    )
+    .await
+    .unwrap();
+    assert!(local.starts_with(root.join(etcd_recover::fetch::DOWNLOADS)));
+    let checked = snapshot::verify(&local).unwrap();
+    assert_eq!(checked.sha256, sha);
+    assert!(checked.record.is_some(), "its record came along: {lines:?}");
 }

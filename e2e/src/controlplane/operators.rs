@@ -122,6 +122,15 @@ impl LocalControlPlane {
                     .unwrap_or(self.api.kubeconfig()),
             )
             .env("ETCD_OPERATOR_LOG", "info")
+            // The local backup destination: on a real node a hostPath of the node the operator
+            // runs on; here one directory of the control plane's. Verification restores with
+            // Debian's etcd 3.4 and its etcdctl.
+            .env("ETCD_OPERATOR_BACKUP_DIR", self.backup_dir())
+            .env("ETCD_OPERATOR_ETCD_TOOLS", "/usr/bin")
+            .env(
+                "ETCD_OPERATOR_SCRATCH_DIR",
+                self.dir.path().join("backup-scratch"),
+            )
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)
@@ -207,6 +216,11 @@ impl LocalControlPlane {
 
     /// Where the operator process of `identity` logs: `operator.log` for the default one,
     /// `operator-<identity>.log` for any other.
+    /// Where the operators write backups to the local destination.
+    pub fn backup_dir(&self) -> PathBuf {
+        self.dir.path().join("backups")
+    }
+
     pub fn operator_log_path_of(&self, identity: &str) -> PathBuf {
         if identity == DEFAULT_OPERATOR {
             self.dir.path().join("operator.log")

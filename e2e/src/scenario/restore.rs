@@ -140,17 +140,23 @@ async fn snapshot_revision(file: &Path) -> Result<i64, ControlPlaneError> {
         })
 }
 
-/// `etcd-recover from-snapshot <snapshot> --accept-revisions-going-back` on [`TARGET`].
-async fn from_snapshot(h: &Harness, snapshot: &Path) -> Result<Ran, ControlPlaneError> {
+/// `etcd-recover from-snapshot <snapshot> --accept-revisions-going-back` on [`TARGET`]
+/// (`snapshot`: a file or an `s3://` URL; `env`: the bucket's settings).
+async fn from_snapshot(
+    h: &Harness,
+    snapshot: &str,
+    env: &[(&'static str, String)],
+) -> Result<Ran, ControlPlaneError> {
     let binary = crate::binaries::binary("etcd-recover")
         .map_err(|e| failed(format!("etcd-recover: {e}")))?;
     let root = h.cp.node(TARGET)?.root.display().to_string();
-    let snapshot = snapshot.display().to_string();
+    let mut env = env.to_vec();
+    env.push(("ETCD_RECOVER_NODE_ROOT", root));
     run(
         RECOVER_DEADLINE,
         &binary,
-        &["from-snapshot", &snapshot, "--accept-revisions-going-back"],
-        &[("ETCD_RECOVER_NODE_ROOT", root)],
+        &["from-snapshot", snapshot, "--accept-revisions-going-back"],
+        &env,
     )
     .await
 }
@@ -166,7 +172,7 @@ async fn must_refuse(
 ) -> Result<(), ControlPlaneError> {
     let node = h.cp.node(TARGET)?;
     let before = Untouched::take(&node.root, &node.manifest_dir())?;
-    let ran = from_snapshot(h, snapshot).await?;
+    let ran = from_snapshot(h, &snapshot.display().to_string(), &[]).await?;
     let reason = before.refused(
         &format!("etcd-recover from-snapshot ({what}) on {TARGET}"),
         &ran,
@@ -213,6 +219,76 @@ fn figure_after<'a>(text: &'a str, key: &str) -> Option<&'a str> {
 }
 
 pub async fn restore_from_snapshot(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    restore(h, Source::Etcdctl).await
+}
+
+pub async fn restore_from_backup(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    restore(h, Source::Backup).await
+}
+
+/// Where the snapshot comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    /// An admin's `etcdctl snapshot save`.
+    Etcdctl,
+    /// The operator's scheduled backups: one to the local directory, then one to an S3 bucket
+    /// (Garage on loopback); the restore downloads the S3 one.
+    Backup,
+}
+
+/// The snapshot to restore: what `etcd-recover` is given, a local copy (for the bad-input
+/// copies), its store revision, and the bucket's settings when it is in one.
+struct Acquired {
+    arg: String,
+    local: PathBuf,
+    revision: i64,
+    env: Vec<(&'static str, String)>,
+    /// Keeps the S3 server up until the restore is done.
+    _s3: Option<super::backups::S3Server>,
+}
+
+async fn acquire(
+    h: &mut Harness,
+    source: Source,
+    dir: &Path,
+) -> Result<Acquired, ControlPlaneError> {
+    match source {
+        Source::Backup => super::backups::take_backups(h, dir)
+            .await
+            .map(|b| Acquired {
+                arg: b.url,
+                local: b.local,
+                revision: b.revision,
+                env: b.env,
+                _s3: Some(b.server),
+            }),
+        Source::Etcdctl => {
+            let tls = write_tls(h, dir).await?;
+            let snapshot = dir.join("snapshot.db");
+            let endpoint = format!("https://{}:2379", h.cp.node(TARGET)?.ip());
+            let saving = Instant::now();
+            let saved = save_snapshot(&endpoint, Some(&tls), &snapshot).await?;
+            let saved_at = Instant::now();
+            let revision = snapshot_revision(&snapshot).await?;
+            let size = std::fs::metadata(&snapshot).map(|m| m.len()).unwrap_or(0);
+            h.step(format!(
+                "etcdctl snapshot save from {TARGET} ({endpoint}) took {:.1}s: {} ({size} bytes), store revision {revision}: {}",
+                saved_at.duration_since(saving).as_secs_f64(),
+                snapshot.display(),
+                excerpt(&saved.stdout)
+            ));
+            Ok(Acquired {
+                arg: snapshot.display().to_string(),
+                local: snapshot,
+                revision,
+                env: Vec::new(),
+                _s3: None,
+            })
+        }
+    }
+}
+
+async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneError> {
     h.recovery = Some(Recovery::default());
     let before = h.status().await;
     let mut ids_before = Vec::new();
@@ -225,25 +301,16 @@ pub async fn restore_from_snapshot(h: &mut Harness) -> Result<(), ControlPlaneEr
     let dir = h.cp.path().join("restore-from-snapshot");
     std::fs::create_dir_all(&dir)
         .map_err(|e| failed(format!("creating {}: {e}", dir.display())))?;
-    let tls = write_tls(h, &dir).await?;
-    let snapshot = dir.join("snapshot.db");
-    let endpoint = format!("https://{}:2379", h.cp.node(TARGET)?.ip());
-    let saving = Instant::now();
-    let saved = save_snapshot(&endpoint, Some(&tls), &snapshot).await?;
-    let saved_at = Instant::now();
-    let revision = snapshot_revision(&snapshot).await?;
+    let acquired = acquire(h, source, &dir).await?;
+    let (snapshot, revision) = (acquired.local.clone(), acquired.revision);
     let load = h
         .load
         .as_ref()
         .ok_or_else(|| failed("the write load is not running"))?;
     load.set_cutoff(revision).await;
     let acked_at_save = load.acknowledged().await;
-    let size = std::fs::metadata(&snapshot).map(|m| m.len()).unwrap_or(0);
     h.step(format!(
-        "etcdctl snapshot save from {TARGET} ({endpoint}) took {:.1}s: {} ({size} bytes), store revision {revision} (the load's cut-off; {acked_at_save} write(s) acknowledged so far): {}",
-        saved_at.duration_since(saving).as_secs_f64(),
-        snapshot.display(),
-        excerpt(&saved.stdout)
+        "the snapshot's store revision {revision} is the load's cut-off ({acked_at_save} write(s) acknowledged so far)"
     ));
 
     // 2. Bad input while quorum is healthy.
@@ -319,12 +386,12 @@ pub async fn restore_from_snapshot(h: &mut Harness) -> Result<(), ControlPlaneEr
 
     // 5. The restore.
     let restoring = Instant::now();
-    let ran = from_snapshot(h, &snapshot).await?;
+    let ran = from_snapshot(h, &acquired.arg, &acquired.env).await?;
     let restored_at = Instant::now();
     if ran.code != Some(EXIT_OK) {
         return Err(failed(format!(
             "etcd-recover from-snapshot {} --accept-revisions-going-back on {TARGET} exited {:?} after {:.1}s:\n{}",
-            snapshot.display(),
+            acquired.arg,
             ran.code,
             ran.took.as_secs_f64(),
             ran.said()
@@ -332,7 +399,7 @@ pub async fn restore_from_snapshot(h: &mut Harness) -> Result<(), ControlPlaneEr
     }
     h.step(format!(
         "etcd-recover from-snapshot {} --accept-revisions-going-back on {TARGET} (exit 0, {:.1}s):\n{}{}",
-        snapshot.display(),
+        acquired.arg,
         ran.took.as_secs_f64(),
         ran.stdout.trim_end(),
         if ran.stderr.trim().is_empty() {

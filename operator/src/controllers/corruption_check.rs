@@ -209,12 +209,7 @@ pub fn reconcile(p: &mut Pass<'_>) {
         p.next(NAME, "off (spec.corruptionCheck.intervalSeconds is 0)");
         return;
     };
-    if p.o.now < due {
-        let wait = due - p.o.now;
-        p.next(NAME, format!("next check in {}s", wait.whole_seconds()));
-        let wait = Duration::from_secs(u64::try_from(wait.whole_seconds()).unwrap_or(0) + 1);
-        p.report.requeue_after = p.report.requeue_after.min(wait);
-        p.report.full_pass_within = Some(p.report.full_pass_within.map_or(wait, |w| w.min(wait)));
+    if p.not_yet(NAME, due, "next check") {
         return;
     }
     if voters.len() < 2 || p.st.defrag.is_some() {

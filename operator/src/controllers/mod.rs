@@ -9,6 +9,7 @@
 //! A controller's name ([`ControllerName::as_str`]) is the one used in its plan line, its metric
 //! labels, its log field and (through [`ControllerName::degraded`]) its Degraded condition.
 
+pub mod backup;
 pub mod cert_signer;
 pub mod cluster_operator;
 pub mod corruption_check;
@@ -47,12 +48,13 @@ pub enum ControllerName {
     Endpoints,
     Defrag,
     CorruptionCheck,
+    Backup,
     QuorumGuard,
 }
 
 impl ControllerName {
     /// The order of a pass (see `docs/architecture.md`).
-    pub const ORDER: [ControllerName; 11] = [
+    pub const ORDER: [ControllerName; 12] = [
         ControllerName::CertSigner,
         ControllerName::EtcdObserver,
         ControllerName::Membership,
@@ -63,6 +65,7 @@ impl ControllerName {
         ControllerName::Endpoints,
         ControllerName::Defrag,
         ControllerName::CorruptionCheck,
+        ControllerName::Backup,
         ControllerName::QuorumGuard,
     ];
 
@@ -79,6 +82,7 @@ impl ControllerName {
             ControllerName::Endpoints => "endpoints",
             ControllerName::Defrag => "defragmentation",
             ControllerName::CorruptionCheck => "corruption-check",
+            ControllerName::Backup => "backup",
             ControllerName::QuorumGuard => "quorum-guard",
         }
     }
@@ -100,6 +104,7 @@ impl ControllerName {
             // It never fails as a step (an unanswered check is a result, `Inconclusive`); what
             // it finds is about etcd's members.
             ControllerName::CorruptionCheck => ConditionType::EtcdObserverDegraded,
+            ControllerName::Backup => ConditionType::BackupControllerDegraded,
             ControllerName::QuorumGuard => ConditionType::QuorumGuardControllerDegraded,
         }
     }

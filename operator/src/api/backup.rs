@@ -1,0 +1,180 @@
+//! The spec and status of scheduled backups: when a snapshot is taken, where it goes (a
+//! directory on the control-plane node the operator runs on, or an S3-compatible bucket), how
+//! many are kept, and whether each is proven restorable; the status says what the last backup,
+//! the last failure and the last verification were.
+
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+
+mod defaults {
+    pub fn schedule() -> String {
+        "0 * * * *".into()
+    }
+    pub fn count() -> u32 {
+        24
+    }
+    pub fn verify() -> bool {
+        true
+    }
+    pub fn timeout_seconds() -> u32 {
+        900
+    }
+    pub fn region() -> String {
+        "us-east-1".into()
+    }
+}
+
+/// Scheduled etcd backups. A snapshot is streamed from a healthy follower (the leader only in
+/// a one-member cluster), checked, stored with its record and the static-pod resources of the
+/// revision it was taken under, and (with `verify`) restored into a throwaway etcd that must
+/// answer a key written just before the snapshot. Unset: no backups.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Backup {
+    /// A cron schedule in UTC (five fields: minute hour day-of-month month day-of-week).
+    #[serde(default = "defaults::schedule")]
+    #[x_kube(validation = Rule::new("self.size() > 0").message("schedule must not be empty"))]
+    pub schedule: String,
+    /// Which backups are kept.
+    #[serde(default)]
+    pub retention: BackupRetention,
+    /// Where backups go. Unset: the directory the operator's `--backup-dir` names (a hostPath
+    /// on the control-plane node it runs on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Destination>,
+    /// Restore every backup into a throwaway etcd and read a known key back from it.
+    #[serde(default = "defaults::verify")]
+    pub verify: bool,
+    /// A backup (with its verification) not done after this long has failed.
+    #[serde(default = "defaults::timeout_seconds")]
+    #[x_kube(validation = Rule::new("self >= 30 && self <= 86400").message("timeoutSeconds must be between 30 and 86400"))]
+    pub timeout_seconds: u32,
+    /// Setting this to a new value takes a backup at once, schedule aside;
+    /// `status.backup.handledRequest` says when it is done.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub request: String,
+}
+
+impl Default for Backup {
+    fn default() -> Self {
+        Self {
+            schedule: defaults::schedule(),
+            retention: BackupRetention::default(),
+            s3: None,
+            verify: defaults::verify(),
+            timeout_seconds: defaults::timeout_seconds(),
+            request: String::new(),
+        }
+    }
+}
+
+/// Which backups are kept: the newest `count`, less those older than `maxAgeHours`. The
+/// newest good backup (whole, recorded and, with `verify`, verified) is never deleted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupRetention {
+    #[serde(default = "defaults::count")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 1000").message("count must be between 1 and 1000"))]
+    pub count: u32,
+    /// 0: no age limit.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self >= 0 && self <= 87600").message("maxAgeHours must be between 0 and 87600"))]
+    pub max_age_hours: u32,
+}
+
+impl Default for BackupRetention {
+    fn default() -> Self {
+        Self {
+            count: defaults::count(),
+            max_age_hours: 0,
+        }
+    }
+}
+
+/// An S3-compatible bucket.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct S3Destination {
+    /// `https://host[:port]` (`http://` only for a server on the same host).
+    #[x_kube(validation = Rule::new("self.startsWith('https://') || self.startsWith('http://')").message("endpoint must start with https:// or http://"))]
+    pub endpoint: String,
+    #[x_kube(validation = Rule::new("self.size() >= 3 && self.size() <= 63").message("bucket must be 3 to 63 characters"))]
+    pub bucket: String,
+    /// Objects go below this prefix.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prefix: String,
+    #[serde(default = "defaults::region")]
+    pub region: String,
+    /// A Secret in the operator's namespace with the keys `accessKeyId` and `secretAccessKey`.
+    pub credentials_secret: String,
+}
+
+/// What the backup controller did.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupStatus {
+    /// The last good backup: taken, stored and (with `verify`) verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success: Option<BackupRecord>,
+    /// The last failed attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<BackupFailure>,
+    /// The last backup a restore proved readable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_verified: Option<BackupVerification>,
+    /// When the last attempt started (RFC 3339): the schedule counts from it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_attempt_time: String,
+    /// Failed attempts since the last good backup.
+    #[serde(default)]
+    pub consecutive_failures: u32,
+    /// The last `spec.backup.request` a backup was taken for.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub handled_request: String,
+    /// The backup being taken now.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub in_progress: String,
+    /// The backups the destination holds, oldest first.
+    #[serde(default)]
+    pub stored: Vec<String>,
+}
+
+/// One good backup.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupRecord {
+    pub name: String,
+    /// Where it is: `directory …` or `s3://bucket/prefix at endpoint`.
+    pub destination: String,
+    /// RFC 3339.
+    pub taken_at: String,
+    pub revision: i64,
+    pub size_bytes: u64,
+    pub duration_ms: u64,
+    pub sha256: String,
+    /// `<id hex>=<name>` of the member it was streamed from.
+    pub source_member: String,
+}
+
+/// One failed attempt.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupFailure {
+    pub name: String,
+    /// RFC 3339.
+    pub time: String,
+    /// A category: `Credentials`, `Destination`, `Snapshot`, `NoSource`, `Verification`,
+    /// `Timeout`, `Interrupted`.
+    pub reason: String,
+    pub message: String,
+}
+
+/// A verification by restore.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupVerification {
+    pub name: String,
+    /// RFC 3339.
+    pub time: String,
+    pub message: String,
+}

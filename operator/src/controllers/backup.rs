@@ -1,0 +1,546 @@
+//! Backup: scheduled etcd snapshots that are proven restorable.
+//!
+//! Inputs: `spec.backup`, the last outcome (`status.backup`), the members and their health, the
+//! S3 credentials Secret (operator namespace), the current revision's static-pod resources.
+//! Decision (pure: [`next_due`], [`pick_source`], [`destination`], [`to_delete`]): a backup is
+//! due at the schedule's next time after the last attempt (at once when there was none, or
+//! when `spec.backup.request` is new); it is streamed from the healthy follower with the highest
+//! raft index (the leader only in a one-member cluster: a snapshot costs the member that sends
+//! it disk and network, and the leader must keep the heartbeats going). The run
+//! ([`run::take`], off the pass, bounded by `timeoutSeconds`): a marker key written through
+//! raft, the follower waited for until it applied it, the snapshot streamed to scratch space,
+//! its integrity and contents checked, then the snapshot, the revision's resources and last the
+//! record stored (a backup without its record is incomplete); with `verify`, a restore into a
+//! throwaway etcd must answer the marker ([`verify`]), and the record says so. Retention
+//! deletes beyond `count` and `maxAgeHours` but never the newest good backup. Writes:
+//! `status.backup`, Events `BackupSucceeded` / `BackupFailed`, metrics. It never changes
+//! etcd's membership or configuration and never blocks the pass: a run in flight only holds
+//! the next backup.
+
+pub mod run;
+pub mod verify;
+
+use std::time::Duration;
+
+use etcd_snapshot::store::{BackupName, Destination, S3Config};
+use k8s_openapi::api::core::v1::Secret;
+use membership::{MemberId, MemberUrl};
+use time::OffsetDateTime;
+use tokio::task::JoinHandle;
+
+use crate::api::{Backup, BackupFailure, BackupStatus};
+use crate::certs::{format_time, parse_time};
+use crate::etcd::EtcdObservation;
+use crate::metrics::ResultLabel;
+use crate::pass::Pass;
+
+use super::ControllerName;
+
+const NAME: ControllerName = ControllerName::Backup;
+/// After a failure the next attempt comes after this long, or at the next scheduled time if
+/// that is sooner.
+pub const RETRY_AFTER: time::Duration = time::Duration::minutes(5);
+
+/// A backup in flight.
+#[derive(Debug)]
+pub struct BackupRun {
+    pub name: BackupName,
+    pub request: String,
+    handle: JoinHandle<run::Outcome>,
+}
+
+/// Why a backup failed, as `status.backup.lastFailure.reason`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailReason {
+    Schedule,
+    Credentials,
+    Destination,
+    NoSource,
+    Snapshot,
+    Verification,
+    Timeout,
+    Interrupted,
+}
+
+impl FailReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailReason::Schedule => "Schedule",
+            FailReason::Credentials => "Credentials",
+            FailReason::Destination => "Destination",
+            FailReason::NoSource => "NoSource",
+            FailReason::Snapshot => "Snapshot",
+            FailReason::Verification => "Verification",
+            FailReason::Timeout => "Timeout",
+            FailReason::Interrupted => "Interrupted",
+        }
+    }
+}
+
+/// A failure with its reason and a sentence naming the input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub reason: FailReason,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(reason: FailReason, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// `YYYYMMDDTHHMMSSZ` of `t` (UTC): [`format_time`] without its separators.
+pub fn stamp(t: OffsetDateTime) -> String {
+    format_time(t).replace(['-', ':'], "")
+}
+
+/// The time of a [`stamp`].
+pub fn parse_stamp(s: &str) -> Option<OffsetDateTime> {
+    let part = |r: std::ops::Range<usize>| s.get(r);
+    if s.len() != 16 || part(8..9)? != "T" || part(15..16)? != "Z" {
+        return None;
+    }
+    parse_time(&format!(
+        "{}-{}-{}T{}:{}:{}Z",
+        part(0..4)?,
+        part(4..6)?,
+        part(6..8)?,
+        part(9..11)?,
+        part(11..13)?,
+        part(13..15)?
+    ))
+}
+
+fn to_chrono(t: OffsetDateTime) -> chrono::NaiveDateTime {
+    chrono::DateTime::from_timestamp(t.unix_timestamp(), 0)
+        .unwrap_or_default()
+        .naive_utc()
+}
+
+fn from_chrono(t: chrono::NaiveDateTime) -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp(t.and_utc().timestamp())
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH)
+}
+
+/// The schedule, parsed (five fields, UTC).
+pub fn parse_schedule(schedule: &str) -> Result<croner::Cron, String> {
+    if schedule.split_whitespace().count() != 5 {
+        return Err(format!(
+            "spec.backup.schedule {schedule:?}: expected five fields (minute hour day-of-month month day-of-week)"
+        ));
+    }
+    schedule
+        .parse::<croner::Cron>()
+        .map_err(|e| format!("spec.backup.schedule {schedule:?}: {e}"))
+}
+
+/// The first scheduled time strictly after `after`.
+pub fn next_scheduled(cron: &croner::Cron, after: OffsetDateTime) -> Option<OffsetDateTime> {
+    cron.find_next_occurrence(&to_chrono(after), false)
+        .ok()
+        .map(from_chrono)
+}
+
+/// The longest gap between two scheduled times over the next 400 days' first 500 times (what
+/// `EtcdBackupTooOld` compares a backup's age with).
+pub fn max_interval(cron: &croner::Cron, from: OffsetDateTime) -> Option<Duration> {
+    let mut prev = next_scheduled(cron, from)?;
+    let mut longest = time::Duration::ZERO;
+    for _ in 0..500 {
+        let Some(next) = next_scheduled(cron, prev) else {
+            break;
+        };
+        longest = longest.max(next - prev);
+        if next - from > time::Duration::days(400) {
+            break;
+        }
+        prev = next;
+    }
+    Duration::try_from(longest).ok().filter(|d| !d.is_zero())
+}
+
+/// When the next backup is due: at once without any attempt or with a new request; after a
+/// failure [`RETRY_AFTER`] later (or the next scheduled time if sooner); else the next
+/// scheduled time after the last attempt.
+pub fn next_due(spec: &Backup, last: Option<&BackupStatus>) -> Result<OffsetDateTime, String> {
+    let cron = parse_schedule(&spec.schedule)?;
+    let Some(last) = last else {
+        return Ok(OffsetDateTime::UNIX_EPOCH);
+    };
+    if !spec.request.is_empty() && spec.request != last.handled_request {
+        return Ok(OffsetDateTime::UNIX_EPOCH);
+    }
+    let Some(attempt) = parse_time(&last.last_attempt_time) else {
+        return Ok(OffsetDateTime::UNIX_EPOCH);
+    };
+    let scheduled = next_scheduled(&cron, attempt)
+        .ok_or_else(|| format!("spec.backup.schedule {:?} never fires", spec.schedule))?;
+    Ok(if last.consecutive_failures > 0 {
+        scheduled.min(attempt + RETRY_AFTER)
+    } else {
+        scheduled
+    })
+}
+
+/// The member a snapshot is streamed from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Source {
+    pub id: MemberId,
+    pub name: String,
+    pub url: MemberUrl,
+}
+
+impl Source {
+    pub fn label(&self) -> String {
+        format!("{}={}", self.id, self.name)
+    }
+}
+
+/// The healthy started follower (voter) with the highest raft index; the leader only when it is
+/// the one voter. Learners are never used (they may not have caught up).
+pub fn pick_source(obs: &EtcdObservation) -> Result<Source, Failure> {
+    let voters: Vec<_> = obs.started_voters().collect();
+    let healthy = |id: &MemberId| obs.health.get(id).is_some_and(|h| h.healthy);
+    let as_source = |m: &membership::Member| {
+        Some(Source {
+            id: m.id,
+            name: m.name.clone(),
+            url: m.client_urls.first()?.clone(),
+        })
+    };
+    if let [only] = voters.as_slice() {
+        return if healthy(&only.id) {
+            as_source(only).ok_or_else(|| {
+                Failure::new(FailReason::NoSource, "the one voter has no client URL")
+            })
+        } else {
+            Err(Failure::new(
+                FailReason::NoSource,
+                format!("the one voter {} is not healthy", only.name),
+            ))
+        };
+    }
+    voters
+        .iter()
+        .filter(|m| Some(m.id) != obs.leader && healthy(&m.id))
+        .max_by_key(|m| {
+            (
+                obs.health.get(&m.id).and_then(|h| h.raft_index),
+                std::cmp::Reverse(m.name.clone()),
+            )
+        })
+        .and_then(|m| as_source(m))
+        .ok_or_else(|| {
+            Failure::new(
+                FailReason::NoSource,
+                format!(
+                    "no healthy follower to stream a snapshot from ({} voters; the leader is not used: a snapshot would stall it)",
+                    voters.len()
+                ),
+            )
+        })
+}
+
+/// Keys of the credentials Secret.
+pub const ACCESS_KEY_ID: &str = "accessKeyId";
+pub const SECRET_ACCESS_KEY: &str = "secretAccessKey";
+
+/// Where this backup goes: the local directory, or the bucket with the Secret's credentials.
+pub fn destination(
+    spec: &Backup,
+    local_dir: &std::path::Path,
+    operator_namespace: &str,
+    secrets: &[Secret],
+) -> Result<Destination, Failure> {
+    let Some(s3) = &spec.s3 else {
+        return Ok(Destination::Local {
+            dir: local_dir.to_owned(),
+        });
+    };
+    let name = &s3.credentials_secret;
+    let secret = crate::observed::find(secrets, operator_namespace, name).ok_or_else(|| {
+        Failure::new(
+            FailReason::Credentials,
+            format!(
+                "spec.backup.s3.credentialsSecret: Secret {operator_namespace}/{name} not found"
+            ),
+        )
+    })?;
+    let key = |k: &str| {
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .map(|v| String::from_utf8_lossy(&v.0).trim().to_owned())
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| {
+                Failure::new(
+                    FailReason::Credentials,
+                    format!(
+                        "Secret {operator_namespace}/{name} (spec.backup.s3.credentialsSecret) has no key {k:?} (it needs {ACCESS_KEY_ID:?} and {SECRET_ACCESS_KEY:?})"
+                    ),
+                )
+            })
+    };
+    Ok(Destination::S3(S3Config {
+        endpoint: s3.endpoint.clone(),
+        bucket: s3.bucket.clone(),
+        prefix: s3.prefix.clone(),
+        region: s3.region.clone(),
+        access_key_id: key(ACCESS_KEY_ID)?,
+        secret_access_key: key(SECRET_ACCESS_KEY)?,
+    }))
+}
+
+/// A stored backup as retention sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kept {
+    pub name: BackupName,
+    /// Whole, recorded and (with `verify`) verified.
+    pub good: bool,
+}
+
+/// The backups to delete (`stored` oldest first): beyond the newest `count`, or older than
+/// `maxAgeHours`; never the newest good one.
+pub fn to_delete(spec: &Backup, stored: &[Kept], now: OffsetDateTime) -> Vec<BackupName> {
+    let newest_good = stored.iter().rev().find(|k| k.good).map(|k| &k.name);
+    let count = usize::try_from(spec.retention.count).unwrap_or(usize::MAX);
+    let beyond = stored.len().saturating_sub(count);
+    let too_old = |k: &Kept| {
+        spec.retention.max_age_hours > 0
+            && parse_stamp(k.name.stamp()).is_some_and(|t| {
+                now - t > time::Duration::hours(i64::from(spec.retention.max_age_hours))
+            })
+    };
+    stored
+        .iter()
+        .enumerate()
+        .filter(|(i, k)| (*i < beyond || too_old(k)) && Some(&k.name) != newest_good)
+        .map(|(_, k)| k.name.clone())
+        .collect()
+}
+
+/// Takes a finished backup into status (after the observer).
+pub async fn collect(p: &mut Pass<'_>) {
+    if !p.st.backup.as_ref().is_some_and(|r| r.handle.is_finished()) {
+        return;
+    }
+    let Some(done) = p.st.backup.take() else {
+        return;
+    };
+    let outcome = match done.handle.await {
+        Ok(o) => o,
+        Err(e) => run::Outcome::failed(Failure::new(
+            FailReason::Interrupted,
+            format!("the backup task ended: {e}"),
+        )),
+    };
+    let mut status = p.backup.clone().unwrap_or_default();
+    status.in_progress.clear();
+    if !done.request.is_empty() {
+        status.handled_request = done.request.clone();
+    }
+    if let Some(stored) = outcome.stored.clone() {
+        status.stored = stored;
+    }
+    let m = &p.ctx.metrics;
+    match outcome.result {
+        Ok(good) => {
+            m.backups
+                .get_or_create(&ResultLabel {
+                    result: "succeeded".into(),
+                })
+                .inc();
+            let line = format!(
+                "backup {} taken from {} at revision {} ({} bytes, {} ms) into {}{}",
+                good.record.name,
+                good.record.source_member,
+                good.record.revision,
+                good.record.size_bytes,
+                good.record.duration_ms,
+                good.record.destination,
+                good.verified
+                    .as_ref()
+                    .map(|v| format!("; verified: {}", v.message))
+                    .unwrap_or_default()
+            );
+            p.note(line.clone());
+            p.event(false, "BackupSucceeded", line).await;
+            status.last_success = Some(good.record);
+            if good.verified.is_some() {
+                status.last_verified = good.verified;
+            }
+            status.consecutive_failures = 0;
+        }
+        Err(f) => {
+            m.backups
+                .get_or_create(&ResultLabel {
+                    result: "failed".into(),
+                })
+                .inc();
+            status.consecutive_failures += 1;
+            let line = format!(
+                "backup {} failed ({}): {}",
+                done.name,
+                f.reason.as_str(),
+                f.message
+            );
+            p.note(line.clone());
+            p.event(true, "BackupFailed", line).await;
+            status.last_failure = Some(BackupFailure {
+                name: done.name.to_string(),
+                time: format_time(p.o.now),
+                reason: f.reason.as_str().into(),
+                message: f.message,
+            });
+        }
+    }
+    p.backup = Some(status);
+}
+
+/// Starts a backup when one is due (after the corruption check).
+pub fn reconcile(p: &mut Pass<'_>) {
+    let m = &p.ctx.metrics;
+    let Some(spec) = p.o.spec.backup.clone() else {
+        m.backup_enabled.set(0);
+        p.next(NAME, "off (spec.backup is not set)");
+        return;
+    };
+    m.backup_enabled.set(1);
+    // From status, so a restarted or newly elected operator reports what its predecessor did.
+    if let Some(st) = &p.backup {
+        m.backup_consecutive_failures
+            .set(i64::from(st.consecutive_failures));
+        if let Some(good) = &st.last_success {
+            m.backup_last_success
+                .set(parse_time(&good.taken_at).map_or(0, |t| t.unix_timestamp()));
+            m.backup_last_size
+                .set(i64::try_from(good.size_bytes).unwrap_or(i64::MAX));
+            m.backup_last_duration.set(good.duration_ms as f64 / 1000.0);
+        }
+    }
+    if let Ok(cron) = parse_schedule(&spec.schedule) {
+        m.backup_max_interval.set(
+            max_interval(&cron, p.o.now)
+                .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)),
+        );
+    }
+    if let Some(r) = &p.st.backup {
+        p.next(NAME, format!("taking {}", r.name));
+        p.busy = true;
+        return;
+    }
+    if !p.o.managed {
+        p.next(NAME, "none while managementState is Unmanaged");
+        return;
+    }
+    if let Some(status) = p.backup.as_mut().filter(|s| !s.in_progress.is_empty()) {
+        // Status names a backup no task of this process runs: the operator restarted (or lost
+        // its leadership) while it ran.
+        let name = std::mem::take(&mut status.in_progress);
+        status.consecutive_failures += 1;
+        status.last_failure = Some(BackupFailure {
+            name: name.clone(),
+            time: format_time(p.o.now),
+            reason: FailReason::Interrupted.as_str().into(),
+            message: "the operator stopped while it ran".into(),
+        });
+        p.note(format!(
+            "backup {name} was interrupted: the operator stopped while it ran"
+        ));
+    }
+    let due = match next_due(&spec, p.backup.as_ref()) {
+        Ok(d) => d,
+        Err(e) => {
+            p.cond(
+                NAME.degraded(),
+                true,
+                crate::status::Reason::Failed("spec"),
+                e.clone(),
+            );
+            p.next(NAME, e);
+            return;
+        }
+    };
+    // Names are stamped to the second: never two attempts in one.
+    let last_attempt = p
+        .backup
+        .as_ref()
+        .and_then(|s| parse_time(&s.last_attempt_time));
+    let due = last_attempt.map_or(due, |t| due.max(t + time::Duration::seconds(1)));
+    if p.not_yet(NAME, due, "next backup") {
+        return;
+    }
+    let stamp = stamp(p.o.now);
+    let Ok(name) = BackupName::new(&stamp) else {
+        return;
+    };
+    p.next(NAME, format!("take backup {name}"));
+    if p.w.dry_run() {
+        return;
+    }
+    let mut status = p.backup.clone().unwrap_or_default();
+    status.last_attempt_time = format_time(p.o.now);
+    status.in_progress = name.to_string();
+    p.backup = Some(status);
+    let prepared = prepare(p, &spec);
+    let handle = tokio::spawn(run::take(name.clone(), spec.clone(), prepared));
+    p.st.backup = Some(BackupRun {
+        name,
+        request: spec.request,
+        handle,
+    });
+    p.busy = true;
+}
+
+/// Everything the run needs from the pass, or why it cannot start.
+fn prepare(p: &Pass<'_>, spec: &Backup) -> Result<run::Inputs, Failure> {
+    let destination = destination(
+        spec,
+        &p.ctx.config.backup.dir,
+        &p.ctx.config.operator_namespace,
+        &p.inputs.operator_secrets,
+    )?;
+    let source = pick_source(&p.o.etcd)?;
+    let client = p.st.etcd.current().ok_or_else(|| {
+        Failure::new(
+            FailReason::NoSource,
+            "no etcd client (etcd was not reached in this pass)",
+        )
+    })?;
+    let image =
+        p.o.spec
+            .etcd_image
+            .clone()
+            .unwrap_or_else(|| p.ctx.config.images.etcd.clone());
+    Ok(run::Inputs {
+        destination,
+        source,
+        client,
+        members: p
+            .o
+            .etcd
+            .members
+            .iter()
+            .map(|m| format!("{}={}", m.id, m.name))
+            .collect(),
+        cluster_id: p
+            .o
+            .etcd
+            .cluster_id
+            .map(|c| format!("{c:x}"))
+            .unwrap_or_default(),
+        etcd_version: p.o.etcd.cluster_version.clone().unwrap_or_default(),
+        image,
+        resources: run::resources(&p.inputs.configmaps, &p.inputs.secrets, p.latest),
+        paths: p.ctx.config.backup.clone(),
+    })
+}
+
+#[cfg(test)]
+#[path = "backup_tests.rs"]
+mod tests;

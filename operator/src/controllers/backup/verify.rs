@@ -1,0 +1,167 @@
+//! Verification by restore: a backup counts only once it restored into a throwaway data dir
+//! (with the restore tool of the cluster's etcd image: `etcdctl` for 3.4, `etcdutl` for 3.5+,
+//! taken from the operator's `--etcd-tools` directory), a throwaway one-member etcd started on
+//! it (plain HTTP on two free loopback ports, nothing else reaches it), and that etcd answered
+//! the marker key with the value written just before the snapshot. The etcd is stopped and the
+//! directory removed by the caller whatever the result.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::process::Command;
+
+use super::run::MARKER_KEY;
+
+/// How long the restore, and then the start until the marker reads back, may each take.
+const STEP_LIMIT: Duration = Duration::from_secs(120);
+
+fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free loopback port: {e}"))
+}
+
+/// Restores `snapshot` under `work` and reads [`MARKER_KEY`] back; `Ok` says what proved it.
+pub async fn restore_and_read(
+    tools: &Path,
+    image: &str,
+    snapshot: &Path,
+    work: &Path,
+    marker: &str,
+) -> Result<String, String> {
+    let tool = etcd_snapshot::tool::restore_tool(image)?;
+    let restore_bin = tools.join(tool.binary);
+    let etcd_bin = tools.join("etcd");
+    for b in [&restore_bin, &etcd_bin] {
+        if !b.is_file() {
+            return Err(format!(
+                "{} not found: the operator's --etcd-tools directory must hold etcd and {} of the cluster's etcd version ({image})",
+                b.display(),
+                tool.binary
+            ));
+        }
+    }
+    tokio::fs::create_dir_all(work)
+        .await
+        .map_err(|e| format!("{}: {e}", work.display()))?;
+    let data = work.join("data");
+    let (client_port, peer_port) = (free_port()?, free_port()?);
+    let peer = format!("http://127.0.0.1:{peer_port}");
+    let client = format!("http://127.0.0.1:{client_port}");
+    let cluster = format!("verify={peer}");
+    let started = Instant::now();
+    let mut restore = Command::new(&restore_bin);
+    restore
+        .env("ETCDCTL_API", "3")
+        .arg("snapshot")
+        .arg("restore")
+        .arg(snapshot)
+        .arg(format!("--data-dir={}", data.display()))
+        .arg("--name=verify")
+        .arg(format!("--initial-cluster={cluster}"))
+        .arg(format!("--initial-advertise-peer-urls={peer}"))
+        .arg("--initial-cluster-token=etcd-backup-verify")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(STEP_LIMIT, restore.output())
+        .await
+        .map_err(|_| {
+            format!(
+                "{} snapshot restore: not done within {STEP_LIMIT:?}",
+                tool.binary
+            )
+        })?
+        .map_err(|e| format!("{}: {e}", restore_bin.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} snapshot restore failed ({}): {}",
+            tool.binary,
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let log = std::fs::File::create(work.join("etcd.log"))
+        .map_err(|e| format!("{}: {e}", work.display()))?;
+    let log2 = log.try_clone().map_err(|e| e.to_string())?;
+    let mut etcd = Command::new(&etcd_bin)
+        .arg("--name=verify")
+        .arg(format!("--data-dir={}", data.display()))
+        .arg(format!("--listen-client-urls={client}"))
+        .arg(format!("--advertise-client-urls={client}"))
+        .arg(format!("--listen-peer-urls={peer}"))
+        .arg(format!("--initial-advertise-peer-urls={peer}"))
+        .arg(format!("--initial-cluster={cluster}"))
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("{}: {e}", etcd_bin.display()))?;
+    let read = read_marker(&client, marker, &mut etcd).await;
+    let _ = etcd.start_kill();
+    let _ = etcd.wait().await;
+    let (revision, version) = read.map_err(|e| {
+        let log = std::fs::read_to_string(work.join("etcd.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(3).collect();
+        format!(
+            "{e} (etcd's last lines: {})",
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        )
+    })?;
+    Ok(format!(
+        "restored with {} and started etcd {version}: {MARKER_KEY} = {marker} at revision {revision} ({} ms)",
+        tool.binary,
+        started.elapsed().as_millis()
+    ))
+}
+
+/// Reads the marker from the throwaway etcd until it answers; its revision and version.
+async fn read_marker(
+    url: &str,
+    marker: &str,
+    etcd: &mut tokio::process::Child,
+) -> Result<(i64, String), String> {
+    let deadline = Instant::now() + STEP_LIMIT;
+    let mut last = String::from("no answer yet");
+    loop {
+        if let Ok(Some(status)) = etcd.try_wait() {
+            return Err(format!(
+                "the restored etcd exited ({status}) before answering: {last}"
+            ));
+        }
+        let attempt = async {
+            let options = etcd_client::ConnectOptions::new()
+                .with_connect_timeout(Duration::from_secs(1))
+                .with_timeout(Duration::from_secs(2));
+            let mut c = etcd_client::Client::connect([url], Some(options)).await?;
+            let got = c.get(MARKER_KEY, None).await?;
+            let status = c.status().await?;
+            Ok::<_, etcd_client::Error>((got, status))
+        };
+        match attempt.await {
+            Ok((got, status)) => {
+                let value = got.kvs().first().map(|kv| kv.value().to_vec());
+                return match value {
+                    Some(v) if v == marker.as_bytes() => Ok((
+                        got.header().map_or(0, |h| h.revision()),
+                        status.version().to_owned(),
+                    )),
+                    Some(v) => Err(format!(
+                        "the restored etcd answers {MARKER_KEY} = {:?}, expected {marker:?}: the snapshot predates its own marker",
+                        String::from_utf8_lossy(&v)
+                    )),
+                    None => Err(format!("the restored etcd has no {MARKER_KEY}")),
+                };
+            }
+            Err(e) => last = e.to_string(),
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the restored etcd did not answer within {STEP_LIMIT:?}: {last}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -11,6 +11,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 mod backup;
+mod certificates;
 mod maintenance;
 mod platform;
 mod selector;
@@ -18,6 +19,7 @@ pub use backup::{
     Backup, BackupFailure, BackupRecord, BackupRetention, BackupStatus, BackupVerification,
     S3Destination,
 };
+pub use certificates::{CertificateExpiry, Certificates, CertificatesStatus};
 pub use maintenance::{
     CorruptionCheck, CorruptionCheckStatus, DefragRecord, Defragmentation, DefragmentationStatus,
     DivergentMember,
@@ -86,6 +88,9 @@ pub struct EtcdClusterSpec {
     /// How often the members' data is compared, and what happens to a diverged member.
     #[serde(default)]
     pub corruption_check: CorruptionCheck,
+    /// Lifetime and renewal of the leaf certificates the operator issues.
+    #[serde(default)]
+    pub certificates: Certificates,
     /// Scheduled, verified backups. Unset: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<Backup>,
@@ -145,6 +150,7 @@ impl Default for EtcdClusterSpec {
             backend_quota_mib: None,
             defragmentation: Defragmentation::default(),
             corruption_check: CorruptionCheck::default(),
+            certificates: Certificates::default(),
             backup: None,
             revision_history: RevisionHistory::default(),
             missing_pod_grace_seconds: default_missing_pod_grace(),
@@ -359,6 +365,9 @@ pub struct EtcdClusterStatus {
     /// The last comparison of the members' data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub corruption_check: Option<CorruptionCheckStatus>,
+    /// The CA's and every leaf certificate's expiry, and when each is renewed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificates: Option<CertificatesStatus>,
     /// Scheduled backups: the last good one, the last failure, the last verification.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<BackupStatus>,

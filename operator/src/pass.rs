@@ -4,7 +4,7 @@
 //! ```text
 //! cert-signer → etcd-observer → membership (+ learner-promotion; one change, then a fresh pass)
 //!   → target-config → revision → installer → endpoints → defragmentation → corruption-check
-//!   → status
+//!   → backup → status
 //! ```
 //!
 //! The order is a pipeline: each controller may end the pass ([`Flow::Stop`]) when what follows
@@ -154,6 +154,7 @@ pub struct Pass<'a> {
     pub defrag: DefragmentationStatus,
     pub corruption: Option<CorruptionCheckStatus>,
     pub backup: Option<crate::api::BackupStatus>,
+    pub certificates: Option<crate::api::CertificatesStatus>,
     pub etcd_version: Option<EtcdVersionStatus>,
     pub quorum_guard: Option<crate::api::QuorumGuardStatus>,
     pub versions: Vec<crate::api::OperandVersion>,
@@ -326,6 +327,7 @@ async fn run(
             .backup_status
             .clone()
             .unwrap_or_else(|| o.prev.backup.clone()),
+        certificates: o.prev.certificates.clone(),
         etcd_version: o.prev.etcd_version.clone(),
         quorum_guard: o.prev.quorum_guard.clone(),
         versions: o.prev.versions.clone(),

@@ -38,6 +38,7 @@ pub(super) async fn write_status(p: &mut Pass<'_>) {
         defragmentation: (p.defrag != DefragmentationStatus::default()).then(|| p.defrag.clone()),
         corruption_check: p.corruption.clone(),
         backup: p.backup.clone(),
+        certificates: p.certificates.clone(),
         etcd_version: p.etcd_version.clone(),
         quorum_guard: p.quorum_guard.clone(),
         versions: std::mem::take(&mut p.versions),

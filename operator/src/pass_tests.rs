@@ -35,6 +35,7 @@ fn pass_at<'a>(
         defrag: Default::default(),
         corruption: None,
         backup: None,
+        certificates: None,
         etcd_version: None,
         quorum_guard: None,
         versions: Vec::new(),

@@ -43,7 +43,10 @@ pub(super) async fn prepare(name: &str) -> Result<Harness, (ControlPlaneError, O
 pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
     let mut h = h;
     let result = match name {
-        "bootstrap" => clean_status(&h),
+        "bootstrap" => match clean_status(&h) {
+            Ok(()) => certificate_expiries(&mut h).await,
+            Err(e) => Err(e),
+        },
         "data-loss" => data_loss(&mut h).await,
         "node-replacement" => node_replacement(&mut h).await,
         "operator-crash" => operator_crash(&mut h).await,
@@ -85,6 +88,46 @@ fn clean_status(h: &Harness) -> Result<(), ControlPlaneError> {
         "a normal bootstrap showed in its status: {}",
         lines.join("; ")
     )))
+}
+
+/// `status.certificates` names the CA and every leaf (3 kinds per node, the operator's client
+/// certificate), each renewed before it expires, none outliving the CA.
+async fn certificate_expiries(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    let s = h.status().await;
+    let c = s
+        .certificates
+        .ok_or_else(|| failed("status.certificates is missing"))?;
+    let per_node = |n: &str| c.leaves.iter().filter(|l| l.node == n).count();
+    let counts: Vec<usize> = ["n1", "n2", "n3"].iter().map(|n| per_node(n)).collect();
+    let wrong: Vec<String> = c
+        .leaves
+        .iter()
+        .filter(|l| {
+            l.renew_after.is_empty() || l.renew_after >= l.not_after || l.not_after > c.ca.not_after
+        })
+        .map(|l| {
+            format!(
+                "{} (renew {} / expires {})",
+                l.name, l.renew_after, l.not_after
+            )
+        })
+        .collect();
+    if counts != [3, 3, 3] || c.leaves.len() != 10 || !wrong.is_empty() || c.next_renewal.is_empty()
+    {
+        return Err(failed(format!(
+            "status.certificates: leaves per node {counts:?}, {} in all (expected 3 per node and the operator's client certificate); inconsistent: {wrong:?}; next renewal {:?}",
+            c.leaves.len(),
+            c.next_renewal
+        )));
+    }
+    h.step(format!(
+        "status.certificates: CA {} expires {}; {} leaves, the next renewal at {}",
+        c.ca.name,
+        c.ca.not_after,
+        c.leaves.len(),
+        c.next_renewal
+    ));
+    Ok(())
 }
 
 fn failed(msg: impl Into<String>) -> ControlPlaneError {

@@ -66,18 +66,26 @@ pub struct CertPolicy {
 }
 
 impl Default for CertPolicy {
+    /// The policy of the default `spec.certificates`.
     fn default() -> Self {
-        Self {
-            ca_validity: time::Duration::days(10 * 365),
-            leaf_validity: time::Duration::days(3 * 365),
-            renew_percent: 20,
-            min_renew_window: time::Duration::days(30),
-            backdate: time::Duration::minutes(5),
-        }
+        Self::from_spec(&crate::api::Certificates::default())
     }
 }
 
 impl CertPolicy {
+    /// The policy `spec.certificates` asks for: leaves live `leafValidityDays` and are renewed
+    /// once `renewAtPercent` of their lifetime has passed (no minimum window: the admin's share
+    /// holds for short lifetimes too). The CA lives ten years.
+    pub fn from_spec(spec: &crate::api::Certificates) -> Self {
+        Self {
+            ca_validity: time::Duration::days(10 * 365),
+            leaf_validity: time::Duration::days(i64::from(spec.leaf_validity_days)),
+            renew_percent: u8::try_from(100u32.saturating_sub(spec.renew_at_percent)).unwrap_or(33),
+            min_renew_window: time::Duration::ZERO,
+            backdate: time::Duration::minutes(5),
+        }
+    }
+
     /// How long before `not_after` a certificate valid from `not_before` is renewed.
     pub fn renew_window(
         &self,

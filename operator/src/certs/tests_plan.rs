@@ -138,19 +138,34 @@ fn a_certificate_near_expiry_is_reissued_alone() {
 }
 
 #[test]
-fn renewal_window_is_the_larger_of_a_fifth_and_30_days_capped_at_half() {
+fn renewal_window_is_a_third_of_the_lifetime_by_default_or_a_minimum_capped_at_half() {
     let p = policy();
     let start = t0();
+    // renewAtPercent 67: the last 33% of the lifetime.
     assert_eq!(
         p.renew_window(start, start + Duration::days(3 * 365)),
+        Duration::seconds(1095 * 86400 * 33 / 100)
+    );
+    assert_eq!(
+        p.renew_window(start, start + Duration::days(100)),
+        Duration::days(33)
+    );
+    // A policy with a minimum window: the larger of the two, capped at half the lifetime.
+    let with_min = CertPolicy {
+        renew_percent: 20,
+        min_renew_window: Duration::days(30),
+        ..policy()
+    };
+    assert_eq!(
+        with_min.renew_window(start, start + Duration::days(3 * 365)),
         Duration::days(219)
     );
     assert_eq!(
-        p.renew_window(start, start + Duration::days(60)),
+        with_min.renew_window(start, start + Duration::days(60)),
         Duration::days(30)
     );
     assert_eq!(
-        p.renew_window(start, start + Duration::days(20)),
+        with_min.renew_window(start, start + Duration::days(20)),
         Duration::days(10)
     );
 

@@ -59,10 +59,22 @@ fn write_err(e: crate::writer::WriteError) -> ControllerError {
 /// Runs the certificate signer.
 pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
     let _t = p.ctx.metrics.time(NAME.as_str());
-    let policy = CertPolicy::default();
+    let policy = CertPolicy::from_spec(&p.o.spec.certificates);
     let ca = ca(p, &policy).await?;
     let all_certs = node_certs(p, &ca, &policy).await?;
     let tls = client_cert(p, &ca, &policy).await?;
+    let mut infos = certs::inspect_certs(&ca, &all_certs);
+    let client_key = format!(
+        "{}/{}/tls.crt",
+        p.ctx.config.operator_namespace,
+        ClientCertKind::Operator.secret_name()
+    );
+    infos.push(certs::inspect_pem(&ca, &client_key, &tls.cert));
+    let status = expiry_status(&ca.info(), &infos, &policy);
+    if !status.next_renewal.is_empty() {
+        p.next(NAME, format!("next renewal at {}", status.next_renewal));
+    }
+    p.certificates = Some(status);
     let with_certs =
         p.o.nodes
             .iter()
@@ -190,6 +202,48 @@ async fn client_cert(
     })
 }
 
+/// `status.certificates`: the CA's expiry, and every leaf's with the time the policy renews it
+/// (`infos` of `etcd-all-certs` are named `etcd-all-certs/<key>`; others keep their name).
+pub fn expiry_status(
+    ca: &certs::CaInfo,
+    infos: &[certs::CertInfo],
+    policy: &CertPolicy,
+) -> crate::api::CertificatesStatus {
+    let mut leaves: Vec<crate::api::CertificateExpiry> = infos
+        .iter()
+        .filter_map(|i| {
+            let (nb, na) = (i.not_before?, i.not_after?);
+            let name = if i.secret_key.contains('/') {
+                i.secret_key.clone()
+            } else {
+                format!("{ALL_CERTS_SECRET}/{}", i.secret_key)
+            };
+            Some(crate::api::CertificateExpiry {
+                name,
+                node: i.node.clone().unwrap_or_default(),
+                not_after: certs::format_time(na),
+                renew_after: certs::format_time(policy.renew_after(nb, na)),
+            })
+        })
+        .collect();
+    leaves.sort_by(|a, b| a.name.cmp(&b.name));
+    let next_renewal = leaves
+        .iter()
+        .map(|l| l.renew_after.clone())
+        .min()
+        .unwrap_or_default();
+    crate::api::CertificatesStatus {
+        ca: crate::api::CertificateExpiry {
+            name: certs::CA_SECRET.to_owned(),
+            node: String::new(),
+            not_after: certs::format_time(ca.not_after),
+            renew_after: String::new(),
+        },
+        leaves,
+        next_renewal,
+    }
+}
+
 fn record_expiry(metrics: &Metrics, ca: &EtcdCa, all_certs: &BTreeMap<String, Vec<u8>>) {
     metrics.certificate_expiry.clear();
     for info in certs::inspect_certs(ca, all_certs) {
@@ -204,4 +258,94 @@ fn record_expiry(metrics: &Metrics, ca: &EtcdCa, all_certs: &BTreeMap<String, Ve
         }
     }
     metrics.ca_expiry.set(ca.info().not_after_unix());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use time::OffsetDateTime;
+
+    fn t(s: &str) -> OffsetDateTime {
+        certs::parse_time(s).unwrap()
+    }
+
+    fn leaf(key: &str, node: Option<&str>, from: &str, to: &str) -> certs::CertInfo {
+        certs::CertInfo {
+            secret_key: key.into(),
+            node: node.map(str::to_owned),
+            kind: None,
+            subject: None,
+            not_before: Some(t(from)),
+            not_after: Some(t(to)),
+            dns_names: Vec::new(),
+            ip_addresses: Vec::new(),
+            issued_by_ca: true,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn renewal_comes_at_the_configured_share_of_each_lifetime() {
+        let spec = crate::api::Certificates::default();
+        assert_eq!((spec.leaf_validity_days, spec.renew_at_percent), (1095, 67));
+        let policy = CertPolicy::from_spec(&spec);
+        let ca = certs::CaInfo {
+            subject: "etcd-signer".into(),
+            not_before: t("2026-01-01T00:00:00Z"),
+            not_after: t("2036-01-01T00:00:00Z"),
+        };
+        let infos = [
+            leaf(
+                "etcd-serving-n2.crt",
+                Some("n2"),
+                "2026-01-01T00:00:00Z",
+                "2026-04-11T00:00:00Z",
+            ),
+            leaf(
+                "etcd-peer-n1.crt",
+                Some("n1"),
+                "2026-01-01T00:00:00Z",
+                "2029-01-01T00:00:00Z",
+            ),
+            leaf(
+                "etcd-operator/etcd-client/tls.crt",
+                None,
+                "2026-01-01T00:00:00Z",
+                "2026-01-31T00:00:00Z",
+            ),
+        ];
+        let s = expiry_status(&ca, &infos, &policy);
+        assert_eq!(s.ca.not_after, "2036-01-01T00:00:00Z");
+        let names: Vec<&str> = s.leaves.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "etcd-all-certs/etcd-peer-n1.crt",
+                "etcd-all-certs/etcd-serving-n2.crt",
+                "etcd-operator/etcd-client/tls.crt"
+            ],
+            "sorted, named by Secret and key"
+        );
+        // 100 days of life: renewed 33 days before the end, at day 67.
+        assert_eq!(s.leaves[1].renew_after, "2026-03-09T00:00:00Z");
+        // A 30-day certificate follows the same share: no minimum window pushes it earlier.
+        assert_eq!(s.leaves[2].renew_after, "2026-01-21T02:24:00Z");
+        assert_eq!(s.next_renewal, "2026-01-21T02:24:00Z");
+        assert_eq!(s.leaves[0].node, "n1");
+    }
+
+    #[test]
+    fn a_later_renewal_share_moves_renewal_later() {
+        let spec = crate::api::Certificates {
+            leaf_validity_days: 100,
+            renew_at_percent: 90,
+        };
+        let policy = CertPolicy::from_spec(&spec);
+        assert_eq!(policy.leaf_validity, time::Duration::days(100));
+        let from = t("2026-01-01T00:00:00Z");
+        assert_eq!(
+            policy.renew_after(from, from + time::Duration::days(100)),
+            from + time::Duration::days(90)
+        );
+    }
 }

@@ -1,0 +1,70 @@
+//! The spec and status of the certificates the operator issues: how long a leaf certificate
+//! lives and when in its life it is renewed; the status shows the CA's and every leaf's expiry
+//! and when each will be renewed.
+
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+
+mod defaults {
+    pub fn leaf_validity_days() -> u32 {
+        3 * 365
+    }
+    pub fn renew_at_percent() -> u32 {
+        67
+    }
+}
+
+/// Leaf certificates (every node's peer, serving and metrics certificates, the operator's
+/// client certificate). A renewed certificate reaches a node as a normal revision, rolled one
+/// node at a time through the quorum gate.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Certificates {
+    /// Lifetime of a newly issued leaf certificate (capped at the CA's expiry).
+    #[serde(default = "defaults::leaf_validity_days")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 3650").message("leafValidityDays must be between 1 and 3650"))]
+    pub leaf_validity_days: u32,
+    /// A certificate is renewed once this share of its lifetime has passed.
+    #[serde(default = "defaults::renew_at_percent")]
+    #[x_kube(validation = Rule::new("self >= 50 && self <= 90").message("renewAtPercent must be between 50 and 90"))]
+    pub renew_at_percent: u32,
+}
+
+impl Default for Certificates {
+    fn default() -> Self {
+        Self {
+            leaf_validity_days: defaults::leaf_validity_days(),
+            renew_at_percent: defaults::renew_at_percent(),
+        }
+    }
+}
+
+/// The certificates as the signer last read them.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CertificatesStatus {
+    /// The etcd CA (Secret `etcd-signer` in the operator's namespace).
+    pub ca: CertificateExpiry,
+    /// Every leaf certificate, by its Secret key.
+    #[serde(default)]
+    pub leaves: Vec<CertificateExpiry>,
+    /// The earliest `renewAfter` of a leaf (RFC 3339).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub next_renewal: String,
+}
+
+/// One certificate's validity.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CertificateExpiry {
+    /// The Secret and key holding it (`etcd-all-certs/etcd-peer-n1.crt`).
+    pub name: String,
+    /// The node it belongs to, if any.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub node: String,
+    /// RFC 3339.
+    pub not_after: String,
+    /// When the operator renews it (RFC 3339); empty for the CA, which is not renewed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub renew_after: String,
+}

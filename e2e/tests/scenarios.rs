@@ -109,6 +109,22 @@ async fn restore_from_backup() {
     );
 }
 
+/// The operator's backups on their own (local, then S3 after a missing and a wrong credentials
+/// Secret, each good one verified by restore), on the stand-in and on a real kube-apiserver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backups() {
+    let report = scenario("backups").await;
+    let verified = report
+        .steps
+        .iter()
+        .filter(|s| s.what.contains("; verified: restored with"))
+        .count();
+    assert_eq!(
+        verified, 2,
+        "a local and an S3 backup, each verified: {report:?}"
+    );
+}
+
 /// `etcd-operator plan` explains a blocked state: with voter n3 down, a new node n4 cannot join
 /// (the gate refuses to add a learner while a voter is unhealthy), and plan says so, naming n3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -220,3 +220,16 @@ pub async fn take_backups(h: &mut Harness, dir: &Path) -> Result<Taken, ControlP
         server: S3Server(garage),
     })
 }
+
+/// The `backups` scenario: [`take_backups`] alone.
+pub async fn backups(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    let dir = h.cp.path().join("backups-scenario");
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| failed(format!("creating {}: {e}", dir.display())))?;
+    let taken = take_backups(h, &dir).await?;
+    h.step(format!(
+        "the S3 backup {} at revision {} is the one a restore would take",
+        taken.url, taken.revision
+    ));
+    Ok(())
+}

@@ -24,6 +24,7 @@
 //! | `quorum-loss` | `etcd-recover from-member` on n1 while quorum is healthy is refused (exit 1, manifest untouched, no recovery record); with the API served from the managed etcd, leadership moves to n1 (the API's etcd endpoint), then n2 and n3 are stopped and their data dirs wiped: no leader is left and the API is down; the `sh scenario` blocks of `docs/runbooks/quorum-loss.md` run literally on n1 (the survivor): its member becomes a one-member cluster, the operator adds the other two back as new members, 3 voters; `rto_s` (quorum loss to the first write acknowledged again) and `rpo_writes` (acknowledged writes lost) in the report |
 //! | `restore-from-snapshot` | with the API served from the managed etcd, a snapshot is saved with `etcdctl snapshot save` under write load; `etcd-recover from-snapshot` refuses it while quorum is healthy (exit 1), refuses a copy with one flipped byte (exit 2, integrity hash) and, once every node is stopped and its data dir wiped, another cluster's snapshot (exit 1), each leaving n1's manifest byte-identical and no recovery record; then it restores the snapshot on n1 (`--accept-revisions-going-back`, etcd 3.4) as a new one-member cluster; the operator sees the new cluster id, lists its caches anew (logged) and adds n2 and n3 back: 3 voters, every member id new; no write acknowledged at or below the snapshot's revision is lost, those above it are `rpo_writes`; `rto_s` from the wipe to the first write acknowledged again |
 //! | `restore-from-backup` | as `restore-from-snapshot`, with the operator's backups: `spec.backup` set, the first backup lands in the operator's directory, verified by restore; then to an S3 bucket on a real S3 server (Garage on loopback): without the credentials Secret (`lastFailure` `Credentials`, naming it), with a wrong secret key (`Destination`, naming the bucket), then good and verified; every data dir wiped and `etcd-recover from-snapshot s3://…` restores the S3 backup (downloaded, its record checked); the bad inputs of `restore-from-snapshot` on the local backup; same RPO/RTO figures |
+//! | `backups` | the backup half of `restore-from-backup` on its own, so that it also runs against a real kube-apiserver (`TEST_API=kas`): the spec patches, the credentials Secret created and changed, `status.backup` written and read back |
 
 mod backups;
 pub mod consistency;
@@ -50,7 +51,7 @@ use std::time::Instant;
 pub use harness::{Harness, Recovery, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 21] = [
+pub const NAMES: [&str; 22] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -72,6 +73,7 @@ pub const NAMES: [&str; 21] = [
     "quorum-loss",
     "restore-from-snapshot",
     "restore-from-backup",
+    "backups",
 ];
 
 /// The scenarios whose API is served from the managed etcd, as in a real control plane (their

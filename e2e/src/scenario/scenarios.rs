@@ -67,6 +67,7 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "quorum-loss" => super::quorum_loss::quorum_loss(&mut h).await,
         "restore-from-snapshot" => super::restore::restore_from_snapshot(&mut h).await,
         "restore-from-backup" => super::restore::restore_from_backup(&mut h).await,
+        "backups" => super::backups::backups(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
         ))),

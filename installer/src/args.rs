@@ -45,6 +45,10 @@ pub struct Args {
     /// Secrets installed when they exist, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub optional_secrets: Vec<String>,
+    /// Name prefixes of per-node private keys in Secrets (`<prefix>-<node>.key`): this node gets
+    /// only its own; other `.key` entries are withheld (see `keys`). Empty: every entry.
+    #[arg(long, value_delimiter = ',')]
+    pub own_key_prefixes: Vec<String>,
     /// Bound on the whole run, every retry included (e.g. 120s, 2m).
     #[arg(long, default_value = "120s", value_parser = membership::parse_duration)]
     pub timeout: Duration,
@@ -76,6 +80,8 @@ pub struct Config {
     pub manifest_dir: PathBuf,
     /// Required first, pod ConfigMap included, then optional; no duplicates.
     pub wanted: Vec<Wanted>,
+    /// See `--own-key-prefixes`.
+    pub own_key_prefixes: Vec<String>,
     pub timeout: Duration,
     pub kubeconfig: Option<PathBuf>,
     pub termination_log: Option<PathBuf>,
@@ -211,6 +217,9 @@ impl Args {
                 });
             }
         }
+        for prefix in names(&self.own_key_prefixes) {
+            check_name("own-key-prefixes", prefix, 200)?;
+        }
         Ok(Config {
             revision: self.revision,
             namespace: self.namespace.clone(),
@@ -219,6 +228,7 @@ impl Args {
             resource_dir: self.resource_dir.clone(),
             manifest_dir: self.pod_manifest_dir.clone(),
             wanted,
+            own_key_prefixes: names(&self.own_key_prefixes).map(str::to_owned).collect(),
             timeout: self.timeout,
             kubeconfig: self.kubeconfig.clone(),
             termination_log: self.termination_log.clone(),

@@ -194,6 +194,7 @@ pub async fn run(
         revision: cfg.revision,
         pod: &cfg.pod,
         resources: &resources,
+        own_key_prefixes: &cfg.own_key_prefixes,
     })
     .map_err(|source| InstallError::Plan {
         revision: cfg.revision,

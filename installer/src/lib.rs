@@ -41,13 +41,17 @@
 //! etcd-installer --revision N --namespace NS --pod etcd-pod --node-name NODE \
 //!   --resource-dir /etc/kubernetes/static-pod-resources --pod-manifest-dir /etc/kubernetes/manifests \
 //!   --configmaps etcd-pod,etcd-all-bundles --secrets etcd-all-certs \
-//!   [--optional-configmaps a,b] [--optional-secrets c] [--timeout 120s] \
+//!   [--optional-configmaps a,b] [--optional-secrets c] [--own-key-prefixes p,q] [--timeout 120s] \
 //!   [--kubeconfig PATH] [--termination-log PATH]
 //! ```
 //!
 //! * Lists are comma-separated (or the flag repeated); names are without the `-N` suffix. The
 //!   pod ConfigMap (`--pod`, default `etcd-pod`) is required whether listed or not; its key
 //!   `pod-<NODE>.yaml` is the manifest. `--node-name` defaults to `$NODE_NAME`.
+//! * `--own-key-prefixes etcd-peer,etcd-serving,etcd-serving-metrics` (the operator passes it): a
+//!   node gets only its own private keys; a Secret entry `*.key` is laid down only when it is
+//!   `<prefix>-<node>.key`, and a manifest naming a withheld key is refused (`ForeignKey`, see
+//!   [`keys`]).
 //! * Client: `--kubeconfig`, else in-cluster config, else `$KUBECONFIG` (kube's inference).
 //! * `--timeout` (default 120s; `ms`/`s`/`m`/`h`, combinable as `1m30s`) bounds client setup and
 //!   every fetch retry (back-off 0.2 s doubling to 5 s). Once writing has begun it finishes
@@ -100,6 +104,7 @@ pub mod events;
 pub mod fetch;
 pub mod hook;
 pub mod install;
+pub mod keys;
 pub mod lock;
 pub mod manifest;
 pub mod plan;

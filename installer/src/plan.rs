@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use crate::keys;
 use crate::manifest::{self, ManifestProblem};
 
 /// Mode of every directory the installer creates.
@@ -67,6 +68,8 @@ pub struct PlanInput<'a> {
     /// The pod / ConfigMap prefix (`etcd-pod`).
     pub pod: &'a str,
     pub resources: &'a [Resource],
+    /// `--own-key-prefixes` (see [`crate::keys`]).
+    pub own_key_prefixes: &'a [String],
 }
 
 /// One file to write, relative to the revision directory.
@@ -151,6 +154,10 @@ pub enum PlanError {
         key: String,
         problem: ManifestProblem,
     },
+    #[error(
+        "the manifest for this node names {secret}/{key}, another node's private key (a node gets only its own keys): refusing the revision"
+    )]
+    ForeignKey { secret: String, key: String },
     #[error("{kind} {name} is listed twice")]
     Duplicate { kind: Kind, name: String },
 }
@@ -169,6 +176,7 @@ impl PlanError {
             } => "ManifestForAnotherNode",
             PlanError::Manifest { .. } => "InvalidManifest",
             PlanError::Duplicate { .. } => "Duplicate",
+            PlanError::ForeignKey { .. } => "ForeignKey",
         }
     }
 }
@@ -305,11 +313,18 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
     let manifest_name = format!("{}.yaml", input.pod);
     let mut dirs = Vec::new();
     let mut files = Vec::new();
+    let mut withheld = Vec::new();
     for kind in [Kind::ConfigMap, Kind::Secret] {
         dirs.push(PathBuf::from(kind.dir()));
         for res in input.resources.iter().filter(|r| r.kind == kind) {
             let dir = PathBuf::from(kind.dir()).join(&res.name);
             for (key, bytes) in &res.data {
+                if kind == Kind::Secret
+                    && keys::scope(input.own_key_prefixes, input.node, key) == keys::Scope::Withheld
+                {
+                    withheld.push((res.name.clone(), key.clone()));
+                    continue;
+                }
                 files.push(PlannedFile {
                     dir: dir.clone(),
                     name: key.clone(),
@@ -319,6 +334,12 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
             }
             dirs.push(dir);
         }
+    }
+    if let Some((secret, key)) = keys::named_in(&manifest, &withheld) {
+        return Err(PlanError::ForeignKey {
+            secret: secret.clone(),
+            key: key.clone(),
+        });
     }
     files.push(PlannedFile {
         dir: PathBuf::new(),
@@ -409,6 +430,7 @@ mod tests {
             revision: 3,
             pod: "etcd-pod",
             resources: res,
+            own_key_prefixes: &[],
         }
     }
 

@@ -19,6 +19,7 @@
 pub mod config;
 pub mod datadir;
 pub mod decide;
+pub mod keyfiles;
 pub mod report;
 pub mod run;
 pub mod wal;

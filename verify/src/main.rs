@@ -95,6 +95,7 @@ fn membership_gate(args: &MembershipArgs) -> Result<VerifyResult, String> {
     let config = VerifyConfig::from_process_env().map_err(|e| format!("invalid input: {e}"))?;
     let client =
         client_for(&config, args.call_timeout).map_err(|e| format!("invalid input: {e}"))?;
+    etcd_verify::keyfiles::check(&config).map_err(|e| format!("invalid input: {e}"))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -709,3 +709,35 @@ fn sigterm_while_waiting_blocks_at_once() {
         "{json}"
     );
 }
+
+/// This node's private key must be readable by its owner only, and no other member's key may lie
+/// beside it (a node holds only its own identity): each is a block (exit 2) naming the file,
+/// before etcd is asked anything.
+#[tokio::test]
+async fn loose_key_permissions_or_another_members_key_block() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut cluster = EtcdCluster::start(ClusterSpec::tls(2)).await.unwrap();
+    let env = revision_env(&mut cluster, "n2").await;
+    let key = std::path::PathBuf::from(&env["ETCDCTL_KEY"]);
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let outcome = run_verify(&env, "5s");
+    assert_eq!(outcome.code, 2, "{outcome:?}");
+    assert!(
+        outcome.reason().contains("mode 0644") && outcome.reason().contains(&env["ETCDCTL_KEY"]),
+        "{}",
+        outcome.reason()
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let foreign = key.with_file_name("etcd-peer-n1.key");
+    std::fs::write(&foreign, b"-----BEGIN PRIVATE KEY-----\n").unwrap();
+    let outcome = run_verify(&env, "5s");
+    assert_eq!(outcome.code, 2, "{outcome:?}");
+    assert!(
+        outcome.reason().contains("etcd-peer-n1.key")
+            && outcome.reason().contains("another member's private key"),
+        "{}",
+        outcome.reason()
+    );
+    std::fs::remove_file(&foreign).unwrap();
+    run_verify(&env, "10s").assert(0, "start", "");
+}

@@ -128,6 +128,44 @@ async fn certificate_expiries(h: &mut Harness) -> Result<(), ControlPlaneError> 
         c.leaves.len(),
         c.next_renewal
     ));
+    own_keys_only(h, s.latest_available_revision)
+}
+
+/// Every node's revision directory holds only that node's private keys, each 0600.
+fn own_keys_only(h: &mut Harness, revision: i64) -> Result<(), ControlPlaneError> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut seen = Vec::new();
+    for n in ["n1", "n2", "n3"] {
+        let dir = h.cp.node(n)?.root.join(format!(
+            "etc/kubernetes/static-pod-resources/etcd-pod-{revision}/secrets/etcd-all-certs"
+        ));
+        let entries = std::fs::read_dir(&dir)
+            .map_err(|e| failed(format!("listing {}: {e}", dir.display())))?;
+        let mut keys = Vec::new();
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.ends_with(".key") {
+                continue;
+            }
+            let mode = e
+                .metadata()
+                .map(|m| m.permissions().mode() & 0o777)
+                .unwrap_or(0);
+            if !name.ends_with(&format!("-{n}.key")) || mode != 0o600 {
+                return Err(failed(format!(
+                    "{}: {name} (mode {mode:04o}) on {n}: a node must hold only its own keys, 0600",
+                    dir.display()
+                )));
+            }
+            keys.push(name);
+        }
+        keys.sort();
+        seen.push(format!("{n}: {}", keys.join(", ")));
+    }
+    h.step(format!(
+        "revision {revision}: each node holds only its own private keys (0600): {}",
+        seen.join("; ")
+    ));
     Ok(())
 }
 

@@ -218,6 +218,8 @@ struct InstallerData<'a> {
     revision: i64,
     attempt: u32,
     operator_image: &'a str,
+    /// `--own-key-prefixes`: the installer gives a node only its own private keys.
+    own_key_prefixes: String,
 }
 
 /// Renders the installer pod for `node` at `revision` (attempt `attempt`).
@@ -234,6 +236,11 @@ pub fn render_installer(
         revision,
         attempt,
         operator_image: &images.operator,
+        own_key_prefixes: crate::certs::CertKind::ALL
+            .iter()
+            .map(|k| k.prefix())
+            .collect::<Vec<_>>()
+            .join(","),
     };
     let text = registry()?
         .render("installer-pod", &data)

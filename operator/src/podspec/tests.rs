@@ -275,6 +275,10 @@ fn installer_pod_is_pinned_and_names_the_revision() {
     let args = spec.containers[0].args.clone().unwrap();
     assert!(args.contains(&"--revision=5".to_owned()));
     assert!(args.contains(&"--node-name=master-2".to_owned()));
+    assert!(
+        args.contains(&"--own-key-prefixes=etcd-peer,etcd-serving,etcd-serving-metrics".to_owned()),
+        "a node gets only its own private keys: {args:?}"
+    );
     let labels = pod.metadata.labels.unwrap();
     assert_eq!(labels["revision"], "5");
     assert_eq!(labels["attempt"], "3");

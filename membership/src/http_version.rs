@@ -57,8 +57,36 @@ pub(crate) async fn get(
     })
 }
 
+/// One HTTP/1.1 GET of `path` from `endpoint` (TLS when its scheme says so, with `tls`) within
+/// `limit`: the status line and the body. For checks of etcd's metrics and health listeners.
+pub async fn http_get(
+    endpoint: &MemberUrl,
+    path: &str,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    limit: Duration,
+) -> Result<(String, String), String> {
+    let answer = tokio::time::timeout(limit, exchange_path(endpoint, path, tls))
+        .await
+        .map_err(|_| format!("GET {path}: no answer within {limit:?}"))?
+        .map_err(|e| format!("GET {path}: {e}"))?;
+    let text = String::from_utf8_lossy(&answer);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    Ok((
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    ))
+}
+
 async fn exchange(
     endpoint: &MemberUrl,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> std::io::Result<Vec<u8>> {
+    exchange_path(endpoint, "/version", tls).await
+}
+
+async fn exchange_path(
+    endpoint: &MemberUrl,
+    path: &str,
     tls: Option<&Arc<rustls::ClientConfig>>,
 ) -> std::io::Result<Vec<u8>> {
     let tcp = TcpStream::connect(endpoint.authority()).await?;
@@ -73,22 +101,23 @@ async fn exchange(
             let stream = tokio_rustls::TlsConnector::from(Arc::clone(config))
                 .connect(name, tcp)
                 .await?;
-            request(stream, endpoint).await
+            request(stream, endpoint, path).await
         }
         (true, None) => Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             "https endpoint without TLS material",
         )),
-        (false, _) => request(tcp, endpoint).await,
+        (false, _) => request(tcp, endpoint, path).await,
     }
 }
 
 async fn request<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: S,
     endpoint: &MemberUrl,
+    path: &str,
 ) -> std::io::Result<Vec<u8>> {
     let head = format!(
-        "GET /version HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
         endpoint.authority()
     );
     stream.write_all(head.as_bytes()).await?;

@@ -42,11 +42,11 @@ pub use env::{
     MemberIdsDiff,
 };
 pub use gate::{Action, ClusterView, Denial, DenyRule, MemberHealth, Verdict, gate};
-pub use http_version::VersionInfo;
+pub use http_version::{VersionInfo, http_get};
 pub use id::{IdError, MemberId};
 pub use maintenance::KvHash;
 pub use member::Member;
 pub use peer_url::{MemberUrl, UrlError};
 pub use preflight::{AlarmKind, Preflight, RaisedAlarm, disagreements};
 pub use quorum::{fault_tolerance, is_quorate, quorum, voters};
-pub use tls::{TlsFiles, TlsPem, is_tls_failure};
+pub use tls::{TlsFiles, TlsPem, https_config, is_tls_failure};

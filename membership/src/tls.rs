@@ -200,6 +200,39 @@ fn check(ca: &Input, cert: &Input, key: &Input) -> Result<Loaded, ClientError> {
     })
 }
 
+/// A TLS client configuration trusting `ca_pem`, presenting `identity` (certificate and key
+/// PEM) when given: for checks that a listener requires client certificates.
+pub fn https_config(
+    ca_pem: &[u8],
+    identity: Option<(&[u8], &[u8])>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem) {
+        roots
+            .add(c.map_err(|e| format!("CA: {e}"))?)
+            .map_err(|e| format!("CA: {e}"))?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots);
+    let config = match identity {
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_slice_iter(cert)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("certificate: {e}"))?;
+            let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("key: {e}"))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| e.to_string())?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(config))
+}
+
 /// True when `error` (or anything in its source chain) is a TLS failure: a handshake that an
 /// endpoint answered but that failed (its certificate not trusted, ours refused, a fatal alert).
 pub fn is_tls_failure(error: &(dyn std::error::Error + 'static)) -> bool {

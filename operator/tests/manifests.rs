@@ -522,7 +522,7 @@ fn the_sample_is_the_singleton_with_every_default_spelled_out() {
 fn guard_pods_name_the_service_account_the_manifests_create() {
     let docs = all_docs();
     let target = etcd_operator::podspec::NodeTarget::new("n1", "10.0.0.1".parse().unwrap());
-    let pod = etcd_operator::podspec::render_guard(&target, &deployed_images(&docs)).unwrap();
+    let pod = etcd_operator::podspec::render_guard(&target, &deployed_images(&docs), true).unwrap();
     let sa = pod.spec.unwrap().service_account_name.unwrap();
     assert!(
         has_service_account(&docs, STATIC_POD_NAMESPACE, &sa),
@@ -1239,7 +1239,7 @@ async fn validate(client: &Client, real: bool) {
     let said = dry_run_create(&pods, &installer, "rendered installer pod").await;
     assert_eq!(said, DryRun::Accepted, "installer pod");
     let target = etcd_operator::podspec::NodeTarget::new("n1", "10.0.0.1".parse().unwrap());
-    let guard = etcd_operator::podspec::render_guard(&target, &images).unwrap();
+    let guard = etcd_operator::podspec::render_guard(&target, &images, true).unwrap();
     let said = dry_run_create(&pods, &guard, "rendered quorum guard pod").await;
     assert_eq!(said, DryRun::Accepted, "quorum guard pod");
     // The Deployment's pod as its ReplicaSet would create it: Pod Security is enforced on pods

@@ -1,6 +1,6 @@
 //! The operator's cost while idle: RSS and CPU from `/proc`, API requests counted by the proxy in
 //! front of it, etcd gRPC requests from the managed members' own metrics (their
-//! `grpc_server_handled_total` on `:2381`; nothing but the operator speaks gRPC to them while
+//! `grpc_server_handled_total` on the plain `:2382` listener, the node's own address here; nothing but the operator speaks gRPC to them while
 //! the bench's load and probe are stopped, the node agents' probes are HTTP `/health` and TCP).
 
 use std::collections::BTreeMap;
@@ -31,7 +31,7 @@ pub struct IdleReport {
 async fn etcd_grpc(cp: &LocalControlPlane) -> BTreeMap<String, f64> {
     let mut total = BTreeMap::new();
     for n in &cp.nodes {
-        let addr = SocketAddr::new(n.ip(), 2381);
+        let addr = SocketAddr::new(n.ip(), etcd_operator::podspec::HEALTH_PORT);
         if let Ok(text) = scrape::get(addr, "/metrics").await {
             for (k, v) in scrape::sum_by(&text, "grpc_server_handled_total", "grpc_method") {
                 *total.entry(k).or_insert(0.0) += v;

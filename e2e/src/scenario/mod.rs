@@ -37,6 +37,7 @@ pub mod harness;
 mod leader_probe;
 pub mod load;
 mod maintenance;
+mod metrics_port;
 mod node_selector;
 mod quorum_loss;
 mod restore;

@@ -44,7 +44,10 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
     let mut h = h;
     let result = match name {
         "bootstrap" => match clean_status(&h) {
-            Ok(()) => certificate_expiries(&mut h).await,
+            Ok(()) => match certificate_expiries(&mut h).await {
+                Ok(()) => super::metrics_port::client_certs_required(&mut h).await,
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         },
         "data-loss" => data_loss(&mut h).await,

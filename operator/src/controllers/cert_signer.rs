@@ -24,6 +24,8 @@ use crate::podspec::paths::{ALL_BUNDLES_CONFIGMAP, ALL_CERTS_SECRET};
 use crate::retry::ErrorKind;
 
 const NAME: ControllerName = ControllerName::CertSigner;
+/// The CA certificate's key in the metric client Secret.
+pub const CA_KEY: &str = "ca.crt";
 
 /// What the signer produced for the rest of the pass.
 #[derive(Clone, Debug)]
@@ -170,36 +172,54 @@ async fn node_certs(
     Ok(all_certs)
 }
 
-/// The operator's etcd client certificate, renewed when due (written when Managed).
+/// The client certificates (the operator's own, and `etcd-metric-client` for scrapers of the
+/// metrics port), each renewed when due (written when Managed); the operator's identity.
 async fn client_cert(
     p: &mut Pass<'_>,
     ca: &EtcdCa,
     policy: &CertPolicy,
 ) -> Result<TlsPem, ControllerError> {
+    let mut operator = BTreeMap::new();
+    for kind in ClientCertKind::ALL {
+        let data = one_client_cert(p, ca, policy, kind).await?;
+        if kind == ClientCertKind::Operator {
+            operator = data;
+        }
+    }
+    let get = |k: &str| operator.get(k).cloned().unwrap_or_default();
+    Ok(TlsPem {
+        ca: ca.cert_pem().as_bytes().to_vec(),
+        cert: get(ClientCertKind::CERT_KEY),
+        key: get(ClientCertKind::KEY_KEY),
+    })
+}
+
+async fn one_client_cert(
+    p: &mut Pass<'_>,
+    ca: &EtcdCa,
+    policy: &CertPolicy,
+    kind: ClientCertKind,
+) -> Result<BTreeMap<String, Vec<u8>>, ControllerError> {
     let op_ns = p.ctx.config.operator_namespace.as_str();
-    let kind = ClientCertKind::Operator;
     let client_secret = find(&p.inputs.operator_secrets, op_ns, kind.secret_name());
     let client_current = client_secret.map(secret_bytes);
     let reason = certs::plan_client_cert(ca, policy, kind, client_current.as_ref(), p.o.now);
-    let client_data = if reason.action() == certs::Action::Keep {
-        client_current.unwrap_or_default()
+    let mut data = if reason.action() == certs::Action::Keep {
+        client_current.clone().unwrap_or_default()
     } else {
-        let data =
-            certs::apply_client_cert(ca, policy, kind, &reason, client_current.as_ref(), p.o.now)
-                .map_err(cert_err)?;
-        if p.o.managed {
-            p.w.secret(op_ns, kind.secret_name(), client_secret, &data, None)
-                .await
-                .map_err(write_err)?;
-        }
-        data
+        certs::apply_client_cert(ca, policy, kind, &reason, client_current.as_ref(), p.o.now)
+            .map_err(cert_err)?
     };
-    let get = |k: &str| client_data.get(k).cloned().unwrap_or_default();
-    Ok(TlsPem {
-        ca: ca.cert_pem().as_bytes().to_vec(),
-        cert: get("tls.crt"),
-        key: get("tls.key"),
-    })
+    // Scrapers verify etcd's serving certificate with the CA beside their own certificate.
+    if kind == ClientCertKind::Metrics {
+        data.insert(CA_KEY.to_owned(), ca.cert_pem().as_bytes().to_vec());
+    }
+    if p.o.managed && client_current.as_ref() != Some(&data) {
+        p.w.secret(op_ns, kind.secret_name(), client_secret, &data, None)
+            .await
+            .map_err(write_err)?;
+    }
+    Ok(data)
 }
 
 /// `status.certificates`: the CA's expiry, and every leaf's with the time the policy renews it

@@ -33,7 +33,9 @@ use super::{ControllerError, ControllerName, voter_policy};
 use crate::api::QuorumGuardStatus;
 use crate::observed::{ControlPlaneNode, Observed, find};
 use crate::pass::Pass;
-use crate::podspec::{STATIC_POD_NAMESPACE as NS, guard_pod_name, render_guard};
+use crate::podspec::{
+    HEALTH_PORT, STATIC_POD_NAMESPACE as NS, guard_pod_name, health_host, render_guard,
+};
 use crate::retry::ErrorKind;
 
 const NAME: ControllerName = ControllerName::QuorumGuard;
@@ -50,6 +52,28 @@ pub struct GuardPod {
     pub node: String,
     pub ready: bool,
     pub deleting: bool,
+    /// Its readiness probe's host and port (`None`: no HTTP probe).
+    pub probe: Option<(String, i32)>,
+    /// Its probe is not the one rendered now (set by the caller): replaced.
+    pub stale: bool,
+}
+
+/// The host and port of a pod's first container's HTTP readiness probe.
+fn probe_of(p: &Pod) -> Option<(String, i32)> {
+    let get = p
+        .spec
+        .as_ref()?
+        .containers
+        .first()?
+        .readiness_probe
+        .as_ref()?
+        .http_get
+        .as_ref()?;
+    let port = match &get.port {
+        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(i) => *i,
+        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(_) => return None,
+    };
+    Some((get.host.clone().unwrap_or_default(), port))
 }
 
 /// The guard pods among `pods` (label `app=etcd-quorum-guard`), sorted by name.
@@ -76,6 +100,8 @@ pub fn guard_pods(pods: &[Pod]) -> Vec<GuardPod> {
                 .and_then(|s| s.conditions.as_ref())
                 .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
             deleting: p.metadata.deletion_timestamp.is_some(),
+            probe: probe_of(p),
+            stale: false,
         })
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -214,7 +240,9 @@ pub fn decide(nodes: &[ControlPlaneNode], guards: &[GuardPod], risks: &[Risk]) -
         .iter()
         .filter(|g| {
             !g.deleting
-                && (!selected.contains_key(g.node.as_str()) || g.name != guard_pod_name(&g.node))
+                && (!selected.contains_key(g.node.as_str())
+                    || g.name != guard_pod_name(&g.node)
+                    || g.stale)
         })
         .map(|g| g.name.clone())
         .collect();
@@ -286,7 +314,17 @@ fn owner(p: &Pass<'_>) -> Option<OwnerReference> {
 /// in a pass that stopped early.
 pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     let _t = p.ctx.metrics.time(NAME.as_str());
-    let guards = guard_pods(&p.inputs.pods);
+    let mut guards = guard_pods(&p.inputs.pods);
+    // A guard rendered by an older operator (its probe elsewhere) is replaced.
+    let local = p.o.spec.local_client_listener;
+    for g in &mut guards {
+        let wanted =
+            p.o.nodes
+                .iter()
+                .find(|n| n.target.name == g.node)
+                .map(|n| (health_host(&n.target, local).1, i32::from(HEALTH_PORT)));
+        g.stale = wanted.is_some() && g.probe != wanted;
+    }
     let plan = decide(&p.o.nodes, &guards, &risks(&p.o, &guards));
     p.next(NAME, describe(&plan));
     p.ctx.metrics.quorum_guards(plan.expected, plan.ready);
@@ -302,7 +340,7 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
         let Some(target) = p.o.nodes.iter().find(|n| &n.target.name == node) else {
             continue;
         };
-        let mut pod = render_guard(&target.target, &images).map_err(|e| {
+        let mut pod = render_guard(&target.target, &images, local).map_err(|e| {
             ControllerError::new(NAME, ErrorKind::Permanent, "render", e.to_string())
         })?;
         pod.metadata.owner_references = owner.clone().map(|o| vec![o]);

@@ -31,6 +31,8 @@ fn guard(i: u8, ready: bool) -> GuardPod {
         node: format!("n{i}"),
         ready,
         deleting: false,
+        probe: None,
+        stale: false,
     }
 }
 
@@ -94,6 +96,8 @@ fn guards_of_nodes_that_left_go_and_misnamed_guards_are_replaced() {
         node: "n2".into(),
         ready: true,
         deleting: false,
+        probe: None,
+        stale: false,
     };
     let plan = decide(&nodes, &[guard(1, true), stray, guard(3, true)], &[]);
     assert_eq!(plan.create, vec!["n2".to_owned()]);
@@ -289,4 +293,16 @@ fn guard_pods_are_read_with_their_readiness() {
         pod("etcd", "etcd", "True"),
     ]);
     assert_eq!(got, vec![guard(1, true)]);
+}
+
+#[test]
+fn a_guard_with_an_older_probe_is_replaced() {
+    let nodes = [cp(1, false), cp(2, false), cp(3, false)];
+    let old = GuardPod {
+        stale: true,
+        ..guard(2, true)
+    };
+    let plan = decide(&nodes, &[guard(1, true), old, guard(3, true)], &[]);
+    assert_eq!(plan.delete, [guard_pod_name("n2")]);
+    assert!(plan.create.is_empty(), "recreated once the old one is gone");
 }

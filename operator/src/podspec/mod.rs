@@ -120,6 +120,9 @@ struct TemplateData<'a> {
     node_name: &'a str,
     node_ip: String,
     url_host: String,
+    /// Where etcd's plain `/health` listener (port 2382) is, as a URL host and as a probe host.
+    health_url_host: String,
+    health_probe_host: String,
     revision: String,
     operator_image: &'a str,
     etcd_image: &'a str,
@@ -176,6 +179,8 @@ pub fn render_pod(input: &PodInput<'_>) -> Result<String, RenderError> {
         node_name: &input.node.name,
         node_ip: input.node.ip.to_string(),
         url_host: input.node.url_host(),
+        health_url_host: health_host(input.node, input.spec.local_client_listener).0,
+        health_probe_host: health_host(input.node, input.spec.local_client_listener).1,
         revision: revision.clone(),
         operator_image: &input.images.operator,
         etcd_image: input
@@ -248,6 +253,23 @@ pub fn render_installer(
     parse_pod(&text)
 }
 
+/// etcd's metrics port (TLS, client certificates required: scrapers use `etcd-metric-client`).
+pub const METRICS_PORT: u16 = 2381;
+/// etcd's plain listener for `/health` (and `/metrics`) on the node's loopback, for probes.
+pub const HEALTH_PORT: u16 = 2382;
+
+/// The host of the plain health listener, as a URL host and as a probe host: `127.0.0.1` where
+/// each node has its own loopback (`local_listener`, as for the client listener), else the
+/// node's own address (the local control plane's nodes share one network namespace, and their
+/// addresses are loopback addresses).
+pub fn health_host(node: &NodeTarget, local_listener: bool) -> (String, String) {
+    if local_listener {
+        ("127.0.0.1".into(), "127.0.0.1".into())
+    } else {
+        (node.url_host(), node.ip.to_string())
+    }
+}
+
 /// Name of the quorum guard pod of `node`.
 pub fn guard_pod_name(node: &str) -> String {
     format!("etcd-quorum-guard-{node}")
@@ -258,17 +280,22 @@ struct GuardData<'a> {
     pod_name: String,
     namespace: &'static str,
     node_name: &'a str,
-    node_ip: String,
+    health_probe_host: String,
     operator_image: &'a str,
 }
 
-/// Renders the quorum guard pod of `node` (`bindata/guard-pod.yaml.hbs`).
-pub fn render_guard(node: &NodeTarget, images: &Images) -> Result<Pod, RenderError> {
+/// Renders the quorum guard pod of `node` (`bindata/guard-pod.yaml.hbs`); its readiness probe
+/// asks the node's etcd `/health` on the plain loopback listener (see [`health_host`]).
+pub fn render_guard(
+    node: &NodeTarget,
+    images: &Images,
+    local_listener: bool,
+) -> Result<Pod, RenderError> {
     let data = GuardData {
         pod_name: guard_pod_name(&node.name),
         namespace: STATIC_POD_NAMESPACE,
         node_name: &node.name,
-        node_ip: node.ip.to_string(),
+        health_probe_host: health_host(node, local_listener).1,
         operator_image: &images.operator,
     };
     let text = registry()?

@@ -5,6 +5,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use membership::{Member, MemberId, MemberUrl};
 
 use super::*;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 fn node(i: u8) -> NodeTarget {
     NodeTarget::new(
@@ -309,14 +310,28 @@ fn the_source_carries_a_token_the_revision_replaces() {
 
 #[test]
 fn golden_guard_pod() {
-    let pod = render_guard(&node(1), &images()).unwrap();
+    let pod = render_guard(&node(1), &images(), true).unwrap();
     let spec = pod.spec.as_ref().unwrap();
     assert_eq!(spec.node_name.as_deref(), Some("master-1"));
     let probe = spec.containers[0].readiness_probe.as_ref().unwrap();
     let get = probe.http_get.as_ref().unwrap();
     assert_eq!(
         (get.host.as_deref(), get.path.as_deref()),
-        (Some("10.0.0.1"), Some("/health"))
+        (Some("127.0.0.1"), Some("/health")),
+        "the node's own loopback: the plain health listener is nowhere else"
+    );
+    assert_eq!(get.port, IntOrString::Int(2382));
+    let shared = render_guard(&node(1), &images(), false).unwrap();
+    let get = shared.spec.unwrap().containers[0]
+        .readiness_probe
+        .clone()
+        .unwrap()
+        .http_get
+        .unwrap();
+    assert_eq!(
+        get.host.as_deref(),
+        Some("10.0.0.1"),
+        "nodes sharing one network namespace"
     );
     check_golden(
         "guard-pod-master-1.json",

@@ -19,7 +19,7 @@ pub use backup::{
     Backup, BackupFailure, BackupRecord, BackupRetention, BackupStatus, BackupVerification,
     S3Destination,
 };
-pub use certificates::{CertificateExpiry, Certificates, CertificatesStatus};
+pub use certificates::{CertificateExpiry, Certificates, CertificatesStatus, EtcdConsumer};
 pub use maintenance::{
     CorruptionCheck, CorruptionCheckStatus, DefragRecord, Defragmentation, DefragmentationStatus,
     DivergentMember,
@@ -91,6 +91,12 @@ pub struct EtcdClusterSpec {
     /// Lifetime and renewal of the leaf certificates the operator issues.
     #[serde(default)]
     pub certificates: Certificates,
+    /// Consumers of etcd that get a client certificate maintained by the operator (Secret
+    /// `etcd-consumer-<name>` in the operator's namespace). Names are unique.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    #[x_kube(validation = Rule::new("self.all(c, self.filter(d, d.name == c.name).size() == 1)").message("clients: each name at most once"))]
+    pub clients: Vec<EtcdConsumer>,
     /// Scheduled, verified backups. Unset: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<Backup>,
@@ -151,6 +157,7 @@ impl Default for EtcdClusterSpec {
             defragmentation: Defragmentation::default(),
             corruption_check: CorruptionCheck::default(),
             certificates: Certificates::default(),
+            clients: Vec::new(),
             backup: None,
             revision_history: RevisionHistory::default(),
             missing_pod_grace_seconds: default_missing_pod_grace(),

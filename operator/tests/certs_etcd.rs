@@ -158,10 +158,16 @@ async fn certs_serve_real_etcd_with_mutual_tls() {
         &dir.path().join(PEER_CA_BUNDLE_KEY),
         bundles[PEER_CA_BUNDLE_KEY].as_bytes(),
     );
-    let reason = certs::plan_client_cert(&ca, &policy, ClientCertKind::Operator, None, now);
-    let client_data =
-        certs::apply_client_cert(&ca, &policy, ClientCertKind::Operator, &reason, None, now)
-            .unwrap();
+    let reason = certs::plan_client_cert(&ca, &policy, &ClientCertKind::Operator.spec(), None, now);
+    let client_data = certs::apply_client_cert(
+        &ca,
+        &policy,
+        &ClientCertKind::Operator.spec(),
+        &reason,
+        None,
+        now,
+    )
+    .unwrap();
     let client_cert = write(&dir.path().join("client.crt"), &client_data["tls.crt"]);
     let client_key = write(&dir.path().join("client.key"), &client_data["tls.key"]);
 

@@ -733,9 +733,9 @@ const OPERATOR: &[Need] = &[
         OPERATOR_NAMESPACE,
         "",
         "secrets",
-        &["create", "update"],
+        &["create", "update", "delete"],
         &[],
-        "controllers/cert_signer.rs → writer.rs Writer::secret: the CA and the operator's client cert",
+        "controllers/cert_signer.rs → writer.rs Writer::secret: the CA, the client certs (operator, metrics, spec.clients); Writer::delete: a consumer that left spec.clients",
     ),
     need(
         OPERATOR_NAMESPACE,

@@ -43,13 +43,7 @@ pub(super) async fn prepare(name: &str) -> Result<Harness, (ControlPlaneError, O
 pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
     let mut h = h;
     let result = match name {
-        "bootstrap" => match clean_status(&h) {
-            Ok(()) => match certificate_expiries(&mut h).await {
-                Ok(()) => super::metrics_port::client_certs_required(&mut h).await,
-                Err(e) => Err(e),
-            },
-            Err(e) => Err(e),
-        },
+        "bootstrap" => bootstrap(&mut h).await,
         "data-loss" => data_loss(&mut h).await,
         "node-replacement" => node_replacement(&mut h).await,
         "operator-crash" => operator_crash(&mut h).await,
@@ -92,6 +86,15 @@ fn clean_status(h: &Harness) -> Result<(), ControlPlaneError> {
         "a normal bootstrap showed in its status: {}",
         lines.join("; ")
     )))
+}
+
+/// A normal bootstrap: a clean status, the certificates in status and on the nodes, the metrics
+/// port behind client certificates, a consumer's client certificate.
+async fn bootstrap(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    clean_status(h)?;
+    certificate_expiries(h).await?;
+    super::metrics_port::client_certs_required(h).await?;
+    super::consumers::consumer_secret(h).await
 }
 
 /// `status.certificates` names the CA and every leaf (3 kinds per node, the operator's client

@@ -39,6 +39,22 @@ impl Default for Certificates {
     }
 }
 
+/// A consumer of etcd (e.g. the kube-apiserver) for which the operator maintains a client
+/// certificate: Secret `etcd-consumer-<name>` in the operator's namespace with `tls.crt`,
+/// `tls.key` and `ca.crt` (the CA bundle to verify etcd with), issued by the etcd CA, renewed like
+/// every leaf. A consumer removed from the list loses its Secret.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdConsumer {
+    /// Names the Secret: a DNS label of at most 40 characters.
+    #[schemars(length(max = 40))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("name must be a DNS label (lowercase letters, digits, '-')"))]
+    pub name: String,
+    /// The certificate's common name: the client's identity in etcd.
+    #[schemars(length(min = 1, max = 64))]
+    pub common_name: String,
+}
+
 /// The certificates as the signer last read them.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]

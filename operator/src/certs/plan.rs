@@ -8,7 +8,7 @@ use std::net::IpAddr;
 
 use time::OffsetDateTime;
 
-use super::node::{CertKind, ClientCertKind, Usage, is_key_safe};
+use super::node::{CertKind, ClientCertKind, LeafSpec, Usage, is_key_safe};
 use super::{CertError, CertPolicy, EtcdCa, format_time};
 
 #[path = "plan_evaluate.rs"]
@@ -366,7 +366,7 @@ pub fn apply_plan(
 pub fn plan_client_cert(
     ca: &EtcdCa,
     policy: &CertPolicy,
-    kind: ClientCertKind,
+    spec: &LeafSpec,
     current: Option<&BTreeMap<String, Vec<u8>>>,
     now: OffsetDateTime,
 ) -> Reason {
@@ -374,7 +374,7 @@ pub fn plan_client_cert(
     evaluate(
         ca,
         policy,
-        &kind.spec(),
+        spec,
         get(ClientCertKind::CERT_KEY),
         get(ClientCertKind::KEY_KEY),
         now,
@@ -385,14 +385,14 @@ pub fn plan_client_cert(
 pub fn apply_client_cert(
     ca: &EtcdCa,
     policy: &CertPolicy,
-    kind: ClientCertKind,
+    spec: &LeafSpec,
     reason: &Reason,
     current: Option<&BTreeMap<String, Vec<u8>>>,
     now: OffsetDateTime,
 ) -> Result<BTreeMap<String, Vec<u8>>, CertError> {
     let mut data = current.cloned().unwrap_or_default();
     if reason.action().generates() {
-        let issued = ca.issue(&kind.spec(), policy, now)?;
+        let issued = ca.issue(spec, policy, now)?;
         data.insert(
             ClientCertKind::CERT_KEY.to_owned(),
             issued.cert_pem.into_bytes(),

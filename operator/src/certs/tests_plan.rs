@@ -453,14 +453,15 @@ fn an_unusable_node_name_is_skipped_not_written() {
 fn client_certificates_are_issued_once_and_kept() {
     let ca = EtcdCa::generate(t0()).unwrap();
     for kind in ClientCertKind::ALL {
-        let reason = plan_client_cert(&ca, &policy(), kind, None, t0());
+        let reason = plan_client_cert(&ca, &policy(), &kind.spec(), None, t0());
         assert_eq!(reason, Reason::Missing);
-        let data = apply_client_cert(&ca, &policy(), kind, &reason, None, t0()).unwrap();
+        let data = apply_client_cert(&ca, &policy(), &kind.spec(), &reason, None, t0()).unwrap();
         assert_eq!(data.keys().collect::<Vec<_>>(), ["tls.crt", "tls.key"]);
         let later = t0() + Duration::days(30);
-        let reason = plan_client_cert(&ca, &policy(), kind, Some(&data), later);
+        let reason = plan_client_cert(&ca, &policy(), &kind.spec(), Some(&data), later);
         assert_eq!(reason.action(), Action::Keep, "{reason}");
-        let again = apply_client_cert(&ca, &policy(), kind, &reason, Some(&data), later).unwrap();
+        let again =
+            apply_client_cert(&ca, &policy(), &kind.spec(), &reason, Some(&data), later).unwrap();
         assert_eq!(again, data);
     }
     assert_eq!(ClientCertKind::Operator.secret_name(), "etcd-client");

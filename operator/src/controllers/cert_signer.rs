@@ -65,7 +65,11 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
     let ca = ca(p, &policy).await?;
     let all_certs = node_certs(p, &ca, &policy).await?;
     let tls = client_cert(p, &ca, &policy).await?;
+    let consumers = consumer_certs(p, &ca, &policy).await?;
     let mut infos = certs::inspect_certs(&ca, &all_certs);
+    for (secret, cert) in &consumers {
+        infos.push(certs::inspect_pem(&ca, secret, cert));
+    }
     let client_key = format!(
         "{}/{}/tls.crt",
         p.ctx.config.operator_namespace,
@@ -203,12 +207,20 @@ async fn one_client_cert(
     let op_ns = p.ctx.config.operator_namespace.as_str();
     let client_secret = find(&p.inputs.operator_secrets, op_ns, kind.secret_name());
     let client_current = client_secret.map(secret_bytes);
-    let reason = certs::plan_client_cert(ca, policy, kind, client_current.as_ref(), p.o.now);
+    let reason =
+        certs::plan_client_cert(ca, policy, &kind.spec(), client_current.as_ref(), p.o.now);
     let mut data = if reason.action() == certs::Action::Keep {
         client_current.clone().unwrap_or_default()
     } else {
-        certs::apply_client_cert(ca, policy, kind, &reason, client_current.as_ref(), p.o.now)
-            .map_err(cert_err)?
+        certs::apply_client_cert(
+            ca,
+            policy,
+            &kind.spec(),
+            &reason,
+            client_current.as_ref(),
+            p.o.now,
+        )
+        .map_err(cert_err)?
     };
     // Scrapers verify etcd's serving certificate with the CA beside their own certificate.
     if kind == ClientCertKind::Metrics {
@@ -220,6 +232,93 @@ async fn one_client_cert(
             .map_err(write_err)?;
     }
     Ok(data)
+}
+
+/// The prefix of consumer Secrets (reserved: a Secret with it that no consumer names is deleted).
+pub const CONSUMER_PREFIX: &str = "etcd-consumer-";
+
+/// What to do with consumer Secrets: the ones to maintain (Secret name, certificate spec) and
+/// the ones whose consumer left `spec.clients`.
+pub fn consumer_plan(
+    consumers: &[crate::api::EtcdConsumer],
+    existing: &[&str],
+) -> (Vec<(String, certs::LeafSpec)>, Vec<String>) {
+    let mut maintain: Vec<(String, certs::LeafSpec)> = Vec::new();
+    for c in consumers {
+        let name = format!("{CONSUMER_PREFIX}{}", c.name);
+        if maintain.iter().any(|(n, _)| *n == name) {
+            continue;
+        }
+        maintain.push((
+            name,
+            certs::LeafSpec {
+                common_name: c.common_name.clone(),
+                sans: certs::Sans::default(),
+                usage: certs::Usage::CLIENT,
+            },
+        ));
+    }
+    let delete = existing
+        .iter()
+        .filter(|e| e.starts_with(CONSUMER_PREFIX) && !maintain.iter().any(|(n, _)| n == *e))
+        .map(|e| (*e).to_owned())
+        .collect();
+    (maintain, delete)
+}
+
+/// Every consumer's client certificate Secret, written when it changes (Managed only); returns
+/// `<ns>/<secret>/tls.crt` → certificate PEM, for status.
+async fn consumer_certs(
+    p: &mut Pass<'_>,
+    ca: &EtcdCa,
+    policy: &CertPolicy,
+) -> Result<Vec<(String, Vec<u8>)>, ControllerError> {
+    let op_ns = p.ctx.config.operator_namespace.clone();
+    let existing: Vec<&str> = p
+        .inputs
+        .operator_secrets
+        .iter()
+        .filter_map(|s| s.metadata.name.as_deref())
+        .collect();
+    let (maintain, delete) = consumer_plan(&p.o.spec.clients, &existing);
+    let mut out = Vec::new();
+    for (name, spec) in &maintain {
+        let secret = find(&p.inputs.operator_secrets, &op_ns, name);
+        let current = secret.map(secret_bytes);
+        let reason = certs::plan_client_cert(ca, policy, spec, current.as_ref(), p.o.now);
+        let mut data = if reason.action() == certs::Action::Keep {
+            current.clone().unwrap_or_default()
+        } else {
+            certs::apply_client_cert(ca, policy, spec, &reason, current.as_ref(), p.o.now)
+                .map_err(cert_err)?
+        };
+        data.insert(CA_KEY.to_owned(), ca.cert_pem().as_bytes().to_vec());
+        if current.as_ref() != Some(&data) {
+            p.next(NAME, format!("{name}: {reason}"));
+            if p.o.managed {
+                p.w.secret(&op_ns, name, secret, &data, None)
+                    .await
+                    .map_err(write_err)?;
+            }
+        }
+        let cert = data
+            .get(ClientCertKind::CERT_KEY)
+            .cloned()
+            .unwrap_or_default();
+        out.push((format!("{op_ns}/{name}/tls.crt"), cert));
+    }
+    for name in delete {
+        p.next(
+            NAME,
+            format!("delete {name}: its consumer left spec.clients"),
+        );
+        if p.o.managed {
+            p.w.delete::<Secret>(&op_ns, &name)
+                .await
+                .map_err(write_err)?;
+        }
+    }
+    Ok(out)
 }
 
 /// `status.certificates`: the CA's expiry, and every leaf's with the time the policy renews it
@@ -283,6 +382,44 @@ fn record_expiry(metrics: &Metrics, ca: &EtcdCa, all_certs: &BTreeMap<String, Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn consumers_get_their_secret_and_leavers_lose_it() {
+        let c = |name: &str, cn: &str| crate::api::EtcdConsumer {
+            name: name.into(),
+            common_name: cn.into(),
+        };
+        let spec = [
+            c("kube-apiserver", "kube-apiserver-etcd-client"),
+            c("backup", "etcd-backup"),
+            c("backup", "duplicate"),
+        ];
+        let existing = [
+            "etcd-client",
+            "etcd-consumer-backup",
+            "etcd-consumer-old",
+            "unrelated",
+        ];
+        let (maintain, delete) = consumer_plan(&spec, &existing);
+        let names: Vec<(&str, &str)> = maintain
+            .iter()
+            .map(|(n, s)| (n.as_str(), s.common_name.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("etcd-consumer-kube-apiserver", "kube-apiserver-etcd-client"),
+                ("etcd-consumer-backup", "etcd-backup")
+            ],
+            "the first of a duplicate name wins (the schema refuses duplicates)"
+        );
+        assert!(
+            maintain
+                .iter()
+                .all(|(_, s)| s.usage == certs::Usage::CLIENT && s.sans == certs::Sans::default())
+        );
+        assert_eq!(delete, ["etcd-consumer-old"]);
+    }
     use time::OffsetDateTime;
 
     fn t(s: &str) -> OffsetDateTime {

@@ -125,6 +125,19 @@ async fn backups() {
     );
 }
 
+/// The CA replaced under write load in three phases, each on every node before the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ca_rotation() {
+    let report = scenario("ca-rotation").await;
+    assert!(
+        report
+            .steps
+            .iter()
+            .any(|s| s.what.starts_with("CA rotated in")),
+        "{report:?}"
+    );
+}
+
 /// `etcd-operator plan` explains a blocked state: with voter n3 down, a new node n4 cannot join
 /// (the gate refuses to add a learner while a voter is unhealthy), and plan says so, naming n3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

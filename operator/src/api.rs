@@ -19,7 +19,9 @@ pub use backup::{
     Backup, BackupFailure, BackupRecord, BackupRetention, BackupStatus, BackupVerification,
     S3Destination,
 };
-pub use certificates::{CertificateExpiry, Certificates, CertificatesStatus, EtcdConsumer};
+pub use certificates::{
+    CaRotationStatus, CertificateExpiry, Certificates, CertificatesStatus, EtcdConsumer,
+};
 pub use maintenance::{
     CorruptionCheck, CorruptionCheckStatus, DefragRecord, Defragmentation, DefragmentationStatus,
     DivergentMember,

@@ -147,6 +147,9 @@ pub struct PassState {
     pub backup: Option<crate::controllers::backup::BackupRun>,
     /// `status.backup` as this operator last wrote it (see `maintenance_status`).
     pub backup_status: Option<Option<crate::api::BackupStatus>>,
+    /// `status.certificates` as this operator last wrote it: the CA rotation's phase must not
+    /// go back to what a lagging cache shows.
+    pub certificates_status: Option<Option<crate::api::CertificatesStatus>>,
     /// `status.defragmentation` and `status.corruptionCheck` as this operator last wrote them:
     /// status writes are not awaited by the barrier, so the cache may still show an older one
     /// (a finished defragmentation as running). `None` until this process wrote them.

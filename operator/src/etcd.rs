@@ -218,16 +218,17 @@ impl EtcdObservation {
 /// A client whose endpoint list follows the cluster.
 #[derive(Debug, Default)]
 pub struct EtcdConnection {
-    current: Option<(Vec<MemberUrl>, Arc<EtcdClient>)>,
+    current: Option<(Vec<MemberUrl>, TlsPem, Arc<EtcdClient>)>,
 }
 
 impl EtcdConnection {
     /// The client of the last [`EtcdConnection::client`] call.
     pub fn current(&self) -> Option<Arc<EtcdClient>> {
-        self.current.as_ref().map(|(_, c)| Arc::clone(c))
+        self.current.as_ref().map(|(_, _, c)| Arc::clone(c))
     }
 
-    /// The client for `endpoints`, rebuilt when they change.
+    /// The client for `endpoints`, rebuilt when they or the TLS material change (a renewed
+    /// client certificate, the CAs to trust during a CA rotation).
     pub fn client(
         &mut self,
         endpoints: Vec<MemberUrl>,
@@ -237,13 +238,13 @@ impl EtcdConnection {
         let stale = self
             .current
             .as_ref()
-            .is_none_or(|(eps, _)| *eps != endpoints);
+            .is_none_or(|(eps, pem, _)| *eps != endpoints || pem != tls);
         if stale {
             let client = EtcdClient::with_pem(endpoints.clone(), Some(tls), timeout)?;
-            self.current = Some((endpoints, Arc::new(client)));
+            self.current = Some((endpoints, tls.clone(), Arc::new(client)));
         }
         match &self.current {
-            Some((_, c)) => Ok(c),
+            Some((_, _, c)) => Ok(c),
             None => Err(membership::ClientError::NoEndpoints),
         }
     }

@@ -327,7 +327,10 @@ async fn run(
             .backup_status
             .clone()
             .unwrap_or_else(|| o.prev.backup.clone()),
-        certificates: o.prev.certificates.clone(),
+        certificates: st
+            .certificates_status
+            .clone()
+            .unwrap_or_else(|| o.prev.certificates.clone()),
         etcd_version: o.prev.etcd_version.clone(),
         quorum_guard: o.prev.quorum_guard.clone(),
         versions: o.prev.versions.clone(),

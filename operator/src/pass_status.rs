@@ -49,6 +49,7 @@ pub(super) async fn write_status(p: &mut Pass<'_>) {
     }
     p.st.maintenance_status = Some((p.defrag.clone(), p.corruption.clone()));
     p.st.backup_status = Some(p.backup.clone());
+    p.st.certificates_status = Some(p.certificates.clone());
     if status != p.o.prev
         && let Err(e) = p.w.cluster_status(&p.o.cluster, &status).await
     {

@@ -95,8 +95,11 @@ pub async fn operator_tls(client: &Client, operator_ns: &str) -> Result<TlsPem, 
         .get("etcd-client")
         .await
         .map_err(|e| format!("etcd-client: {e}"))?;
+    // The operator puts the CAs to trust beside its client certificate (both while the CA
+    // rotates); a Secret from before that holds only the certificate.
+    let trusted = get(&cl, "ca.crt").or_else(|| get(&ca, "tls.crt"));
     Ok(TlsPem {
-        ca: get(&ca, "tls.crt").ok_or("etcd-signer has no tls.crt")?,
+        ca: trusted.ok_or("neither etcd-client nor etcd-signer has a CA certificate")?,
         cert: get(&cl, "tls.crt").ok_or("etcd-client has no tls.crt")?,
         key: get(&cl, "tls.key").ok_or("etcd-client has no tls.key")?,
     })

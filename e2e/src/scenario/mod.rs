@@ -25,8 +25,10 @@
 //! | `restore-from-snapshot` | with the API served from the managed etcd, a snapshot is saved with `etcdctl snapshot save` under write load; `etcd-recover from-snapshot` refuses it while quorum is healthy (exit 1), refuses a copy with one flipped byte (exit 2, integrity hash) and, once every node is stopped and its data dir wiped, another cluster's snapshot (exit 1), each leaving n1's manifest byte-identical and no recovery record; then it restores the snapshot on n1 (`--accept-revisions-going-back`, etcd 3.4) as a new one-member cluster; the operator sees the new cluster id, lists its caches anew (logged) and adds n2 and n3 back: 3 voters, every member id new; no write acknowledged at or below the snapshot's revision is lost, those above it are `rpo_writes`; `rto_s` from the wipe to the first write acknowledged again |
 //! | `restore-from-backup` | as `restore-from-snapshot`, with the operator's backups: `spec.backup` set, the first backup lands in the operator's directory, verified by restore; then to an S3 bucket on a real S3 server (Garage on loopback): without the credentials Secret (`lastFailure` `Credentials`, naming it), with a wrong secret key (`Destination`, naming the bucket), then good and verified; every data dir wiped and `etcd-recover from-snapshot s3://…` restores the S3 backup (downloaded, its record checked); the bad inputs of `restore-from-snapshot` on the local backup; same RPO/RTO figures |
 //! | `backups` | the backup half of `restore-from-backup` on its own, so that it also runs against a real kube-apiserver (`TEST_API=kas`): the spec patches, the credentials Secret created and changed, `status.backup` written and read back |
+//! | `ca-rotation` | under write load (a client that reloads its certificate and `ca.crt` from Secret `etcd-client` every second), `spec.certificates.caRotationRequest` rotates the CA in three phases, each rolled to every node before the next: trust both CAs, re-issue every leaf and client certificate from the new one, drop the old one; at the end etcd-signer holds the new CA, every leaf and the client certificate are its, every bundle trusts it alone, etcd-signer-next is deleted; the longest write gap is the report's |
 
 mod backups;
+mod ca_rotation;
 pub mod consistency;
 mod consumers;
 mod corruption;
@@ -53,7 +55,7 @@ use std::time::Instant;
 pub use harness::{Harness, Recovery, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 22] = [
+pub const NAMES: [&str; 23] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -76,6 +78,7 @@ pub const NAMES: [&str; 22] = [
     "restore-from-snapshot",
     "restore-from-backup",
     "backups",
+    "ca-rotation",
 ];
 
 /// The scenarios whose API is served from the managed etcd, as in a real control plane (their

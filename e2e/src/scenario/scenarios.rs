@@ -65,6 +65,7 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "restore-from-snapshot" => super::restore::restore_from_snapshot(&mut h).await,
         "restore-from-backup" => super::restore::restore_from_backup(&mut h).await,
         "backups" => super::backups::backups(&mut h).await,
+        "ca-rotation" => super::ca_rotation::ca_rotation(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
         ))),

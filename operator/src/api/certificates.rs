@@ -17,7 +17,7 @@ mod defaults {
 /// Leaf certificates (every node's peer, serving and metrics certificates, the operator's
 /// client certificate). A renewed certificate reaches a node as a normal revision, rolled one
 /// node at a time through the quorum gate.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Certificates {
     /// Lifetime of a newly issued leaf certificate (capped at the CA's expiry).
@@ -28,6 +28,11 @@ pub struct Certificates {
     #[serde(default = "defaults::renew_at_percent")]
     #[x_kube(validation = Rule::new("self >= 50 && self <= 90").message("renewAtPercent must be between 50 and 90"))]
     pub renew_at_percent: u32,
+    /// Setting this to a new value rotates the CA (it also rotates by itself once it lived
+    /// `renewAtPercent` of its ten years): trust both, re-issue every leaf, drop the old CA, each
+    /// phase rolled to every node before the next; `status.certificates.caRotation` shows it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ca_rotation_request: String,
 }
 
 impl Default for Certificates {
@@ -35,6 +40,7 @@ impl Default for Certificates {
         Self {
             leaf_validity_days: defaults::leaf_validity_days(),
             renew_at_percent: defaults::renew_at_percent(),
+            ca_rotation_request: String::new(),
         }
     }
 }
@@ -67,6 +73,34 @@ pub struct CertificatesStatus {
     /// The earliest `renewAfter` of a leaf (RFC 3339).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub next_renewal: String,
+    /// The CA rotation under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_rotation: Option<CaRotationStatus>,
+    /// The trigger of the last rotation that completed (a `caRotationRequest`, or `expiry`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub handled_ca_rotation: String,
+    /// When it completed (RFC 3339).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_ca_rotation: String,
+}
+
+/// A CA rotation under way.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CaRotationStatus {
+    /// The `caRotationRequest` it serves, or `expiry`.
+    pub trigger: String,
+    /// `TrustBoth`, `ReissueLeaves` or `DropOld`.
+    pub phase: String,
+    /// RFC 3339.
+    pub started_at: String,
+    pub phase_started_at: String,
+    /// The new CA's expiry.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub new_ca_not_after: String,
+    /// What the phase waits for, or what stops it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
 }
 
 /// One certificate's validity.

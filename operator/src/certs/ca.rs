@@ -18,6 +18,9 @@ pub const CA_CERT_KEY: &str = "tls.crt";
 /// Key of the CA private key (PKCS#8 PEM) in [`CA_SECRET`].
 pub const CA_KEY_KEY: &str = "tls.key";
 /// Common name of a generated CA.
+/// The CA's common name is this, `@`, and the Unix time it was made (as cluster-etcd-operator
+/// names its signers): two CAs trusted at once during a rotation must not share a subject, or a
+/// verifier may check a leaf against the wrong one.
 pub const CA_COMMON_NAME: &str = "etcd-signer";
 
 /// Whether [`EtcdCa::adopt_or_generate`] found a CA or made one (then the caller must store it,
@@ -73,9 +76,10 @@ impl EtcdCa {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name = rcgen::DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, CA_COMMON_NAME);
+        params.distinguished_name.push(
+            DnType::CommonName,
+            format!("{CA_COMMON_NAME}@{}", now.unix_timestamp()),
+        );
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,

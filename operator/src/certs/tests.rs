@@ -73,7 +73,10 @@ fn node_certs_verify_against_the_ca_with_sans_and_usages() {
     let ca_der = der_of(ca.cert_pem().as_bytes());
     let (_, ca_x509) = X509Certificate::from_der(&ca_der).unwrap();
     assert!(ca_x509.is_ca());
-    assert_eq!(ca.subject(), "CN=etcd-signer");
+    assert_eq!(
+        ca.subject(),
+        format!("CN=etcd-signer@{}", t0().unix_timestamp())
+    );
     assert_eq!(ca.not_after(), t0() + Duration::days(3650));
 
     let ips = BTreeSet::from([ip("10.0.0.1"), ip("fd00::1")]);
@@ -260,7 +263,7 @@ fn inspection_reports_expiry_sans_and_the_ca() {
     );
     assert_eq!(
         info.to_string(),
-        "CN=etcd-signer valid 2026-09-21T21:41:40Z to 2036-09-18T21:46:40Z"
+        "CN=etcd-signer@1790027200 valid 2026-09-21T21:41:40Z to 2036-09-18T21:46:40Z"
     );
 }
 

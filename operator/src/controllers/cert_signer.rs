@@ -62,10 +62,14 @@ fn write_err(e: crate::writer::WriteError) -> ControllerError {
 pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
     let _t = p.ctx.metrics.time(NAME.as_str());
     let policy = CertPolicy::from_spec(&p.o.spec.certificates);
-    let ca = ca(p, &policy).await?;
-    let all_certs = node_certs(p, &ca, &policy).await?;
-    let tls = client_cert(p, &ca, &policy).await?;
-    let consumers = consumer_certs(p, &ca, &policy).await?;
+    let adopted = ca(p, &policy).await?;
+    let trust = super::ca_rotation::run(p, adopted, &policy).await?;
+    let ca = std::sync::Arc::clone(&trust.signing);
+    let bundle = trust.bundle_pem();
+    let bundles = trust.bundles();
+    let all_certs = node_certs(p, &ca, &bundles, &policy).await?;
+    let tls = client_cert(p, &ca, &bundle, &policy).await?;
+    let consumers = consumer_certs(p, &ca, &bundle, &policy).await?;
     let mut infos = certs::inspect_certs(&ca, &all_certs);
     for (secret, cert) in &consumers {
         infos.push(certs::inspect_pem(&ca, secret, cert));
@@ -76,10 +80,13 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
         ClientCertKind::Operator.secret_name()
     );
     infos.push(certs::inspect_pem(&ca, &client_key, &tls.cert));
-    let status = expiry_status(&ca.info(), &infos, &policy);
+    let mut status = expiry_status(&ca.info(), &infos, &policy);
     if !status.next_renewal.is_empty() {
         p.next(NAME, format!("next renewal at {}", status.next_renewal));
     }
+    status.ca_rotation = trust.rotation;
+    status.handled_ca_rotation = trust.handled;
+    status.last_ca_rotation = trust.last;
     p.certificates = Some(status);
     let with_certs =
         p.o.nodes
@@ -97,7 +104,7 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
         tls,
         with_certs,
         all_certs,
-        bundles: certs::bundle_data(&ca),
+        bundles,
     })
 }
 
@@ -133,6 +140,7 @@ async fn ca(p: &mut Pass<'_>, policy: &CertPolicy) -> Result<EtcdCa, ControllerE
 async fn node_certs(
     p: &mut Pass<'_>,
     ca: &EtcdCa,
+    bundles: &BTreeMap<String, String>,
     policy: &CertPolicy,
 ) -> Result<BTreeMap<String, Vec<u8>>, ControllerError> {
     let now = p.o.now;
@@ -167,9 +175,8 @@ async fn node_certs(
             p.event(false, "CertificatesUpdated", changes.join("; "))
                 .await;
         }
-        let bundles = certs::bundle_data(ca);
         let current = find(&p.inputs.configmaps, NS, ALL_BUNDLES_CONFIGMAP);
-        p.w.configmap(NS, ALL_BUNDLES_CONFIGMAP, current, &bundles, None)
+        p.w.configmap(NS, ALL_BUNDLES_CONFIGMAP, current, bundles, None)
             .await
             .map_err(write_err)?;
     }
@@ -181,18 +188,19 @@ async fn node_certs(
 async fn client_cert(
     p: &mut Pass<'_>,
     ca: &EtcdCa,
+    bundle: &str,
     policy: &CertPolicy,
 ) -> Result<TlsPem, ControllerError> {
     let mut operator = BTreeMap::new();
     for kind in ClientCertKind::ALL {
-        let data = one_client_cert(p, ca, policy, kind).await?;
+        let data = one_client_cert(p, ca, bundle, policy, kind).await?;
         if kind == ClientCertKind::Operator {
             operator = data;
         }
     }
     let get = |k: &str| operator.get(k).cloned().unwrap_or_default();
     Ok(TlsPem {
-        ca: ca.cert_pem().as_bytes().to_vec(),
+        ca: bundle.as_bytes().to_vec(),
         cert: get(ClientCertKind::CERT_KEY),
         key: get(ClientCertKind::KEY_KEY),
     })
@@ -201,6 +209,7 @@ async fn client_cert(
 async fn one_client_cert(
     p: &mut Pass<'_>,
     ca: &EtcdCa,
+    bundle: &str,
     policy: &CertPolicy,
     kind: ClientCertKind,
 ) -> Result<BTreeMap<String, Vec<u8>>, ControllerError> {
@@ -222,10 +231,9 @@ async fn one_client_cert(
         )
         .map_err(cert_err)?
     };
-    // Scrapers verify etcd's serving certificate with the CA beside their own certificate.
-    if kind == ClientCertKind::Metrics {
-        data.insert(CA_KEY.to_owned(), ca.cert_pem().as_bytes().to_vec());
-    }
+    // Clients verify etcd's serving certificate with the trusted CAs beside their own
+    // certificate (both during a CA rotation).
+    data.insert(CA_KEY.to_owned(), bundle.as_bytes().to_vec());
     if p.o.managed && client_current.as_ref() != Some(&data) {
         p.w.secret(op_ns, kind.secret_name(), client_secret, &data, None)
             .await
@@ -271,6 +279,7 @@ pub fn consumer_plan(
 async fn consumer_certs(
     p: &mut Pass<'_>,
     ca: &EtcdCa,
+    bundle: &str,
     policy: &CertPolicy,
 ) -> Result<Vec<(String, Vec<u8>)>, ControllerError> {
     let op_ns = p.ctx.config.operator_namespace.clone();
@@ -292,7 +301,7 @@ async fn consumer_certs(
             certs::apply_client_cert(ca, policy, spec, &reason, current.as_ref(), p.o.now)
                 .map_err(cert_err)?
         };
-        data.insert(CA_KEY.to_owned(), ca.cert_pem().as_bytes().to_vec());
+        data.insert(CA_KEY.to_owned(), bundle.as_bytes().to_vec());
         if current.as_ref() != Some(&data) {
             p.next(NAME, format!("{name}: {reason}"));
             if p.o.managed {
@@ -360,6 +369,7 @@ pub fn expiry_status(
         },
         leaves,
         next_renewal,
+        ..Default::default()
     }
 }
 
@@ -380,129 +390,5 @@ fn record_expiry(metrics: &Metrics, ca: &EtcdCa, all_certs: &BTreeMap<String, Ve
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn consumers_get_their_secret_and_leavers_lose_it() {
-        let c = |name: &str, cn: &str| crate::api::EtcdConsumer {
-            name: name.into(),
-            common_name: cn.into(),
-        };
-        let spec = [
-            c("kube-apiserver", "kube-apiserver-etcd-client"),
-            c("backup", "etcd-backup"),
-            c("backup", "duplicate"),
-        ];
-        let existing = [
-            "etcd-client",
-            "etcd-consumer-backup",
-            "etcd-consumer-old",
-            "unrelated",
-        ];
-        let (maintain, delete) = consumer_plan(&spec, &existing);
-        let names: Vec<(&str, &str)> = maintain
-            .iter()
-            .map(|(n, s)| (n.as_str(), s.common_name.as_str()))
-            .collect();
-        assert_eq!(
-            names,
-            [
-                ("etcd-consumer-kube-apiserver", "kube-apiserver-etcd-client"),
-                ("etcd-consumer-backup", "etcd-backup")
-            ],
-            "the first of a duplicate name wins (the schema refuses duplicates)"
-        );
-        assert!(
-            maintain
-                .iter()
-                .all(|(_, s)| s.usage == certs::Usage::CLIENT && s.sans == certs::Sans::default())
-        );
-        assert_eq!(delete, ["etcd-consumer-old"]);
-    }
-    use time::OffsetDateTime;
-
-    fn t(s: &str) -> OffsetDateTime {
-        certs::parse_time(s).unwrap()
-    }
-
-    fn leaf(key: &str, node: Option<&str>, from: &str, to: &str) -> certs::CertInfo {
-        certs::CertInfo {
-            secret_key: key.into(),
-            node: node.map(str::to_owned),
-            kind: None,
-            subject: None,
-            not_before: Some(t(from)),
-            not_after: Some(t(to)),
-            dns_names: Vec::new(),
-            ip_addresses: Vec::new(),
-            issued_by_ca: true,
-            error: None,
-        }
-    }
-
-    #[test]
-    fn renewal_comes_at_the_configured_share_of_each_lifetime() {
-        let spec = crate::api::Certificates::default();
-        assert_eq!((spec.leaf_validity_days, spec.renew_at_percent), (1095, 67));
-        let policy = CertPolicy::from_spec(&spec);
-        let ca = certs::CaInfo {
-            subject: "etcd-signer".into(),
-            not_before: t("2026-01-01T00:00:00Z"),
-            not_after: t("2036-01-01T00:00:00Z"),
-        };
-        let infos = [
-            leaf(
-                "etcd-serving-n2.crt",
-                Some("n2"),
-                "2026-01-01T00:00:00Z",
-                "2026-04-11T00:00:00Z",
-            ),
-            leaf(
-                "etcd-peer-n1.crt",
-                Some("n1"),
-                "2026-01-01T00:00:00Z",
-                "2029-01-01T00:00:00Z",
-            ),
-            leaf(
-                "etcd-operator/etcd-client/tls.crt",
-                None,
-                "2026-01-01T00:00:00Z",
-                "2026-01-31T00:00:00Z",
-            ),
-        ];
-        let s = expiry_status(&ca, &infos, &policy);
-        assert_eq!(s.ca.not_after, "2036-01-01T00:00:00Z");
-        let names: Vec<&str> = s.leaves.iter().map(|l| l.name.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "etcd-all-certs/etcd-peer-n1.crt",
-                "etcd-all-certs/etcd-serving-n2.crt",
-                "etcd-operator/etcd-client/tls.crt"
-            ],
-            "sorted, named by Secret and key"
-        );
-        // 100 days of life: renewed 33 days before the end, at day 67.
-        assert_eq!(s.leaves[1].renew_after, "2026-03-09T00:00:00Z");
-        // A 30-day certificate follows the same share: no minimum window pushes it earlier.
-        assert_eq!(s.leaves[2].renew_after, "2026-01-21T02:24:00Z");
-        assert_eq!(s.next_renewal, "2026-01-21T02:24:00Z");
-        assert_eq!(s.leaves[0].node, "n1");
-    }
-
-    #[test]
-    fn a_later_renewal_share_moves_renewal_later() {
-        let spec = crate::api::Certificates {
-            leaf_validity_days: 100,
-            renew_at_percent: 90,
-        };
-        let policy = CertPolicy::from_spec(&spec);
-        assert_eq!(policy.leaf_validity, time::Duration::days(100));
-        let from = t("2026-01-01T00:00:00Z");
-        assert_eq!(
-            policy.renew_after(from, from + time::Duration::days(100)),
-            from + time::Duration::days(90)
-        );
-    }
-}
+#[path = "cert_signer_tests.rs"]
+mod tests;

@@ -10,6 +10,7 @@
 //! labels, its log field and (through [`ControllerName::degraded`]) its Degraded condition.
 
 pub mod backup;
+pub mod ca_rotation;
 pub mod cert_signer;
 pub mod cluster_operator;
 pub mod corruption_check;

@@ -1,0 +1,138 @@
+//! The `ca-rotation` scenario: the etcd CA is replaced under write load, in three phases that
+//! each reach every node before the next (trust both CAs, re-issue every leaf from the new one,
+//! drop the old one). The write load is a client of the issued certificates: it reads its
+//! certificate and the CAs to trust (`ca.crt`) from Secret `etcd-client` every second, as a
+//! consumer that reloads its Secret would. At the end every leaf and client certificate is the
+//! new CA's, the bundles trust it alone, and the next CA's Secret is gone.
+
+use std::time::{Duration, Instant};
+
+use etcd_operator::api::EtcdClusterStatus;
+use etcd_operator::certs::{EtcdCa, inspect_certs, inspect_pem};
+use etcd_operator::controllers::cert_signer::secret_bytes as data;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Api;
+
+use super::harness::Harness;
+use crate::controlplane::{ControlPlaneError, OPERATOR_NS, STATIC_NS};
+
+/// Three rollouts of three nodes each.
+const DEADLINE: Duration = Duration::from_secs(300);
+const TRIGGER: &str = "rotate-1";
+const PHASES: [&str; 3] = ["TrustBoth", "ReissueLeaves", "DropOld"];
+
+fn failed(msg: impl Into<String>) -> ControlPlaneError {
+    ControlPlaneError::Failed(msg.into())
+}
+
+/// How far the rotation got: 0 none, 1..=3 the phases, 4 done.
+fn progress(s: &EtcdClusterStatus) -> usize {
+    let Some(c) = &s.certificates else {
+        return 0;
+    };
+    if c.handled_ca_rotation == TRIGGER && c.ca_rotation.is_none() {
+        return 4;
+    }
+    c.ca_rotation
+        .as_ref()
+        .filter(|r| r.trigger == TRIGGER)
+        .and_then(|r| PHASES.iter().position(|p| *p == r.phase))
+        .map_or(0, |i| i + 1)
+}
+
+async fn secret(api: &Api<Secret>, name: &str) -> Result<Option<Secret>, ControlPlaneError> {
+    api.get_opt(name)
+        .await
+        .map_err(|e| failed(format!("reading Secret {name}: {e}")))
+}
+
+pub async fn ca_rotation(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    let ops: Api<Secret> = Api::namespaced(h.cp.client(), OPERATOR_NS);
+    let before = secret(&ops, "etcd-signer")
+        .await?
+        .ok_or_else(|| failed("no etcd-signer"))?;
+    let old = EtcdCa::from_secret_data(&data(&before))
+        .map_err(|e| failed(format!("etcd-signer: {e}")))?;
+    h.patch_spec(serde_json::json!({"certificates": {"caRotationRequest": TRIGGER}}))
+        .await?;
+    let started = Instant::now();
+    let mut at = Vec::new();
+    for (i, phase) in PHASES.iter().enumerate() {
+        let s = h
+            .wait_status(
+                &format!("CA rotation at phase {phase} or later"),
+                DEADLINE,
+                |s| progress(s) > i,
+            )
+            .await?;
+        at.push(format!("{phase} +{:.1}s", started.elapsed().as_secs_f64()));
+        if let Some(r) = s.certificates.and_then(|c| c.ca_rotation) {
+            h.step(format!(
+                "caRotation: phase {} since {}: {}",
+                r.phase, r.phase_started_at, r.message
+            ));
+        }
+    }
+    h.wait_status("the CA rotation completed", DEADLINE, |s| progress(s) == 4)
+        .await?;
+    let took = started.elapsed();
+    h.wait_settled(3, DEADLINE).await?;
+
+    // Everything is the new CA's.
+    let after = secret(&ops, "etcd-signer")
+        .await?
+        .ok_or_else(|| failed("no etcd-signer"))?;
+    let new =
+        EtcdCa::from_secret_data(&data(&after)).map_err(|e| failed(format!("etcd-signer: {e}")))?;
+    if new.cert_pem() == old.cert_pem() {
+        return Err(failed("etcd-signer still holds the old CA"));
+    }
+    if secret(&ops, "etcd-signer-next").await?.is_some() {
+        return Err(failed("etcd-signer-next outlived the rotation"));
+    }
+    let statics: Api<Secret> = Api::namespaced(h.cp.client(), STATIC_NS);
+    let all = secret(&statics, "etcd-all-certs")
+        .await?
+        .ok_or_else(|| failed("no etcd-all-certs"))?;
+    let infos = inspect_certs(&new, &data(&all));
+    let stale: Vec<&str> = infos
+        .iter()
+        .filter(|i| !i.issued_by_ca)
+        .map(|i| i.secret_key.as_str())
+        .collect();
+    let client = secret(&ops, "etcd-client")
+        .await?
+        .ok_or_else(|| failed("no etcd-client"))?;
+    let client_cert = data(&client).get("tls.crt").cloned().unwrap_or_default();
+    if !stale.is_empty() || !inspect_pem(&new, "etcd-client", &client_cert).issued_by_ca {
+        return Err(failed(format!(
+            "not issued by the new CA: {stale:?} (etcd-client included when listed last)"
+        )));
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(h.cp.client(), STATIC_NS);
+    let bundles = cms
+        .get("etcd-all-bundles")
+        .await
+        .map_err(|e| failed(format!("etcd-all-bundles: {e}")))?;
+    let old_pem = old.cert_pem().trim().to_owned();
+    let still_old: Vec<String> = bundles
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, v)| v.contains(&old_pem) || !v.contains(new.cert_pem().trim()))
+        .map(|(k, _)| k)
+        .collect();
+    if !still_old.is_empty() {
+        return Err(failed(format!(
+            "bundles still trusting the old CA or not the new: {still_old:?}"
+        )));
+    }
+    h.step(format!(
+        "CA rotated in {:.1}s ({}): {} leaves and the operator's client certificate issued by the new CA (expires {}), every bundle trusts it alone, etcd-signer-next deleted",
+        took.as_secs_f64(),
+        at.join(", "),
+        infos.len(),
+        etcd_operator::certs::format_time(new.not_after())
+    ));
+    Ok(())
+}

@@ -2,12 +2,13 @@
 //! deletes.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use membership::Member;
 
 use super::*;
-use crate::api::{BackupRetention, S3Destination};
+use crate::api::{BackupRetention, BackupStatus, S3Destination};
 use crate::etcd::MemberObs;
 
 fn id(i: u64) -> MemberId {

@@ -213,33 +213,43 @@ async fn one_client_cert(
     policy: &CertPolicy,
     kind: ClientCertKind,
 ) -> Result<BTreeMap<String, Vec<u8>>, ControllerError> {
-    let op_ns = p.ctx.config.operator_namespace.as_str();
-    let client_secret = find(&p.inputs.operator_secrets, op_ns, kind.secret_name());
-    let client_current = client_secret.map(secret_bytes);
-    let reason =
-        certs::plan_client_cert(ca, policy, &kind.spec(), client_current.as_ref(), p.o.now);
+    client_secret(p, ca, bundle, policy, kind.secret_name(), &kind.spec())
+        .await
+        .map(|(data, _)| data)
+}
+
+/// Client certificate Secret `name` (operator namespace) for `spec`: judged, re-issued when due,
+/// with the trusted CAs as `ca.crt` (clients verify etcd's serving certificate with them; both
+/// during a CA rotation), written when it changed (Managed only). Returns its data, and why it
+/// changed.
+async fn client_secret(
+    p: &mut Pass<'_>,
+    ca: &EtcdCa,
+    bundle: &str,
+    policy: &CertPolicy,
+    name: &str,
+    spec: &certs::LeafSpec,
+) -> Result<(BTreeMap<String, Vec<u8>>, Option<certs::Reason>), ControllerError> {
+    let op_ns = p.ctx.config.operator_namespace.clone();
+    let secret = find(&p.inputs.operator_secrets, &op_ns, name);
+    let current = secret.map(secret_bytes);
+    let reason = certs::plan_client_cert(ca, policy, spec, current.as_ref(), p.o.now);
     let mut data = if reason.action() == certs::Action::Keep {
-        client_current.clone().unwrap_or_default()
+        current.clone().unwrap_or_default()
     } else {
-        certs::apply_client_cert(
-            ca,
-            policy,
-            &kind.spec(),
-            &reason,
-            client_current.as_ref(),
-            p.o.now,
-        )
-        .map_err(cert_err)?
+        certs::apply_client_cert(ca, policy, spec, &reason, current.as_ref(), p.o.now)
+            .map_err(cert_err)?
     };
-    // Clients verify etcd's serving certificate with the trusted CAs beside their own
-    // certificate (both during a CA rotation).
     data.insert(CA_KEY.to_owned(), bundle.as_bytes().to_vec());
-    if p.o.managed && client_current.as_ref() != Some(&data) {
-        p.w.secret(op_ns, kind.secret_name(), client_secret, &data, None)
+    if current.as_ref() == Some(&data) {
+        return Ok((data, None));
+    }
+    if p.o.managed {
+        p.w.secret(&op_ns, name, secret, &data, None)
             .await
             .map_err(write_err)?;
     }
-    Ok(data)
+    Ok((data, Some(reason)))
 }
 
 /// The prefix of consumer Secrets (reserved: a Secret with it that no consumer names is deleted).
@@ -292,23 +302,9 @@ async fn consumer_certs(
     let (maintain, delete) = consumer_plan(&p.o.spec.clients, &existing);
     let mut out = Vec::new();
     for (name, spec) in &maintain {
-        let secret = find(&p.inputs.operator_secrets, &op_ns, name);
-        let current = secret.map(secret_bytes);
-        let reason = certs::plan_client_cert(ca, policy, spec, current.as_ref(), p.o.now);
-        let mut data = if reason.action() == certs::Action::Keep {
-            current.clone().unwrap_or_default()
-        } else {
-            certs::apply_client_cert(ca, policy, spec, &reason, current.as_ref(), p.o.now)
-                .map_err(cert_err)?
-        };
-        data.insert(CA_KEY.to_owned(), bundle.as_bytes().to_vec());
-        if current.as_ref() != Some(&data) {
+        let (data, changed) = client_secret(p, ca, bundle, policy, name, spec).await?;
+        if let Some(reason) = changed {
             p.next(NAME, format!("{name}: {reason}"));
-            if p.o.managed {
-                p.w.secret(&op_ns, name, secret, &data, None)
-                    .await
-                    .map_err(write_err)?;
-            }
         }
         let cert = data
             .get(ClientCertKind::CERT_KEY)

@@ -113,8 +113,10 @@ mod identity;
 mod managed;
 pub mod operators;
 mod render;
+mod retired;
 
 pub use operators::{DEFAULT_OPERATOR, OPERATOR_LEASE_DURATION, OperatorProcess};
+pub use retired::RetiredAddress;
 
 /// The namespace of the etcd static pods and the operator's own.
 pub const STATIC_NS: &str = etcd_operator::podspec::STATIC_POD_NAMESPACE;
@@ -261,6 +263,27 @@ impl LocalControlPlane {
         let result = self.start_agent(&mut node).await;
         self.nodes.insert(idx, node);
         result
+    }
+
+    /// The node's address changes, as after a reboot into another DHCP lease: its agent stops
+    /// (its pods with it), it comes back on a new loopback address with the same root (its
+    /// Node's InternalIP follows with the agent's first status patch), and the old address is
+    /// retired ([`RetiredAddress`], held until the returned value is dropped).
+    pub async fn change_node_address(
+        &mut self,
+        name: &str,
+    ) -> Result<RetiredAddress, ControlPlaneError> {
+        self.stop_node(name).await?;
+        let new = LoopbackAddr::acquire()?;
+        let node = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.name == name)
+            .ok_or_else(|| ControlPlaneError::Failed(format!("no node {name}")))?;
+        let old = std::mem::replace(&mut node.addr, new);
+        let retired = RetiredAddress::hold(old).await?;
+        self.restart_node(name).await?;
+        Ok(retired)
     }
 
     /// Stops a node's agent and deletes its Node object (the machine is gone).

@@ -138,6 +138,19 @@ async fn ca_rotation() {
     );
 }
 
+/// A node's address changes: its member follows it with `MemberUpdate`, same id, same data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_address_change() {
+    let report = scenario("node-address-change").await;
+    assert!(
+        report
+            .steps
+            .iter()
+            .any(|s| s.what.contains("as the same member")),
+        "{report:?}"
+    );
+}
+
 /// `etcd-operator plan` explains a blocked state: with voter n3 down, a new node n4 cannot join
 /// (the gate refuses to add a learner while a voter is unhealthy), and plan says so, naming n3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -334,6 +334,22 @@ impl EtcdClient {
         .map(|_| ())
     }
 
+    /// Replaces member `id`'s peer URLs with `peer_url` (`MemberUpdate`, a raft configuration
+    /// change: it needs quorum). etcd refuses a URL another member already has.
+    pub async fn update_peer_url(
+        &self,
+        id: MemberId,
+        peer_url: &MemberUrl,
+    ) -> Result<(), ClientError> {
+        let url = peer_url.as_str().to_owned();
+        self.on_any_voter("member update", |mut c| {
+            let url = url.clone();
+            async move { c.member_update(id.get(), [url]).await }
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// Asks the leader, reached at `leader_endpoint`, to hand leadership to voter `target`.
     pub async fn move_leader(
         &self,

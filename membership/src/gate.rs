@@ -29,6 +29,12 @@
 //!    member, and the preflight allows taking a healthy voter down. A single voter is
 //!    defragmented only while `NOSPACE` already refuses writes (a pause then loses nothing).
 //!
+//! 9. **Move a member to its node's new address** (`MemberUpdate`, after the node's address
+//!    changed): a membership change, so rules 1 and 7 apply; the new URL must be no other member's
+//!    and no other node may be mid-roll. A member that is down (its old address gone) is moved at
+//!    once; a healthy voter still serving on its old address is cut off from its peers by the move
+//!    until its node restarts on the new address, so it is moved only as rule 6 would restart it.
+//!
 //! Every denial names the rule and the members involved, so it can go to status, a metric label
 //! ([`DenyRule::category`]) and `etcd-operator plan`.
 
@@ -69,6 +75,12 @@ pub enum Action {
     },
     /// Defragment voter `id`'s database; `nospace`: the `NOSPACE` alarm is raised.
     Defragment { id: MemberId, nospace: bool },
+    /// `MemberUpdate(id, peer_url)`: member `id` of `node` moves to its node's new address.
+    MovePeerUrl {
+        id: MemberId,
+        node: String,
+        peer_url: MemberUrl,
+    },
 }
 
 impl fmt::Display for Action {
@@ -81,6 +93,9 @@ impl fmt::Display for Action {
             Action::Remove { id } => write!(f, "remove member {id}"),
             Action::RollNode { node, .. } => write!(f, "roll node {node}"),
             Action::Defragment { id, .. } => write!(f, "defragment member {id}"),
+            Action::MovePeerUrl { id, node, peer_url } => {
+                write!(f, "move member {id} of {node} to {peer_url}")
+            }
         }
     }
 }
@@ -318,43 +333,109 @@ pub fn gate(view: &ClusterView, action: &Action) -> Verdict {
             }
         },
         Action::RollNode { node, member } => {
-            if let Some(rolling) = view.rolling_node.as_ref().filter(|r| *r != node) {
-                return deny(
-                    DenyRule::RolloutInProgress,
-                    format!("{action}: node {rolling} is still being rolled (one node at a time)"),
-                );
+            if let Some(denied) = other_node_rolling(view, action, node) {
+                return denied;
             }
             let target = member.and_then(|id| view.find(id));
             let takes_down_voter = target.is_some_and(|m| !m.member.is_learner && m.healthy);
             if !takes_down_voter {
                 return Verdict::Allow;
             }
-            if let Some(denied) = takedown_preflight(view, action) {
-                return denied;
-            }
-            if healthy > quorum(voters) {
-                Verdict::Allow
-            } else {
-                deny(
-                    DenyRule::QuorumAfterAction,
-                    format!(
-                        "{action}: restarting its healthy voter would leave {} of {voters} voters healthy (quorum {}); waiting for {}",
-                        healthy - 1,
-                        quorum(voters),
-                        if healthy < voters {
-                            format!(
-                                "unhealthy voter(s) {} to recover",
-                                view.unhealthy_voter_names()
-                            )
-                        } else {
-                            "more voters to join".to_owned()
-                        }
-                    ),
+            with_spare_voter(view, action, |left| {
+                format!(
+                    "restarting its healthy voter would leave {left}; waiting for {}",
+                    if healthy < voters {
+                        format!(
+                            "unhealthy voter(s) {} to recover",
+                            view.unhealthy_voter_names()
+                        )
+                    } else {
+                        "more voters to join".to_owned()
+                    }
                 )
-            }
+            })
         }
         Action::Defragment { id, nospace } => defragment(view, action, *id, *nospace),
+        Action::MovePeerUrl {
+            id, node, peer_url, ..
+        } => move_peer_url(view, action, *id, node, peer_url),
     }
+}
+
+/// Rule 9. Quorum and the preflight were checked as for every membership change.
+fn move_peer_url(
+    view: &ClusterView,
+    action: &Action,
+    id: MemberId,
+    node: &str,
+    peer_url: &MemberUrl,
+) -> Verdict {
+    let Some(m) = view.find(id) else {
+        return deny(DenyRule::UnknownMember, format!("{action}: no such member"));
+    };
+    if let Some(other) = view
+        .members
+        .iter()
+        .find(|o| o.member.id != id && o.member.has_peer_url(peer_url))
+    {
+        return deny(
+            DenyRule::AlreadyMember,
+            format!(
+                "{action}: {peer_url} already belongs to member {}",
+                label(&other.member)
+            ),
+        );
+    }
+    if let Some(denied) = other_node_rolling(view, action, node) {
+        return denied;
+    }
+    if m.member.is_learner || !m.healthy {
+        return Verdict::Allow;
+    }
+    // A healthy voter still serving on its old address: once moved, its peers dial the new
+    // address, where nothing listens until its node restarts on the next revision.
+    with_spare_voter(view, action, |left| {
+        format!(
+            "{} still serves on its old address; moving it cuts it off until its node restarts, which would leave {left}",
+            label(&m.member)
+        )
+    })
+}
+
+/// Rules 6 and 9: one node at a time.
+fn other_node_rolling(view: &ClusterView, action: &Action, node: &str) -> Option<Verdict> {
+    let rolling = view.rolling_node.as_ref().filter(|r| *r != node)?;
+    Some(deny(
+        DenyRule::RolloutInProgress,
+        format!("{action}: node {rolling} is still being rolled (one node at a time)"),
+    ))
+}
+
+/// Rules 6 and 9: a healthy voter is taken out of service only while the cluster tolerates one
+/// failure and the preflight allows it. `why` gets "N of M voters healthy (quorum Q)", what
+/// would be left.
+fn with_spare_voter(
+    view: &ClusterView,
+    action: &Action,
+    why: impl FnOnce(String) -> String,
+) -> Verdict {
+    if let Some(denied) = takedown_preflight(view, action) {
+        return denied;
+    }
+    let voters = view.voter_count();
+    let healthy = view.healthy_voters();
+    if healthy > quorum(voters) {
+        return Verdict::Allow;
+    }
+    let left = format!(
+        "{} of {voters} voters healthy (quorum {})",
+        healthy.saturating_sub(1),
+        quorum(voters)
+    );
+    deny(
+        DenyRule::QuorumAfterAction,
+        format!("{action}: {}", why(left)),
+    )
 }
 
 /// Rule 2 (and 8): a learner is a membership change in flight.

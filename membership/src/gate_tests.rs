@@ -290,6 +290,13 @@ fn apply(v: &mut ClusterView, action: &Action, next_id: &mut u64) {
             }
             v.rolling_node = Some(node.clone());
         }
+        // Its peers dial the new address, where it serves only after its node restarts.
+        Action::MovePeerUrl { id, peer_url, .. } => {
+            if let Some(m) = v.members.iter_mut().find(|m| m.member.id == *id) {
+                m.member.peer_urls = vec![peer_url.clone()];
+                m.healthy = false;
+            }
+        }
         // The member is held until its defragmentation ends (a Flip brings it back).
         Action::Defragment { id, .. } => {
             if let Some(m) = v.members.iter_mut().find(|m| m.member.id == *id) {
@@ -306,6 +313,7 @@ enum Step {
     Remove(usize),
     Roll(usize),
     Defrag(usize),
+    Move(usize),
     /// Environment: the rollout step finishes (the rolled member comes back healthy).
     FinishRoll,
     /// Environment: a member's health flips.
@@ -321,6 +329,7 @@ fn arb_step() -> impl Strategy<Value = Step> {
         (0usize..8).prop_map(Step::Remove),
         (0usize..8).prop_map(Step::Roll),
         (0usize..8).prop_map(Step::Defrag),
+        (0usize..8).prop_map(Step::Move),
         Just(Step::FinishRoll),
         (0usize..8).prop_map(Step::Flip),
         (0usize..8).prop_map(Step::Start),
@@ -362,6 +371,7 @@ proptest! {
                 Step::Remove(i) => member_at(&v, i).map(|m| Action::Remove { id: m.id }),
                 Step::Roll(i) => member_at(&v, i).map(|m| Action::RollNode { node: format!("node-{}", m.id), member: Some(m.id) }),
                 Step::Defrag(i) => member_at(&v, i).map(|m| Action::Defragment { id: m.id, nospace: false }),
+                Step::Move(i) => member_at(&v, i).map(|m| Action::MovePeerUrl { id: m.id, node: format!("node-{}", m.id), peer_url: url(900 + m.id.get()) }),
                 Step::FinishRoll => {
                     if let Some(node) = v.rolling_node.take()
                         && let Some(m) = v.members.iter_mut().find(|m| format!("node-{}", m.member.id) == node)
@@ -481,4 +491,57 @@ fn rule_8_a_small_cluster_pauses_writes_only_under_nospace() {
         DenyRule::QuorumAfterAction,
         "2 voter(s)",
     );
+}
+
+fn move_to(i: u64, to: u64) -> Action {
+    Action::MovePeerUrl {
+        id: id(i),
+        node: format!("n{i}"),
+        peer_url: url(to),
+    }
+}
+
+#[test]
+fn rule_9_moves_a_down_member_at_once_and_a_serving_voter_only_with_a_spare() {
+    // The usual case: the node's old address is gone, so its member is down.
+    let down = view(vec![voter(1, true), voter(2, true), voter(3, false)]);
+    assert!(gate(&down, &move_to(3, 30)).is_allowed());
+    denied(
+        gate(&down, &move_to(3, 2)),
+        DenyRule::AlreadyMember,
+        "already belongs to member n2 (2)",
+    );
+    denied(
+        gate(&down, &move_to(7, 30)),
+        DenyRule::UnknownMember,
+        "no such member",
+    );
+    // Without quorum nothing can be committed.
+    let lost = view(vec![voter(1, true), voter(2, false), voter(3, false)]);
+    denied(
+        gate(&lost, &move_to(3, 30)),
+        DenyRule::NoQuorum,
+        "no quorum",
+    );
+    // Still serving on the old address: moving it cuts it off, like a restart.
+    let serving = view(vec![voter(1, true), voter(2, true), voter(3, true)]);
+    assert!(gate(&serving, &move_to(3, 30)).is_allowed());
+    let thin = view(vec![voter(1, true), voter(2, false), voter(3, true)]);
+    denied(
+        gate(&thin, &move_to(3, 30)),
+        DenyRule::QuorumAfterAction,
+        "still serves on its old address",
+    );
+    let mut rolling = serving.clone();
+    rolling.rolling_node = Some("n1".into());
+    denied(
+        gate(&rolling, &move_to(3, 30)),
+        DenyRule::RolloutInProgress,
+        "node n1 is still being rolled",
+    );
+    rolling.rolling_node = Some("n3".into());
+    assert!(gate(&rolling, &move_to(3, 30)).is_allowed());
+    // A learner moves at once (it is no voter).
+    let joining = view(vec![voter(1, true), learner(2, true, true)]);
+    assert!(gate(&joining, &move_to(2, 20)).is_allowed());
 }

@@ -25,9 +25,9 @@ use crate::api::{
 };
 use crate::context::{Context, PassState};
 use crate::controllers::{
-    ControllerError, ControllerName, Flow, backup, cert_signer, cluster_operator, corruption_check,
-    defrag, endpoints, etcd_observer, installer, member_status, membership, payload_status,
-    quorum_guard, remediation, revisions, target_config, version_report,
+    ControllerError, ControllerName, Flow, address_move, backup, cert_signer, cluster_operator,
+    corruption_check, defrag, endpoints, etcd_observer, installer, member_status, membership,
+    payload_status, quorum_guard, remediation, revisions, target_config, version_report,
 };
 use crate::metrics::{ActionLabel, RuleLabel};
 use crate::observed::{Inputs, Observed};
@@ -442,11 +442,16 @@ async fn controllers(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     {
         return Ok(());
     }
-    let Some(pods) = target_config::reconcile(p).await? else {
-        return Ok(());
-    };
-    if p.waits(N::Revision) || revisions::reconcile(p, &tls, pods).await? == Flow::Stop {
-        return Ok(());
+    if let Some(line) = address_move::hold_line(&p.o.address_moves()) {
+        p.next(N::TargetConfig, line.clone());
+        p.next(N::Revision, line);
+    } else {
+        let Some(pods) = target_config::reconcile(p).await? else {
+            return Ok(());
+        };
+        if p.waits(N::Revision) || revisions::reconcile(p, &tls, pods).await? == Flow::Stop {
+            return Ok(());
+        }
     }
     if p.waits(N::Installer) {
         return Ok(());

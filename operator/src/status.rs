@@ -114,6 +114,7 @@ pub enum Reason {
     LearnerNotCatchingUp,
     LearnerPromoted,
     MemberRemoved(crate::controllers::membership::RemovalKind),
+    MemberMoved,
     // installer
     AllNodesAtLatestRevision,
     Installing,
@@ -161,6 +162,7 @@ impl Reason {
             Reason::LearnerNotCatchingUp => "LearnerNotCatchingUp",
             Reason::LearnerPromoted => "LearnerPromoted",
             Reason::MemberRemoved(kind) => kind.reason(),
+            Reason::MemberMoved => "MemberPeerURLMoved",
             Reason::AllNodesAtLatestRevision => "AllNodesAtLatestRevision",
             Reason::Installing => "Installing",
             Reason::Waiting => "Waiting",

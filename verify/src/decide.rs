@@ -5,7 +5,8 @@
 //! |---|---|---|---|
 //! | answers, ids ≠ `ETCD_MEMBER_IDS` | any | any | block: stale or forged revision |
 //! | answers | any | from another cluster (WAL cluster id) | archive, wait |
-//! | answers | missing, data dir's member live under another URL | present | block: peer URL changed |
+//! | answers, the revision lists this node's member under its old URL | any | any | block: stale revision (the member moved since) |
+//! | answers | missing, data dir's member live under another URL | present | block: the member has not moved to this revision's URL |
 //! | answers | missing | present | archive, wait for the operator |
 //! | answers | missing | absent | wait for the operator |
 //! | answers | unstarted | absent, or this member's own partial start | start |
@@ -13,7 +14,7 @@
 //! | answers | started, named for another node | any | block |
 //! | answers | started | absent | block: data dir lost |
 //! | answers | started | holds another member id, or unreadable | block |
-//! | answers | started | holds this member | start |
+//! | answers | started | holds this member | start (after a node address change: only once the member moved to this revision's URL) |
 //! | no answer | — | holds the member the revision lists for this URL | start (whole cluster restarting) |
 //! | no answer | — | present, bootstrap render (`state=new`) | start |
 //! | no answer | — | absent, bootstrap render (`state=new`) | start (new cluster) |
@@ -124,7 +125,7 @@ fn decide_with_live(config: &VerifyConfig, data: &DataDir, live: &LiveMembers) -
             }
             for (id, ours, theirs) in &diff.url_changed {
                 parts.push(format!(
-                    "member {id} has peer URL {theirs}, ETCD_MEMBER_IDS says {ours}"
+                    "member {id} has peer URL {theirs}, ETCD_MEMBER_IDS says {ours} (it moved since this revision was made)"
                 ));
             }
             return Decision::Block {
@@ -161,7 +162,7 @@ fn decide_with_live(config: &VerifyConfig, data: &DataDir, live: &LiveMembers) -
                     let urls: Vec<String> = m.peer_urls.iter().map(ToString::to_string).collect();
                     Decision::Block {
                         reason: format!(
-                            "data dir holds live member {} whose peer URL is {}, not {own_url}: this node's address changed; the operator must replace the member",
+                            "data dir holds live member {} whose peer URL is {}, not {own_url}: this node's address changed and the member has not moved yet; etcd starts here only on a revision whose peer URL is the member's live one (the operator moves it with MemberUpdate, then rolls such a revision)",
                             m.id,
                             urls.join(",")
                         ),

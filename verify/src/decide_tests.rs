@@ -263,13 +263,46 @@ fn data_of_a_live_member_under_another_url_blocks() {
     c.member_ids = membership::MemberIds::from_members(&members);
     expect_block(
         &decide_for(&c, wal(3), live(members.clone())),
-        "this node's address changed",
+        "this node's address changed and the member has not moved yet",
     );
     // A revision that doesn't know member 3 at all is caught by the ids check first.
     let c = config_n3(TWO, "existing");
     expect_block(
         &decide_for(&c, wal(3), live(members)),
         "stale or forged revision",
+    );
+}
+
+#[test]
+fn an_address_change_starts_only_once_the_member_moved() {
+    // n3 was at 10.0.0.9 and is at 10.0.0.3 now; its data dir holds member 3.
+    let before = with(voters12(), Member::voter(id(3), "n3", url(9)));
+    let after = with(voters12(), Member::voter(id(3), "n3", url(3)));
+    // The revision at the new address, once the operator moved member 3: start, same member.
+    let mut moved_rev = config_n3(ALL3, "existing");
+    moved_rev.member_ids = membership::MemberIds::from_members(&after);
+    match decide_for(&moved_rev, wal(3), live(after.clone())) {
+        Decision::Start {
+            member_id, archive, ..
+        } => {
+            assert_eq!(member_id, Some(id(3)));
+            assert_eq!(archive, None, "nothing is archived or copied");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The same revision while member 3 has not moved: refused (the ids disagree).
+    expect_block(
+        &decide_for(&moved_rev, wal(3), live(before.clone())),
+        "member 3 has peer URL http://10.0.0.9:2380, ETCD_MEMBER_IDS says http://10.0.0.3:2380",
+    );
+    // The revision from before the move (its URL and ids are the old address), started after
+    // the member moved (the node rebooted into it): refused as stale.
+    let mut old_rev = config_n3(ALL3, "existing");
+    old_rev.peer_url = url(9);
+    old_rev.member_ids = membership::MemberIds::from_members(&before);
+    expect_block(
+        &decide_for(&old_rev, wal(3), live(after)),
+        "it moved since this revision was made",
     );
 }
 

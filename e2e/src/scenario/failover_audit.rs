@@ -92,9 +92,17 @@ pub struct ActionEvent {
     pub at: Option<Timestamp>,
 }
 
-/// The `MemberAddedAsLearner` and `MemberPromoted` Events about the EtcdCluster (namespace
-/// `default`: the EtcdCluster is cluster-scoped).
+/// The `MemberAddedAsLearner` and `MemberPromoted` Events about the EtcdCluster.
 pub async fn membership_events(cp: &LocalControlPlane) -> Result<Vec<ActionEvent>, String> {
+    cluster_events(cp, &["MemberAddedAsLearner", "MemberPromoted"]).await
+}
+
+/// The Events with one of `reasons` about the EtcdCluster (namespace `default`: the EtcdCluster
+/// is cluster-scoped).
+pub async fn cluster_events(
+    cp: &LocalControlPlane,
+    reasons: &[&str],
+) -> Result<Vec<ActionEvent>, String> {
     let events: Api<Event> = Api::namespaced(cp.client(), "default");
     let list = events
         .list(&ListParams::default())
@@ -110,7 +118,7 @@ pub async fn membership_events(cp: &LocalControlPlane) -> Result<Vec<ActionEvent
         })
         .filter_map(|e| {
             let reason = e.reason.clone()?;
-            if reason != "MemberAddedAsLearner" && reason != "MemberPromoted" {
+            if !reasons.contains(&reason.as_str()) {
                 return None;
             }
             Some(ActionEvent {

@@ -26,6 +26,7 @@
 //! | `restore-from-backup` | as `restore-from-snapshot`, with the operator's backups: `spec.backup` set, the first backup lands in the operator's directory, verified by restore; then to an S3 bucket on a real S3 server (Garage on loopback): without the credentials Secret (`lastFailure` `Credentials`, naming it), with a wrong secret key (`Destination`, naming the bucket), then good and verified; every data dir wiped and `etcd-recover from-snapshot s3://…` restores the S3 backup (downloaded, its record checked); the bad inputs of `restore-from-snapshot` on the local backup; same RPO/RTO figures |
 //! | `backups` | the backup half of `restore-from-backup` on its own, so that it also runs against a real kube-apiserver (`TEST_API=kas`): the spec patches, the credentials Secret created and changed, `status.backup` written and read back |
 //! | `ca-rotation` | under write load (a client that reloads its certificate and `ca.crt` from Secret `etcd-client` every second), `spec.certificates.caRotationRequest` rotates the CA in three phases, each rolled to every node before the next: trust both CAs, re-issue every leaf and client certificate from the new one, drop the old one; at the end etcd-signer holds the new CA, every leaf and the client certificate are its, every bundle trusts it alone, etcd-signer-next is deleted; the longest write gap is the report's |
+//! | `node-address-change` | under write load n2 comes back on another address, its old one retired (held: a stale etcd can't bind it, dials to it are closed); the operator re-issues n2's certificates for the new address, moves member n2 there with `MemberUpdate` and rolls a revision with the new URL, n2 first; n2 is the same member id on its own data dir (nothing archived), no member keeps the old URL, `etcd-endpoints` and n2's certificates name the new address |
 
 mod backups;
 mod ca_rotation;
@@ -41,6 +42,7 @@ mod leader_probe;
 pub mod load;
 mod maintenance;
 mod metrics_port;
+mod node_address;
 mod node_selector;
 mod quorum_loss;
 mod restore;
@@ -55,7 +57,7 @@ use std::time::Instant;
 pub use harness::{Harness, Recovery, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 23] = [
+pub const NAMES: [&str; 24] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -79,6 +81,7 @@ pub const NAMES: [&str; 23] = [
     "restore-from-backup",
     "backups",
     "ca-rotation",
+    "node-address-change",
 ];
 
 /// The scenarios whose API is served from the managed etcd, as in a real control plane (their

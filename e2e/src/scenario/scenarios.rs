@@ -66,6 +66,7 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "restore-from-backup" => super::restore::restore_from_backup(&mut h).await,
         "backups" => super::backups::backups(&mut h).await,
         "ca-rotation" => super::ca_rotation::ca_rotation(&mut h).await,
+        "node-address-change" => super::node_address::node_address_change(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
         ))),

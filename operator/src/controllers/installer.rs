@@ -14,7 +14,8 @@
 //!   its etcd must serve on the target; a newer revision supersedes the target once the
 //!   installer finished (the node moves straight on, without waiting on a stale one);
 //! * otherwise the next node below the latest revision is chosen: nodes with no static pod, an
-//!   unready pod, or an etcd blocked by `etcd-verify` first, then the others, the etcd leader last;
+//!   unready pod, an etcd blocked by `etcd-verify`, or a member still on the node's old address
+//!   first, then the others, the etcd leader last;
 //! * before the next node restarts, every started voter has applied what the leader committed
 //!   (the member restarted before has caught up);
 //! * every install asks the quorum gate (`RollNode`); a failed install is retried after a capped
@@ -150,6 +151,7 @@ fn observe(node: &NodeView, now: OffsetDateTime, grace: time::Duration) -> NodeS
 fn rank(node: &NodeView) -> (u8, String) {
     let group = match &node.pod {
         None => 0,
+        _ if node.serves_elsewhere => 0,
         Some(p) if p.blocked.is_some() || !p.ready => 0,
         Some(_) if node.is_leader => 2,
         Some(_) => 1,

@@ -49,6 +49,7 @@ fn node(i: u64, revision: i64, ready: bool) -> NodeView {
         installer: None,
         member_healthy: ready,
         node_ready: true,
+        serves_elsewhere: false,
         etcd_stopped: None,
         status: NodeStatus {
             node_name: format!("n{i}"),
@@ -554,4 +555,13 @@ fn etcd_starting_on_its_target_is_polled_for_a_bounded_window() {
     n.status.target_revision = Some(2);
     n.pod.as_mut().unwrap().running = false;
     assert!(!n.etcd_starting(t(1)), "not running");
+}
+
+#[test]
+fn a_node_whose_member_serves_on_its_old_address_goes_first() {
+    // All serve; n3's etcd still runs on the address its node had before (its member moved).
+    let mut nodes = vec![node(1, 1, true), node(2, 1, true), node(3, 1, true)];
+    nodes[2].serves_elsewhere = true;
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0), GRACE);
+    assert_eq!(installs(&d).0, "n3", "{:?}", d.action);
 }

@@ -9,6 +9,7 @@
 //! A controller's name ([`ControllerName::as_str`]) is the one used in its plan line, its metric
 //! labels, its log field and (through [`ControllerName::degraded`]) its Degraded condition.
 
+pub mod address_move;
 pub mod backup;
 pub mod ca_rotation;
 pub mod cert_signer;

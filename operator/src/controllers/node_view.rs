@@ -55,6 +55,9 @@ pub struct NodeView {
     pub node_ready: bool,
     /// An admin stopped etcd here on purpose (the Node annotation's reason).
     pub etcd_stopped: Option<String>,
+    /// The member last advertised another address than the node's: the node's address changed
+    /// and its etcd has not restarted there yet ([`super::address_move::serves_elsewhere`]).
+    pub serves_elsewhere: bool,
 }
 
 impl NodeView {

@@ -97,6 +97,7 @@ mod tests {
             }),
             installer: None,
             node_ready: true,
+            serves_elsewhere: false,
             etcd_stopped: None,
             status: NodeStatus {
                 node_name: name.into(),

@@ -172,6 +172,11 @@ impl Observed {
                     member_healthy: member.is_some_and(|m| self.etcd.is_healthy(m)),
                     node_ready: n.ready,
                     etcd_stopped: n.etcd_stopped.clone(),
+                    serves_elsewhere: member
+                        .and_then(|id| self.etcd.members.iter().find(|m| m.id == id))
+                        .is_some_and(|m| {
+                            crate::controllers::address_move::serves_elsewhere(&n.target, m)
+                        }),
                     status: statuses
                         .iter()
                         .find(|s| s.node_name == *name)
@@ -180,6 +185,13 @@ impl Observed {
                 }
             })
             .collect()
+    }
+
+    /// Members that have to follow their node to a new address (see
+    /// [`crate::controllers::address_move`]).
+    pub fn address_moves(&self) -> Vec<crate::controllers::address_move::AddressMove> {
+        let nodes = self.nodes.iter().filter(|n| !n.deleting).map(|n| &n.target);
+        crate::controllers::address_move::pending_moves(nodes, &self.etcd.members)
     }
 
     /// Names of the selected nodes.

@@ -54,10 +54,11 @@ fn node_of<'n>(
     Ok(None)
 }
 
-/// Every member's client URL, learners included, sorted (`ETCDCTL_ENDPOINTS`): the URL a started
-/// member advertises, or, before it has started, the one its node will advertise. So the
-/// manifests do not change when a learner starts or is promoted, and one membership change makes
-/// one revision. Clients skip learners: etcd answers a learner's client requests with
+/// Every member's client URL, learners included, sorted (`ETCDCTL_ENDPOINTS`): the one its node
+/// (the node with its peer URL) advertises, or, for a member of no known node, the URL it
+/// advertised. So the manifests do not change when a learner starts or is promoted, nor when a
+/// member that moved with its node's address starts advertising the new one: one membership
+/// change makes one revision. Clients skip learners: etcd answers a learner's client requests with
 /// `Unavailable` ("rpc not supported for learner"), which etcd's own client retries on the next
 /// endpoint, and the project's client (`etcd-verify`, the operator) asks each endpoint's status
 /// first and never sends a learner a request it would refuse.
@@ -67,10 +68,10 @@ pub fn member_client_urls(
 ) -> Result<Vec<MemberUrl>, RenderError> {
     let mut urls = Vec::new();
     for m in members {
-        if let Some(advertised) = m.client_urls.first() {
-            urls.push(advertised.clone());
-        } else if let Some(node) = node_of(m, nodes)? {
+        if let Some(node) = node_of(m, nodes)? {
             urls.push(node.client_url()?);
+        } else if let Some(advertised) = m.client_urls.first() {
+            urls.push(advertised.clone());
         }
     }
     urls.sort();

@@ -5,7 +5,7 @@ use membership::{Action, ClusterView, Member, MemberId};
 
 use super::{
     MembershipInput, MembershipStep, RemovalKind, desired_voters, gated, learner_promotion,
-    node_for, voter_to_shrink,
+    node_for, pending_moves, voter_to_shrink,
 };
 use crate::controllers::remediation::Assessment;
 
@@ -27,6 +27,7 @@ fn remove(
 pub fn decide(input: &MembershipInput<'_>) -> MembershipStep {
     let members: Vec<&Member> = input.cluster.members.iter().map(|m| &m.member).collect();
     let removal = unstarted_learner(input, &members)
+        .or_else(|| moved_member(input, &members))
         .or_else(|| member_of_gone_node(input, &members))
         .or_else(|| member_with_lost_data(input, &members))
         .or_else(|| unhealthy_member(input, &members))
@@ -64,7 +65,24 @@ fn unstarted_learner(input: &MembershipInput<'_>, members: &[&Member]) -> Option
         })
 }
 
-/// 2. A member whose node is gone.
+/// 2. A started member whose node's address changed moves there (same member, same data).
+fn moved_member(input: &MembershipInput<'_>, members: &[&Member]) -> Option<MembershipStep> {
+    let owned: Vec<Member> = members.iter().map(|m| (*m).clone()).collect();
+    let nodes = input
+        .nodes
+        .iter()
+        .filter(|n| !n.deleting)
+        .map(|n| &n.target);
+    let mv = pending_moves(nodes, &owned).into_iter().next()?;
+    let action = Action::MovePeerUrl {
+        id: mv.id,
+        node: mv.node.clone(),
+        peer_url: mv.to.clone(),
+    };
+    Some(gated(input.cluster, action, MembershipStep::Move(mv)))
+}
+
+/// 3. A member whose node is gone.
 fn member_of_gone_node(input: &MembershipInput<'_>, members: &[&Member]) -> Option<MembershipStep> {
     let m = members
         .iter()
@@ -83,7 +101,7 @@ fn member_of_gone_node(input: &MembershipInput<'_>, members: &[&Member]) -> Opti
     Some(remove(input.cluster, m.id, RemovalKind::NodeGone, message))
 }
 
-/// 3. A started member whose node lost its data dir.
+/// 4. A started member whose node lost its data dir.
 fn member_with_lost_data(
     input: &MembershipInput<'_>,
     members: &[&Member],
@@ -102,7 +120,7 @@ fn member_with_lost_data(
     ))
 }
 
-/// 4. A member unhealthy past `spec.memberRemediation`.
+/// 5. A member unhealthy past `spec.memberRemediation`.
 fn unhealthy_member(input: &MembershipInput<'_>, members: &[&Member]) -> Option<MembershipStep> {
     input.remediation.iter().find_map(|c| {
         let Assessment::Due {
@@ -124,7 +142,7 @@ fn unhealthy_member(input: &MembershipInput<'_>, members: &[&Member]) -> Option<
     })
 }
 
-/// Also 4: a voter whose data diverged from the majority's, with `replaceMinority`, is removed as
+/// Also 5: a voter whose data diverged from the majority's, with `replaceMinority`, is removed as
 /// an unhealthy voter would be (the gate counts it as unhealthy, since its copy of the data is
 /// not one), so its node's `etcd-verify` archives the data dir and it joins again as a learner.
 fn divergent_member(input: &MembershipInput<'_>, members: &[&Member]) -> Option<MembershipStep> {
@@ -142,7 +160,7 @@ fn divergent_member(input: &MembershipInput<'_>, members: &[&Member]) -> Option<
     Some(remove(&view, id, RemovalKind::Divergent, message))
 }
 
-/// 6. One voter too many for the nodes that remain.
+/// 7. One voter too many for the nodes that remain.
 fn voter_above_target(
     input: &MembershipInput<'_>,
     members: &[&Member],
@@ -166,7 +184,7 @@ fn voter_above_target(
     ))
 }
 
-/// 7. A learner for the first eligible node without a member.
+/// 8. A learner for the first eligible node without a member.
 fn learner_for_new_node(
     input: &MembershipInput<'_>,
     members: &[&Member],

@@ -6,25 +6,28 @@
 //! Inputs: the control-plane nodes (eligible: Ready, certificates issued, not being deleted),
 //! etcd's members and their health, `etcd-verify`'s data-lost reports, the remediation records.
 //! Writes: one etcd membership change per pass (`MemberAddAsLearner`, `MemberPromote` through
-//! [`super::learner_promotion`], `MemberRemove`), its Event, `EtcdMembersProgressing`; after a
+//! [`super::learner_promotion`], `MemberRemove`, `MemberUpdate`), its Event, `EtcdMembersProgressing`; after a
 //! change the pass ends, so everything after it decides from the new member list. It never
 //! changes membership without the quorum gate's yes, and never for an Unmanaged cluster.
 //!
 //! Priority (the first that applies wins):
 //! 1. a learner that has not started within the learner start deadline is removed, so it can't
 //!    wedge every later join (etcd 3.4 allows one learner, even an unstarted one);
-//! 2. a member whose node is gone (no control-plane node has its peer address any more: the
-//!    node was deleted or its address changed) is removed, before any replacement is added;
-//! 3. a member whose node reports, through `etcd-verify`, that its data dir was lost is removed,
+//! 2. a started member whose node's address changed (a node of its name has a peer URL no
+//!    member has) moves there with `MemberUpdate`: same member id, same data dir, nothing copied
+//!    (see [`super::address_move`]; the gate's rule 9);
+//! 3. a member whose node is gone (no control-plane node has its peer address or its name any
+//!    more) is removed, before any replacement is added;
+//! 4. a member whose node reports, through `etcd-verify`, that its data dir was lost is removed,
 //!    so the node can join again as a new learner (verify archives what is left);
-//! 4. a member that stayed unhealthy past `spec.memberRemediation` is removed, so its node joins
+//! 5. a member that stayed unhealthy past `spec.memberRemediation` is removed, so its node joins
 //!    again as a learner (see [`crate::controllers::remediation`] for timing and retries); with
 //!    `spec.corruptionCheck.replaceMinority`, so is a voter whose data the last corruption check
 //!    found diverged from the majority's (the gate counts it as unhealthy: its copy is no copy);
-//! 5. a started learner is promoted while the voters are below the target (etcd refuses until
+//! 6. a started learner is promoted while the voters are below the target (etcd refuses until
 //!    its log caught up; the pass retries); otherwise it stays a standby;
-//! 6. a voter is removed while the voters exceed the odd count of the remaining nodes;
-//! 7. a learner is added for the first eligible node (Ready, certificates issued, not being
+//! 7. a voter is removed while the voters exceed the odd count of the remaining nodes;
+//! 8. a learner is added for the first eligible node (Ready, certificates issued, not being
 //!    deleted) that has no member.
 
 use crate::controllers::rollout_hold::AddRefused;
@@ -45,6 +48,7 @@ const NAME: ControllerName = ControllerName::Membership;
 
 mod decide;
 
+pub use super::address_move::{AddressMove, pending_moves};
 use super::learner_promotion;
 pub use super::voter_policy::{desired_voters, node_for, voter_target, voter_to_shrink};
 use crate::controllers::remediation::Candidate;
@@ -102,6 +106,8 @@ pub enum MembershipStep {
         node: String,
         peer_url: MemberUrl,
     },
+    /// `MemberUpdate`: the member follows its node to a new address.
+    Move(AddressMove),
     /// Something should happen but the gate refused it now.
     Denied {
         step: String,
@@ -269,6 +275,10 @@ pub fn describe(step: &MembershipStep) -> String {
         }
         MembershipStep::Promote { id, node } => format!("promote learner {id} ({node})"),
         MembershipStep::Remove { id, message, .. } => format!("remove member {id}: {message}"),
+        MembershipStep::Move(mv) => format!(
+            "move {}: its node's address changed; the same member restarts there on its own data",
+            mv.describe()
+        ),
     }
 }
 
@@ -338,6 +348,20 @@ async fn act(p: &mut Pass<'_>, step: &MembershipStep) -> Result<bool, Controller
                     Reason::MemberRemoved(*kind),
                     message.clone(),
                 );
+                Ok(true)
+            }
+            Err(e) => Err(etcd_err(e)),
+        },
+        MembershipStep::Move(mv) => match client.update_peer_url(mv.id, &mv.to).await {
+            Ok(()) => {
+                let message = format!(
+                    "moved {}: the node's address changed; the next revision carries the new address",
+                    mv.describe()
+                );
+                p.count_change("move_peer_url");
+                p.note(message.clone());
+                p.event(false, "MemberPeerURLMoved", message.clone()).await;
+                p.cond(progressing, true, Reason::MemberMoved, message);
                 Ok(true)
             }
             Err(e) => Err(etcd_err(e)),

@@ -201,6 +201,57 @@ fn a_gone_node_is_removed_before_its_replacement_is_added() {
     );
 }
 
+/// Node `i` now at address 10.0.0.`to`.
+fn moved_node(i: u8, to: u8) -> NodeInfo {
+    NodeInfo {
+        target: NodeTarget::new(&format!("n{i}"), IpAddr::V4(Ipv4Addr::new(10, 0, 0, to))),
+        eligible: true,
+        deleting: false,
+    }
+}
+
+#[test]
+fn a_member_whose_node_changed_address_moves_with_it() {
+    // n3 is at .33 now; its member (down: the old address is gone) keeps its id and moves.
+    let nodes = [node(1, true), node(2, true), moved_node(3, 33)];
+    let members = vec![voter(1, true), voter(2, true), voter(3, false)];
+    match step(&nodes, members.clone(), &[], 0) {
+        MembershipStep::Move(mv) => {
+            assert_eq!((mv.node.as_str(), mv.id), ("n3", id(3)));
+            assert_eq!(mv.from, vec![url(3)]);
+            assert_eq!(mv.to, url(33));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Moving comes before a node without a member gets a learner (n4 waits).
+    let mut with_new = nodes.to_vec();
+    with_new.push(node(4, true));
+    assert!(matches!(
+        step(&with_new, members.clone(), &[], 0),
+        MembershipStep::Move(_)
+    ));
+    // Without quorum the move waits; the member is never removed instead.
+    let lost = vec![voter(1, true), voter(2, false), voter(3, false)];
+    match step(&nodes, lost, &[], 0) {
+        MembershipStep::Denied { denial, step } => {
+            assert_eq!(denial.rule, DenyRule::NoQuorum, "{step}");
+            assert!(step.starts_with("move member 3 of n3"), "{step}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A node being deleted is not followed: its member goes as a gone node's.
+    let mut deleting = moved_node(3, 33);
+    deleting.deleting = true;
+    let nodes = [node(1, true), node(2, true), deleting];
+    assert!(matches!(
+        step(&nodes, members, &[], 0),
+        MembershipStep::Remove {
+            kind: RemovalKind::NodeGone,
+            ..
+        }
+    ));
+}
+
 #[test]
 fn a_healthy_member_of_a_gone_node_waits_for_margin() {
     let nodes = [node(1, true), node(2, true)];
@@ -442,6 +493,15 @@ fn describe_each_step() {
                 message: "waiting for learner 2 to start".into(),
             },
             "waiting: waiting for learner 2 to start",
+        ),
+        (
+            MembershipStep::Move(AddressMove {
+                node: "n3".into(),
+                id: id(3),
+                from: vec![url(3)],
+                to: url(33),
+            }),
+            "move member 3 of n3 (https://10.0.0.3:2380 → https://10.0.0.33:2380): its node's address changed; the same member restarts there on its own data",
         ),
         (
             MembershipStep::Standby {

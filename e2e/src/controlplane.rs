@@ -231,6 +231,12 @@ impl LocalControlPlane {
         Ok(())
     }
 
+    /// The operator runs as its ServiceAccount under the shipped RBAC (kas), so the API refuses
+    /// what the manifests do not grant; the stand-in stores RBAC objects without enforcing them.
+    pub fn operator_rbac_enforced(&self) -> bool {
+        self.operator_kubeconfig.is_some()
+    }
+
     /// The node called `name`.
     pub fn node(&self, name: &str) -> Result<&SimNode, ControlPlaneError> {
         self.nodes

@@ -150,6 +150,9 @@ pub struct PassState {
     /// `status.certificates` as this operator last wrote it: the CA rotation's phase must not
     /// go back to what a lagging cache shows.
     pub certificates_status: Option<Option<crate::api::CertificatesStatus>>,
+    /// A consumer Secret could not be written in the last pass (`controllers::consumers`): a
+    /// CA rotation holds its phase until every consumer has the phase's material.
+    pub consumers_behind: bool,
     /// `status.defragmentation` and `status.corruptionCheck` as this operator last wrote them:
     /// status writes are not awaited by the barrier, so the cache may still show an older one
     /// (a finished defragmentation as running). `None` until this process wrote them.

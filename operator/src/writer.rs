@@ -82,12 +82,16 @@ impl WriteError {
         match &self.source {
             kube::Error::Api(s) if s.code == 409 => "conflict",
             kube::Error::Api(s) if s.code == 404 => "not_found",
+            kube::Error::Api(s) if s.code == 403 => "forbidden",
             kube::Error::Api(s) if s.code == 422 => "invalid",
             kube::Error::Api(_) => "api",
             _ => "transport",
         }
     }
 }
+
+/// No labels to set (see [`Writer::secret`]).
+pub const NO_LABELS: &BTreeMap<String, String> = &BTreeMap::new();
 
 /// Writes the pass makes, collecting what the caches must show next.
 pub struct Writer {
@@ -244,7 +248,8 @@ impl Writer {
         Ok(owner)
     }
 
-    /// Makes Secret `name` hold exactly `data`.
+    /// Makes Secret `name` hold exactly `data`, with `labels` set among its own
+    /// ([`NO_LABELS`]: none).
     pub async fn secret(
         &mut self,
         ns: &str,
@@ -252,20 +257,36 @@ impl Writer {
         current: Option<&Secret>,
         data: &BTreeMap<String, Vec<u8>>,
         owner: Option<&OwnerReference>,
+        labels: &BTreeMap<String, String>,
     ) -> Result<bool, WriteError> {
         let wanted: BTreeMap<String, ByteString> = data
             .iter()
             .map(|(k, v)| (k.clone(), ByteString(v.clone())))
             .collect();
-        let same = current.is_some_and(|s| s.data.as_ref() == Some(&wanted));
+        let has_labels = |s: &Secret| {
+            let have = s.metadata.labels.clone().unwrap_or_default();
+            labels.iter().all(|(k, v)| have.get(k) == Some(v))
+        };
+        let same = current.is_some_and(|s| s.data.as_ref() == Some(&wanted) && has_labels(s));
         self.ensure(ns, name, current, same, owner, |s: &mut Secret| {
             s.data = Some(wanted.clone());
             s.string_data = None;
             if s.type_.is_none() {
                 s.type_ = Some("Opaque".to_owned());
             }
+            if !labels.is_empty() {
+                let mut have = s.metadata.labels.clone().unwrap_or_default();
+                have.extend(labels.clone());
+                s.metadata.labels = Some(have);
+            }
         })
         .await
+    }
+
+    /// Objects of namespace `ns` have no cache: the next pass does not wait to see what this
+    /// one wrote there.
+    pub fn uncached(&mut self, ns: &str) {
+        self.awaited.retain(|a| a.namespace != ns);
     }
 
     /// Makes PodDisruptionBudget `name` have exactly `spec`.

@@ -1306,3 +1306,42 @@ async fn the_api_stand_in_accepts_the_manifests_and_rendered_pods() {
         .await
         .expect("validation against the stand-in took over 120s");
 }
+
+/// The role an admin binds in a consumer's namespace grants the Secret verbs
+/// `controllers/consumers.rs` uses there, nothing else, and the manifests bind it nowhere.
+#[test]
+fn the_consumer_secrets_role_is_exactly_what_consumers_rs_does_and_unbound() {
+    use etcd_operator::controllers::consumers::CONSUMER_ROLE;
+    let docs = all_docs();
+    let rules = docs
+        .iter()
+        .find_map(|d| match &d.object {
+            Object::ClusterRole(r) if r.metadata.name.as_deref() == Some(CONSUMER_ROLE) => {
+                Some(r.rules.clone().unwrap_or_default())
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("ClusterRole {CONSUMER_ROLE} is not in manifests/"));
+    let want = expand_needs(&[need(
+        "ns",
+        "",
+        "secrets",
+        &["get", "create", "update", "delete"],
+        &[],
+        "consumers.rs: read, write and delete the consumer's Secret",
+    )]);
+    assert_eq!(expand_rules("ns", &rules, CONSUMER_ROLE), want);
+    let bound: Vec<String> = docs
+        .iter()
+        .filter(|d| match &d.object {
+            Object::ClusterRoleBinding(b) => b.role_ref.name == CONSUMER_ROLE,
+            Object::RoleBinding(b) => b.role_ref.name == CONSUMER_ROLE,
+            _ => false,
+        })
+        .map(Doc::label)
+        .collect();
+    assert!(
+        bound.is_empty(),
+        "bound by {bound:?}: the admin binds it per namespace"
+    );
+}

@@ -1,11 +1,18 @@
-//! A consumer of etcd named in `spec.clients` gets a client certificate Secret
-//! (`etcd-consumer-<name>`: `tls.crt`, `tls.key`, `ca.crt`) that real etcd accepts, and loses it
-//! when it leaves the list.
+//! A consumer of etcd named in `spec.clients` gets a client certificate Secret (`tls.crt`,
+//! `tls.key`, `ca.crt`) that real etcd accepts, and loses it when it leaves the list: one in the
+//! operator's namespace (`etcd-consumer-<name>`), one published in the consumer's own namespace
+//! under the name it asks for. There, the operator writes only once an admin bound ClusterRole
+//! `etcd-static-operator-consumer-secrets` (on kas, where RBAC is enforced, the refusal is seen
+//! first, named in `CertSignerDegraded`), and it leaves alone a Secret it did not make.
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Secret;
+use etcd_operator::controllers::consumers::{CONSUMER_LABEL, CONSUMER_ROLE};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
 use membership::{EtcdClient, TlsPem};
 
 use super::harness::Harness;
@@ -13,30 +20,63 @@ use crate::controlplane::{ControlPlaneError, OPERATOR_NS};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 const SECRET: &str = "etcd-consumer-kube-apiserver";
+/// The consumer's own namespace and the Secret names it asks for there.
+const CONSUMER_NS: &str = "etcd-consumers";
+const PUBLISHED: &str = "apiserver-etcd-client";
+const TAKEN: &str = "someone-elses";
 
 fn failed(msg: impl Into<String>) -> ControlPlaneError {
     ControlPlaneError::Failed(msg.into())
 }
 
-/// Polls the Secret until `present` says what it should be, with a deadline.
+/// Polls Secret `name` until `present` says what it should be, with a deadline.
 async fn secret_until(
     api: &Api<Secret>,
+    name: &str,
     what: &str,
     present: bool,
 ) -> Result<Option<Secret>, ControlPlaneError> {
     let until = Instant::now() + DEADLINE;
     loop {
-        let got = api.get_opt(SECRET).await;
+        let got = api.get_opt(name).await;
         match &got {
             Ok(s) if s.is_some() == present => return Ok(got.ok().flatten()),
             _ if Instant::now() > until => {
                 return Err(failed(format!(
-                    "{what}: Secret {OPERATOR_NS}/{SECRET} after {DEADLINE:?}: last seen {got:?}"
+                    "{what}: Secret {name} after {DEADLINE:?}: last seen {got:?}"
                 )));
             }
             _ => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
+}
+
+fn pem_of(secret: Secret, name: &str) -> Result<TlsPem, ControlPlaneError> {
+    let data = secret.data.unwrap_or_default();
+    let get = |k: &str| {
+        data.get(k)
+            .map(|b| b.0.clone())
+            .ok_or_else(|| failed(format!("Secret {name} has no {k}")))
+    };
+    Ok(TlsPem {
+        ca: get("ca.crt")?,
+        cert: get("tls.crt")?,
+        key: get("tls.key")?,
+    })
+}
+
+/// A write to etcd with the certificate of Secret `name`; its revision.
+async fn write_with(h: &Harness, secret: Secret, name: &str) -> Result<i64, ControlPlaneError> {
+    let pem = pem_of(secret, name)?;
+    let client = EtcdClient::with_pem(h.node_endpoints(), Some(&pem), Duration::from_secs(5))
+        .map_err(|e| failed(format!("a client from {name}: {e}")))?;
+    client
+        .put(
+            "/consumer-check",
+            format!("written with {name}'s certificate").into_bytes(),
+        )
+        .await
+        .map_err(|e| failed(format!("a write with {name}'s certificate: {e}")))
 }
 
 pub async fn consumer_secret(h: &mut Harness) -> Result<(), ControlPlaneError> {
@@ -45,36 +85,130 @@ pub async fn consumer_secret(h: &mut Harness) -> Result<(), ControlPlaneError> {
         {"name": "kube-apiserver", "commonName": "kube-apiserver-etcd-client"}
     ]}))
     .await?;
-    let secret = secret_until(&api, "spec.clients names kube-apiserver", true)
+    let secret = secret_until(&api, SECRET, "spec.clients names kube-apiserver", true)
         .await?
         .ok_or_else(|| failed("no Secret"))?;
-    let data = secret.data.unwrap_or_default();
-    let get = |k: &str| {
-        data.get(k)
-            .map(|b| b.0.clone())
-            .ok_or_else(|| failed(format!("Secret {SECRET} has no {k}")))
-    };
-    let pem = TlsPem {
-        ca: get("ca.crt")?,
-        cert: get("tls.crt")?,
-        key: get("tls.key")?,
-    };
-    let client = EtcdClient::with_pem(h.node_endpoints(), Some(&pem), Duration::from_secs(5))
-        .map_err(|e| failed(format!("a client from {SECRET}: {e}")))?;
-    let revision = client
-        .put(
-            "/consumer-check",
-            b"written with the consumer's certificate".to_vec(),
-        )
-        .await
-        .map_err(|e| failed(format!("a write with {SECRET}'s certificate: {e}")))?;
+    let revision = write_with(h, secret, SECRET).await?;
     h.step(format!(
         "spec.clients kube-apiserver: Secret {SECRET} issued; etcd accepts its certificate (a write at revision {revision})"
     ));
+    in_its_own_namespace(h).await?;
     h.patch_spec(serde_json::json!({"clients": null})).await?;
-    secret_until(&api, "kube-apiserver left spec.clients", false).await?;
+    secret_until(&api, SECRET, "kube-apiserver left spec.clients", false).await?;
+    let theirs: Api<Secret> = Api::namespaced(h.cp.client(), CONSUMER_NS);
+    secret_until(
+        &theirs,
+        PUBLISHED,
+        "the published Secret's consumer left",
+        false,
+    )
+    .await?;
+    let kept = theirs.get_opt(TAKEN).await?;
+    if kept
+        .as_ref()
+        .and_then(|s| s.data.as_ref())
+        .and_then(|d| d.get("owner"))
+        != Some(&ByteString(b"not the operator".to_vec()))
+    {
+        return Err(failed(format!(
+            "{CONSUMER_NS}/{TAKEN} was not the operator's and must be left as it was: {kept:?}"
+        )));
+    }
     h.step(format!(
-        "kube-apiserver left spec.clients: Secret {SECRET} deleted"
+        "the consumers left spec.clients: Secrets {SECRET} and {CONSUMER_NS}/{PUBLISHED} deleted, {CONSUMER_NS}/{TAKEN} left alone"
+    ));
+    Ok(())
+}
+
+/// The published consumer Secret: refused while the operator may not write the namespace (kas),
+/// written once the role is bound; a Secret of someone else's is never overwritten.
+async fn in_its_own_namespace(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    let client = h.cp.client();
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(CONSUMER_NS.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    crate::controlplane::create_or_keep(&Api::<Namespace>::all(client.clone()), &ns).await?;
+    let theirs: Api<Secret> = Api::namespaced(client.clone(), CONSUMER_NS);
+    let foreign = Secret {
+        metadata: ObjectMeta {
+            name: Some(TAKEN.into()),
+            ..Default::default()
+        },
+        data: Some([("owner".to_owned(), ByteString(b"not the operator".to_vec()))].into()),
+        ..Default::default()
+    };
+    crate::controlplane::create_or_keep(&theirs, &foreign).await?;
+    h.patch_spec(serde_json::json!({"clients": [
+        {"name": "kube-apiserver", "commonName": "kube-apiserver-etcd-client"},
+        {"name": "published", "commonName": "kube-apiserver-etcd-client",
+         "namespace": CONSUMER_NS, "secretName": PUBLISHED},
+        {"name": "squatter", "commonName": "squatter", "namespace": CONSUMER_NS, "secretName": TAKEN}
+    ]}))
+    .await?;
+    let degraded = |s: &etcd_operator::api::EtcdClusterStatus, text: &str| {
+        s.conditions.iter().any(|c| {
+            c.type_ == "CertSignerDegraded" && c.status == "True" && c.message.contains(text)
+        })
+    };
+    if h.cp.operator_rbac_enforced() {
+        let bind = format!("bind ClusterRole {CONSUMER_ROLE}");
+        h.wait_status(
+            &format!("CertSignerDegraded naming the RoleBinding {CONSUMER_NS} lacks"),
+            DEADLINE,
+            |s| degraded(s, &bind) && degraded(s, CONSUMER_NS),
+        )
+        .await?;
+    } else {
+        h.step("the API stand-in enforces no RBAC: the refusal before the RoleBinding is checked on kas only");
+    }
+    let binding = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some("etcd-operator-consumer-secrets".into()),
+            namespace: Some(CONSUMER_NS.into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: CONSUMER_ROLE.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: "etcd-operator".into(),
+            namespace: Some(OPERATOR_NS.into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<RoleBinding>::namespaced(client.clone(), CONSUMER_NS)
+        .create(&PostParams::default(), &binding)
+        .await?;
+    let published = secret_until(&theirs, PUBLISHED, "the RoleBinding exists", true)
+        .await?
+        .ok_or_else(|| failed("no Secret"))?;
+    let label = published
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(CONSUMER_LABEL))
+        .cloned();
+    if label.as_deref() != Some("published") {
+        return Err(failed(format!(
+            "{CONSUMER_NS}/{PUBLISHED} should carry {CONSUMER_LABEL}=published, has {label:?}"
+        )));
+    }
+    let revision = write_with(h, published, PUBLISHED).await?;
+    h.wait_status(
+        &format!("CertSignerDegraded naming {CONSUMER_NS}/{TAKEN}, not made by the operator"),
+        DEADLINE,
+        |s| degraded(s, &format!("{CONSUMER_NS}/{TAKEN} exists without label")),
+    )
+    .await?;
+    h.step(format!(
+        "consumer Secret {CONSUMER_NS}/{PUBLISHED} published once the role was bound; etcd accepts it (a write at revision {revision}); {CONSUMER_NS}/{TAKEN} refused, not the operator's"
     ));
     Ok(())
 }

@@ -46,9 +46,10 @@ impl Default for Certificates {
 }
 
 /// A consumer of etcd (e.g. the kube-apiserver) for which the operator maintains a client
-/// certificate: Secret `etcd-consumer-<name>` in the operator's namespace with `tls.crt`,
-/// `tls.key` and `ca.crt` (the CA bundle to verify etcd with), issued by the etcd CA, renewed like
-/// every leaf. A consumer removed from the list loses its Secret.
+/// certificate: a Secret (by default `etcd-consumer-<name>` in the operator's namespace) with
+/// `tls.crt`, `tls.key` and `ca.crt` (the CA bundle to verify etcd with), issued by the etcd CA,
+/// renewed and rotated like every leaf, labelled `etcd.static-operator.io/consumer=<name>`. A
+/// consumer removed from the list loses its Secret.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdConsumer {
@@ -59,6 +60,21 @@ pub struct EtcdConsumer {
     /// The certificate's common name: the client's identity in etcd.
     #[schemars(length(min = 1, max = 64))]
     pub common_name: String,
+    /// Publish the Secret in this namespace instead of the operator's (where the consumer, or
+    /// whatever lays its files down, reads it). The operator needs write access to Secrets
+    /// there: bind ClusterRole `etcd-static-operator-consumer-secrets` to its ServiceAccount with
+    /// a RoleBinding in that namespace. Never the static-pod namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("namespace must be a DNS label"))]
+    pub namespace: Option<String>,
+    /// The Secret's name (default `etcd-consumer-<name>`). In the operator's namespace it must
+    /// start with `etcd-consumer-`, so it never names one of the operator's own Secrets. An
+    /// existing Secret without the consumer label is never overwritten.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("secretName must be a DNS subdomain"))]
+    pub secret_name: Option<String>,
 }
 
 /// The certificates as the signer last read them.
@@ -82,6 +98,10 @@ pub struct CertificatesStatus {
     /// When it completed (RFC 3339).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_ca_rotation: String,
+    /// The consumer Secrets the operator maintains (`<namespace>/<name>`, sorted): the ones it
+    /// deletes when their consumer leaves `spec.clients`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumer_secrets: Vec<String>,
 }
 
 /// A CA rotation under way.

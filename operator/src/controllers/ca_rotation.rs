@@ -14,6 +14,10 @@
 //! | `ReissueLeaves` | new CA | old + new | carries only leaves of the new CA (and the bundle) |
 //! | `DropOld` | new CA (now `etcd-signer`) | new | carries the new CA alone |
 //!
+//! `TrustBoth` and `ReissueLeaves` also wait until every consumer Secret was written (a
+//! consumer whose namespace the operator may not write keeps the rotation from dropping the CA
+//! its certificate is still issued by).
+//!
 //! A rotation starts on a new `caRotationRequest`, or by itself once the CA has lived
 //! `renewAtPercent` of its lifetime. The next CA is generated once and kept in its own Secret;
 //! entering `DropOld` makes it `etcd-signer` (the old one is then trusted nowhere), and the next
@@ -75,6 +79,9 @@ pub struct RolloutView {
     pub bundle_has_new: bool,
     /// Every leaf of the latest revision was issued by the new CA.
     pub leaves_new: bool,
+    /// Every consumer Secret was written in the last pass (so it carries the phase's bundle and,
+    /// from `ReissueLeaves` on, a certificate of the new CA).
+    pub consumers_current: bool,
 }
 
 /// What the CAs look like now.
@@ -143,6 +150,7 @@ pub fn decide(
         _ => {}
     }
     let done = rollout.settled
+        && (rollout.consumers_current || phase == Phase::DropOld)
         && match phase {
             Phase::TrustBoth => rollout.bundle_has_old && rollout.bundle_has_new,
             Phase::ReissueLeaves => {
@@ -253,6 +261,7 @@ fn rollout_view(p: &Pass<'_>, old: &EtcdCa, next: Option<&EtcdCa>, swapped: bool
         bundle_has_old: has_old,
         bundle_has_new: has_new,
         leaves_new,
+        consumers_current: !p.st.consumers_behind,
     }
 }
 
@@ -330,9 +339,16 @@ pub async fn run(
                         .map_err(|e| failed(format!("generating the next CA: {e}")))?;
                     let n = Arc::new(n);
                     if p.o.managed {
-                        p.w.secret(&op_ns, NEXT_SECRET, None, &n.to_secret_data(), None)
-                            .await
-                            .map_err(|e| ControllerError::write(NAME, &e))?;
+                        p.w.secret(
+                            &op_ns,
+                            NEXT_SECRET,
+                            None,
+                            &n.to_secret_data(),
+                            None,
+                            crate::writer::NO_LABELS,
+                        )
+                        .await
+                        .map_err(|e| ControllerError::write(NAME, &e))?;
                     }
                     n
                 }
@@ -393,6 +409,7 @@ pub async fn run(
                             current,
                             &new.to_secret_data(),
                             None,
+                            crate::writer::NO_LABELS,
                         )
                         .await
                         .map_err(|e| ControllerError::write(NAME, &e))?;

@@ -22,6 +22,35 @@ fn view(settled: bool, old: bool, new: bool, leaves_new: bool) -> RolloutView {
         bundle_has_old: old,
         bundle_has_new: new,
         leaves_new,
+        consumers_current: true,
+    }
+}
+
+#[test]
+fn a_consumer_secret_behind_holds_the_phase() {
+    let run = |p| Step::Run {
+        phase: p,
+        trigger: "r1".into(),
+    };
+    let behind = |v: RolloutView| RolloutView {
+        consumers_current: false,
+        ..v
+    };
+    for (phase, leaves_new, why) in [
+        (
+            Phase::TrustBoth,
+            false,
+            "a consumer without the two-CA bundle would refuse leaves of the new CA",
+        ),
+        (
+            Phase::ReissueLeaves,
+            true,
+            "a consumer with a certificate of the old CA would be refused once it is dropped",
+        ),
+    ] {
+        let s = status(phase.as_str());
+        let v = behind(view(true, true, true, leaves_new));
+        assert_eq!(decide("r1", "", Some(&s), NEXT, &v), run(phase), "{why}");
     }
 }
 

@@ -5,7 +5,8 @@
 //! and their addresses. Decision ([`crate::certs::plan_node_certs`],
 //! [`crate::certs::plan_client_cert`], pure): which certificates are missing, expiring or no
 //! longer match their node. Writes: the CA Secret (only when none exists and the cluster is
-//! Managed), `etcd-all-certs`, `etcd-all-bundles`, the operator's client certificate; Events
+//! Managed), `etcd-all-certs`, `etcd-all-bundles`, the operator's client certificates, the
+//! consumers' ([`super::consumers`]); Events
 //! `CaGenerated`, `CertificatesUpdated`; the expiry metrics. It never issues anything for an
 //! Unmanaged cluster and never replaces an existing CA.
 
@@ -22,8 +23,12 @@ use crate::pass::Pass;
 use crate::podspec::STATIC_POD_NAMESPACE as NS;
 use crate::podspec::paths::{ALL_BUNDLES_CONFIGMAP, ALL_CERTS_SECRET};
 use crate::retry::ErrorKind;
+use crate::status::{ConditionType as C, Reason};
+use crate::writer::NO_LABELS;
 
 const NAME: ControllerName = ControllerName::CertSigner;
+/// How soon a consumer Secret that could not be written is tried again.
+const CONSUMER_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
 /// The CA certificate's key in the metric client Secret.
 pub const CA_KEY: &str = "ca.crt";
 
@@ -69,9 +74,9 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
     let bundles = trust.bundles();
     let all_certs = node_certs(p, &ca, &bundles, &policy).await?;
     let tls = client_cert(p, &ca, &bundle, &policy).await?;
-    let consumers = consumer_certs(p, &ca, &bundle, &policy).await?;
+    let consumers = super::consumers::reconcile(p, &ca, &bundle, &policy).await;
     let mut infos = certs::inspect_certs(&ca, &all_certs);
-    for (secret, cert) in &consumers {
+    for (secret, cert) in &consumers.certs {
         infos.push(certs::inspect_pem(&ca, secret, cert));
     }
     let client_key = format!(
@@ -87,6 +92,7 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
     status.ca_rotation = trust.rotation;
     status.handled_ca_rotation = trust.handled;
     status.last_ca_rotation = trust.last;
+    status.consumer_secrets = consumers.secrets;
     p.certificates = Some(status);
     let with_certs =
         p.o.nodes
@@ -99,7 +105,22 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
             .map(|n| n.target.name.clone())
             .collect();
     record_expiry(&p.ctx.metrics, &ca, &all_certs);
-    p.succeeded(NAME);
+    p.st.consumers_behind = !consumers.problems.is_empty();
+    if consumers.problems.is_empty() {
+        p.succeeded(NAME);
+    } else {
+        // Etcd's own certificates are done: the pass goes on, the consumers are retried.
+        let message = consumers.problems.join("; ");
+        p.ctx.metrics.error(NAME.as_str(), "consumer-secret");
+        p.note(message.clone());
+        p.cond(
+            C::CertSignerDegraded,
+            true,
+            Reason::Failed("consumer-secret"),
+            message,
+        );
+        p.report.requeue_after = p.report.requeue_after.min(CONSUMER_RETRY);
+    }
     Ok(Issued {
         tls,
         with_certs,
@@ -123,9 +144,16 @@ async fn ca(p: &mut Pass<'_>, policy: &CertPolicy) -> Result<EtcdCa, ControllerE
                 "no etcd CA exists and the cluster is Unmanaged",
             ));
         }
-        p.w.secret(op_ns, certs::CA_SECRET, None, &ca.to_secret_data(), None)
-            .await
-            .map_err(write_err)?;
+        p.w.secret(
+            op_ns,
+            certs::CA_SECRET,
+            None,
+            &ca.to_secret_data(),
+            None,
+            NO_LABELS,
+        )
+        .await
+        .map_err(write_err)?;
         p.event(
             false,
             "CaGenerated",
@@ -168,9 +196,16 @@ async fn node_certs(
     );
     if p.o.managed {
         let written =
-            p.w.secret(NS, ALL_CERTS_SECRET, current_secret, &all_certs, None)
-                .await
-                .map_err(write_err)?;
+            p.w.secret(
+                NS,
+                ALL_CERTS_SECRET,
+                current_secret,
+                &all_certs,
+                None,
+                NO_LABELS,
+            )
+            .await
+            .map_err(write_err)?;
         if written {
             p.event(false, "CertificatesUpdated", changes.join("; "))
                 .await;
@@ -218,10 +253,8 @@ async fn one_client_cert(
         .map(|(data, _)| data)
 }
 
-/// Client certificate Secret `name` (operator namespace) for `spec`: judged, re-issued when due,
-/// with the trusted CAs as `ca.crt` (clients verify etcd's serving certificate with them; both
-/// during a CA rotation), written when it changed (Managed only). Returns its data, and why it
-/// changed.
+/// Client certificate Secret `name` (operator namespace) for `spec` ([`client_data`]), written
+/// when it changed (Managed only). Returns its data, and why it changed.
 async fn client_secret(
     p: &mut Pass<'_>,
     ca: &EtcdCa,
@@ -229,101 +262,43 @@ async fn client_secret(
     policy: &CertPolicy,
     name: &str,
     spec: &certs::LeafSpec,
-) -> Result<(BTreeMap<String, Vec<u8>>, Option<certs::Reason>), ControllerError> {
+) -> Result<ClientData, ControllerError> {
     let op_ns = p.ctx.config.operator_namespace.clone();
     let secret = find(&p.inputs.operator_secrets, &op_ns, name);
     let current = secret.map(secret_bytes);
-    let reason = certs::plan_client_cert(ca, policy, spec, current.as_ref(), p.o.now);
-    let mut data = if reason.action() == certs::Action::Keep {
-        current.clone().unwrap_or_default()
-    } else {
-        certs::apply_client_cert(ca, policy, spec, &reason, current.as_ref(), p.o.now)
-            .map_err(cert_err)?
-    };
-    data.insert(CA_KEY.to_owned(), bundle.as_bytes().to_vec());
-    if current.as_ref() == Some(&data) {
-        return Ok((data, None));
-    }
-    if p.o.managed {
-        p.w.secret(&op_ns, name, secret, &data, None)
+    let (data, changed) = client_data(ca, bundle, policy, spec, current.as_ref(), p.o.now)?;
+    if changed.is_some() && p.o.managed {
+        p.w.secret(&op_ns, name, secret, &data, None, NO_LABELS)
             .await
             .map_err(write_err)?;
     }
-    Ok((data, Some(reason)))
+    Ok((data, changed))
 }
 
-/// The prefix of consumer Secrets (reserved: a Secret with it that no consumer names is deleted).
-pub const CONSUMER_PREFIX: &str = "etcd-consumer-";
+/// A client certificate Secret's data, and why it changed (`None`: it did not).
+pub type ClientData = (BTreeMap<String, Vec<u8>>, Option<certs::Reason>);
 
-/// What to do with consumer Secrets: the ones to maintain (Secret name, certificate spec) and
-/// the ones whose consumer left `spec.clients`.
-pub fn consumer_plan(
-    consumers: &[crate::api::EtcdConsumer],
-    existing: &[&str],
-) -> (Vec<(String, certs::LeafSpec)>, Vec<String>) {
-    let mut maintain: Vec<(String, certs::LeafSpec)> = Vec::new();
-    for c in consumers {
-        let name = format!("{CONSUMER_PREFIX}{}", c.name);
-        if maintain.iter().any(|(n, _)| *n == name) {
-            continue;
-        }
-        maintain.push((
-            name,
-            certs::LeafSpec {
-                common_name: c.common_name.clone(),
-                sans: certs::Sans::default(),
-                usage: certs::Usage::CLIENT,
-            },
-        ));
-    }
-    let delete = existing
-        .iter()
-        .filter(|e| e.starts_with(CONSUMER_PREFIX) && !maintain.iter().any(|(n, _)| n == *e))
-        .map(|e| (*e).to_owned())
-        .collect();
-    (maintain, delete)
-}
-
-/// Every consumer's client certificate Secret, written when it changes (Managed only); returns
-/// `<ns>/<secret>/tls.crt` → certificate PEM, for status.
-async fn consumer_certs(
-    p: &mut Pass<'_>,
+/// What a client certificate Secret for `spec` should hold: `current` judged and re-issued when
+/// due, with the trusted CAs as `ca.crt` (clients verify etcd's serving certificate with them;
+/// both during a CA rotation). Returns it, and why it differs from `current` (`None`: it does
+/// not).
+pub fn client_data(
     ca: &EtcdCa,
     bundle: &str,
     policy: &CertPolicy,
-) -> Result<Vec<(String, Vec<u8>)>, ControllerError> {
-    let op_ns = p.ctx.config.operator_namespace.clone();
-    let existing: Vec<&str> = p
-        .inputs
-        .operator_secrets
-        .iter()
-        .filter_map(|s| s.metadata.name.as_deref())
-        .collect();
-    let (maintain, delete) = consumer_plan(&p.o.spec.clients, &existing);
-    let mut out = Vec::new();
-    for (name, spec) in &maintain {
-        let (data, changed) = client_secret(p, ca, bundle, policy, name, spec).await?;
-        if let Some(reason) = changed {
-            p.next(NAME, format!("{name}: {reason}"));
-        }
-        let cert = data
-            .get(ClientCertKind::CERT_KEY)
-            .cloned()
-            .unwrap_or_default();
-        out.push((format!("{op_ns}/{name}/tls.crt"), cert));
-    }
-    for name in delete {
-        p.next(
-            NAME,
-            format!("delete {name}: its consumer left spec.clients"),
-        );
-        if p.o.managed {
-            p.w.delete::<Secret>(&op_ns, &name)
-                .await
-                .map_err(write_err)?;
-        }
-    }
-    Ok(out)
+    spec: &certs::LeafSpec,
+    current: Option<&BTreeMap<String, Vec<u8>>>,
+    now: time::OffsetDateTime,
+) -> Result<ClientData, ControllerError> {
+    let reason = certs::plan_client_cert(ca, policy, spec, current, now);
+    let mut data = if reason.action() == certs::Action::Keep {
+        current.cloned().unwrap_or_default()
+    } else {
+        certs::apply_client_cert(ca, policy, spec, &reason, current, now).map_err(cert_err)?
+    };
+    data.insert(CA_KEY.to_owned(), bundle.as_bytes().to_vec());
+    let changed = (current != Some(&data)).then_some(reason);
+    Ok((data, changed))
 }
 
 /// `status.certificates`: the CA's expiry, and every leaf's with the time the policy renews it

@@ -1,44 +1,7 @@
-//! Consumer Secrets, expiry status and the renewal share.
+//! Expiry status and the renewal share.
 
 use super::*;
 
-#[test]
-fn consumers_get_their_secret_and_leavers_lose_it() {
-    let c = |name: &str, cn: &str| crate::api::EtcdConsumer {
-        name: name.into(),
-        common_name: cn.into(),
-    };
-    let spec = [
-        c("kube-apiserver", "kube-apiserver-etcd-client"),
-        c("backup", "etcd-backup"),
-        c("backup", "duplicate"),
-    ];
-    let existing = [
-        "etcd-client",
-        "etcd-consumer-backup",
-        "etcd-consumer-old",
-        "unrelated",
-    ];
-    let (maintain, delete) = consumer_plan(&spec, &existing);
-    let names: Vec<(&str, &str)> = maintain
-        .iter()
-        .map(|(n, s)| (n.as_str(), s.common_name.as_str()))
-        .collect();
-    assert_eq!(
-        names,
-        [
-            ("etcd-consumer-kube-apiserver", "kube-apiserver-etcd-client"),
-            ("etcd-consumer-backup", "etcd-backup")
-        ],
-        "the first of a duplicate name wins (the schema refuses duplicates)"
-    );
-    assert!(
-        maintain
-            .iter()
-            .all(|(_, s)| s.usage == certs::Usage::CLIENT && s.sans == certs::Sans::default())
-    );
-    assert_eq!(delete, ["etcd-consumer-old"]);
-}
 use time::OffsetDateTime;
 
 fn t(s: &str) -> OffsetDateTime {

@@ -438,6 +438,7 @@ async fn create(
         None,
         &certs,
         Some(&owner),
+        crate::writer::NO_LABELS,
     )
     .await?;
     Ok(())

@@ -1,0 +1,364 @@
+//! Consumer client certificates (`spec.clients`): one Secret per consumer of etcd (e.g. the
+//! kube-apiserver) with `tls.crt`, `tls.key` and `ca.crt`, issued by the etcd CA, renewed and
+//! rotated with it. Part of the certificate signer.
+//!
+//! Inputs: `spec.clients`, the operator namespace's Secrets (cached), each Secret in another
+//! namespace (read once per pass: the operator watches only its own namespaces), the consumer
+//! Secrets it recorded in `status.certificates.consumerSecrets`. Decision ([`plan`], pure):
+//! where each consumer's Secret goes, which consumers are refused (a Secret in the static-pod
+//! namespace, an operator-namespace name outside `etcd-consumer-*`, a Secret named twice), and
+//! which Secrets to delete (their consumer left). Writes: the Secrets, labelled
+//! [`CONSUMER_LABEL`]; deletions. It never overwrites a Secret it did not make (no label), never
+//! deletes one whose label is gone, and a consumer it cannot serve (refused, or the API forbids
+//! the namespace) degrades `CertSignerDegraded` without stopping the pass: etcd's own
+//! certificates do not wait for a consumer's RoleBinding. While a consumer Secret is behind, a
+//! CA rotation does not leave `TrustBoth` or `ReissueLeaves` ([`super::ca_rotation`]).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+
+use super::cert_signer::{client_data, secret_bytes};
+use crate::api::EtcdConsumer;
+use crate::certs::{self, CertPolicy, EtcdCa};
+use crate::observed::find;
+use crate::pass::Pass;
+use crate::podspec::STATIC_POD_NAMESPACE;
+
+/// The default Secret name's prefix; in the operator's namespace, the only one allowed.
+pub const CONSUMER_PREFIX: &str = "etcd-consumer-";
+/// The label on every consumer Secret: the consumer's name.
+pub const CONSUMER_LABEL: &str = "etcd.static-operator.io/consumer";
+/// The ClusterRole to bind in a consumer's namespace.
+pub const CONSUMER_ROLE: &str = "etcd-static-operator-consumer-secrets";
+
+/// One consumer Secret to maintain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub consumer: String,
+    pub namespace: String,
+    pub name: String,
+    pub spec: certs::LeafSpec,
+}
+
+impl Target {
+    /// `<namespace>/<name>`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// What to do with consumer Secrets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConsumerPlan {
+    pub maintain: Vec<Target>,
+    /// Consumers that get no Secret, and why.
+    pub refused: Vec<String>,
+    /// `(namespace, name)` of Secrets whose consumer left `spec.clients`.
+    pub delete: Vec<(String, String)>,
+}
+
+/// Decides where each consumer's Secret goes and what to delete. `local` names the Secrets in
+/// the operator's namespace; `recorded` is `status.certificates.consumerSecrets`.
+pub fn plan(
+    consumers: &[EtcdConsumer],
+    operator_ns: &str,
+    local: &[&str],
+    recorded: &[String],
+) -> ConsumerPlan {
+    let mut out = ConsumerPlan::default();
+    for c in consumers {
+        let namespace = c
+            .namespace
+            .clone()
+            .unwrap_or_else(|| operator_ns.to_owned());
+        let name = c
+            .secret_name
+            .clone()
+            .unwrap_or_else(|| format!("{CONSUMER_PREFIX}{}", c.name));
+        let at = format!("{namespace}/{name}");
+        let refusal = if namespace == STATIC_POD_NAMESPACE {
+            Some("the static-pod namespace holds only the operator's own Secrets".to_owned())
+        } else if namespace == operator_ns && !name.starts_with(CONSUMER_PREFIX) {
+            Some(format!(
+                "in the operator's namespace a consumer Secret's name starts with {CONSUMER_PREFIX}, so it never names one of the operator's own"
+            ))
+        } else {
+            out.maintain
+                .iter()
+                .find(|t| t.key() == at)
+                .map(|first| format!("consumer {} already has it", first.consumer))
+        };
+        if let Some(why) = refusal {
+            out.refused
+                .push(format!("consumer {}: Secret {at} refused: {why}", c.name));
+            continue;
+        }
+        out.maintain.push(Target {
+            consumer: c.name.clone(),
+            namespace,
+            name,
+            spec: certs::LeafSpec {
+                common_name: c.common_name.clone(),
+                sans: certs::Sans::default(),
+                usage: certs::Usage::CLIENT,
+            },
+        });
+    }
+    let kept = |ns: &str, name: &str| {
+        out.maintain
+            .iter()
+            .any(|t| t.namespace == ns && t.name == name)
+    };
+    let mut delete: Vec<(String, String)> = local
+        .iter()
+        .filter(|n| n.starts_with(CONSUMER_PREFIX) && !kept(operator_ns, n))
+        .map(|n| (operator_ns.to_owned(), (*n).to_owned()))
+        .collect();
+    for r in recorded {
+        if let Some((ns, name)) = r.split_once('/')
+            && !kept(ns, name)
+            && !delete.iter().any(|(a, b)| a == ns && b == name)
+        {
+            delete.push((ns.to_owned(), name.to_owned()));
+        }
+    }
+    delete.sort();
+    out.delete = delete;
+    out
+}
+
+/// The consumer's label on a Secret, if any.
+fn label_of(s: &Secret) -> Option<&str> {
+    s.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(CONSUMER_LABEL))
+        .map(String::as_str)
+}
+
+/// Reads Secret `ns/name`: from the cache in the operator's namespace, else from the API.
+async fn current(p: &Pass<'_>, ns: &str, name: &str) -> Result<Option<Secret>, String> {
+    if ns == p.ctx.config.operator_namespace {
+        return Ok(find(&p.inputs.operator_secrets, ns, name).cloned());
+    }
+    Api::<Secret>::namespaced(p.ctx.client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| {
+            let forbidden = matches!(&e, kube::Error::Api(s) if s.code == 403);
+            with_hint(crate::writer::describe(&e), forbidden, ns)
+        })
+}
+
+/// An API refusal names what the admin has to do.
+fn with_hint(message: String, forbidden: bool, ns: &str) -> String {
+    if forbidden {
+        format!(
+            "{message} (bind ClusterRole {CONSUMER_ROLE} to the operator's ServiceAccount with a RoleBinding in namespace {ns})"
+        )
+    } else {
+        message
+    }
+}
+
+/// What consumers got this pass: `<ns>/<name>/tls.crt` → certificate (for status), the Secrets
+/// maintained, and the problems (empty when every consumer is served).
+#[derive(Debug, Default)]
+pub struct Served {
+    pub certs: Vec<(String, Vec<u8>)>,
+    pub secrets: Vec<String>,
+    pub problems: Vec<String>,
+}
+
+/// Maintains every consumer's Secret (writes when Managed) and deletes those of consumers
+/// that left.
+pub async fn reconcile(p: &mut Pass<'_>, ca: &EtcdCa, bundle: &str, policy: &CertPolicy) -> Served {
+    let op_ns = p.ctx.config.operator_namespace.clone();
+    let local: Vec<&str> = p
+        .inputs
+        .operator_secrets
+        .iter()
+        .filter_map(|s| s.metadata.name.as_deref())
+        .collect();
+    let recorded = p
+        .certificates
+        .as_ref()
+        .map(|c| c.consumer_secrets.clone())
+        .unwrap_or_default();
+    let decided = plan(&p.o.spec.clients, &op_ns, &local, &recorded);
+    let mut served = Served {
+        problems: decided.refused.clone(),
+        ..Served::default()
+    };
+    for t in &decided.maintain {
+        match one(p, t, ca, bundle, policy).await {
+            Ok(cert) => served.certs.push((format!("{}/tls.crt", t.key()), cert)),
+            Err(problem) => served.problems.push(problem),
+        }
+        // Kept on record even when it failed: a Secret written before stays ours to delete.
+        served.secrets.push(t.key());
+    }
+    for (ns, name) in &decided.delete {
+        if let Err(problem) = remove(p, ns, name).await {
+            served.problems.push(problem);
+            served.secrets.push(format!("{ns}/{name}"));
+        }
+    }
+    served.secrets.sort();
+    served.secrets.dedup();
+    served
+}
+
+/// One consumer's Secret; its certificate, or the problem.
+async fn one(
+    p: &mut Pass<'_>,
+    t: &Target,
+    ca: &EtcdCa,
+    bundle: &str,
+    policy: &CertPolicy,
+) -> Result<Vec<u8>, String> {
+    let at = t.key();
+    let found = current(p, &t.namespace, &t.name)
+        .await
+        .map_err(|e| format!("consumer {}: reading Secret {at}: {e}", t.consumer))?;
+    if let Some(s) = &found
+        && label_of(s) != Some(t.consumer.as_str())
+        && t.namespace != p.ctx.config.operator_namespace
+    {
+        return Err(format!(
+            "consumer {}: Secret {at} exists without label {CONSUMER_LABEL}={}: it was not made by the operator and is left alone (delete it, or name another Secret)",
+            t.consumer, t.consumer
+        ));
+    }
+    let data_now = found.as_ref().map(secret_bytes);
+    let (data, changed) = client_data(ca, bundle, policy, &t.spec, data_now.as_ref(), p.o.now)
+        .map_err(|e| format!("consumer {}: {}", t.consumer, e.message))?;
+    let labels = BTreeMap::from([(CONSUMER_LABEL.to_owned(), t.consumer.clone())]);
+    let relabel = found
+        .as_ref()
+        .is_some_and(|s| label_of(s) != Some(t.consumer.as_str()));
+    if (changed.is_some() || relabel) && p.o.managed {
+        if let Some(reason) = &changed {
+            p.next(super::ControllerName::CertSigner, format!("{at}: {reason}"));
+        }
+        let written =
+            p.w.secret(&t.namespace, &t.name, found.as_ref(), &data, None, &labels)
+                .await;
+        if t.namespace != p.ctx.config.operator_namespace {
+            p.w.uncached(&t.namespace);
+        }
+        written.map_err(|e| {
+            let m = format!("consumer {}: {e}", t.consumer);
+            with_hint(m, e.category() == "forbidden", &t.namespace)
+        })?;
+    }
+    Ok(data
+        .get(certs::ClientCertKind::CERT_KEY)
+        .cloned()
+        .unwrap_or_default())
+}
+
+/// Deletes a consumer Secret the operator made (label present).
+async fn remove(p: &mut Pass<'_>, ns: &str, name: &str) -> Result<(), String> {
+    let at = format!("{ns}/{name}");
+    let found = current(p, ns, name)
+        .await
+        .map_err(|e| format!("reading Secret {at} to delete it: {e}"))?;
+    let Some(s) = found else {
+        return Ok(());
+    };
+    if ns != p.ctx.config.operator_namespace && label_of(&s).is_none() {
+        p.note(format!(
+            "Secret {at} lost label {CONSUMER_LABEL}: no longer the operator's, left alone"
+        ));
+        return Ok(());
+    }
+    p.next(
+        super::ControllerName::CertSigner,
+        format!("delete {at}: its consumer left spec.clients"),
+    );
+    if !p.o.managed {
+        return Ok(());
+    }
+    let deleted = p.w.delete::<Secret>(ns, name).await;
+    if ns != p.ctx.config.operator_namespace {
+        p.w.uncached(ns);
+    }
+    deleted.map_err(|e| with_hint(format!("{e}"), e.category() == "forbidden", ns))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(name: &str, ns: Option<&str>, secret: Option<&str>) -> EtcdConsumer {
+        EtcdConsumer {
+            name: name.into(),
+            common_name: format!("{name}-cn"),
+            namespace: ns.map(str::to_owned),
+            secret_name: secret.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn each_consumer_gets_its_secret_where_it_asks_and_leavers_lose_theirs() {
+        let spec = [
+            c(
+                "kube-apiserver",
+                Some("kube-system"),
+                Some("apiserver-etcd-client"),
+            ),
+            c("backup", None, None),
+            c("backup2", None, Some("etcd-client")),
+            c("sneaky", Some(STATIC_POD_NAMESPACE), None),
+            c("twin", Some("kube-system"), Some("apiserver-etcd-client")),
+        ];
+        let local = [
+            "etcd-client",
+            "etcd-consumer-backup",
+            "etcd-consumer-old",
+            "x",
+        ];
+        let recorded = [
+            "kube-system/apiserver-etcd-client".to_owned(),
+            "tools/etcd-consumer-gone".to_owned(),
+            "ops/etcd-consumer-old".to_owned(),
+        ];
+        let p = plan(&spec, "ops", &local, &recorded);
+        let kept: Vec<(String, &str)> = p
+            .maintain
+            .iter()
+            .map(|t| (t.key(), t.spec.common_name.as_str()))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                (
+                    "kube-system/apiserver-etcd-client".to_owned(),
+                    "kube-apiserver-cn"
+                ),
+                ("ops/etcd-consumer-backup".to_owned(), "backup-cn"),
+            ]
+        );
+        assert!(
+            p.maintain
+                .iter()
+                .all(|t| t.spec.usage == certs::Usage::CLIENT
+                    && t.spec.sans == certs::Sans::default())
+        );
+        assert_eq!(p.refused.len(), 3, "{:?}", p.refused);
+        assert!(p.refused[0].contains("consumer backup2: Secret ops/etcd-client refused"));
+        assert!(p.refused[1].contains("static-pod namespace"));
+        assert!(p.refused[2].contains("consumer kube-apiserver already has it"));
+        assert_eq!(
+            p.delete,
+            [
+                ("ops".to_owned(), "etcd-consumer-old".to_owned()),
+                ("tools".to_owned(), "etcd-consumer-gone".to_owned()),
+            ],
+            "a leaver's Secret goes, in the operator's namespace by prefix, elsewhere by record; no duplicate"
+        );
+    }
+}

@@ -317,12 +317,18 @@ impl Harness {
                 seen.at_s, seen.what
             ));
         }
+        let (leaks, events) = self.leaked_keys().await;
+        if leaks.is_empty() {
+            self.step(format!(
+                "no private key in the operator's logs or any of {events} Events"
+            ));
+        }
         self.step("load stopped and verified; tearing down");
         let steps = std::mem::take(&mut self.steps);
         // Stop watching before the API goes away.
         self.watch = None;
         self.cp.shutdown().await;
-        let (load, check) = match load {
+        let (load, mut check) = match load {
             Ok(r) => (
                 r,
                 hashes.map_err(|e| format!("checking the members' data: {e}")),
@@ -332,7 +338,41 @@ impl Harness {
                 Err(format!("checking the writes: {e}")),
             ),
         };
+        if check.is_ok() && !leaks.is_empty() {
+            check = Err(format!(
+                "private key material shown to admins: {}",
+                leaks.join("; ")
+            ));
+        }
         Finished { load, steps, check }
+    }
+
+    /// Where a private key shows in what admins read: each operator process's log, every Event;
+    /// and how many Events were read.
+    async fn leaked_keys(&self) -> (Vec<String>, usize) {
+        const MARK: &str = "PRIVATE KEY";
+        let mut found: Vec<String> = self
+            .cp
+            .operators()
+            .iter()
+            .filter(|p| p.log().contains(MARK))
+            .map(|p| format!("the log of operator {}", p.identity))
+            .collect();
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(self.cp.client());
+        let mut read = 0;
+        match events.list(&ListParams::default()).await {
+            Ok(list) => {
+                read = list.items.len();
+                found.extend(
+                    list.items
+                        .iter()
+                        .filter(|e| e.note.as_deref().is_some_and(|n| n.contains(MARK)))
+                        .map(|e| format!("Event {:?}", e.metadata.name)),
+                );
+            }
+            Err(e) => found.push(format!("(Events could not be listed: {e})")),
+        }
+        (found, read)
     }
 }
 

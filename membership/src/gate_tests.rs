@@ -3,7 +3,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::{AlarmKind, RaisedAlarm};
+use crate::{AlarmKind, Member, Preflight, RaisedAlarm};
 
 fn url(i: u64) -> MemberUrl {
     format!("https://10.0.{}.{}:2380", i / 250, i % 250 + 1)

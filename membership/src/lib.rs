@@ -22,6 +22,7 @@ mod consistency;
 mod duration;
 mod env;
 mod gate;
+mod gate_view;
 mod http_version;
 mod id;
 mod maintenance;

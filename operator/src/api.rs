@@ -15,6 +15,7 @@ mod certificates;
 mod maintenance;
 mod platform;
 mod selector;
+mod status;
 pub use backup::{
     Backup, BackupFailure, BackupRecord, BackupRetention, BackupStatus, BackupVerification,
     S3Destination,
@@ -28,6 +29,9 @@ pub use maintenance::{
 };
 pub use platform::{OperandVersion, QuorumGuardStatus, RelatedObject};
 pub use selector::SelectorError;
+pub use status::{
+    Condition, EtcdClusterStatus, EtcdVersionStatus, MemberStatus, NodeStatus, RemediationStatus,
+};
 
 /// API group of the operator's resources.
 pub const GROUP: &str = "etcd.static-operator.io";
@@ -334,166 +338,6 @@ impl Default for MemberRemediation {
             min_healthy_seconds: defaults::min_healthy_seconds(),
         }
     }
-}
-
-/// The remediation attempts on one node.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RemediationStatus {
-    pub node_name: String,
-    /// Attempts since the node's member was last healthy for `minHealthySeconds`.
-    pub attempts: u32,
-    /// RFC 3339.
-    pub last_attempt_time: String,
-    /// The member the last attempt removed.
-    pub last_member_id: String,
-    pub last_reason: String,
-}
-
-/// What the operator observed and did.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct EtcdClusterStatus {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    #[serde(default)]
-    pub conditions: Vec<Condition>,
-    /// The newest revision; nodes move to it one at a time.
-    #[serde(default)]
-    pub latest_available_revision: i64,
-    #[serde(default)]
-    pub node_statuses: Vec<NodeStatus>,
-    #[serde(default)]
-    pub members: Vec<MemberStatus>,
-    /// Per node: replacements of a member that stayed unhealthy.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub remediations: Vec<RemediationStatus>,
-    /// What the defragmentation controller is doing and did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub defragmentation: Option<DefragmentationStatus>,
-    /// The last comparison of the members' data.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub corruption_check: Option<CorruptionCheckStatus>,
-    /// The CA's and every leaf certificate's expiry, and when each is renewed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub certificates: Option<CertificatesStatus>,
-    /// Scheduled backups: the last good one, the last failure, the last verification.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backup: Option<BackupStatus>,
-    /// Which etcd version the cluster runs and where a version change stands.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub etcd_version: Option<EtcdVersionStatus>,
-    /// The quorum guards and their PodDisruptionBudget: whether a drain may take a node now.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quorum_guard: Option<QuorumGuardStatus>,
-    /// The versions this operator has rolled out, as a payload operator reports them: the
-    /// operator's own, and the etcd version every member runs (moved only once all do).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub versions: Vec<OperandVersion>,
-    /// Objects debug tooling (must-gather, `etcd-operator gather`) should collect.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub related_objects: Vec<RelatedObject>,
-}
-
-/// Where the cluster's etcd version stands.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct EtcdVersionStatus {
-    /// The cluster version etcd reports (`3.5.0`): the lowest minor any member runs. etcd
-    /// moves it up only after every member runs the new minor, and never down.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub cluster_version: String,
-    /// The cluster version before its last change.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub previous_cluster_version: String,
-    /// RFC 3339: when the operator saw the cluster version change.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub cluster_version_changed_time: String,
-    /// The version the etcd image's tag names (empty: the tag names none).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub target_version: String,
-    /// `AtTarget`, `Rolling` (members run different versions), `WaitingForClusterVersion` (every
-    /// member runs the target, etcd has not moved the cluster version yet), `Unknown` (the image
-    /// names no version or no member answered).
-    pub state: String,
-    /// What that means, with the members' versions.
-    #[serde(default)]
-    pub message: String,
-}
-
-/// A status condition (the Kubernetes shape, with `lastTransitionTime` kept while the status
-/// doesn't change).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Condition {
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
-    pub reason: String,
-    #[serde(default)]
-    pub message: String,
-    /// RFC 3339.
-    pub last_transition_time: String,
-}
-
-/// Where one node stands in the rollout.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeStatus {
-    pub node_name: String,
-    /// The revision running Ready on the node (0: none yet).
-    #[serde(default)]
-    pub current_revision: i64,
-    /// The revision being installed, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target_revision: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_failed_revision: Option<i64>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub last_failed_reason: String,
-    /// RFC 3339.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub last_failed_time: String,
-    /// Consecutive failures of the last failed revision.
-    #[serde(default)]
-    pub last_failed_count: u32,
-    /// RFC 3339: since when the node, which ran `currentRevision`, shows no etcd static pod.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub etcd_pod_missing_since: String,
-    /// Why an admin stopped etcd on this node (the Node's `etcd.static-operator.io/etcd-stopped`
-    /// annotation): its revision is not installed again while it is set.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub etcd_stopped_by_admin: String,
-}
-
-/// One etcd member as the operator sees it.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct MemberStatus {
-    /// Member name (= node name); empty for a learner that has not started.
-    pub name: String,
-    /// etcd member id, lowercase hex.
-    pub id: String,
-    pub peer_url: String,
-    /// `Voter` or `Learner`.
-    pub role: String,
-    pub started: bool,
-    pub healthy: bool,
-    /// This member is the raft leader.
-    #[serde(default)]
-    pub leader: bool,
-    /// The etcd version it runs (the last one it reported while it is down).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub version: String,
-    /// RFC 3339: when `role`, `started` or `healthy` last changed, or the member appeared.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub last_transition_time: String,
-    /// For a learner: its raft index and the leader's, while it catches up.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub learner_raft_index: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub leader_raft_index: Option<u64>,
 }
 
 #[cfg(test)]

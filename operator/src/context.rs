@@ -153,6 +153,9 @@ pub struct PassState {
     /// A consumer Secret could not be written in the last pass (`controllers::consumers`): a
     /// CA rotation holds its phase until every consumer has the phase's material.
     pub consumers_behind: bool,
+    /// The backup schedule's longest gap between two runs, for the schedule it was computed
+    /// for and when (recomputed on a new schedule or after a day: it walks up to 500 runs).
+    pub backup_interval: Option<(String, OffsetDateTime, Option<std::time::Duration>)>,
     /// `status.defragmentation` and `status.corruptionCheck` as this operator last wrote them:
     /// status writes are not awaited by the barrier, so the cache may still show an older one
     /// (a finished defragmentation as running). `None` until this process wrote them.

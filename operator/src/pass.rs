@@ -16,7 +16,6 @@
 
 use std::time::Duration;
 
-use ::membership::Denial;
 use time::OffsetDateTime;
 
 use crate::api::{
@@ -29,7 +28,6 @@ use crate::controllers::{
     corruption_check, defrag, endpoints, etcd_observer, installer, member_status, membership,
     payload_status, quorum_guard, remediation, revisions, target_config, version_report,
 };
-use crate::metrics::{ActionLabel, RuleLabel};
 use crate::observed::{Inputs, Observed};
 use crate::retry::ErrorKind;
 use crate::status::{Computed, ConditionType as C, Reason, merge, with_aggregates};
@@ -168,133 +166,6 @@ impl std::fmt::Debug for Pass<'_> {
             .field("report", &self.report)
             .finish_non_exhaustive()
     }
-}
-
-impl Pass<'_> {
-    /// A line of what the pass did, logged as it happens (its timestamp is when it happened,
-    /// which the bench's step analysis reads) and kept for the report.
-    pub fn note(&mut self, line: impl Into<String>) {
-        self.report.say(self.ctx, line.into());
-    }
-
-    /// Whether time-driven work of `controller` (`what`) is due at `due` still lies ahead: if so
-    /// the plan says in how long, and a whole pass comes back for it on time.
-    pub fn not_yet(&mut self, controller: ControllerName, due: OffsetDateTime, what: &str) -> bool {
-        if self.o.now >= due {
-            return false;
-        }
-        let wait = due - self.o.now;
-        self.next(controller, format!("{what} in {}s", wait.whole_seconds()));
-        let wait = Duration::from_secs(u64::try_from(wait.whole_seconds()).unwrap_or(0) + 1);
-        self.report.requeue_after = self.report.requeue_after.min(wait);
-        self.report.full_pass_within =
-            Some(self.report.full_pass_within.map_or(wait, |w| w.min(wait)));
-        true
-    }
-
-    /// `controller`'s next action, as `plan` shows it.
-    pub fn next(&mut self, controller: ControllerName, next: impl Into<String>) {
-        self.report.plan.push(PlanEntry {
-            controller: controller.as_str().to_owned(),
-            next: next.into(),
-        });
-    }
-
-    /// A condition as this pass computed it.
-    pub fn cond(&mut self, type_: C, status: bool, reason: Reason, message: impl Into<String>) {
-        self.conds
-            .push(Computed::new(type_, status, reason, message));
-    }
-
-    /// `controller` ran to the end: its Degraded condition is False.
-    pub fn succeeded(&mut self, controller: ControllerName) {
-        self.st.failures.remove(&controller);
-        self.cond(controller.degraded(), false, Reason::AsExpected, "");
-    }
-
-    /// True while `controller` backs off from a transient error: its Degraded condition stays
-    /// as the error set it, the plan says when it runs again, and the pass comes back then.
-    pub fn waits(&mut self, controller: ControllerName) -> bool {
-        let Some(backoff) = self.st.failures.get(&controller).cloned() else {
-            return false;
-        };
-        let Some(left) = backoff.remaining(self.o.now) else {
-            return false;
-        };
-        let (category, message) = backoff.last.unwrap_or(("unknown", String::new()));
-        self.cond(
-            controller.degraded(),
-            true,
-            Reason::Failed(category),
-            message,
-        );
-        self.next(
-            controller,
-            format!(
-                "backing off after {} failure(s); next try in {} ms",
-                backoff.failures,
-                left.as_millis()
-            ),
-        );
-        self.report.requeue_after = self.report.requeue_after.min(left);
-        true
-    }
-
-    /// The etcd image nodes run: the spec's, else the operator's `ETCD_IMAGE`.
-    pub fn etcd_image(&self) -> String {
-        self.o
-            .spec
-            .etcd_image
-            .clone()
-            .unwrap_or_else(|| self.ctx.config.images.etcd.clone())
-    }
-
-    /// An Event on the EtcdCluster, queued for publishing (not in a plan; a failure to
-    /// publish is logged).
-    pub async fn event(&self, warning: bool, reason: &str, note: String) {
-        if !self.ctx.plan_only {
-            let object = kube::Resource::object_ref(&self.o.cluster, &());
-            self.ctx.events.publish(object, warning, reason, note);
-        }
-    }
-
-    /// Counts an etcd membership change by action.
-    pub fn count_change(&self, action: &str) {
-        let label = ActionLabel {
-            action: action.to_owned(),
-        };
-        self.ctx
-            .metrics
-            .membership_changes
-            .get_or_create(&label)
-            .inc();
-    }
-
-    /// The quorum gate refused `what`: counted per rule, shown as progress on `condition`.
-    pub fn denied(&mut self, condition: C, what: String, denial: &Denial) {
-        self.ctx
-            .metrics
-            .gate_denials
-            .get_or_create(&RuleLabel {
-                rule: denial.rule.category().to_owned(),
-            })
-            .inc();
-        self.cond(
-            condition,
-            true,
-            Reason::WaitingForQuorumGate,
-            format!("{what}: {denial}"),
-        );
-        self.note(format!("gate: {what}: {denial}"));
-    }
-}
-
-/// The plan line of a refused step.
-pub fn denied_line(denial: &Denial) -> String {
-    format!(
-        "blocked by the quorum gate: {denial} [{}]",
-        denial.rule.category()
-    )
 }
 
 async fn run(
@@ -520,6 +391,10 @@ async fn create_singleton(ctx: &Context) -> PassReport {
     report.say(ctx, line);
     report
 }
+
+#[path = "pass_methods.rs"]
+mod methods;
+pub use methods::denied_line;
 
 #[path = "pass_status.rs"]
 mod status_write;

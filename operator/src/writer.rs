@@ -16,79 +16,10 @@ use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::api::{EtcdCluster, EtcdClusterStatus};
 
-/// An object the caches must show before the next pass acts.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Awaited {
-    pub kind: &'static str,
-    pub namespace: String,
-    pub name: String,
-    /// `Some(rv)`: present with at least this resourceVersion; `None`: absent.
-    pub resource_version: Option<String>,
-}
-
-/// True when `seen` (the cache's resourceVersion, if the object is there) satisfies `want`.
-pub fn satisfied(want: &Awaited, seen: Option<&str>) -> bool {
-    match (&want.resource_version, seen) {
-        (None, None) => true,
-        (None, Some(_)) | (Some(_), None) => false,
-        (Some(w), Some(s)) => match (w.parse::<u64>(), s.parse::<u64>()) {
-            (Ok(w), Ok(s)) => s >= w,
-            _ => s == w,
-        },
-    }
-}
-
-/// A kube error as a sentence for a condition message, an event or a log line: for an answer of
-/// the API server its code, reason and message (kube's own `Display` appends the whole response
-/// in Debug form, which is no message for an admin).
-pub fn describe(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => {
-            let reason = if s.reason.is_empty() {
-                String::new()
-            } else {
-                format!(" {}", s.reason)
-            };
-            format!("the API server answered {}{reason}: {}", s.code, s.message)
-        }
-        other => other.to_string(),
-    }
-}
-
-/// Errors of API writes, with a static category for metrics.
-#[derive(Debug, thiserror::Error)]
-#[error("{action} {kind} {namespace}/{name}: {}", describe(source))]
-pub struct WriteError {
-    pub action: &'static str,
-    pub kind: &'static str,
-    pub namespace: String,
-    pub name: String,
-    pub source: kube::Error,
-}
-
-impl WriteError {
-    /// Transient unless the API server refused the request itself (bad, forbidden, invalid):
-    /// those need an input or a permission to change.
-    pub fn kind(&self) -> crate::retry::ErrorKind {
-        match &self.source {
-            kube::Error::Api(s) if matches!(s.code, 400 | 401 | 403 | 422) => {
-                crate::retry::ErrorKind::Permanent
-            }
-            _ => crate::retry::ErrorKind::Transient,
-        }
-    }
-
-    pub fn category(&self) -> &'static str {
-        match &self.source {
-            kube::Error::Api(s) if s.code == 409 => "conflict",
-            kube::Error::Api(s) if s.code == 404 => "not_found",
-            kube::Error::Api(s) if s.code == 403 => "forbidden",
-            kube::Error::Api(s) if s.code == 422 => "invalid",
-            kube::Error::Api(_) => "api",
-            _ => "transport",
-        }
-    }
-}
+mod barrier;
+mod error;
+pub use barrier::{Awaited, satisfied};
+pub use error::{WriteError, describe};
 
 /// No labels to set (see [`Writer::secret`]).
 pub const NO_LABELS: &BTreeMap<String, String> = &BTreeMap::new();
@@ -498,48 +429,6 @@ fn with_removals(new: serde_json::Value, old: &serde_json::Value) -> serde_json:
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn api_errors_read_as_sentences() {
-        let status = kube::core::Status {
-            code: 422,
-            reason: "Invalid".into(),
-            message: r#"Pod "etcd-n1" is invalid: status.qosClass: Invalid value: "BestEffort": field is immutable"#.into(),
-            ..Default::default()
-        };
-        let e = WriteError {
-            action: "update",
-            kind: "Pod",
-            namespace: "etcd".into(),
-            name: "etcd-n1".into(),
-            source: kube::Error::Api(Box::new(status)),
-        };
-        assert_eq!(
-            e.to_string(),
-            r#"update Pod etcd/etcd-n1: the API server answered 422 Invalid: Pod "etcd-n1" is invalid: status.qosClass: Invalid value: "BestEffort": field is immutable"#
-        );
-        assert!(!e.to_string().contains("Status {"), "no Debug dump");
-    }
-
-    fn want(rv: Option<&str>) -> Awaited {
-        Awaited {
-            kind: "ConfigMap",
-            namespace: "etcd".into(),
-            name: "x".into(),
-            resource_version: rv.map(str::to_owned),
-        }
-    }
-
-    #[test]
-    fn the_barrier_compares_versions_numerically() {
-        assert!(satisfied(&want(Some("100")), Some("100")));
-        assert!(satisfied(&want(Some("100")), Some("120")));
-        assert!(!satisfied(&want(Some("100")), Some("99")));
-        assert!(!satisfied(&want(Some("100")), None));
-        assert!(satisfied(&want(None), None));
-        assert!(!satisfied(&want(None), Some("5")));
-        assert!(satisfied(&want(Some("abc")), Some("abc")));
-    }
 
     #[test]
     fn a_status_field_that_became_empty_is_removed_by_the_merge_patch() {

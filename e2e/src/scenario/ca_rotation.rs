@@ -8,9 +8,8 @@
 use std::time::{Duration, Instant};
 
 use etcd_operator::api::EtcdClusterStatus;
-use etcd_operator::certs::{EtcdCa, inspect_certs, inspect_pem};
-use etcd_operator::controllers::cert_signer::secret_bytes as data;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use etcd_operator::certs::{inspect_certs, inspect_pem};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 
 use super::harness::Harness;
@@ -40,19 +39,8 @@ fn progress(s: &EtcdClusterStatus) -> usize {
         .map_or(0, |i| i + 1)
 }
 
-async fn secret(api: &Api<Secret>, name: &str) -> Result<Option<Secret>, ControlPlaneError> {
-    api.get_opt(name)
-        .await
-        .map_err(|e| failed(format!("reading Secret {name}: {e}")))
-}
-
 pub async fn ca_rotation(h: &mut Harness) -> Result<(), ControlPlaneError> {
-    let ops: Api<Secret> = Api::namespaced(h.cp.client(), OPERATOR_NS);
-    let before = secret(&ops, "etcd-signer")
-        .await?
-        .ok_or_else(|| failed("no etcd-signer"))?;
-    let old = EtcdCa::from_secret_data(&data(&before))
-        .map_err(|e| failed(format!("etcd-signer: {e}")))?;
+    let old = h.signer().await?;
     h.patch_spec(serde_json::json!({"certificates": {"caRotationRequest": TRIGGER}}))
         .await?;
     let started = Instant::now();
@@ -79,31 +67,25 @@ pub async fn ca_rotation(h: &mut Harness) -> Result<(), ControlPlaneError> {
     h.wait_settled(3, DEADLINE).await?;
 
     // Everything is the new CA's.
-    let after = secret(&ops, "etcd-signer")
-        .await?
-        .ok_or_else(|| failed("no etcd-signer"))?;
-    let new =
-        EtcdCa::from_secret_data(&data(&after)).map_err(|e| failed(format!("etcd-signer: {e}")))?;
+    let new = h.signer().await?;
     if new.cert_pem() == old.cert_pem() {
         return Err(failed("etcd-signer still holds the old CA"));
     }
-    if secret(&ops, "etcd-signer-next").await?.is_some() {
+    if h.secret_data(OPERATOR_NS, "etcd-signer-next")
+        .await?
+        .is_some()
+    {
         return Err(failed("etcd-signer-next outlived the rotation"));
     }
-    let statics: Api<Secret> = Api::namespaced(h.cp.client(), STATIC_NS);
-    let all = secret(&statics, "etcd-all-certs")
-        .await?
-        .ok_or_else(|| failed("no etcd-all-certs"))?;
-    let infos = inspect_certs(&new, &data(&all));
+    let all = h.secret_data_of(STATIC_NS, "etcd-all-certs").await?;
+    let infos = inspect_certs(&new, &all);
     let stale: Vec<&str> = infos
         .iter()
         .filter(|i| !i.issued_by_ca)
         .map(|i| i.secret_key.as_str())
         .collect();
-    let client = secret(&ops, "etcd-client")
-        .await?
-        .ok_or_else(|| failed("no etcd-client"))?;
-    let client_cert = data(&client).get("tls.crt").cloned().unwrap_or_default();
+    let client = h.secret_data_of(OPERATOR_NS, "etcd-client").await?;
+    let client_cert = client.get("tls.crt").cloned().unwrap_or_default();
     if !stale.is_empty() || !inspect_pem(&new, "etcd-client", &client_cert).issued_by_ca {
         return Err(failed(format!(
             "not issued by the new CA: {stale:?} (etcd-client included when listed last)"

@@ -266,6 +266,40 @@ impl Harness {
         .await
     }
 
+    /// Secret `ns/name`'s data, if it exists.
+    pub async fn secret_data(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<std::collections::BTreeMap<String, Vec<u8>>>, ControlPlaneError> {
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(self.cp.client(), ns)
+            .get_opt(name)
+            .await
+            .map(|s| {
+                s.as_ref()
+                    .map(etcd_operator::controllers::cert_signer::secret_bytes)
+            })
+            .map_err(|e| ControlPlaneError::Failed(format!("reading Secret {ns}/{name}: {e}")))
+    }
+
+    /// Secret `ns/name`'s data; its absence is an error naming it.
+    pub async fn secret_data_of(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<std::collections::BTreeMap<String, Vec<u8>>, ControlPlaneError> {
+        self.secret_data(ns, name)
+            .await?
+            .ok_or_else(|| ControlPlaneError::Failed(format!("no Secret {ns}/{name}")))
+    }
+
+    /// The etcd CA the operator signs with now (Secret `etcd-signer`).
+    pub async fn signer(&self) -> Result<etcd_operator::certs::EtcdCa, ControlPlaneError> {
+        let data = self.secret_data_of(OPERATOR_NS, "etcd-signer").await?;
+        etcd_operator::certs::EtcdCa::from_secret_data(&data)
+            .map_err(|e| ControlPlaneError::Failed(format!("etcd-signer: {e}")))
+    }
+
     /// Patches the EtcdCluster spec.
     pub async fn patch_spec(&mut self, patch: serde_json::Value) -> Result<(), ControlPlaneError> {
         let api: Api<etcd_operator::api::EtcdCluster> = Api::all(self.cp.client());

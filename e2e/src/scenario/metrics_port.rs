@@ -6,8 +6,6 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
 use membership::{MemberUrl, http_get, https_config};
 
 use super::harness::Harness;
@@ -24,15 +22,10 @@ fn url(text: &str) -> Result<MemberUrl, ControlPlaneError> {
 }
 
 pub async fn client_certs_required(h: &mut Harness) -> Result<(), ControlPlaneError> {
-    let api: Api<Secret> = Api::namespaced(h.cp.client(), OPERATOR_NS);
-    let secret = api
-        .get("etcd-metric-client")
-        .await
-        .map_err(|e| failed(format!("Secret {OPERATOR_NS}/etcd-metric-client: {e}")))?;
-    let data = secret.data.unwrap_or_default();
+    let data = h.secret_data_of(OPERATOR_NS, "etcd-metric-client").await?;
     let get = |k: &str| {
         data.get(k)
-            .map(|b| b.0.clone())
+            .cloned()
             .ok_or_else(|| failed(format!("Secret etcd-metric-client has no {k}")))
     };
     let (ca, cert, key) = (get("ca.crt")?, get("tls.crt")?, get("tls.key")?);

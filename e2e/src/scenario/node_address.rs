@@ -7,15 +7,14 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use etcd_operator::certs::{EtcdCa, inspect_certs};
-use etcd_operator::controllers::cert_signer::secret_bytes as data;
+use etcd_operator::certs::inspect_certs;
 use etcd_operator::controllers::endpoints::ENDPOINTS_CONFIGMAP;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 
 use super::failover_audit::cluster_events;
 use super::harness::{Harness, member_of};
-use crate::controlplane::{ControlPlaneError, OPERATOR_NS, STATIC_NS};
+use crate::controlplane::{ControlPlaneError, STATIC_NS};
 
 const NODE: &str = "n2";
 /// A move, then a rollout of three nodes.
@@ -163,19 +162,9 @@ async fn certificates_follow(
     new_ip: IpAddr,
     old_ip: IpAddr,
 ) -> Result<(), ControlPlaneError> {
-    let ops: Api<Secret> = Api::namespaced(h.cp.client(), OPERATOR_NS);
-    let signer = ops
-        .get("etcd-signer")
-        .await
-        .map_err(|e| failed(format!("etcd-signer: {e}")))?;
-    let ca = EtcdCa::from_secret_data(&data(&signer))
-        .map_err(|e| failed(format!("etcd-signer: {e}")))?;
-    let statics: Api<Secret> = Api::namespaced(h.cp.client(), STATIC_NS);
-    let all = statics
-        .get("etcd-all-certs")
-        .await
-        .map_err(|e| failed(format!("etcd-all-certs: {e}")))?;
-    let infos = inspect_certs(&ca, &data(&all));
+    let ca = h.signer().await?;
+    let all = h.secret_data_of(STATIC_NS, "etcd-all-certs").await?;
+    let infos = inspect_certs(&ca, &all);
     let ours: Vec<_> = infos
         .iter()
         .filter(|i| i.node.as_deref() == Some(NODE))

@@ -330,11 +330,21 @@ pub fn reconcile(p: &mut Pass<'_>) {
             m.backup_last_duration.set(good.duration_ms as f64 / 1000.0);
         }
     }
-    if let Ok(cron) = parse_schedule(&spec.schedule) {
-        m.backup_max_interval.set(
-            max_interval(&cron, p.o.now)
-                .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)),
-        );
+    let fresh = p.st.backup_interval.as_ref().filter(|(schedule, at, _)| {
+        *schedule == spec.schedule && p.o.now - *at < time::Duration::days(1)
+    });
+    let interval = match fresh {
+        Some((_, _, interval)) => Some(*interval),
+        // An invalid schedule leaves the gauge as it was (the controller is Degraded).
+        None => parse_schedule(&spec.schedule).ok().map(|cron| {
+            let interval = max_interval(&cron, p.o.now);
+            p.st.backup_interval = Some((spec.schedule.clone(), p.o.now, interval));
+            interval
+        }),
+    };
+    if let Some(interval) = interval {
+        m.backup_max_interval
+            .set(interval.map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)));
     }
     if let Some(r) = &p.st.backup {
         p.next(NAME, format!("taking {}", r.name));

@@ -36,6 +36,8 @@ pub struct LoadReport {
     pub longest_gap_at_s: f64,
     /// Missing writes acknowledged at a revision above the cut-off (0 without one).
     pub writes_lost_past_cutoff: u64,
+    /// Why the last failed write failed, and when (seconds after the load started).
+    pub last_write_error: Option<String>,
 }
 
 /// The load over a stretch of a scenario ([`WriteLoad::window`]).
@@ -62,6 +64,7 @@ struct Progress {
     longest_gap: Duration,
     longest_gap_at: Duration,
     last_error: Option<String>,
+    last_write_error: Option<String>,
 }
 
 /// A running write load.
@@ -216,12 +219,24 @@ impl WriteLoad {
                         prog.failed += 1;
                         prog.times.push((Instant::now(), false));
                         prog.last_error = Some(e.to_string());
+                        prog.last_write_error =
+                            Some(format!("at {:.1}s: {e}", started.elapsed().as_secs_f64()));
                         seq += 1;
                     }
                     Err(_) => {
                         prog.failed += 1;
                         prog.times.push((Instant::now(), false));
                         prog.last_error = Some("put timed out".into());
+                        prog.last_write_error = Some(format!(
+                            "at {:.1}s: no answer within {PUT_TIMEOUT:?} (endpoints {})",
+                            started.elapsed().as_secs_f64(),
+                            client
+                                .endpoints()
+                                .iter()
+                                .map(ToString::to_string)
+                                .collect::<Vec<_>>()
+                                .join(",")
+                        ));
                         seq += 1;
                     }
                 }
@@ -367,6 +382,7 @@ impl WriteLoad {
             longest_write_gap_ms: u64::try_from(prog.longest_gap.as_millis()).unwrap_or(u64::MAX),
             longest_gap_at_s: prog.longest_gap_at.as_secs_f64(),
             writes_lost_past_cutoff: past_cutoff,
+            last_write_error: prog.last_write_error.clone(),
         })
     }
 }

@@ -103,6 +103,10 @@ pub struct ScenarioReport {
     pub writes_lost: u64,
     pub longest_write_gap_ms: u64,
     pub longest_gap_at_s: f64,
+    /// Why the last write that failed failed (writes that fail are not lost: they were never
+    /// acknowledged).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_write_error: Option<String>,
     /// Every member's `HashKV` at one revision (absent when the check could not run).
     pub hash_kv: Option<consistency::HashReport>,
     /// Recovery time: seconds from quorum loss (`restore-from-snapshot`: the wipe of every data
@@ -164,6 +168,7 @@ pub async fn run(name: &str, out_dir: &Path) -> Result<(PathBuf, ScenarioReport)
         writes_lost: load.writes_lost,
         longest_write_gap_ms: load.longest_write_gap_ms,
         longest_gap_at_s: load.longest_gap_at_s,
+        last_write_error: load.last_write_error.clone(),
         hash_kv,
         rto_s: recovery.and_then(|r| r.rto_s),
         // Known only when the writes were read back.

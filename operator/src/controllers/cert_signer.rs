@@ -28,7 +28,7 @@ use crate::writer::NO_LABELS;
 
 const NAME: ControllerName = ControllerName::CertSigner;
 /// How soon a consumer Secret that could not be written is tried again.
-const CONSUMER_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
+const CONSUMER_RETRY: time::Duration = time::Duration::seconds(10);
 /// The CA certificate's key in the metric client Secret.
 pub const CA_KEY: &str = "ca.crt";
 
@@ -119,7 +119,13 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
             Reason::Failed("consumer-secret"),
             message,
         );
-        p.report.requeue_after = p.report.requeue_after.min(CONSUMER_RETRY);
+        // Nothing watched changes when an admin creates the RoleBinding: a whole pass comes
+        // back for the consumers (a settled cluster would otherwise wait for the resync).
+        p.not_yet(
+            NAME,
+            p.o.now + CONSUMER_RETRY,
+            "consumer Secrets tried again",
+        );
     }
     Ok(Issued {
         tls,

@@ -138,8 +138,14 @@ fn label_of(s: &Secret) -> Option<&str> {
         .map(String::as_str)
 }
 
+/// A Secret that could not be read: the sentence, and whether the API forbade it.
+struct ReadError {
+    message: String,
+    forbidden: bool,
+}
+
 /// Reads Secret `ns/name`: from the cache in the operator's namespace, else from the API.
-async fn current(p: &Pass<'_>, ns: &str, name: &str) -> Result<Option<Secret>, String> {
+async fn current(p: &Pass<'_>, ns: &str, name: &str) -> Result<Option<Secret>, ReadError> {
     if ns == p.ctx.config.operator_namespace {
         return Ok(find(&p.inputs.operator_secrets, ns, name).cloned());
     }
@@ -148,7 +154,10 @@ async fn current(p: &Pass<'_>, ns: &str, name: &str) -> Result<Option<Secret>, S
         .await
         .map_err(|e| {
             let forbidden = matches!(&e, kube::Error::Api(s) if s.code == 403);
-            with_hint(crate::writer::describe(&e), forbidden, ns)
+            ReadError {
+                message: with_hint(crate::writer::describe(&e), forbidden, ns),
+                forbidden,
+            }
         })
 }
 
@@ -194,16 +203,27 @@ pub async fn reconcile(p: &mut Pass<'_>, ca: &EtcdCa, bundle: &str, policy: &Cer
     };
     for t in &decided.maintain {
         match one(p, t, ca, bundle, policy).await {
-            Ok(cert) => served.certs.push((format!("{}/tls.crt", t.key()), cert)),
-            Err(problem) => served.problems.push(problem),
+            Ok(cert) => {
+                served.certs.push((format!("{}/tls.crt", t.key()), cert));
+                served.secrets.push(t.key());
+            }
+            Err(problem) => {
+                served.problems.push(problem);
+                // A Secret written before stays ours to delete; one never written is not.
+                if recorded.contains(&t.key()) {
+                    served.secrets.push(t.key());
+                }
+            }
         }
-        // Kept on record even when it failed: a Secret written before stays ours to delete.
-        served.secrets.push(t.key());
     }
     for (ns, name) in &decided.delete {
-        if let Err(problem) = remove(p, ns, name).await {
-            served.problems.push(problem);
-            served.secrets.push(format!("{ns}/{name}"));
+        match remove(p, ns, name).await {
+            Ok(false) => {}
+            Ok(true) => served.secrets.push(format!("{ns}/{name}")),
+            Err(problem) => {
+                served.problems.push(problem);
+                served.secrets.push(format!("{ns}/{name}"));
+            }
         }
     }
     served.secrets.sort();
@@ -220,9 +240,12 @@ async fn one(
     policy: &CertPolicy,
 ) -> Result<Vec<u8>, String> {
     let at = t.key();
-    let found = current(p, &t.namespace, &t.name)
-        .await
-        .map_err(|e| format!("consumer {}: reading Secret {at}: {e}", t.consumer))?;
+    let found = current(p, &t.namespace, &t.name).await.map_err(|e| {
+        format!(
+            "consumer {}: reading Secret {at}: {}",
+            t.consumer, e.message
+        )
+    })?;
     if let Some(s) = &found
         && label_of(s) != Some(t.consumer.as_str())
         && t.namespace != p.ctx.config.operator_namespace
@@ -260,33 +283,52 @@ async fn one(
         .unwrap_or_default())
 }
 
-/// Deletes a consumer Secret the operator made (label present).
-async fn remove(p: &mut Pass<'_>, ns: &str, name: &str) -> Result<(), String> {
+/// Deletes a consumer Secret the operator made (label present). `Ok(true)`: it stays on record
+/// (Unmanaged: not deleted yet). Where the API forbids it (the RoleBinding went with the
+/// consumer), the operator says so in a warning Event and forgets the Secret: it can't act
+/// there, and an admin who revoked its access owns what is left.
+async fn remove(p: &mut Pass<'_>, ns: &str, name: &str) -> Result<bool, String> {
     let at = format!("{ns}/{name}");
-    let found = current(p, ns, name)
-        .await
-        .map_err(|e| format!("reading Secret {at} to delete it: {e}"))?;
+    let found = match current(p, ns, name).await {
+        Ok(found) => found,
+        Err(e) if e.forbidden => return forget(p, &at, &e.message).await,
+        Err(e) => return Err(format!("reading Secret {at} to delete it: {}", e.message)),
+    };
     let Some(s) = found else {
-        return Ok(());
+        return Ok(false);
     };
     if ns != p.ctx.config.operator_namespace && label_of(&s).is_none() {
         p.note(format!(
             "Secret {at} lost label {CONSUMER_LABEL}: no longer the operator's, left alone"
         ));
-        return Ok(());
+        return Ok(false);
     }
     p.next(
         super::ControllerName::CertSigner,
         format!("delete {at}: its consumer left spec.clients"),
     );
     if !p.o.managed {
-        return Ok(());
+        return Ok(true);
     }
     let deleted = p.w.delete::<Secret>(ns, name).await;
     if ns != p.ctx.config.operator_namespace {
         p.w.uncached(ns);
     }
-    deleted.map_err(|e| with_hint(format!("{e}"), e.category() == "forbidden", ns))
+    match deleted {
+        Ok(()) => Ok(false),
+        Err(e) if e.category() == "forbidden" => forget(p, &at, &e.to_string()).await,
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The operator may not delete a consumer Secret any more: said once, then forgotten.
+async fn forget(p: &mut Pass<'_>, at: &str, why: &str) -> Result<bool, String> {
+    let line = format!(
+        "Secret {at} of a consumer that left spec.clients cannot be deleted ({why}); the operator no longer tracks it: delete it by hand"
+    );
+    p.note(line.clone());
+    p.event(true, "ConsumerSecretLeftBehind", line).await;
+    Ok(false)
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use kube::Api;
 
 use super::failover_audit::cluster_events;
 use super::harness::{Harness, member_of};
-use crate::controlplane::{ControlPlaneError, STATIC_NS};
+use crate::controlplane::{ControlPlaneError, STATIC_NS, wait_for};
 
 const NODE: &str = "n2";
 /// A move, then a rollout of three nodes.
@@ -134,26 +134,23 @@ async fn endpoints_follow(
     old_ip: IpAddr,
 ) -> Result<(), ControlPlaneError> {
     let api: Api<ConfigMap> = Api::namespaced(h.cp.client(), STATIC_NS);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let what = format!("{ENDPOINTS_CONFIGMAP} to follow {NODE} to {new_ip}");
+    wait_for(Duration::from_secs(30), &what, || async {
         let data = api
             .get_opt(ENDPOINTS_CONFIGMAP)
             .await
-            .map_err(|e| failed(format!("reading {ENDPOINTS_CONFIGMAP}: {e}")))?
+            .map_err(|e| format!("reading {ENDPOINTS_CONFIGMAP}: {e}"))?
             .and_then(|c| c.data)
             .unwrap_or_default();
         let ours = data.get(id).cloned().unwrap_or_default();
         let stale = data.values().any(|v| v.starts_with(&format!("{old_ip}:")));
         if ours == format!("{new_ip}:2379") && !stale {
-            return Ok(());
+            Ok(())
+        } else {
+            Err(format!("{data:?}"))
         }
-        if Instant::now() > deadline {
-            return Err(failed(format!(
-                "{ENDPOINTS_CONFIGMAP} does not follow {NODE} to {new_ip}: {data:?}"
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 /// Every certificate of the node names its new address and not the old one.

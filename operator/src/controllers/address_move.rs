@@ -14,6 +14,8 @@
 //!
 //! Inputs: the control-plane nodes and the live members. Pure; no writes.
 
+use std::borrow::Borrow;
+
 use membership::{Member, MemberId, MemberUrl};
 
 use crate::podspec::NodeTarget;
@@ -46,20 +48,21 @@ impl AddressMove {
 /// Every started member whose node (by name) has a peer URL that is neither the member's nor
 /// any other member's, sorted by node name. A member that already has its node's URL, an
 /// unstarted member (it has no name yet) and a member whose node is gone are not moves.
-pub fn pending_moves<'a>(
+pub fn pending_moves<'a, M: Borrow<Member>>(
     nodes: impl IntoIterator<Item = &'a NodeTarget>,
-    members: &[Member],
+    members: &[M],
 ) -> Vec<AddressMove> {
     let mut moves: Vec<AddressMove> = nodes
         .into_iter()
         .filter_map(|n| {
             let to = n.peer_url().ok()?;
-            if members.iter().any(|m| m.has_peer_url(&to)) {
+            if members.iter().any(|m| m.borrow().has_peer_url(&to)) {
                 return None;
             }
             let m = members
                 .iter()
-                .find(|m| m.is_started() && m.name == n.name)?;
+                .map(Borrow::borrow)
+                .find(|m: &&Member| m.is_started() && m.name == n.name)?;
             Some(AddressMove {
                 node: n.name.clone(),
                 id: m.id,

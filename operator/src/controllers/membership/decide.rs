@@ -67,13 +67,12 @@ fn unstarted_learner(input: &MembershipInput<'_>, members: &[&Member]) -> Option
 
 /// 2. A started member whose node's address changed moves there (same member, same data).
 fn moved_member(input: &MembershipInput<'_>, members: &[&Member]) -> Option<MembershipStep> {
-    let owned: Vec<Member> = members.iter().map(|m| (*m).clone()).collect();
     let nodes = input
         .nodes
         .iter()
         .filter(|n| !n.deleting)
         .map(|n| &n.target);
-    let mv = pending_moves(nodes, &owned).into_iter().next()?;
+    let mv = pending_moves(nodes, members).into_iter().next()?;
     let action = Action::MovePeerUrl {
         id: mv.id,
         node: mv.node.clone(),

@@ -182,7 +182,10 @@ async fn run(
         .control_plane_nodes
         .set(i64::try_from(o.nodes.len()).unwrap_or(i64::MAX));
     let mut p = Pass {
-        w: Writer::new(ctx.client.clone(), ctx.plan_only),
+        w: Writer::new(ctx.client.clone(), ctx.plan_only).caching(&[
+            crate::podspec::STATIC_POD_NAMESPACE,
+            &ctx.config.operator_namespace,
+        ]),
         latest: o.prev.latest_available_revision,
         node_statuses: o.prev.node_statuses.clone(),
         remediations: o.prev.remediations.clone(),

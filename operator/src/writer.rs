@@ -32,6 +32,9 @@ pub struct Writer {
     dry_run: bool,
     /// The writes a dry run would have made.
     pub planned: Vec<String>,
+    /// The namespaces the caches watch (`None`: every one). A write elsewhere (a consumer's
+    /// Secret in its own namespace) is not awaited: no cache would ever show it.
+    cached: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for Writer {
@@ -53,7 +56,20 @@ impl Writer {
             awaited: Vec::new(),
             dry_run,
             planned: Vec::new(),
+            cached: None,
         }
+    }
+
+    /// Awaits only writes in `namespaces`, the ones the caches watch.
+    pub fn caching(mut self, namespaces: &[&str]) -> Self {
+        self.cached = Some(namespaces.iter().map(|n| (*n).to_owned()).collect());
+        self
+    }
+
+    fn awaits(&self, ns: &str) -> bool {
+        self.cached
+            .as_ref()
+            .is_none_or(|c| c.iter().any(|n| n == ns))
     }
 
     /// True in a dry run (`etcd-operator plan`): nothing is written, to the API or to etcd.
@@ -112,9 +128,13 @@ impl Writer {
     }
 
     fn remember(&mut self, kind: &'static str, meta: &ObjectMeta) {
+        let namespace = meta.namespace.clone().unwrap_or_default();
+        if !self.awaits(&namespace) {
+            return;
+        }
         self.awaited.push(Awaited {
             kind,
-            namespace: meta.namespace.clone().unwrap_or_default(),
+            namespace,
             name: meta.name.clone().unwrap_or_default(),
             resource_version: meta.resource_version.clone(),
         });
@@ -212,12 +232,6 @@ impl Writer {
             }
         })
         .await
-    }
-
-    /// Objects of namespace `ns` have no cache: the next pass does not wait to see what this
-    /// one wrote there.
-    pub fn uncached(&mut self, ns: &str) {
-        self.awaited.retain(|a| a.namespace != ns);
     }
 
     /// Makes PodDisruptionBudget `name` have exactly `spec`.
@@ -379,7 +393,7 @@ impl Writer {
         // A deleted pod bound to a node is gone only once that node's kubelet finalizes it, which
         // may be never while the node is down: waiting for it would wedge every later pass. No
         // decision depends on a deleted pod's absence, so pod deletions are not awaited.
-        if kind != "Pod" {
+        if kind != "Pod" && self.awaits(ns) {
             self.awaited.push(Awaited {
                 kind,
                 namespace: ns.to_owned(),
@@ -429,6 +443,19 @@ fn with_removals(new: serde_json::Value, old: &serde_json::Value) -> serde_json:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn writes_outside_the_cached_namespaces_are_not_awaited() {
+        let ctx = crate::context::Context::for_tests();
+        let mut w = Writer::new(ctx.client.clone(), false).caching(&["etcd", "etcd-operator"]);
+        assert!(w.awaits("etcd") && w.awaits("etcd-operator"));
+        assert!(!w.awaits("kube-system"));
+        w.cached = None;
+        assert!(
+            w.awaits("kube-system"),
+            "without a list every namespace is awaited"
+        );
+    }
 
     #[test]
     fn a_status_field_that_became_empty_is_removed_by_the_merge_patch() {

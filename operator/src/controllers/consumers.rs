@@ -266,16 +266,12 @@ async fn one(
         if let Some(reason) = &changed {
             p.next(super::ControllerName::CertSigner, format!("{at}: {reason}"));
         }
-        let written =
-            p.w.secret(&t.namespace, &t.name, found.as_ref(), &data, None, &labels)
-                .await;
-        if t.namespace != p.ctx.config.operator_namespace {
-            p.w.uncached(&t.namespace);
-        }
-        written.map_err(|e| {
-            let m = format!("consumer {}: {e}", t.consumer);
-            with_hint(m, e.category() == "forbidden", &t.namespace)
-        })?;
+        p.w.secret(&t.namespace, &t.name, found.as_ref(), &data, None, &labels)
+            .await
+            .map_err(|e| {
+                let m = format!("consumer {}: {e}", t.consumer);
+                with_hint(m, e.category() == "forbidden", &t.namespace)
+            })?;
     }
     Ok(data
         .get(certs::ClientCertKind::CERT_KEY)
@@ -310,11 +306,7 @@ async fn remove(p: &mut Pass<'_>, ns: &str, name: &str) -> Result<bool, String> 
     if !p.o.managed {
         return Ok(true);
     }
-    let deleted = p.w.delete::<Secret>(ns, name).await;
-    if ns != p.ctx.config.operator_namespace {
-        p.w.uncached(ns);
-    }
-    match deleted {
+    match p.w.delete::<Secret>(ns, name).await {
         Ok(()) => Ok(false),
         Err(e) if e.category() == "forbidden" => forget(p, &at, &e.to_string()).await,
         Err(e) => Err(e.to_string()),

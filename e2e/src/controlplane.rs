@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use etcd_fixture::LoopbackAddr;
-use etcd_operator::api::{EtcdCluster, EtcdClusterSpec};
+use etcd_operator::api::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, StoredCluster};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
@@ -378,10 +378,26 @@ impl LocalControlPlane {
             .await?)
     }
 
+    /// The EtcdCluster's status as stored, read without decoding the spec: it reads also while
+    /// the spec is one the operator cannot decode (`None`: no EtcdCluster, or no status).
+    pub async fn cluster_status(&self) -> Result<Option<EtcdClusterStatus>, ControlPlaneError> {
+        let stored = Api::<StoredCluster>::all(self.client())
+            .get_opt(etcd_operator::api::SINGLETON)
+            .await?;
+        Ok(stored.and_then(|c| status_of(&c)))
+    }
+
     /// Path of the sandbox dir.
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
+}
+
+/// The status of a stored EtcdCluster, decoded on its own (`None` when absent or unreadable).
+pub fn status_of(c: &StoredCluster) -> Option<EtcdClusterStatus> {
+    c.status
+        .as_ref()
+        .and_then(|s| serde_json::from_value(s.clone()).ok())
 }
 
 /// Creates `obj`; AlreadyExists is fine (the object is kept as it is).

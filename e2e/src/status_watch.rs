@@ -9,7 +9,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use etcd_operator::api::{EtcdCluster, EtcdClusterStatus};
+use etcd_operator::api::{EtcdClusterStatus, StoredCluster};
 use futures::StreamExt;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -64,7 +64,8 @@ impl StatusWatch {
     pub fn start(client: kube::Client, started: Instant) -> Self {
         let seen: Arc<Mutex<Vec<Sighting>>> = Arc::default();
         let sink = Arc::clone(&seen);
-        let api: Api<EtcdCluster> = Api::all(client);
+        // As stored: a spec the operator cannot decode leaves the status readable.
+        let api: Api<StoredCluster> = Api::all(client);
         let task = tokio::spawn(async move {
             // With back-off: once the API is gone, a watcher without it retries in a loop that
             // never yields (a refused loopback connect is ready at once), so the task could not
@@ -78,7 +79,7 @@ impl StatusWatch {
                     Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) => c,
                     _ => continue,
                 };
-                let Some(status) = cluster.status else {
+                let Some(status) = crate::controlplane::status_of(&cluster) else {
                     continue;
                 };
                 let Ok(mut seen) = sink.lock() else {

@@ -151,6 +151,19 @@ async fn node_address_change() {
     );
 }
 
+/// An EtcdCluster the operator cannot decode holds every action and says so; fixed, it is acted on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_spec() {
+    let report = scenario("unreadable-spec").await;
+    assert!(
+        report
+            .steps
+            .iter()
+            .any(|s| s.what.contains("plan exits") && s.what.contains("naming the field")),
+        "{report:?}"
+    );
+}
+
 /// `etcd-operator plan` explains a blocked state: with voter n3 down, a new node n4 cannot join
 /// (the gate refuses to add a learner while a voter is unhealthy), and plan says so, naming n3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

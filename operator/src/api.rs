@@ -16,6 +16,7 @@ mod maintenance;
 mod platform;
 mod selector;
 mod status;
+mod stored;
 pub use backup::{
     Backup, BackupFailure, BackupRecord, BackupRetention, BackupStatus, BackupVerification,
     S3Destination,
@@ -32,6 +33,7 @@ pub use selector::SelectorError;
 pub use status::{
     Condition, EtcdClusterStatus, EtcdVersionStatus, MemberStatus, NodeStatus, RemediationStatus,
 };
+pub use stored::{StoredCluster, Unreadable};
 
 /// API group of the operator's resources.
 pub const GROUP: &str = "etcd.static-operator.io";

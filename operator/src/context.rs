@@ -121,6 +121,8 @@ impl std::fmt::Debug for Context {
 #[derive(Debug, Default)]
 pub struct PassState {
     pub etcd: EtcdConnection,
+    /// The generation of an unreadable EtcdCluster already announced (Event, counter).
+    pub unreadable_reported: Option<i64>,
     /// When each pending learner was first seen.
     pub learner_added: BTreeMap<MemberId, OffsetDateTime>,
     /// Writes the caches must show before the next pass acts.

@@ -347,6 +347,9 @@ async fn plan(args: PlanArgs) -> anyhow::Result<()> {
         PlanOutput::Json => println!("{}", serde_json::to_string_pretty(&report.plan)?),
         PlanOutput::Text => print!("{}", report.plan_text()),
     }
+    if let Some(why) = report.unreadable {
+        anyhow::bail!("{why}; the operator holds every action until it is fixed");
+    }
     Ok(())
 }
 

@@ -29,6 +29,10 @@ pub struct Metrics {
     pub membership_changes: Family<ActionLabel, Counter>,
     pub members: Family<MemberRoleLabels, Gauge>,
     pub control_plane_nodes: Gauge,
+    /// 1 while the EtcdCluster cannot be decoded (every action held).
+    pub spec_unreadable: Gauge,
+    /// Generations of the EtcdCluster that could not be decoded.
+    pub spec_unreadable_generations: Counter,
     pub latest_revision: Gauge,
     pub node_current_revision: Family<NodeLabel, Gauge>,
     pub learner_age_seconds: Family<MemberLabel, Gauge>,
@@ -89,6 +93,8 @@ impl Metrics {
             membership_changes: Family::default(),
             members: Family::default(),
             control_plane_nodes: Gauge::default(),
+            spec_unreadable: Gauge::default(),
+            spec_unreadable_generations: Counter::default(),
             latest_revision: Gauge::default(),
             node_current_revision: Family::default(),
             learner_age_seconds: Family::default(),

@@ -46,6 +46,8 @@ pub struct PassReport {
     /// Every cache must be listed anew before the next pass (why): etcd's history changed under
     /// them ([`crate::history`]).
     pub relist: Option<String>,
+    /// The EtcdCluster could not be decoded (what stops it): the pass held every action.
+    pub unreadable: Option<String>,
 }
 
 impl PassReport {
@@ -174,6 +176,11 @@ async fn run(
     inputs: &Inputs,
     now: OffsetDateTime,
 ) -> PassReport {
+    if let Some(u) = &inputs.unreadable {
+        return unreadable::hold(ctx, st, u, now).await;
+    }
+    st.unreadable_reported = None;
+    ctx.metrics.spec_unreadable.set(0);
     let Some(cluster) = inputs.cluster.clone() else {
         return create_singleton(ctx).await;
     };
@@ -398,6 +405,9 @@ async fn create_singleton(ctx: &Context) -> PassReport {
 #[path = "pass_methods.rs"]
 mod methods;
 pub use methods::denied_line;
+
+#[path = "pass_unreadable.rs"]
+pub mod unreadable;
 
 #[path = "pass_status.rs"]
 mod status_write;

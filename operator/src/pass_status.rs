@@ -94,6 +94,7 @@ fn fill_defaults(mut conds: Vec<Computed>) -> Vec<Computed> {
         C::NodeInstallerProgressing,
         C::NodeInstallerDegraded,
         C::EtcdMembersDegraded,
+        C::SpecDegraded,
     ]) {
         if !conds.iter().any(|c| c.type_ == t) {
             conds.push(Computed::new(t, false, Reason::AsExpected, ""));

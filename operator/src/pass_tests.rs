@@ -189,3 +189,87 @@ fn a_pass_waits_for_the_node_cache_listed_with_the_specs_selector() {
         None
     );
 }
+
+fn unreadable_inputs(generation: i64) -> Inputs {
+    let stored: crate::api::StoredCluster = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "cluster", "generation": generation},
+        "spec": {"clients": [{"name": "kas"}], "forceRedeploymentReason": "now"},
+        "status": {"observedGeneration": 1, "conditions": [
+            {"type": "Degraded", "status": "False", "reason": "AsExpected",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "Available", "status": "True", "reason": "Quorate",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+    }))
+    .unwrap();
+    let (cluster, unreadable) = crate::observed::decode_cluster(Some(&stored));
+    assert!(cluster.is_none());
+    Inputs {
+        unreadable,
+        ..Inputs::default()
+    }
+}
+
+#[tokio::test]
+async fn an_unreadable_cluster_runs_no_controller_and_says_why_once_per_generation() {
+    let ctx = Context::for_tests();
+    let report = pass(&ctx, &unreadable_inputs(3), at(0)).await;
+    let why = report.unreadable.clone().expect("reported as unreadable");
+    assert!(
+        why.starts_with("EtcdCluster/cluster (generation 3) cannot be read: spec.clients[0]: ")
+            && why.contains("commonName"),
+        "{why}"
+    );
+    // One plan line, and no controller ran (each would have said or planned something).
+    assert_eq!(report.plan.len(), 1, "{:?}", report.plan);
+    assert_eq!(report.plan[0].controller, "spec");
+    assert!(
+        report.plan[0].next.contains("holding every action")
+            && report.plan[0].next.contains("last generation acted on: 1"),
+        "{:?}",
+        report.plan
+    );
+    assert_eq!(ctx.metrics.spec_unreadable.get(), 1);
+    assert_eq!(ctx.metrics.spec_unreadable_generations.get(), 1);
+    // The same generation again: no second announcement; a new one is announced.
+    pass(&ctx, &unreadable_inputs(3), at(1000)).await;
+    assert_eq!(ctx.metrics.spec_unreadable_generations.get(), 1);
+    pass(&ctx, &unreadable_inputs(4), at(2000)).await;
+    assert_eq!(ctx.metrics.spec_unreadable_generations.get(), 2);
+    // Readable again (here: no EtcdCluster at all): the gauge goes back to 0.
+    let readable = pass(&ctx, &Inputs::default(), at(3000)).await;
+    assert_eq!(readable.unreadable, None);
+    assert_eq!(ctx.metrics.spec_unreadable.get(), 0);
+    assert_eq!(ctx.state.lock().await.unreadable_reported, None);
+}
+
+#[test]
+fn held_conditions_set_spec_degraded_and_keep_the_rest() {
+    let inputs = unreadable_inputs(3);
+    let u = inputs.unreadable.as_ref().unwrap();
+    let now = "2026-02-02T00:00:00Z";
+    let held = unreadable::held_conditions(&u.conditions, u, now);
+    let get = |t: &str| held.iter().find(|c| c.type_ == t).unwrap().clone();
+    let types: Vec<&str> = held.iter().map(|c| c.type_.as_str()).collect();
+    assert_eq!(
+        types,
+        ["Available", "Degraded", "SpecDegraded", "Upgradeable"],
+        "sorted, nothing dropped"
+    );
+    assert_eq!(
+        get("Available").last_transition_time,
+        "2026-01-01T00:00:00Z"
+    );
+    for t in ["Degraded", "SpecDegraded"] {
+        let c = get(t);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "SpecUnreadable")
+        );
+        assert!(c.message.contains("spec.clients[0]"), "{c:?}");
+        assert_eq!(c.last_transition_time, now, "it just turned True");
+    }
+    assert_eq!(get("Upgradeable").status, "False");
+    // Held again later: nothing moves, so the status is not rewritten.
+    let again = unreadable::held_conditions(&held, u, "2026-03-03T00:00:00Z");
+    assert_eq!(again, held);
+}

@@ -29,6 +29,8 @@ pub enum ConditionType {
     EtcdMembersProgressing,
     NodeInstallerProgressing,
     NodeInstallerDegraded,
+    /// The EtcdCluster cannot be decoded: the operator holds every action.
+    SpecDegraded,
     CertSignerDegraded,
     EtcdObserverDegraded,
     MembershipControllerDegraded,
@@ -53,6 +55,7 @@ impl ConditionType {
             ConditionType::EtcdMembersProgressing => "EtcdMembersProgressing",
             ConditionType::NodeInstallerProgressing => "NodeInstallerProgressing",
             ConditionType::NodeInstallerDegraded => "NodeInstallerDegraded",
+            ConditionType::SpecDegraded => "SpecDegraded",
             ConditionType::CertSignerDegraded => "CertSignerDegraded",
             ConditionType::EtcdObserverDegraded => "EtcdObserverDegraded",
             ConditionType::MembershipControllerDegraded => "MembershipControllerDegraded",

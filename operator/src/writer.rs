@@ -103,6 +103,30 @@ impl Writer {
             })
     }
 
+    /// Writes `status.conditions` alone, for an EtcdCluster whose spec the operator cannot
+    /// decode (the object is read back as stored, never decoded).
+    pub async fn cluster_conditions(
+        &mut self,
+        name: &str,
+        conditions: &[crate::api::Condition],
+    ) -> Result<(), WriteError> {
+        if self.planned("patch status of", "EtcdCluster", "", name) {
+            return Ok(());
+        }
+        let api: Api<crate::api::StoredCluster> = Api::all(self.client.clone());
+        let patch = serde_json::json!({ "status": { "conditions": conditions } });
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|source| WriteError {
+                action: "patching the status of",
+                kind: "EtcdCluster",
+                namespace: String::new(),
+                name: name.to_owned(),
+                source,
+            })
+    }
+
     /// Creates the EtcdCluster.
     pub async fn create_cluster(&self, cluster: &EtcdCluster) -> Result<(), WriteError> {
         let api: Api<EtcdCluster> = Api::all(self.client.clone());

@@ -176,11 +176,10 @@ impl Harness {
     /// The EtcdCluster status now (default when absent).
     pub async fn status(&self) -> EtcdClusterStatus {
         self.cp
-            .cluster()
+            .cluster_status()
             .await
             .ok()
             .flatten()
-            .and_then(|c| c.status)
             .unwrap_or_default()
     }
 
@@ -302,7 +301,8 @@ impl Harness {
 
     /// Patches the EtcdCluster spec.
     pub async fn patch_spec(&mut self, patch: serde_json::Value) -> Result<(), ControlPlaneError> {
-        let api: Api<etcd_operator::api::EtcdCluster> = Api::all(self.cp.client());
+        // Read back as stored: the patch may make a spec the operator cannot decode.
+        let api: Api<etcd_operator::api::StoredCluster> = Api::all(self.cp.client());
         api.patch(
             etcd_operator::api::SINGLETON,
             &PatchParams::default(),

@@ -77,6 +77,8 @@ pub async fn collect(client: &Client, opts: &GatherOptions, now: OffsetDateTime)
                 .unwrap_or_default();
             if let Some(c) = &inputs.cluster {
                 g.json("etcdcluster.json", &without_managed_fields(c.clone()));
+            } else if let Some(u) = &inputs.unreadable {
+                g.problems.push(u.to_string());
             } else {
                 g.problems.push("no EtcdCluster `cluster` exists".into());
             }

@@ -25,6 +25,16 @@ impl Metrics {
             self.gate_denials.clone(),
         );
         registry.register(
+            "spec_unreadable",
+            "1 while the EtcdCluster cannot be decoded and the operator holds every action",
+            self.spec_unreadable.clone(),
+        );
+        registry.register(
+            "spec_unreadable_generations",
+            "Generations of the EtcdCluster the operator could not decode",
+            self.spec_unreadable_generations.clone(),
+        );
+        registry.register(
             "idle_health_checks",
             "Idle health checks of a settled cluster (one status call per member), by whether etcd had changed since the last pass",
             self.health_checks.clone(),

@@ -17,7 +17,10 @@ use time::OffsetDateTime;
 
 pub use objects::{ControlPlaneNode, VerifyReport, node_ready};
 
-use crate::api::{EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, ManagementState, NodeStatus};
+use crate::api::{
+    EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, ManagementState, NodeStatus, StoredCluster,
+    Unreadable,
+};
 use crate::controllers::installer::{InstallerState, NodeView, PodState};
 use crate::etcd::EtcdObservation;
 use crate::writer::Awaited;
@@ -26,6 +29,9 @@ use crate::writer::Awaited;
 #[derive(Clone, Debug, Default)]
 pub struct Inputs {
     pub cluster: Option<EtcdCluster>,
+    /// The EtcdCluster exists but cannot be decoded (`cluster` is `None` then): the pass holds
+    /// every action and reports it.
+    pub unreadable: Option<Unreadable>,
     pub nodes: Vec<Node>,
     /// How `nodes` was read.
     pub node_listing: NodeListing,
@@ -49,6 +55,15 @@ pub enum NodeListing {
     Selected(Option<String>),
 }
 
+/// The stored EtcdCluster decoded: the cluster, or what stops it from being read.
+pub fn decode_cluster(stored: Option<&StoredCluster>) -> (Option<EtcdCluster>, Option<Unreadable>) {
+    match stored.map(StoredCluster::decode) {
+        None => (None, None),
+        Some(Ok(cluster)) => (Some(cluster), None),
+        Some(Err(unreadable)) => (None, Some(unreadable)),
+    }
+}
+
 /// The object of `items` named `ns/name`.
 pub fn find<'a, K: kube::Resource>(items: &'a [K], ns: &str, name: &str) -> Option<&'a K> {
     items.iter().find(|o| {
@@ -64,6 +79,10 @@ impl Inputs {
         let NodeListing::Selected(listed) = &self.node_listing else {
             return None;
         };
+        if self.unreadable.is_some() {
+            // No selector to wait for: the pass reports the unreadable spec.
+            return None;
+        }
         let spec = self
             .cluster
             .as_ref()

@@ -74,10 +74,13 @@ pub async fn read_inputs(client: &Client, operator_namespace: &str) -> Result<In
     use kube::api::ListParams;
     let ns = crate::podspec::STATIC_POD_NAMESPACE;
     let lp = ListParams::default();
+    let stored = Api::<crate::api::StoredCluster>::all(client.clone())
+        .get_opt(crate::api::SINGLETON)
+        .await?;
+    let (cluster, unreadable) = crate::observed::decode_cluster(stored.as_ref());
     Ok(Inputs {
-        cluster: Api::<crate::api::EtcdCluster>::all(client.clone())
-            .get_opt(crate::api::SINGLETON)
-            .await?,
+        cluster,
+        unreadable,
         nodes: Api::<Node>::all(client.clone()).list(&lp).await?.items,
         node_listing: crate::observed::NodeListing::All,
         pods: Api::<Pod>::namespaced(client.clone(), ns)

@@ -19,14 +19,16 @@ use kube::{Api, Client, Resource};
 use tokio::sync::Notify;
 
 use super::node_watch::NodeWatch;
-use crate::api::EtcdCluster;
+use crate::api::StoredCluster;
 use crate::observed::{Inputs, NodeListing};
 use crate::podspec::STATIC_POD_NAMESPACE;
 
 /// The caches, and the signal that one of them changed.
 #[derive(Clone)]
 pub struct Stores {
-    pub clusters: Store<EtcdCluster>,
+    /// The EtcdCluster as stored: decoded in each snapshot, so one the operator cannot read is
+    /// reported rather than failing the watch.
+    pub clusters: Store<StoredCluster>,
     pub nodes: NodeWatch,
     pub pods: Store<Pod>,
     pub configmaps: Store<ConfigMap>,
@@ -188,6 +190,8 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let (reader, writer) = reflector::store();
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    let scope = api_scope(&api);
     let stream = reflector::reflector(
         writer,
         watcher(api, watcher::Config::default())
@@ -200,7 +204,7 @@ where
             let wakes = match &event {
                 Ok(e) => wake.wakes(e),
                 Err(e) => {
-                    tracing::warn!(error = %e, "watch failed; retrying with back-off");
+                    tracing::warn!(kind, scope, error = %e, "watch of {kind} ({scope}) failed; retrying with back-off");
                     true
                 }
             };
@@ -213,6 +217,14 @@ where
     reader
 }
 
+/// What a watch covers, for its log lines: `all namespaces` or `namespace <ns>`.
+fn api_scope<K: Resource>(api: &Api<K>) -> String {
+    api.namespace().map_or_else(
+        || "all namespaces".to_owned(),
+        |ns| format!("namespace {ns}"),
+    )
+}
+
 impl Stores {
     /// Starts every reflector.
     pub fn start(client: &Client, operator_namespace: &str) -> Self {
@@ -221,9 +233,9 @@ impl Stores {
         let tasks = Arc::new(Tasks::default());
         Self {
             clusters: start(
-                Api::<EtcdCluster>::all(client.clone()),
+                Api::<StoredCluster>::all(client.clone()),
                 changed.clone(),
-                ChangedBy::new(generation::<EtcdCluster>),
+                ChangedBy::new(generation::<StoredCluster>),
                 &tasks,
             ),
             nodes: NodeWatch::start(Api::<Node>::all(client.clone()), changed.clone(), &tasks),
@@ -291,18 +303,23 @@ impl Stores {
         {
             s.state().iter().map(|o| (**o).clone()).collect()
         }
-        let cluster = self
+        let stored = self
             .clusters
             .state()
             .iter()
             .find(|c| c.meta().name.as_deref() == Some(crate::api::SINGLETON))
             .map(|c| (**c).clone());
-        let spec = cluster.as_ref().map(|c| c.spec.clone()).unwrap_or_default();
-        if let Ok(selector) = spec.node_label_selector() {
-            self.nodes.select(&selector);
+        let (cluster, unreadable) = crate::observed::decode_cluster(stored.as_ref());
+        // An unreadable spec names no selector: the watch stays on the last one.
+        if unreadable.is_none() {
+            let spec = cluster.as_ref().map(|c| c.spec.clone()).unwrap_or_default();
+            if let Ok(selector) = spec.node_label_selector() {
+                self.nodes.select(&selector);
+            }
         }
         Inputs {
             cluster,
+            unreadable,
             node_listing: NodeListing::Selected(self.nodes.listed_with()),
             nodes: all(&self.nodes.store),
             pods: all(&self.pods),

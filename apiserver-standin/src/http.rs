@@ -15,6 +15,7 @@ use crate::delete::{self, DeleteOptions, parse_propagation};
 use crate::discovery;
 use crate::error::ApiError;
 use crate::eviction;
+use crate::field_validation::{self, FieldValidation};
 use crate::patch::PatchKind;
 use crate::state::State;
 use crate::verbs::{self, ListOptions, Target, WriteOptions};
@@ -105,12 +106,19 @@ impl Query {
         })
     }
 
-    fn write_options(&self) -> WriteOptions {
-        WriteOptions {
+    /// Write options; `body` is the request body when it is the object itself (create,
+    /// update), whose repeated keys `fieldValidation` reports.
+    fn write_options(&self, body: Option<&[u8]>) -> Result<WriteOptions, ApiError> {
+        Ok(WriteOptions {
             dry_run: self.get("dryRun") == Some("All"),
             field_manager: self.get("fieldManager").map(str::to_string),
             force: self.flag("force"),
-        }
+            field_validation: FieldValidation::parse(self.get("fieldValidation"))?,
+            duplicates: body
+                .map(field_validation::duplicate_fields)
+                .unwrap_or_default(),
+            patched: false,
+        })
     }
 
     fn delete_options(&self, body: &[u8]) -> Result<DeleteOptions, ApiError> {
@@ -210,13 +218,21 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let resp = match dispatch(&state, &method, &uri, &headers, body).await {
+    let (result, warnings) =
+        field_validation::collect(dispatch(&state, &method, &uri, &headers, body)).await;
+    let mut resp = match result {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(%method, %uri, code = e.code, reason = e.reason, message = %e.message, "API stand-in: request failed");
             error_response(&e)
         }
     };
+    for w in warnings {
+        // kube-apiserver's form: `299 - "<message>"`.
+        if let Ok(value) = header::HeaderValue::from_str(&format!("299 - {w:?}")) {
+            resp.headers_mut().append(header::WARNING, value);
+        }
+    }
     tracing::trace!(%method, %uri, status = resp.status().as_u16(), "API stand-in: request");
     resp
 }
@@ -307,12 +323,13 @@ async fn dispatch(
         )),
         (Method::GET, false) => Ok(json_response(200, &verbs::get(state, &t).await?)),
         (Method::POST, true) if !t.status => {
-            let obj = verbs::create(state, &t, parse_json(&body)?, &q.write_options()).await?;
+            let opts = q.write_options(Some(&body))?;
+            let obj = verbs::create(state, &t, parse_json(&body)?, &opts).await?;
             Ok(json_response(201, &obj))
         }
         (Method::PUT, false) => {
-            let (code, obj) =
-                verbs::update(state, &t, parse_json(&body)?, &q.write_options()).await?;
+            let opts = q.write_options(Some(&body))?;
+            let (code, obj) = verbs::update(state, &t, parse_json(&body)?, &opts).await?;
             Ok(json_response(code, &obj))
         }
         (Method::PATCH, false) => {
@@ -321,7 +338,8 @@ async fn dispatch(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default();
             let kind = PatchKind::from_content_type(ct)?;
-            let (code, obj) = verbs::patch(state, &t, kind, &body, &q.write_options()).await?;
+            let opts = q.write_options(None)?;
+            let (code, obj) = verbs::patch(state, &t, kind, &body, &opts).await?;
             Ok(json_response(code, &obj))
         }
         (Method::DELETE, false) if !t.status => {

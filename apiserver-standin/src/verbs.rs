@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 use crate::admission;
 use crate::apply;
 use crate::crd;
+use crate::custom::{self, Scope};
 use crate::error::{ApiError, Cause};
+use crate::field_validation::{self, FieldValidation};
 use crate::objects;
 use crate::patch::{self, PatchKind};
 use crate::pdb_validation;
@@ -56,6 +58,12 @@ pub struct WriteOptions {
     pub field_manager: Option<String>,
     /// `force` (apply).
     pub force: bool,
+    /// `fieldValidation`: what unknown and duplicate fields do.
+    pub field_validation: FieldValidation,
+    /// Keys the request body repeats (see [`field_validation::duplicate_fields`]).
+    pub duplicates: Vec<String>,
+    /// The write is a patch (a Strict refusal is then a 422 on `patch`).
+    pub patched: bool,
 }
 
 /// Maps a storage error to the API error kube-apiserver would give.
@@ -179,8 +187,34 @@ fn normalize(info: &ResourceInfo, obj: &Value) -> Result<Value, ApiError> {
     })
 }
 
+/// Decodes a candidate object as kube-apiserver does: a built-in kind through its type, a
+/// custom resource pruned and defaulted by its schema; the unknown and duplicate fields found
+/// are then warned about or refused as `fieldValidation` says.
+/// `unknown` holds what [`custom::normalize`] pruned from a custom resource before the
+/// strategy ran (kube-apiserver prunes and defaults while decoding the request).
+fn decode(
+    info: &ResourceInfo,
+    obj: &Value,
+    mut unknown: Vec<String>,
+    opts: &WriteOptions,
+) -> Result<Value, ApiError> {
+    let decoded = normalize(info, obj)?;
+    if info.schema.is_none() {
+        unknown.extend(field_validation::dropped_fields(obj, &decoded));
+    }
+    let problems = field_validation::problems(&unknown, &opts.duplicates);
+    field_validation::enforce(
+        info,
+        opts.field_validation,
+        problems,
+        opts.patched.then_some(obj),
+    )?;
+    Ok(decoded)
+}
+
 fn validate_create(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
     let mut causes = validation::validate_object_meta(info, obj);
+    causes.extend(custom::validate(info, obj, Scope::of(info, false)));
     if is(info, "", "configmaps") || is(info, "", "secrets") {
         causes.extend(validation::validate_data_keys(obj));
         causes.extend(validation::validate_data_size(obj, is(info, "", "secrets")));
@@ -205,6 +239,7 @@ fn validate_update(
 ) -> Result<(), ApiError> {
     let mut causes = validation::validate_object_meta(info, new);
     causes.extend(validation::validate_meta_update(old, new));
+    causes.extend(custom::validate(info, new, Scope::of(info, status)));
     if is(info, "", "configmaps") || is(info, "", "secrets") {
         causes.extend(validation::validate_data_keys(new));
         causes.extend(validation::validate_data_size(new, is(info, "", "secrets")));
@@ -278,14 +313,14 @@ pub async fn create(
         admission::service_account_admission(state, &ns, &mut obj).await?;
     }
     for _ in 0..RETRIES {
-        let mut candidate = obj.clone();
+        let (mut candidate, unknown) = custom::normalize(info, &obj);
         if let Some(prefix) = &generate_prefix {
             objects::set_meta_str(&mut candidate, "name", &generate_name(prefix));
         }
         let now = objects::now_rfc3339();
         let uid = uuid::Uuid::new_v4().to_string();
         strategy::prepare_for_create(info, &mut candidate, &uid, &now);
-        let mut candidate = normalize(info, &candidate)?;
+        let mut candidate = decode(info, &candidate, unknown, opts)?;
         validate_create(info, &candidate)?;
         if is(info, "apiextensions.k8s.io", "customresourcedefinitions") {
             crd::set_status(&mut candidate, None, &now);
@@ -371,23 +406,24 @@ pub async fn commit_update(
     state: &State,
     info: &ResourceInfo,
     current: &Stored,
-    mut new: Value,
+    new: Value,
     status: bool,
-    dry_run: bool,
+    opts: &WriteOptions,
 ) -> Result<Commit, ApiError> {
     let old = from_storage(info, current.object.clone());
+    let (mut new, unknown) = custom::normalize(info, &new);
     let next = if status {
         strategy::prepare_for_status_update(info, &old, &new)
     } else {
         strategy::prepare_for_update(info, &old, &mut new);
         new
     };
-    let mut next = normalize(info, &next)?;
+    let mut next = decode(info, &next, unknown, opts)?;
     validate_update(info, &old, &next, status)?;
     if is(info, "apiextensions.k8s.io", "customresourcedefinitions") && !status {
         crd::set_status(&mut next, old.get("status"), &objects::now_rfc3339());
     }
-    if dry_run {
+    if opts.dry_run {
         return Ok(Commit::Done(next));
     }
     let grace = next
@@ -466,7 +502,7 @@ pub async fn update(
         if !pinned.is_empty() && pinned != current.mod_revision.to_string() {
             return Err(ApiError::stale(info.gr(), t.name()));
         }
-        match commit_update(state, info, &current, body.clone(), t.status, opts.dry_run).await? {
+        match commit_update(state, info, &current, body.clone(), t.status, opts).await? {
             Commit::Done(v) => return Ok((200, v)),
             Commit::Retry if pinned.is_empty() => continue,
             Commit::Retry => return Err(ApiError::stale(info.gr(), t.name())),
@@ -529,6 +565,10 @@ pub async fn patch(
         ));
     }
     let patch_doc = patch::parse_body(kind, body)?;
+    let opts = &WriteOptions {
+        patched: true,
+        ..opts.clone()
+    };
     if kind == PatchKind::Apply {
         if opts.field_manager.as_deref().is_none_or(str::is_empty) {
             let mut cause = Cause::required("fieldManager");
@@ -600,7 +640,7 @@ pub async fn patch(
         }
         check_name(t.name(), &mut doc, true)?;
         normalize_namespace(info, t.ns(), &mut doc)?;
-        match commit_update(state, info, &current, doc, t.status, opts.dry_run).await? {
+        match commit_update(state, info, &current, doc, t.status, opts).await? {
             Commit::Done(v) => return Ok((200, v)),
             Commit::Retry => continue,
         }

@@ -16,6 +16,7 @@ use crate::discovery;
 use crate::error::ApiError;
 use crate::eviction;
 use crate::field_validation::{self, FieldValidation};
+use crate::openapi;
 use crate::patch::PatchKind;
 use crate::state::State;
 use crate::verbs::{self, ListOptions, Target, WriteOptions};
@@ -151,6 +152,10 @@ enum Route {
     Resource(Box<Target>),
     /// `pods/<name>/eviction` in a namespace: (namespace, pod name).
     Eviction(String, String),
+    /// `/openapi/v3`.
+    OpenApiIndex,
+    /// `/openapi/v3/<group-version path>`.
+    OpenApi(String),
 }
 
 fn route(state: &State, path: &str) -> Result<Route, ApiError> {
@@ -162,6 +167,8 @@ fn route(state: &State, path: &str) -> Result<Route, ApiError> {
     let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
         ["version"] => return Ok(Route::Version),
         ["healthz" | "readyz" | "livez", ..] => return Ok(Route::Health),
+        ["openapi", "v3"] => return Ok(Route::OpenApiIndex),
+        ["openapi", "v3", rest @ ..] => return Ok(Route::OpenApi(rest.join("/"))),
         ["api"] => return Ok(Route::CoreVersions),
         ["apis"] => return Ok(Route::Groups),
         ["apis", g] => return Ok(Route::Group((*g).to_string())),
@@ -257,6 +264,12 @@ async fn dispatch(
     let t = match route(state, uri.path())? {
         Route::Version => return Ok(json_response(200, &discovery::version())),
         Route::Health => return Ok(text_response("ok")),
+        Route::OpenApiIndex => return Ok(json_response(200, &openapi::index(&state.registry()))),
+        Route::OpenApi(path) => {
+            return openapi::document(&state.registry(), &path)
+                .map(|v| json_response(200, &v))
+                .ok_or_else(ApiError::no_such_resource);
+        }
         route @ (Route::CoreVersions | Route::Groups) if aggregated => {
             let core = matches!(route, Route::CoreVersions);
             let mut resp = json_response(200, &discovery::aggregated(&state.registry(), core));

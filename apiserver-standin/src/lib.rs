@@ -229,6 +229,7 @@ pub mod http;
 pub mod kubeconfig;
 pub mod list;
 pub mod objects;
+pub mod openapi;
 pub mod patch;
 pub mod pdb;
 pub mod pdb_validation;

@@ -14,7 +14,7 @@
 //!                                  │   watch.rs, discovery.rs, openapi.rs, eviction.rs
 //!                                  │     uses: admission.rs, strategy.rs, validation.rs,
 //!                                  │           custom.rs, schema.rs, schema_prune.rs,
-//!                                  │           field_validation.rs,
+//!                                  │           field_validation.rs, write_checks.rs,
 //!                                  │           patch.rs, strategic.rs, apply.rs, selectors.rs,
 //!                                  │           pdb.rs, pdb_validation.rs, eviction_rules.rs
 //!                                  ▼
@@ -273,6 +273,7 @@ pub mod strategy;
 pub mod validation;
 pub mod verbs;
 pub mod watch;
+pub mod write_checks;
 
 mod server;
 

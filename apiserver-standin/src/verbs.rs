@@ -8,18 +8,17 @@ use serde_json::{Value, json};
 use crate::admission;
 use crate::apply;
 use crate::crd;
-use crate::custom::{self, Scope};
+use crate::custom;
 use crate::error::{ApiError, Cause};
-use crate::field_validation::{self, FieldValidation};
+use crate::field_validation::FieldValidation;
 use crate::objects;
 use crate::patch::{self, PatchKind};
-use crate::pdb_validation;
 use crate::resources::ResourceInfo;
 use crate::state::{State, from_storage, to_storage};
 use crate::store::{StoreError, Stored, encode};
 use crate::strategic;
 use crate::strategy;
-use crate::validation;
+use crate::write_checks::{decode, is, validate_create, validate_update};
 
 pub use crate::list::{ListOptions, list, selectors};
 
@@ -157,115 +156,6 @@ fn check_name(url_name: &str, obj: &mut Value, fill: bool) -> Result<(), ApiErro
         )));
     }
     Ok(())
-}
-
-fn invalid(info: &ResourceInfo, obj: &Value, causes: Vec<Cause>) -> Result<(), ApiError> {
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(
-            &info.kind,
-            &info.group,
-            objects::name(obj),
-            causes,
-        ))
-    }
-}
-
-fn is(info: &ResourceInfo, group: &str, resource: &str) -> bool {
-    info.group == group && info.resource == resource
-}
-
-/// Decodes and re-encodes a built-in kind (400 when it does not decode; unknown fields dropped).
-fn normalize(info: &ResourceInfo, obj: &Value) -> Result<Value, ApiError> {
-    validation::normalize_builtin(info, obj).map_err(|e| {
-        ApiError::bad_request(format!(
-            "{kind} in version {version:?} cannot be handled as a {kind}: {e}",
-            kind = info.kind,
-            version = info.version
-        ))
-    })
-}
-
-/// Decodes a candidate object as kube-apiserver does: a built-in kind through its type, a
-/// custom resource pruned and defaulted by its schema; the unknown and duplicate fields found
-/// are then warned about or refused as `fieldValidation` says.
-/// `unknown` holds what [`custom::normalize`] pruned from a custom resource before the
-/// strategy ran (kube-apiserver prunes and defaults while decoding the request).
-fn decode(
-    info: &ResourceInfo,
-    obj: &Value,
-    mut unknown: Vec<String>,
-    opts: &WriteOptions,
-) -> Result<Value, ApiError> {
-    let decoded = normalize(info, obj)?;
-    if info.schema.is_none() {
-        unknown.extend(field_validation::dropped_fields(obj, &decoded));
-    }
-    let problems = field_validation::problems(&unknown, &opts.duplicates);
-    field_validation::enforce(
-        info,
-        opts.field_validation,
-        problems,
-        opts.patched.then_some(obj),
-    )?;
-    Ok(decoded)
-}
-
-fn validate_create(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
-    let mut causes = validation::validate_object_meta(info, obj);
-    causes.extend(custom::validate(info, obj, Scope::of(info, false)));
-    if is(info, "", "configmaps") || is(info, "", "secrets") {
-        causes.extend(validation::validate_data_keys(obj));
-        causes.extend(validation::validate_data_size(obj, is(info, "", "secrets")));
-    }
-    if is(info, "", "pods") {
-        causes.extend(validation::validate_pod_spec(obj));
-    }
-    if is(info, "apiextensions.k8s.io", "customresourcedefinitions") {
-        causes.extend(validation::validate_crd(obj));
-    }
-    if is(info, "policy", "poddisruptionbudgets") {
-        causes.extend(pdb_validation::validate_spec(obj));
-    }
-    invalid(info, obj, causes)
-}
-
-fn validate_update(
-    info: &ResourceInfo,
-    old: &Value,
-    new: &Value,
-    status: bool,
-) -> Result<(), ApiError> {
-    let mut causes = validation::validate_object_meta(info, new);
-    causes.extend(validation::validate_meta_update(old, new));
-    causes.extend(custom::validate(info, new, Scope::of(info, status)));
-    if is(info, "", "configmaps") || is(info, "", "secrets") {
-        causes.extend(validation::validate_data_keys(new));
-        causes.extend(validation::validate_data_size(new, is(info, "", "secrets")));
-        causes.extend(validation::validate_immutable_data(old, new));
-    }
-    if is(info, "", "secrets") {
-        causes.extend(validation::validate_secret_type(old, new));
-    }
-    if is(info, "", "pods") && !status {
-        causes.extend(validation::validate_pod_spec_update(old, new));
-    }
-    if is(info, "policy", "poddisruptionbudgets") {
-        causes.extend(if status {
-            pdb_validation::validate_status(new)
-        } else {
-            pdb_validation::validate_spec(new)
-        });
-    }
-    if is(info, "apiextensions.k8s.io", "customresourcedefinitions") && !status {
-        causes.extend(validation::validate_crd(new));
-        let scope = |v: &Value| v.pointer("/spec/scope").cloned();
-        if scope(old) != scope(new) {
-            causes.push(Cause::invalid("spec.scope", "", "field is immutable"));
-        }
-    }
-    invalid(info, new, causes)
 }
 
 /// `generateName` + five random characters from kube-apiserver's alphabet.
@@ -658,7 +548,7 @@ mod tests {
         let n = generate_name("installer-");
         assert!(n.starts_with("installer-"));
         assert_eq!(n.len(), "installer-".len() + 5);
-        assert!(validation::is_dns1123_subdomain(&n));
+        assert!(crate::validation::is_dns1123_subdomain(&n));
         let long = generate_name(&"a".repeat(80));
         assert_eq!(long.len(), 63);
     }

@@ -83,6 +83,10 @@ pub fn resources_of(crd: &Value) -> Vec<ResourceInfo> {
                 crd: Some(objects::name(crd).to_string()),
                 return_deleted_object: true,
                 allow_create_on_update: false,
+                schema: v
+                    .pointer("/schema/openAPIV3Schema")
+                    .cloned()
+                    .map(std::sync::Arc::new),
             }
         })
         .collect()

@@ -224,7 +224,7 @@ pub async fn write_status(
 ) -> Result<(), crate::ApiError> {
     let mut next = from_storage(info, stored.object.clone());
     objects::object_mut(&mut next).insert("status".into(), status.to_value());
-    match verbs::commit_update(state, info, stored, next, true, false).await? {
+    match verbs::commit_update(state, info, stored, next, true, &Default::default()).await? {
         Commit::Done(_) => Ok(()),
         Commit::Retry => Err(crate::ApiError::stale(
             info.gr(),

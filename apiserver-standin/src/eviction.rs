@@ -265,7 +265,7 @@ async fn mark_and_delete(
             check_preconditions(&pod, &opts)?;
             let next = with_disruption_target(pod, &objects::now_rfc3339());
             if let Commit::Done(written) =
-                verbs::commit_update(state, info, &current, next, true, false).await?
+                verbs::commit_update(state, info, &current, next, true, &Default::default()).await?
             {
                 if opts.resource_version.is_some() {
                     opts.resource_version = Some(objects::resource_version(&written).to_string());

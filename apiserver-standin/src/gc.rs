@@ -298,7 +298,9 @@ async fn apply(state: &State, snap: &[Entry], action: &Action) {
 
 /// Writes a GC change through the normal update path (so finalization applies).
 async fn write(state: &State, e: &Entry, obj: Value) -> Result<(), String> {
-    match crate::verbs::commit_update(state, &e.info, &e.stored, obj, false, false).await {
+    match crate::verbs::commit_update(state, &e.info, &e.stored, obj, false, &Default::default())
+        .await
+    {
         Ok(_) => Ok(()),
         Err(err) => Err(err.to_string()),
     }

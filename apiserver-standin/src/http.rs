@@ -15,6 +15,8 @@ use crate::delete::{self, DeleteOptions, parse_propagation};
 use crate::discovery;
 use crate::error::ApiError;
 use crate::eviction;
+use crate::field_validation::{self, FieldValidation};
+use crate::openapi;
 use crate::patch::PatchKind;
 use crate::state::State;
 use crate::verbs::{self, ListOptions, Target, WriteOptions};
@@ -105,12 +107,19 @@ impl Query {
         })
     }
 
-    fn write_options(&self) -> WriteOptions {
-        WriteOptions {
+    /// Write options; `body` is the request body when it is the object itself (create,
+    /// update), whose repeated keys `fieldValidation` reports.
+    fn write_options(&self, body: Option<&[u8]>) -> Result<WriteOptions, ApiError> {
+        Ok(WriteOptions {
             dry_run: self.get("dryRun") == Some("All"),
             field_manager: self.get("fieldManager").map(str::to_string),
             force: self.flag("force"),
-        }
+            field_validation: FieldValidation::parse(self.get("fieldValidation"))?,
+            duplicates: body
+                .map(field_validation::duplicate_fields)
+                .unwrap_or_default(),
+            patched: false,
+        })
     }
 
     fn delete_options(&self, body: &[u8]) -> Result<DeleteOptions, ApiError> {
@@ -143,6 +152,10 @@ enum Route {
     Resource(Box<Target>),
     /// `pods/<name>/eviction` in a namespace: (namespace, pod name).
     Eviction(String, String),
+    /// `/openapi/v3`.
+    OpenApiIndex,
+    /// `/openapi/v3/<group-version path>`.
+    OpenApi(String),
 }
 
 fn route(state: &State, path: &str) -> Result<Route, ApiError> {
@@ -154,6 +167,8 @@ fn route(state: &State, path: &str) -> Result<Route, ApiError> {
     let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
         ["version"] => return Ok(Route::Version),
         ["healthz" | "readyz" | "livez", ..] => return Ok(Route::Health),
+        ["openapi", "v3"] => return Ok(Route::OpenApiIndex),
+        ["openapi", "v3", rest @ ..] => return Ok(Route::OpenApi(rest.join("/"))),
         ["api"] => return Ok(Route::CoreVersions),
         ["apis"] => return Ok(Route::Groups),
         ["apis", g] => return Ok(Route::Group((*g).to_string())),
@@ -210,13 +225,21 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let resp = match dispatch(&state, &method, &uri, &headers, body).await {
+    let (result, warnings) =
+        field_validation::collect(dispatch(&state, &method, &uri, &headers, body)).await;
+    let mut resp = match result {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(%method, %uri, code = e.code, reason = e.reason, message = %e.message, "API stand-in: request failed");
             error_response(&e)
         }
     };
+    for w in warnings {
+        // kube-apiserver's form: `299 - "<message>"`.
+        if let Ok(value) = header::HeaderValue::from_str(&format!("299 - {w:?}")) {
+            resp.headers_mut().append(header::WARNING, value);
+        }
+    }
     tracing::trace!(%method, %uri, status = resp.status().as_u16(), "API stand-in: request");
     resp
 }
@@ -241,6 +264,12 @@ async fn dispatch(
     let t = match route(state, uri.path())? {
         Route::Version => return Ok(json_response(200, &discovery::version())),
         Route::Health => return Ok(text_response("ok")),
+        Route::OpenApiIndex => return Ok(json_response(200, &openapi::index(&state.registry()))),
+        Route::OpenApi(path) => {
+            return openapi::document(&state.registry(), &path)
+                .map(|v| json_response(200, &v))
+                .ok_or_else(ApiError::no_such_resource);
+        }
         route @ (Route::CoreVersions | Route::Groups) if aggregated => {
             let core = matches!(route, Route::CoreVersions);
             let mut resp = json_response(200, &discovery::aggregated(&state.registry(), core));
@@ -307,12 +336,13 @@ async fn dispatch(
         )),
         (Method::GET, false) => Ok(json_response(200, &verbs::get(state, &t).await?)),
         (Method::POST, true) if !t.status => {
-            let obj = verbs::create(state, &t, parse_json(&body)?, &q.write_options()).await?;
+            let opts = q.write_options(Some(&body))?;
+            let obj = verbs::create(state, &t, parse_json(&body)?, &opts).await?;
             Ok(json_response(201, &obj))
         }
         (Method::PUT, false) => {
-            let (code, obj) =
-                verbs::update(state, &t, parse_json(&body)?, &q.write_options()).await?;
+            let opts = q.write_options(Some(&body))?;
+            let (code, obj) = verbs::update(state, &t, parse_json(&body)?, &opts).await?;
             Ok(json_response(code, &obj))
         }
         (Method::PATCH, false) => {
@@ -321,7 +351,8 @@ async fn dispatch(
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default();
             let kind = PatchKind::from_content_type(ct)?;
-            let (code, obj) = verbs::patch(state, &t, kind, &body, &q.write_options()).await?;
+            let opts = q.write_options(None)?;
+            let (code, obj) = verbs::patch(state, &t, kind, &body, &opts).await?;
             Ok(json_response(code, &obj))
         }
         (Method::DELETE, false) if !t.status => {

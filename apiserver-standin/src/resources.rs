@@ -64,6 +64,8 @@ pub struct ResourceInfo {
     pub return_deleted_object: bool,
     /// A PUT to a missing object creates it (Endpoints and Events, as on the real server).
     pub allow_create_on_update: bool,
+    /// A custom resource's structural schema (its version's `openAPIV3Schema`).
+    pub schema: Option<std::sync::Arc<Value>>,
 }
 
 impl ResourceInfo {
@@ -100,6 +102,7 @@ impl ResourceInfo {
             crd: None,
             return_deleted_object: false,
             allow_create_on_update: false,
+            schema: None,
         }
     }
 

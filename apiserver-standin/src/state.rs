@@ -84,5 +84,6 @@ pub fn from_storage(info: &ResourceInfo, obj: Value) -> Value {
     let map = objects::object_mut(&mut obj);
     map.insert("apiVersion".into(), Value::String(info.api_version()));
     map.insert("kind".into(), Value::String(info.kind.clone()));
+    crate::custom::on_read(info, &mut obj);
     obj
 }

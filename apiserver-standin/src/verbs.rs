@@ -8,16 +8,17 @@ use serde_json::{Value, json};
 use crate::admission;
 use crate::apply;
 use crate::crd;
+use crate::custom;
 use crate::error::{ApiError, Cause};
+use crate::field_validation::FieldValidation;
 use crate::objects;
 use crate::patch::{self, PatchKind};
-use crate::pdb_validation;
 use crate::resources::ResourceInfo;
 use crate::state::{State, from_storage, to_storage};
 use crate::store::{StoreError, Stored, encode};
 use crate::strategic;
 use crate::strategy;
-use crate::validation;
+use crate::write_checks::{decode, is, validate_create, validate_update};
 
 pub use crate::list::{ListOptions, list, selectors};
 
@@ -56,6 +57,12 @@ pub struct WriteOptions {
     pub field_manager: Option<String>,
     /// `force` (apply).
     pub force: bool,
+    /// `fieldValidation`: what unknown and duplicate fields do.
+    pub field_validation: FieldValidation,
+    /// Keys the request body repeats (see [`field_validation::duplicate_fields`]).
+    pub duplicates: Vec<String>,
+    /// The write is a patch (a Strict refusal is then a 422 on `patch`).
+    pub patched: bool,
 }
 
 /// Maps a storage error to the API error kube-apiserver would give.
@@ -151,88 +158,6 @@ fn check_name(url_name: &str, obj: &mut Value, fill: bool) -> Result<(), ApiErro
     Ok(())
 }
 
-fn invalid(info: &ResourceInfo, obj: &Value, causes: Vec<Cause>) -> Result<(), ApiError> {
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(
-            &info.kind,
-            &info.group,
-            objects::name(obj),
-            causes,
-        ))
-    }
-}
-
-fn is(info: &ResourceInfo, group: &str, resource: &str) -> bool {
-    info.group == group && info.resource == resource
-}
-
-/// Decodes and re-encodes a built-in kind (400 when it does not decode; unknown fields dropped).
-fn normalize(info: &ResourceInfo, obj: &Value) -> Result<Value, ApiError> {
-    validation::normalize_builtin(info, obj).map_err(|e| {
-        ApiError::bad_request(format!(
-            "{kind} in version {version:?} cannot be handled as a {kind}: {e}",
-            kind = info.kind,
-            version = info.version
-        ))
-    })
-}
-
-fn validate_create(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
-    let mut causes = validation::validate_object_meta(info, obj);
-    if is(info, "", "configmaps") || is(info, "", "secrets") {
-        causes.extend(validation::validate_data_keys(obj));
-        causes.extend(validation::validate_data_size(obj, is(info, "", "secrets")));
-    }
-    if is(info, "", "pods") {
-        causes.extend(validation::validate_pod_spec(obj));
-    }
-    if is(info, "apiextensions.k8s.io", "customresourcedefinitions") {
-        causes.extend(validation::validate_crd(obj));
-    }
-    if is(info, "policy", "poddisruptionbudgets") {
-        causes.extend(pdb_validation::validate_spec(obj));
-    }
-    invalid(info, obj, causes)
-}
-
-fn validate_update(
-    info: &ResourceInfo,
-    old: &Value,
-    new: &Value,
-    status: bool,
-) -> Result<(), ApiError> {
-    let mut causes = validation::validate_object_meta(info, new);
-    causes.extend(validation::validate_meta_update(old, new));
-    if is(info, "", "configmaps") || is(info, "", "secrets") {
-        causes.extend(validation::validate_data_keys(new));
-        causes.extend(validation::validate_data_size(new, is(info, "", "secrets")));
-        causes.extend(validation::validate_immutable_data(old, new));
-    }
-    if is(info, "", "secrets") {
-        causes.extend(validation::validate_secret_type(old, new));
-    }
-    if is(info, "", "pods") && !status {
-        causes.extend(validation::validate_pod_spec_update(old, new));
-    }
-    if is(info, "policy", "poddisruptionbudgets") {
-        causes.extend(if status {
-            pdb_validation::validate_status(new)
-        } else {
-            pdb_validation::validate_spec(new)
-        });
-    }
-    if is(info, "apiextensions.k8s.io", "customresourcedefinitions") && !status {
-        causes.extend(validation::validate_crd(new));
-        let scope = |v: &Value| v.pointer("/spec/scope").cloned();
-        if scope(old) != scope(new) {
-            causes.push(Cause::invalid("spec.scope", "", "field is immutable"));
-        }
-    }
-    invalid(info, new, causes)
-}
-
 /// `generateName` + five random characters from kube-apiserver's alphabet.
 pub fn generate_name(prefix: &str) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -278,14 +203,14 @@ pub async fn create(
         admission::service_account_admission(state, &ns, &mut obj).await?;
     }
     for _ in 0..RETRIES {
-        let mut candidate = obj.clone();
+        let (mut candidate, unknown) = custom::normalize(info, &obj);
         if let Some(prefix) = &generate_prefix {
             objects::set_meta_str(&mut candidate, "name", &generate_name(prefix));
         }
         let now = objects::now_rfc3339();
         let uid = uuid::Uuid::new_v4().to_string();
         strategy::prepare_for_create(info, &mut candidate, &uid, &now);
-        let mut candidate = normalize(info, &candidate)?;
+        let mut candidate = decode(info, &candidate, unknown, opts)?;
         validate_create(info, &candidate)?;
         if is(info, "apiextensions.k8s.io", "customresourcedefinitions") {
             crd::set_status(&mut candidate, None, &now);
@@ -371,23 +296,24 @@ pub async fn commit_update(
     state: &State,
     info: &ResourceInfo,
     current: &Stored,
-    mut new: Value,
+    new: Value,
     status: bool,
-    dry_run: bool,
+    opts: &WriteOptions,
 ) -> Result<Commit, ApiError> {
     let old = from_storage(info, current.object.clone());
+    let (mut new, unknown) = custom::normalize(info, &new);
     let next = if status {
         strategy::prepare_for_status_update(info, &old, &new)
     } else {
         strategy::prepare_for_update(info, &old, &mut new);
         new
     };
-    let mut next = normalize(info, &next)?;
+    let mut next = decode(info, &next, unknown, opts)?;
     validate_update(info, &old, &next, status)?;
     if is(info, "apiextensions.k8s.io", "customresourcedefinitions") && !status {
         crd::set_status(&mut next, old.get("status"), &objects::now_rfc3339());
     }
-    if dry_run {
+    if opts.dry_run {
         return Ok(Commit::Done(next));
     }
     let grace = next
@@ -466,7 +392,7 @@ pub async fn update(
         if !pinned.is_empty() && pinned != current.mod_revision.to_string() {
             return Err(ApiError::stale(info.gr(), t.name()));
         }
-        match commit_update(state, info, &current, body.clone(), t.status, opts.dry_run).await? {
+        match commit_update(state, info, &current, body.clone(), t.status, opts).await? {
             Commit::Done(v) => return Ok((200, v)),
             Commit::Retry if pinned.is_empty() => continue,
             Commit::Retry => return Err(ApiError::stale(info.gr(), t.name())),
@@ -529,6 +455,10 @@ pub async fn patch(
         ));
     }
     let patch_doc = patch::parse_body(kind, body)?;
+    let opts = &WriteOptions {
+        patched: true,
+        ..opts.clone()
+    };
     if kind == PatchKind::Apply {
         if opts.field_manager.as_deref().is_none_or(str::is_empty) {
             let mut cause = Cause::required("fieldManager");
@@ -600,7 +530,7 @@ pub async fn patch(
         }
         check_name(t.name(), &mut doc, true)?;
         normalize_namespace(info, t.ns(), &mut doc)?;
-        match commit_update(state, info, &current, doc, t.status, opts.dry_run).await? {
+        match commit_update(state, info, &current, doc, t.status, opts).await? {
             Commit::Done(v) => return Ok((200, v)),
             Commit::Retry => continue,
         }
@@ -618,7 +548,7 @@ mod tests {
         let n = generate_name("installer-");
         assert!(n.starts_with("installer-"));
         assert_eq!(n.len(), "installer-".len() + 5);
-        assert!(validation::is_dns1123_subdomain(&n));
+        assert!(crate::validation::is_dns1123_subdomain(&n));
         let long = generate_name(&"a".repeat(80));
         assert_eq!(long.len(), 63);
     }

@@ -31,6 +31,8 @@ use serde_json::{Value, json};
 #[path = "differential/eviction.rs"]
 mod eviction;
 use eviction::disruption_budgets;
+#[path = "differential/schema.rs"]
+mod schema;
 
 /// What an API error says, without its wording.
 fn error_summary(e: &kube::Error) -> Value {
@@ -637,6 +639,9 @@ fn cases() -> Vec<(&'static str, Case)> {
             Box::pin(server_side_apply(c, ns))
         }),
         ("custom resource", |c, ns| Box::pin(custom_resource(c, ns))),
+        ("custom resource schema", |c, ns| {
+            Box::pin(schema::schema(c, ns))
+        }),
         ("disruption budgets and eviction", |c, ns| {
             Box::pin(disruption_budgets(c, ns))
         }),
@@ -741,8 +746,8 @@ async fn the_stand_in_answers_as_the_real_api_server_does() {
 
 /// Where the stand-in is known to answer differently, and why; each entry must still differ.
 const KNOWN_DIFFERENCES: &[(&str, &str, &str)] = {
-    const NO_SCHEMA: &str = "the stand-in does not validate custom resources against their \
-                             OpenAPI schema or CEL rules, and applies no schema defaults";
+    const NO_CEL: &str = "the stand-in does not evaluate CEL rules (x-kubernetes-validations); \
+                          it checks the structural schema only";
     &[
         (
             "expired resourceVersion",
@@ -758,16 +763,8 @@ const KNOWN_DIFFERENCES: &[(&str, &str, &str)] = {
              where kube-apiserver serves recent history from its cache for a while longer; \
              clients see the re-list path sooner on the stand-in, never later",
         ),
-        ("custom resource", "a name other than cluster", NO_SCHEMA),
-        ("custom resource", "a string for a number", NO_SCHEMA),
-        ("custom resource", "an unknown managementState", NO_SCHEMA),
-        ("custom resource", "backendQuotaGib 0 (CEL)", NO_SCHEMA),
-        ("custom resource", "unhealthySeconds 5", NO_SCHEMA),
-        ("custom resource", "defaults filled in on create", NO_SCHEMA),
-        (
-            "custom resource",
-            "a status patch of labels, spec and status",
-            NO_SCHEMA,
-        ),
+        ("custom resource", "a name other than cluster", NO_CEL),
+        ("custom resource", "backendQuotaGib 0 (CEL)", NO_CEL),
+        ("custom resource", "unhealthySeconds 5", NO_CEL),
     ]
 };

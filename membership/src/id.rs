@@ -86,6 +86,24 @@ impl From<MemberId> for String {
     }
 }
 
+/// The member id etcd gives member `peer_urls` when it makes a new cluster with `token`
+/// (`--initial-cluster-token`, etcd's default `etcd-cluster`): SHA-1 of the sorted peer URLs
+/// and the token, its first 8 bytes big-endian. A bootstrap and a snapshot restore both make
+/// ids this way, so the id a new cluster's member will have is known before etcd starts.
+pub fn new_cluster_member_id(peer_urls: &[&str], token: &str) -> Option<MemberId> {
+    use sha1::{Digest, Sha1};
+    let mut urls = peer_urls.to_vec();
+    urls.sort_unstable();
+    let mut hasher = Sha1::new();
+    for u in urls {
+        hasher.update(u.as_bytes());
+    }
+    hasher.update(token.as_bytes());
+    let digest = hasher.finalize();
+    let first: [u8; 8] = digest.get(..8)?.try_into().ok()?;
+    MemberId::new(u64::from_be_bytes(first))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

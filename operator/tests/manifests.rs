@@ -1168,6 +1168,7 @@ fn mirror_pod(images: &Images) -> Pod {
         members: &members,
         revision: Some(3),
         bootstrap: false,
+        cluster_token: None,
         spec: &spec,
         images,
         resource_host_dir: None,

@@ -159,6 +159,47 @@ fn a_rerun_reuses_the_ca_and_keeps_the_previous_output() {
     assert_eq!(names(dir.path()), before);
 }
 
+/// The token in the output's `cluster-token` file, checked against the pod's env.
+fn token(out_dir: &Path) -> String {
+    let token = std::fs::read_to_string(out_dir.join("cluster-token")).unwrap();
+    let token = token.trim().to_owned();
+    let pod = std::fs::read_to_string(out_dir.join("etcd-pod.yaml")).unwrap();
+    let env_line = format!("name: ETCD_INITIAL_CLUSTER_TOKEN\n      value: \"{token}\"");
+    assert!(
+        pod.contains(&env_line),
+        "the bootstrap pod carries the token {token}:\n{pod}"
+    );
+    token
+}
+
+/// Each render makes a cluster of its own: a new token (never etcd's default), so a cluster
+/// bootstrapped again on the same address does not get the ids of the one before it; a re-run
+/// on the same output (the same cluster) keeps it, as it keeps the CA; a damaged token file is
+/// an error naming it.
+#[test]
+fn each_cluster_gets_its_own_token_and_a_rerun_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    for out in [&a, &b] {
+        let r = render(out, "n1", "127.0.100.9");
+        assert!(r.status.success(), "{}", stderr(&r));
+    }
+    let first = token(&a);
+    assert!(first.starts_with("etcd-") && first.len() == 37, "{first}");
+    assert_ne!(first, token(&b), "two renders, two clusters");
+    let again = render(&a, "n1", "127.0.100.9");
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert_eq!(token(&a), first, "a re-run keeps the cluster's token");
+    std::fs::write(a.join("cluster-token"), "Not A Token\n").unwrap();
+    let bad = render(&a, "n1", "127.0.100.9");
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("cluster-token does not hold a cluster token"),
+        "{}",
+        stderr(&bad)
+    );
+}
+
 /// A small tmpfs, unmounted when dropped.
 struct Tmpfs(PathBuf);
 

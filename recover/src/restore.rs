@@ -19,7 +19,6 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, HostPathVolumeSource, Pod, Volume, VolumeMount};
 use membership::MemberId;
-use sha1::{Digest, Sha1};
 
 use crate::pod::{self, ETCD_CONTAINER, EtcdPod};
 use crate::snapshot::{REVISION_BUMP, Tool};
@@ -33,16 +32,7 @@ const SNAPSHOT_VOLUME: &str = "recovery-snapshot";
 /// The member id etcd gives the member `peer_urls` in a cluster made with `token` (etcd's own
 /// rule: SHA-1 of the sorted peer URLs and the token, its first 8 bytes big-endian).
 pub fn restored_member_id(peer_urls: &[&str], token: &str) -> Option<MemberId> {
-    let mut urls = peer_urls.to_vec();
-    urls.sort_unstable();
-    let mut hasher = Sha1::new();
-    for u in urls {
-        hasher.update(u.as_bytes());
-    }
-    hasher.update(token.as_bytes());
-    let digest = hasher.finalize();
-    let first: [u8; 8] = digest.get(..8)?.try_into().ok()?;
-    MemberId::new(u64::from_be_bytes(first))
+    membership::new_cluster_member_id(peer_urls, token)
 }
 
 /// The cluster token of the restore made at `stamp`.

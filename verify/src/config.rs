@@ -24,9 +24,14 @@ pub struct VerifyConfig {
     pub initial_cluster: InitialCluster,
     pub member_ids: MemberIds,
     pub state: ClusterState,
+    /// `ETCD_INITIAL_CLUSTER_TOKEN`, or etcd's default `etcd-cluster` when unset.
+    pub cluster_token: String,
     pub endpoints: Vec<MemberUrl>,
     pub tls: Option<TlsFiles>,
 }
+
+/// etcd's initial-cluster token when none is given.
+pub const DEFAULT_CLUSTER_TOKEN: &str = "etcd-cluster";
 
 /// A bad or missing env var.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +55,7 @@ pub enum ConfigError {
 }
 
 /// The env vars of the contract, the only ones read.
-pub const CONTRACT_VARS: [&str; 10] = [
+pub const CONTRACT_VARS: [&str; 11] = [
     "ETCD_NAME",
     "ETCD_DATA_DIR",
     "ETCD_INITIAL_ADVERTISE_PEER_URLS",
@@ -58,6 +63,7 @@ pub const CONTRACT_VARS: [&str; 10] = [
     "ETCD_MEMBER_IDS",
     "ETCD_INITIAL_CLUSTER_STATE",
     "ETCDCTL_ENDPOINTS",
+    "ETCD_INITIAL_CLUSTER_TOKEN",
     "ETCDCTL_CACERT",
     "ETCDCTL_CERT",
     "ETCDCTL_KEY",
@@ -188,6 +194,11 @@ impl VerifyConfig {
             initial_cluster,
             member_ids,
             state,
+            cluster_token: env
+                .get("ETCD_INITIAL_CLUSTER_TOKEN")
+                .filter(|t| !t.is_empty())
+                .cloned()
+                .unwrap_or_else(|| DEFAULT_CLUSTER_TOKEN.to_owned()),
             endpoints,
             tls,
         };

@@ -77,6 +77,54 @@ pub fn archive(data_dir: &Path, now: time::OffsetDateTime) -> Result<PathBuf, Da
     Ok(target)
 }
 
+/// The mark a bootstrap leaves in the data dir, beside `member`, when `etcd-verify` lets the
+/// bootstrap manifest start a new cluster.
+pub const BOOTSTRAP_MARK: &str = "bootstrapped-by-etcd-verify";
+
+/// What in `data_dir` shows that a member ran here before (used when `member` is gone): the
+/// bootstrap mark, else the newest kept-aside `member-archived-*`. Unreadable: nothing shown.
+pub fn earlier(data_dir: &Path) -> Option<String> {
+    let mark = data_dir.join(BOOTSTRAP_MARK);
+    if let Ok(text) = std::fs::read_to_string(&mark) {
+        return Some(format!("{}: {}", mark.display(), text.trim()));
+    }
+    let mut archived: Vec<String> = std::fs::read_dir(data_dir)
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("member-archived-"))
+        .collect();
+    archived.sort();
+    archived
+        .pop()
+        .map(|n| format!("kept aside: {}", data_dir.join(n).display()))
+}
+
+/// Leaves the bootstrap mark (atomically: a dot-file written, synced and renamed, the dir
+/// synced), naming the cluster token and the member the bootstrap makes.
+pub fn mark_bootstrap(data_dir: &Path, text: &str) -> Result<(), DataDirError> {
+    let io = |action: &'static str, path: &Path| {
+        let path = path.to_owned();
+        move |source| DataDirError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    std::fs::create_dir_all(data_dir).map_err(io("creating", data_dir))?;
+    let tmp = data_dir.join(format!(".{BOOTSTRAP_MARK}.tmp"));
+    let mark = data_dir.join(BOOTSTRAP_MARK);
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp).map_err(io("writing", &tmp))?;
+        f.write_all(text.as_bytes()).map_err(io("writing", &tmp))?;
+        f.sync_all().map_err(io("syncing", &tmp))?;
+    }
+    std::fs::rename(&tmp, &mark).map_err(io("renaming", &mark))?;
+    std::fs::File::open(data_dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("syncing", data_dir))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

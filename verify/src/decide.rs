@@ -17,7 +17,8 @@
 //! | answers | started | holds this member | start (after a node address change: only once the member moved to this revision's URL) |
 //! | no answer | — | holds the member the revision lists for this URL | start (whole cluster restarting) |
 //! | no answer | — | present, bootstrap render (`state=new`) | start |
-//! | no answer | — | absent, bootstrap render (`state=new`) | start (new cluster) |
+//! | no answer | — | absent, bootstrap render, but the data dir shows a member ran here (the bootstrap mark, a `member-archived-*`) | block: data dir lost (for the member the bootstrap made) |
+//! | no answer | — | absent, bootstrap render (`state=new`) | start (new cluster; the data dir is marked first) |
 //! | no answer | — | other | wait, then block at the deadline |
 //! | TLS handshake failed | — | any | wait, then block at the deadline (never "no answer") |
 //!
@@ -53,6 +54,10 @@ pub struct Observed<'a> {
     pub data_dir: DataDir,
     /// The live member list, or why it could not be read.
     pub live: Result<LiveMembers, LiveError>,
+    /// What shows that this node ran a member before, although `<data-dir>/member` is gone: a
+    /// kept-aside `member-archived-*`, or the mark of a bootstrap started here
+    /// ([`crate::datadir::BOOTSTRAP_MARK`]). `None`: nothing.
+    pub earlier: Option<String>,
 }
 
 /// Why the live member list could not be read.
@@ -94,7 +99,9 @@ fn hex(id: u64) -> String {
 pub fn decide(o: &Observed<'_>) -> Decision {
     match &o.live {
         Ok(live) => decide_with_live(o.config, &o.data_dir, live),
-        Err(LiveError::NoAnswer(why)) => decide_without_live(o.config, &o.data_dir, why),
+        Err(LiveError::NoAnswer(why)) => {
+            decide_without_live(o.config, &o.data_dir, o.earlier.as_deref(), why)
+        }
         Err(LiveError::Tls(why)) => Decision::Wait {
             reason: format!(
                 "an etcd endpoint answered but the TLS handshake failed ({why}): the revision cannot be checked against the live membership, and a TLS failure is not a down cluster"
@@ -285,7 +292,12 @@ fn decide_with_live(config: &VerifyConfig, data: &DataDir, live: &LiveMembers) -
     }
 }
 
-fn decide_without_live(config: &VerifyConfig, data: &DataDir, why: &str) -> Decision {
+fn decide_without_live(
+    config: &VerifyConfig,
+    data: &DataDir,
+    earlier: Option<&str>,
+    why: &str,
+) -> Decision {
     let expected = config.member_ids.id_for_url(&config.peer_url);
     let bootstrap = config.state == ClusterState::New;
     match data {
@@ -307,6 +319,9 @@ fn decide_without_live(config: &VerifyConfig, data: &DataDir, why: &str) -> Deci
             member_id: MemberId::new(wal.member_id),
             archive: None,
         },
+        DataDir::Absent if bootstrap && earlier.is_some() => {
+            bootstrap_data_lost(config, earlier.unwrap_or_default())
+        }
         DataDir::Absent if bootstrap => Decision::Start {
             reason: format!("bootstrapping a new cluster (no etcd endpoint answered: {why})"),
             member_id: None,
@@ -335,5 +350,26 @@ fn decide_without_live(config: &VerifyConfig, data: &DataDir, why: &str) -> Deci
             member_id: expected,
             archive: None,
         },
+    }
+}
+
+/// The bootstrap manifest, no data dir, but this node ran a member before: not the first
+/// bootstrap of this cluster. Starting would make a new, empty cluster with the ids of the lost
+/// one (the same peer URL and token), so it blocks as "data dir lost" for the member the
+/// bootstrap made: where other members run, the operator replaces it (remove, add again as a
+/// learner, a new revision); where none do, the data must come back from a snapshot.
+fn bootstrap_data_lost(config: &VerifyConfig, earlier: &str) -> Decision {
+    let member =
+        membership::new_cluster_member_id(&[config.peer_url.as_str()], &config.cluster_token);
+    Decision::Block {
+        reason: format!(
+            "data dir lost: this node bootstrapped its cluster before ({earlier}) and {} has no member data; \
+             starting the bootstrap manifest again would make a new, empty cluster. If other members run, \
+             the operator removes member {} and adds this node again as a learner; if none do, restore \
+             from a snapshot or backup with `etcd-recover from-snapshot` (docs/runbooks/quorum-loss.md)",
+            config.data_dir.display(),
+            member.map_or_else(|| "?".to_owned(), |m| m.to_string()),
+        ),
+        member_id: member,
     }
 }

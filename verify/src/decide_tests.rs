@@ -78,6 +78,7 @@ fn decide_for(
         config,
         data_dir,
         live,
+        earlier: None,
     })
 }
 
@@ -371,5 +372,29 @@ fn a_tls_failure_is_not_a_down_cluster() {
                 "a TLS failure is not a down cluster",
             );
         }
+    }
+}
+
+#[test]
+fn bootstrap_render_never_starts_a_second_cluster_where_a_member_ran() {
+    let c = config_n3("", "new");
+    let down = || Err::<LiveMembers, LiveError>(LiveError::NoAnswer("connection refused".into()));
+    let d = decide(&Observed {
+        config: &c,
+        data_dir: DataDir::Absent,
+        live: down(),
+        earlier: Some("kept aside: /var/lib/etcd/member-archived-20260101T000000Z".into()),
+    });
+    let expected = membership::new_cluster_member_id(&["http://10.0.0.3:2380"], "etcd-cluster");
+    match d {
+        Decision::Block { reason, member_id } => {
+            assert!(reason.starts_with("data dir lost"), "{reason}");
+            assert!(
+                reason.contains("member-archived-20260101T000000Z"),
+                "{reason}"
+            );
+            assert_eq!(member_id, expected, "the member etcd's default token makes");
+        }
+        other => panic!("expected a block, got {other:?}"),
     }
 }

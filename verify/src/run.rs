@@ -78,10 +78,12 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
         let dir = config.data_dir.clone();
         let inspected = tokio::time::timeout(
             remaining,
-            tokio::task::spawn_blocking(move || datadir::inspect(&dir)),
+            tokio::task::spawn_blocking(move || {
+                datadir::inspect(&dir).map(|d| (d, datadir::earlier(&dir)))
+            }),
         )
         .await;
-        let data_dir = match inspected {
+        let (data_dir, earlier) = match inspected {
             Ok(Ok(Ok(d))) => d,
             Ok(Ok(Err(e))) => {
                 let why = format!("cannot inspect the data dir: {e}");
@@ -123,10 +125,13 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
         if let Err(LiveError::Tls(t)) = &live {
             tls_seen = Some(t.clone());
         }
+        let new_cluster = config.state == crate::config::ClusterState::New
+            && data_dir == crate::decide::DataDir::Absent;
         let observed = Observed {
             config,
             data_dir,
             live,
+            earlier,
         };
         let decision = decide(&observed);
         tracing::info!(?decision, "decided");
@@ -149,6 +154,9 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
             Decision::Start {
                 reason, member_id, ..
             } => {
+                if new_cluster && let Err(e) = mark_bootstrap(config) {
+                    return VerifyResult::block(e, member_id, archived);
+                }
                 return VerifyResult::start(reason, member_id, archived);
             }
             Decision::Block { reason, member_id } => {
@@ -210,6 +218,21 @@ fn classify(
             None => Err(LiveError::NoAnswer(e.to_string())),
         },
     })
+}
+
+/// Marks the data dir before the bootstrap manifest starts a new cluster, so that the same
+/// manifest never starts a second one there ([`datadir::earlier`]).
+fn mark_bootstrap(config: &VerifyConfig) -> Result<(), String> {
+    let member =
+        membership::new_cluster_member_id(&[config.peer_url.as_str()], &config.cluster_token);
+    let text = format!(
+        "cluster token {}, member {}, started {}\n",
+        config.cluster_token,
+        member.map_or_else(|| "?".to_owned(), |m| m.to_string()),
+        datadir::stamp(time::OffsetDateTime::now_utc())
+    );
+    datadir::mark_bootstrap(&config.data_dir, &text)
+        .map_err(|e| format!("could not mark the data dir before a new cluster starts: {e}"))
 }
 
 fn archive(data_dir: &Path, why: &str) -> Result<PathBuf, String> {

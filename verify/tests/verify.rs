@@ -741,3 +741,71 @@ async fn loose_key_permissions_or_another_members_key_block() {
     std::fs::remove_file(&foreign).unwrap();
     run_verify(&env, "10s").assert(0, "start", "");
 }
+
+/// The bootstrap manifest of node n1 (a new cluster, token `etcd-t1`) whose only endpoint `ep`
+/// answers nothing, its data dir in `dir/data`.
+fn bootstrap_env(dir: &Path, ep: &str) -> BTreeMap<String, String> {
+    [
+        ("ETCD_NAME", "n1".to_owned()),
+        ("ETCD_DATA_DIR", dir.join("data").display().to_string()),
+        (
+            "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+            "http://127.0.0.1:2380".to_owned(),
+        ),
+        ("ETCD_INITIAL_CLUSTER_STATE", "new".to_owned()),
+        (
+            "ETCD_INITIAL_CLUSTER",
+            "n1=http://127.0.0.1:2380".to_owned(),
+        ),
+        ("ETCD_INITIAL_CLUSTER_TOKEN", "etcd-t1".to_owned()),
+        ("ETCD_MEMBER_IDS", String::new()),
+        ("ETCDCTL_ENDPOINTS", ep.to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+/// The bootstrap manifest starts a new cluster once, and marks the data dir. When the member
+/// data is gone later (the manifest stays in place for good on a 1- or 2-node control plane),
+/// the same manifest must not start a second, empty cluster with the lost one's ids: it blocks
+/// as "data dir lost" for the member the bootstrap made, so the operator can replace it where
+/// other members run. A kept-aside `member-archived-*` shows the same.
+#[test]
+fn a_lost_data_dir_on_the_bootstrap_manifest_blocks_instead_of_a_new_cluster() {
+    let nobody = LoopbackAddr::acquire().unwrap();
+    let ep = format!("http://{}:2379", nobody.ip());
+    let member = membership::new_cluster_member_id(&["http://127.0.0.1:2380"], "etcd-t1").unwrap();
+    let first = tempfile::tempdir().unwrap();
+    let env = bootstrap_env(first.path(), &ep);
+    run_verify(&env, "3s").assert(0, "start", "bootstrapping a new cluster");
+    let mark = std::fs::read_to_string(
+        first
+            .path()
+            .join("data")
+            .join("bootstrapped-by-etcd-verify"),
+    )
+    .unwrap();
+    assert!(
+        mark.contains("cluster token etcd-t1") && mark.contains(&format!("member {member}")),
+        "{mark}"
+    );
+    // etcd ran and its member data is gone now: blocked, naming the member.
+    let again = run_verify(&env, "3s");
+    again.assert(
+        1,
+        "block",
+        "data dir lost: this node bootstrapped its cluster before",
+    );
+    assert_eq!(again.json["member_id"], member.to_string(), "{again:#?}");
+    assert!(
+        again.reason().contains("etcd-recover from-snapshot"),
+        "{again:#?}"
+    );
+
+    // No mark, but member data kept aside by an earlier archive: the same.
+    let second = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(second.path().join("data/member-archived-20260101T000000Z")).unwrap();
+    let env = bootstrap_env(second.path(), &ep);
+    run_verify(&env, "3s").assert(1, "block", "member-archived-20260101T000000Z");
+}

@@ -61,6 +61,9 @@ pub struct RenderRequest {
     pub resource_host_dir: String,
     /// etcd also listens on `127.0.0.1:2379` (see `EtcdClusterSpec::local_client_listener`).
     pub local_client_listener: bool,
+    /// `ETCD_INITIAL_CLUSTER_TOKEN` of the new cluster: unique per cluster, so a cluster
+    /// bootstrapped again on the same address never gets the ids of the one before it.
+    pub cluster_token: String,
 }
 
 /// Why the bootstrap render failed.
@@ -136,7 +139,14 @@ pub fn plan(
     let node_certs = certs::apply_plan(ca, &policy, &cert_plan, &empty, now)?;
     let bundles = certs::bundle_data(ca);
 
-    let mut files = vec![pod_file(request)?];
+    let mut files = vec![
+        pod_file(request)?,
+        OutFile {
+            path: PathBuf::from(TOKEN_FILE),
+            bytes: format!("{}\n", request.cluster_token).into_bytes(),
+            mode: 0o644,
+        },
+    ];
     files.extend(cert_dir_files(&bundles, &node_certs));
     files.extend(manifest_files(ca, &node_certs, bundles)?);
     Ok(files)
@@ -156,6 +166,7 @@ fn pod_file(request: &RenderRequest) -> Result<OutFile, BootstrapError> {
         members: &[],
         revision: Some(0),
         bootstrap: true,
+        cluster_token: Some(&request.cluster_token),
         spec: &spec,
         images: &request.images,
         resource_host_dir: Some(request.resource_host_dir.clone()),
@@ -245,6 +256,38 @@ fn manifest_files(
 /// Where a render keeps the CA Secret, relative to the output dir.
 const CA_FILE: &str = "manifests/etcd-signer.json";
 
+/// Where a render keeps the cluster's initial-cluster token, relative to the output dir.
+pub const TOKEN_FILE: &str = "cluster-token";
+
+/// A new cluster token: `etcd-` and 128 random bits in hex.
+pub fn new_cluster_token() -> String {
+    format!("etcd-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// The token of a previous render in `output_dir`, if there is one.
+fn existing_token(output_dir: &Path) -> Result<Option<String>, BootstrapError> {
+    let path = output_dir.join(TOKEN_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(BootstrapError::Io { path, source: e }),
+        Ok(t) => t,
+    };
+    let token = text.trim();
+    let valid = !token.is_empty()
+        && token.len() <= 64
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !valid {
+        return Err(BootstrapError::InvalidInput(format!(
+            "{} does not hold a cluster token (lowercase letters, digits and '-', at most 64); \
+             move the output dir away to render a new cluster",
+            path.display()
+        )));
+    }
+    Ok(Some(token.to_owned()))
+}
+
 /// The CA of a previous render in `output_dir`, if there is one.
 fn existing_ca(output_dir: &Path) -> Result<Option<EtcdCa>, BootstrapError> {
     let path = output_dir.join(CA_FILE);
@@ -297,6 +340,11 @@ pub fn render(
     validate::node_ip(&node_ip.to_string()).map_err(BootstrapError::InvalidInput)?;
     let existing = existing_ca(output_dir)?;
     let reused_ca = existing.is_some();
+    // The cluster of a previous render keeps its token, as it keeps its CA.
+    let cluster_token = match existing_token(output_dir)? {
+        Some(token) if reused_ca => token,
+        _ => new_cluster_token(),
+    };
     let ca = match existing {
         Some(ca) => ca,
         None => EtcdCa::generate(now)?,
@@ -310,6 +358,7 @@ pub fn render(
         images,
         resource_host_dir,
         local_client_listener,
+        cluster_token,
     };
     let files = plan(&request, &ca, now)?;
     let previous = output::write_dir(output_dir, &files, now)?;

@@ -42,6 +42,7 @@ pub fn render_all(
             members,
             revision: None,
             bootstrap: false,
+            cluster_token: None,
             spec,
             images,
             resource_host_dir: None,

@@ -25,6 +25,9 @@ pub struct EnvInput<'a> {
     pub revision: &'a str,
     /// `ETCD_INITIAL_CLUSTER_STATE=new` (bootstrap render only).
     pub bootstrap: bool,
+    /// `ETCD_INITIAL_CLUSTER_TOKEN`: the cluster's own token, made by `render` (none: etcd's
+    /// default, for revisions of clusters whose token the operator does not know).
+    pub cluster_token: Option<&'a str>,
     pub certs: &'a CertPaths,
 }
 
@@ -117,6 +120,9 @@ pub fn contract_env(input: &EnvInput<'_>) -> Result<BTreeMap<String, String>, Re
         "ETCD_INITIAL_CLUSTER_STATE",
         if input.bootstrap { "new" } else { "existing" }.into(),
     );
+    if let Some(token) = input.cluster_token {
+        set("ETCD_INITIAL_CLUSTER_TOKEN", token.to_owned());
+    }
     set("ETCD_MEMBER_IDS", ids.to_string());
     set("ETCDCTL_ENDPOINTS", endpoints.join(","));
     set("ETCDCTL_CACERT", certs.server_ca.clone());

@@ -97,6 +97,8 @@ pub struct PodInput<'a> {
     /// The revision, or `None` for the revision-controller source (rendered with [`REVISION_TOKEN`]).
     pub revision: Option<i64>,
     pub bootstrap: bool,
+    /// The cluster's initial-cluster token (see [`env::EnvInput::cluster_token`]).
+    pub cluster_token: Option<&'a str>,
     pub spec: &'a EtcdClusterSpec,
     pub images: &'a Images,
     /// Host dir mounted as the pod's resource dir; `None` = the revision's dir.
@@ -172,6 +174,7 @@ pub fn render_pod(input: &PodInput<'_>) -> Result<String, RenderError> {
         members: input.members,
         revision: &revision,
         bootstrap: input.bootstrap,
+        cluster_token: input.cluster_token,
         certs: &certs,
     })?;
     let data = TemplateData {

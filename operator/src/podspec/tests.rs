@@ -55,6 +55,7 @@ fn render_for(n: u8, members: &[Member], spec: &EtcdClusterSpec) -> String {
         members,
         revision: Some(7),
         bootstrap: false,
+        cluster_token: None,
         spec,
         images: &imgs,
         resource_host_dir: None,
@@ -149,6 +150,7 @@ fn env_follows_the_contract() {
         members: &scale_up_members(),
         revision: "7",
         bootstrap: false,
+        cluster_token: None,
         certs: &certs,
     })
     .unwrap();
@@ -256,6 +258,7 @@ fn bootstrap_render_starts_a_new_single_member_cluster() {
         members: &[],
         revision: Some(0),
         bootstrap: true,
+        cluster_token: Some("etcd-test-token"),
         spec: &EtcdClusterSpec::default(),
         images: &imgs,
         resource_host_dir: Some("/etc/kubernetes/bootstrap/etcd-certs".into()),
@@ -296,6 +299,7 @@ fn the_source_carries_a_token_the_revision_replaces() {
         members: &scale_up_members(),
         revision: None,
         bootstrap: false,
+        cluster_token: None,
         spec: &spec,
         images: &imgs,
         resource_host_dir: None,

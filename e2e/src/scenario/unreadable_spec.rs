@@ -33,11 +33,7 @@ pub(super) async fn unreadable_spec(h: &mut Harness) -> Result<(), ControlPlaneE
     crds.replace(CRD, &PostParams::default(), &loosened(&original)?)
         .await?;
     h.step("the CRD loosened: spec.clients[].commonName no longer required");
-    h.patch_spec(serde_json::json!({
-        "clients": [{"name": "kas"}],
-        "forceRedeploymentReason": "unreadable-spec",
-    }))
-    .await?;
+    patch_once_loosened(h).await?;
     let s = h
         .wait_status(
             "SpecDegraded names spec.clients[0] and commonName",
@@ -80,6 +76,29 @@ pub(super) async fn unreadable_spec(h: &mut Harness) -> Result<(), ControlPlaneE
     crds.replace(CRD, &PostParams::default(), &back).await?;
     h.step("the CRD put back as it was");
     Ok(())
+}
+
+/// Patches in the client without `commonName`. kube-apiserver serves a replaced CRD's schema
+/// a moment later (until then it refuses the patch as the old schema would: 422 naming
+/// `commonName`), so a refusal of that kind is tried again within [`SEEN`].
+async fn patch_once_loosened(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    let patch = serde_json::json!({
+        "clients": [{"name": "kas"}],
+        "forceRedeploymentReason": "unreadable-spec",
+    });
+    let deadline = tokio::time::Instant::now() + SEEN;
+    loop {
+        match h.patch_spec(patch.clone()).await {
+            Err(ControlPlaneError::Kube(kube::Error::Api(s)))
+                if s.code == 422
+                    && s.message.contains("commonName")
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// The CRD with `commonName` dropped from what a client requires.

@@ -87,24 +87,14 @@ impl Writer {
         if self.planned("patch status of", "EtcdCluster", "", &name) {
             return Ok(());
         }
-        let api: Api<EtcdCluster> = Api::all(self.client.clone());
         let new = serde_json::to_value(status).unwrap_or(serde_json::Value::Null);
         let old = serde_json::to_value(&cluster.status).unwrap_or(serde_json::Value::Null);
         let patch = serde_json::json!({ "status": with_removals(new, &old) });
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map(|_| ())
-            .map_err(|source| WriteError {
-                action: "patching the status of",
-                kind: "EtcdCluster",
-                namespace: String::new(),
-                name,
-                source,
-            })
+        self.patch_cluster_status(name, &patch).await
     }
 
     /// Writes `status.conditions` alone, for an EtcdCluster whose spec the operator cannot
-    /// decode (the object is read back as stored, never decoded).
+    /// decode.
     pub async fn cluster_conditions(
         &mut self,
         name: &str,
@@ -113,16 +103,26 @@ impl Writer {
         if self.planned("patch status of", "EtcdCluster", "", name) {
             return Ok(());
         }
-        let api: Api<crate::api::StoredCluster> = Api::all(self.client.clone());
         let patch = serde_json::json!({ "status": { "conditions": conditions } });
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        self.patch_cluster_status(name.to_owned(), &patch).await
+    }
+
+    /// A merge patch of the EtcdCluster's status, the answer read as stored (never decoded: it
+    /// may hold a spec the operator cannot read).
+    async fn patch_cluster_status(
+        &self,
+        name: String,
+        patch: &serde_json::Value,
+    ) -> Result<(), WriteError> {
+        let api: Api<crate::api::StoredCluster> = Api::all(self.client.clone());
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .map(|_| ())
             .map_err(|source| WriteError {
                 action: "patching the status of",
                 kind: "EtcdCluster",
                 namespace: String::new(),
-                name: name.to_owned(),
+                name,
                 source,
             })
     }

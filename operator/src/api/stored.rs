@@ -87,7 +87,7 @@ impl std::fmt::Display for Unreadable {
 
 impl StoredCluster {
     /// The object in the operator's types, or what stops it from being read.
-    pub fn decode(&self) -> Result<EtcdCluster, Unreadable> {
+    pub fn decode(&self) -> Result<EtcdCluster, Box<Unreadable>> {
         let spec: EtcdClusterSpec = decode(&self.spec).map_err(|e| self.unreadable("spec", e))?;
         let status: Option<EtcdClusterStatus> = match &self.status {
             None | Some(Value::Null) => None,
@@ -99,14 +99,14 @@ impl StoredCluster {
         Ok(cluster)
     }
 
-    fn unreadable(&self, part: &str, (path, message): (String, String)) -> Unreadable {
+    fn unreadable(&self, part: &str, (path, message): (String, String)) -> Box<Unreadable> {
         let field = if path.is_empty() || path == "." {
             part.to_owned()
         } else {
             format!("{part}.{path}")
         };
         let status = self.status.as_ref();
-        Unreadable {
+        Box::new(Unreadable {
             object: self.object_ref(&()),
             generation: self.metadata.generation,
             field,
@@ -118,7 +118,7 @@ impl StoredCluster {
                 .and_then(|s| s.get("conditions"))
                 .and_then(|c| serde_json::from_value(c.clone()).ok())
                 .unwrap_or_default(),
-        }
+        })
     }
 }
 

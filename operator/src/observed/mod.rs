@@ -60,7 +60,7 @@ pub fn decode_cluster(stored: Option<&StoredCluster>) -> (Option<EtcdCluster>, O
     match stored.map(StoredCluster::decode) {
         None => (None, None),
         Some(Ok(cluster)) => (Some(cluster), None),
-        Some(Err(unreadable)) => (None, Some(unreadable)),
+        Some(Err(unreadable)) => (None, Some(*unreadable)),
     }
 }
 

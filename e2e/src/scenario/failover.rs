@@ -6,11 +6,13 @@
 //!
 //! The takeover bound, from `operator/src/run/leader.rs` and `run/mod.rs`, for a lease duration
 //! D (6 s for the local processes, 15 s for the Deployment): the leader renews every D/3, so its
-//! last `renewTime` R is at most D/3 (plus one API round trip) before the kill. A standby may
-//! take the Lease once `now > R + D` (1 s is kept for clock granularity). It checks
-//! every D/3, so it holds the Lease at most D + 1 s + D/3 after the kill, plus API round trips
-//! on a loaded machine (1 s): [`takeover_bound`] (10 s for D = 6 s, 22 s for D = 15 s). It must
-//! not hold it before R + D either (that would be a stolen lease).
+//! last renewal R is at most D/3 (plus one API round trip) before the kill. A standby reads the
+//! Lease every D/3 and may take it once it has seen it unchanged for more than D on its own
+//! clock; it sees the renewal R at its next read (at most D/3 after R), so it takes the Lease D
+//! after that read at the latest (its reads fall D/3 apart from there): at most D + D/3 after
+//! the kill, plus 1 s of clock granularity and API round trips on a loaded machine (1 s):
+//! [`takeover_bound`] (10 s for D = 6 s, 22 s for D = 15 s). It must not hold it before R + D
+//! either (that would be a stolen lease).
 
 use std::time::{Duration, Instant};
 

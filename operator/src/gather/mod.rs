@@ -6,13 +6,16 @@
 //! version), the `plan` output, and the operator's recent logs (its pods', and files named with
 //! `--log-file`).
 //!
-//! What it never holds: Secrets. The operator's client certificate is read (in memory) only to
-//! ask etcd; Secrets are neither listed nor written, and every file passes [`render::redact`],
-//! which removes any PEM private-key block, before it is archived. A part that cannot be read
-//! (the API or etcd down during the very incident) is named in `problems.txt` and the rest is
-//! still gathered; the archive is written to a temporary file and renamed into place, never
-//! over an existing file.
+//! What it never holds: Secrets, or any private key. The operator's client certificate is read
+//! (in memory) only to ask etcd; Secrets are neither listed nor written. Every JSON document has
+//! each of its strings redacted before it is serialized ([`redact::redact_value`]) and every
+//! file, whatever it holds, passes [`redact::redact`] before it is archived, which removes PEM
+//! private keys in raw, escaped or base64 form. A part that cannot be read (the API or etcd down
+//! during the very incident) is named in `problems.txt` and the rest is still gathered; the
+//! archive is written to a dot-prefixed temporary file and linked into place, which fails when
+//! anything exists at the output path at that moment, so it never replaces a file.
 
+pub mod redact;
 pub mod render;
 
 use std::collections::BTreeMap;
@@ -48,6 +51,8 @@ pub struct GatherOptions {
 pub struct Gathered {
     pub files: BTreeMap<String, Vec<u8>>,
     pub problems: Vec<String>,
+    /// Private keys removed from each JSON document before it was serialized.
+    redacted: BTreeMap<String, usize>,
 }
 
 /// Why the archive could not be written.
@@ -234,9 +239,19 @@ impl Gathered {
         self.add(name.to_owned(), text.into_bytes());
     }
 
+    /// Adds `value` as JSON, each of its strings redacted before it is serialized.
     fn json<T: serde::Serialize>(&mut self, name: &str, value: &T) {
-        match serde_json::to_vec_pretty(value) {
-            Ok(bytes) => self.add(name.to_owned(), bytes),
+        let encoded = serde_json::to_value(value).and_then(|mut v| {
+            let removed = redact::redact_value(&mut v);
+            serde_json::to_vec_pretty(&v).map(|bytes| (bytes, removed))
+        });
+        match encoded {
+            Ok((bytes, removed)) => {
+                if removed > 0 {
+                    self.redacted.insert(name.to_owned(), removed);
+                }
+                self.add(name.to_owned(), bytes);
+            }
             Err(e) => self.problems.push(format!("encoding {name}: {e}")),
         }
     }
@@ -249,10 +264,13 @@ impl Gathered {
     ) -> BTreeMap<String, Vec<u8>> {
         let mut removed = Vec::new();
         for (name, bytes) in &mut self.files {
-            let (text, n) = render::redact(&String::from_utf8_lossy(bytes));
+            let (text, n) = redact::redact(&String::from_utf8_lossy(bytes));
             if n > 0 {
-                removed.push(format!("{name}: {n} private key block(s) removed"));
                 *bytes = text.into_bytes();
+            }
+            let n = n + self.redacted.get(name).copied().unwrap_or(0);
+            if n > 0 {
+                removed.push(format!("{name}: {n} private key(s) removed"));
             }
         }
         self.problems.extend(removed);
@@ -264,7 +282,7 @@ impl Gathered {
         self.text("problems.txt", problems);
         let listing: Vec<String> = self.files.keys().cloned().collect();
         let readme = format!(
-            "etcd-operator gather {}\nAPI server: {}\ntaken: {}\nfiles: {}\nSecrets are not included; private-key blocks are removed from every file.\n",
+            "etcd-operator gather {}\nAPI server: {}\ntaken: {}\nfiles: {}\nSecrets are not included; private keys are removed from every file.\n",
             env!("CARGO_PKG_VERSION"),
             opts.server,
             crate::certs::format_time(now),
@@ -276,47 +294,88 @@ impl Gathered {
 }
 
 /// Writes `files` as `<output>` (a `.tar.gz` whose entries sit under one directory named for
-/// the time), through a temporary file renamed into place.
+/// the time), through a temporary file linked into place: never over anything at `output`.
 pub fn write_archive(
     files: &BTreeMap<String, Vec<u8>>,
     output: &Path,
     now: OffsetDateTime,
 ) -> Result<(), GatherError> {
-    if output.exists() {
+    // Fails early, before the work; `publish` is what guarantees it.
+    if output.symlink_metadata().is_ok() {
         return Err(GatherError::Exists(output.to_owned()));
     }
-    let tmp = output.with_extension(format!("partial-{}", std::process::id()));
-    let err = |source| GatherError::Write {
-        path: output.to_owned(),
-        source,
-    };
-    let written = (|| -> std::io::Result<()> {
-        let file = std::fs::File::create(&tmp)?;
-        let gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
-        let mut tar = tar::Builder::new(gz);
-        let top = format!(
-            "etcd-gather-{}",
-            crate::certs::format_time(now).replace(':', "")
-        );
-        let mtime = u64::try_from(now.unix_timestamp()).unwrap_or(0);
-        for (name, bytes) in files {
-            let mut header = tar::Header::new_gnu();
-            header.set_size(bytes.len() as u64);
-            header.set_mode(0o644);
-            header.set_mtime(mtime);
-            header.set_cksum();
-            tar.append_data(&mut header, format!("{top}/{name}"), bytes.as_slice())?;
-        }
-        let mut file = tar.into_inner()?.finish()?;
-        file.flush()?;
-        file.sync_all()
-    })();
-    if let Err(e) = written {
+    let tmp = temp_path(output);
+    if let Err(source) = write_tar(files, &tmp, now) {
         let _ = std::fs::remove_file(&tmp);
-        return Err(err(e));
+        return Err(GatherError::Write { path: tmp, source });
     }
-    std::fs::rename(&tmp, output).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        err(e)
-    })
+    publish(&tmp, output)
 }
+
+/// `.<name>.partial-<pid>` beside `output`.
+fn temp_path(output: &Path) -> PathBuf {
+    let name = output
+        .file_name()
+        .map_or_else(|| "gather".into(), |n| n.to_string_lossy().into_owned());
+    output.with_file_name(format!(".{name}.partial-{}", std::process::id()))
+}
+
+fn write_tar(
+    files: &BTreeMap<String, Vec<u8>>,
+    tmp: &Path,
+    now: OffsetDateTime,
+) -> std::io::Result<()> {
+    let file = std::fs::File::create_new(tmp)?;
+    let gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
+    let mut tar = tar::Builder::new(gz);
+    let top = format!(
+        "etcd-gather-{}",
+        crate::certs::format_time(now).replace(':', "")
+    );
+    let mtime = u64::try_from(now.unix_timestamp()).unwrap_or(0);
+    for (name, bytes) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o644);
+        header.set_mtime(mtime);
+        header.set_cksum();
+        tar.append_data(&mut header, format!("{top}/{name}"), bytes.as_slice())?;
+    }
+    let mut file = tar.into_inner()?.finish()?;
+    file.flush()?;
+    file.sync_all()
+}
+
+/// Gives the finished `tmp` the name `output` in one step that fails when anything (a file, a
+/// directory, a dangling symlink) is there by then, so whatever appeared at `output` after any
+/// earlier check is never replaced; `tmp` is removed either way.
+fn publish(tmp: &Path, output: &Path) -> Result<(), GatherError> {
+    let linked = std::fs::hard_link(tmp, output);
+    let _ = std::fs::remove_file(tmp);
+    match linked {
+        Ok(()) => sync_dir(output).map_err(|source| GatherError::Write {
+            path: output.to_owned(),
+            source,
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            Err(GatherError::Exists(output.to_owned()))
+        }
+        Err(source) => Err(GatherError::Write {
+            path: output.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Makes the new name durable: fsync of the directory holding `path`.
+fn sync_dir(path: &Path) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

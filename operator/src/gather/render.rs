@@ -1,6 +1,5 @@
 //! The text files of a gather bundle, rendered from what was read (pure: tested with built
-//! values), and the last guard before anything is written: [`redact`] removes every PEM
-//! private-key block, whatever file it turned up in.
+//! values). What guards them against private keys is in [`super::redact`].
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -208,34 +207,6 @@ fn alarms_text(alarms: &[String], obs: &EtcdObservation) -> String {
         (None, true) => "none".to_owned(),
         (None, false) => alarms.join(", "),
     }
-}
-
-/// Replaces every PEM private-key block (`-----BEGIN … PRIVATE KEY-----` to its END line) with
-/// a marker. Nothing the bundle reads should hold one; this is the guard if something does.
-pub fn redact(text: &str) -> (String, usize) {
-    let mut out = String::with_capacity(text.len());
-    let mut removed = 0;
-    let mut rest = text;
-    while let Some(start) = rest.find("-----BEGIN ") {
-        let header_end = rest[start..].find("-----\n").map(|i| start + i);
-        let header = header_end.map_or("", |e| &rest[start..e]);
-        if !header.ends_with("PRIVATE KEY") {
-            out.push_str(&rest[..start + "-----BEGIN ".len()]);
-            rest = &rest[start + "-----BEGIN ".len()..];
-            continue;
-        }
-        out.push_str(&rest[..start]);
-        out.push_str("[private key removed by etcd-operator gather]");
-        removed += 1;
-        let end_marker = "PRIVATE KEY-----";
-        let after_header = header_end.map_or(start, |e| e + 6);
-        rest = match rest[after_header..].find(end_marker) {
-            Some(i) => &rest[after_header + i + end_marker.len()..],
-            None => "",
-        };
-    }
-    out.push_str(rest);
-    (out, removed)
 }
 
 #[cfg(test)]

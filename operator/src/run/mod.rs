@@ -120,13 +120,20 @@ pub async fn plan(client: Client, config: OperatorConfig) -> Result<PassReport, 
     Ok(pass::pass(&ctx, &inputs, time::OffsetDateTime::now_utc()).await)
 }
 
-/// Takes or renews the leader Lease; whether this instance leads now.
-async fn renew_lease(client: &Client, opts: &RunOptions, was: bool) -> bool {
+/// Takes or renews the leader Lease; whether this instance leads now. `seen` is what this
+/// instance last saw of the Lease (see `leader::observe`).
+async fn renew_lease(
+    client: &Client,
+    opts: &RunOptions,
+    was: bool,
+    seen: &mut Option<leader::Observed>,
+) -> bool {
     let leading = match leader::try_lead(
         client,
         &opts.config.operator_namespace,
         &opts.identity,
         opts.lease_duration,
+        seen,
     )
     .await
     {
@@ -185,6 +192,7 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
     let renew = opts.lease_duration / 3;
     let mut next_renew = Instant::now();
     let mut leading = false;
+    let mut lease_seen = None;
     // Until when this instance may act on its last renewal (see `leader::renew_deadline`).
     let mut act_until: Option<Instant> = None;
     let mut next_pass = Instant::now();
@@ -212,7 +220,7 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         if Instant::now() >= next_renew {
             let was = leading;
             let asked = Instant::now();
-            leading = renew_lease(&client, &opts, leading).await;
+            leading = renew_lease(&client, &opts, leading, &mut lease_seen).await;
             act_until = leading.then(|| asked + leader::renew_deadline(opts.lease_duration));
             metrics.is_leader.set(i64::from(leading));
             next_renew = Instant::now() + renew;

@@ -297,6 +297,32 @@ async fn gather_archive_holds_the_incident_and_no_key() {
     use std::time::Duration;
     let mut h = Harness::bootstrapped(3).await.unwrap();
     h.wait_settled(3, Duration::from_secs(240)).await.unwrap();
+    // The leak: a Warning Event whose message is a private key (here the CA's own),
+    // which the JSON files hold with `\n` escaped.
+    let signer: k8s_openapi::api::core::v1::Secret =
+        kube::Api::namespaced(h.cp.client(), "etcd-operator")
+            .get("etcd-signer")
+            .await
+            .unwrap();
+    let key = signer.data.unwrap()["tls.key"].0.clone();
+    let key_pem = String::from_utf8(key).unwrap();
+    let key_line = key_pem.lines().nth(1).unwrap().to_owned();
+    assert!(key_line.len() > 40, "{key_line}");
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(h.cp.client(), "etcd");
+    let planted: k8s_openapi::api::events::v1::Event = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "a-key-in-a-message"},
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "reportingController": "example.com/leaky",
+        "reportingInstance": "leaky-1",
+        "action": "Leak",
+        "reason": "KeyInMessage",
+        "type": "Warning",
+        "note": key_pem,
+        "regarding": {"kind": "Pod", "namespace": "etcd", "name": "etcd-n1"},
+    }))
+    .unwrap();
+    events.create(&Default::default(), &planted).await.unwrap();
     let out = tempfile::tempdir().unwrap();
     let archive = out.path().join("incident.tar.gz");
     let gather = || {
@@ -367,16 +393,9 @@ async fn gather_archive_holds_the_incident_and_no_key() {
     assert!(file("events-etcd.json").starts_with('['));
     assert!(file("logs/files/operator.log").contains("reconcile"));
     assert!(file("README.txt").contains("Secrets are not included"));
-    // No key material: no PEM key, and not the CA's key in any encoding.
-    let signer: k8s_openapi::api::core::v1::Secret =
-        kube::Api::namespaced(h.cp.client(), "etcd-operator")
-            .get("etcd-signer")
-            .await
-            .unwrap();
-    let key = signer.data.unwrap()["tls.key"].0.clone();
-    let key_pem = String::from_utf8(key).unwrap();
-    let key_line = key_pem.lines().nth(1).unwrap().to_owned();
-    assert!(key_line.len() > 40, "{key_line}");
+    // No key material: no PEM key, and not the CA's key in any encoding, the planted Event's
+    // included (it is there, without its key).
+    assert!(file("events-etcd.json").contains("KeyInMessage"));
     for (name, text) in &files {
         assert!(!text.contains("PRIVATE KEY"), "{name} holds a private key");
         assert!(!text.contains(&key_line), "{name} holds the CA key");
@@ -390,6 +409,11 @@ async fn gather_archive_holds_the_incident_and_no_key() {
         String::from_utf8_lossy(&again.stderr)
     );
     assert_eq!(std::fs::read(&archive).unwrap(), before);
+    // The planted key goes, or the scenario's own check of every Event would find it.
+    events
+        .delete("a-key-in-a-message", &Default::default())
+        .await
+        .unwrap();
     let f = h.finish().await;
     assert_eq!(f.load.writes_lost, 0);
 }

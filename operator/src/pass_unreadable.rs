@@ -12,9 +12,6 @@
 use super::*;
 use crate::api::{Condition, Unreadable};
 
-/// The Event and condition reason.
-pub const REASON: &str = "SpecUnreadable";
-
 /// Holds every action and reports the unreadable object.
 pub(super) async fn hold(
     ctx: &Context,
@@ -40,8 +37,12 @@ pub(super) async fn hold(
     if st.unreadable_reported != Some(generation) {
         tracing::warn!(field = %u.field, generation = ?u.generation, "{line}");
         ctx.metrics.spec_unreadable_generations.inc();
-        ctx.events
-            .publish(u.object.clone(), true, REASON, line.clone());
+        ctx.events.publish(
+            u.object.clone(),
+            true,
+            Reason::SpecUnreadable.as_str(),
+            line.clone(),
+        );
         st.unreadable_reported = Some(generation);
     }
     let conditions = held_conditions(&u.conditions, u, &crate::certs::format_time(now));
@@ -71,37 +72,33 @@ pub fn held_line(u: &Unreadable) -> String {
 /// `u`; every other condition as it was. `lastTransitionTime` moves only where a status does.
 pub fn held_conditions(previous: &[Condition], u: &Unreadable, now: &str) -> Vec<Condition> {
     let message = held_line(u);
-    let set = [
-        (C::SpecDegraded, "True", message.clone()),
-        (
+    let held = [
+        Computed::new(
+            C::SpecDegraded,
+            true,
+            Reason::SpecUnreadable,
+            message.clone(),
+        ),
+        Computed::new(
             C::Degraded,
-            "True",
+            true,
+            Reason::SpecUnreadable,
             format!("{}: {message}", C::SpecDegraded.as_str()),
         ),
-        (
+        Computed::new(
             C::Upgradeable,
-            "False",
-            "the EtcdCluster cannot be read, so the operator acts on nothing".to_owned(),
+            false,
+            Reason::SpecUnreadable,
+            "the EtcdCluster cannot be read, so the operator acts on nothing",
         ),
     ];
-    let mut out: Vec<Condition> = previous
-        .iter()
-        .filter(|p| !set.iter().any(|(t, _, _)| t.as_str() == p.type_))
-        .cloned()
-        .collect();
-    for (type_, status, message) in set {
-        let since = previous
+    let mut out = merge(previous, &held, now);
+    out.extend(
+        previous
             .iter()
-            .find(|p| p.type_ == type_.as_str() && p.status == status)
-            .map_or_else(|| now.to_owned(), |p| p.last_transition_time.clone());
-        out.push(Condition {
-            type_: type_.as_str().to_owned(),
-            status: status.to_owned(),
-            reason: REASON.to_owned(),
-            message,
-            last_transition_time: since,
-        });
-    }
+            .filter(|p| !held.iter().any(|h| h.type_.as_str() == p.type_))
+            .cloned(),
+    );
     out.sort_by(|a, b| a.type_.cmp(&b.type_));
     out
 }

@@ -131,6 +131,8 @@ pub enum Reason {
     RevisionRollingOut,
     EtcdVersionChanging,
     QuorumAtRisk,
+    /// The EtcdCluster cannot be decoded: every action held.
+    SpecUnreadable,
     /// A controller failed; the error's category (e.g. `conflict`, `transport`, `render`).
     Failed(&'static str),
 }
@@ -176,6 +178,7 @@ impl Reason {
             Reason::RevisionRollingOut => "RevisionRollingOut",
             Reason::EtcdVersionChanging => "EtcdVersionChanging",
             Reason::QuorumAtRisk => "QuorumAtRisk",
+            Reason::SpecUnreadable => "SpecUnreadable",
             Reason::Failed(category) => category,
         }
     }

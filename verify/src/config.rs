@@ -206,6 +206,12 @@ impl VerifyConfig {
         Ok(config)
     }
 
+    /// The member id etcd gives this node's member when this revision starts a new cluster
+    /// (its peer URL and `ETCD_INITIAL_CLUSTER_TOKEN`, etcd's own rule).
+    pub fn bootstrap_member_id(&self) -> Option<membership::MemberId> {
+        membership::new_cluster_member_id(&[self.peer_url.as_str()], &self.cluster_token)
+    }
+
     /// Cross-checks between the variables: a revision whose parts disagree is corrupt or forged.
     fn check_consistency(&self) -> Result<(), ConfigError> {
         match self.initial_cluster.get(&self.name) {

@@ -359,8 +359,7 @@ fn decide_without_live(
 /// bootstrap made: where other members run, the operator replaces it (remove, add again as a
 /// learner, a new revision); where none do, the data must come back from a snapshot.
 fn bootstrap_data_lost(config: &VerifyConfig, earlier: &str) -> Decision {
-    let member =
-        membership::new_cluster_member_id(&[config.peer_url.as_str()], &config.cluster_token);
+    let member = config.bootstrap_member_id();
     Decision::Block {
         reason: format!(
             "data dir lost: this node bootstrapped its cluster before ({earlier}) and {} has no member data; \

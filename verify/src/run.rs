@@ -223,8 +223,7 @@ fn classify(
 /// Marks the data dir before the bootstrap manifest starts a new cluster, so that the same
 /// manifest never starts a second one there ([`datadir::earlier`]).
 fn mark_bootstrap(config: &VerifyConfig) -> Result<(), String> {
-    let member =
-        membership::new_cluster_member_id(&[config.peer_url.as_str()], &config.cluster_token);
+    let member = config.bootstrap_member_id();
     let text = format!(
         "cluster token {}, member {}, started {}\n",
         config.cluster_token,

@@ -126,7 +126,8 @@ pub struct EtcdClusterSpec {
     /// node. Turn off only where nodes share one network namespace (the local control plane).
     #[serde(default = "default_true")]
     pub local_client_listener: bool,
-    /// Replacing a member that stays unhealthy on a node that still exists.
+    /// Replacing a member that stays unhealthy on a node that still exists, unless an admin holds
+    /// the node (cordoned, NotReady, `etcd.static-operator.io/etcd-stopped`); one at a time.
     #[serde(default)]
     pub member_remediation: MemberRemediation,
     /// Labels that select the control-plane nodes etcd runs on. Empty: the
@@ -308,7 +309,10 @@ impl Default for RevisionHistory {
 }
 
 /// When a member that stays unhealthy on an existing node is replaced (removed, then joined
-/// again as a learner through the quorum gate), and how often that is retried per node.
+/// again as a learner through the quorum gate), and how often that is retried per node. Never
+/// while its node is cordoned, NotReady or annotated `etcd.static-operator.io/etcd-stopped`
+/// (held by the admin; the unhealthy time counts again from when the hold ends), and never while
+/// another node's replacement is still in flight (a learner not started or not yet promoted).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberRemediation {

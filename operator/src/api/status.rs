@@ -22,6 +22,15 @@ pub struct RemediationStatus {
     /// The member the last attempt removed.
     pub last_member_id: String,
     pub last_reason: String,
+    /// Why the node's unhealthy member is not replaced now because of what an admin did to the
+    /// node ("held by the admin": cordoned, NotReady, or annotated
+    /// `etcd.static-operator.io/etcd-stopped` with its reason); empty when it is not held.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub held_by_admin: String,
+    /// RFC 3339: when the node was last seen holding its unhealthy member; once the hold ends,
+    /// the member's unhealthy time counts from here, not from when it went down.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_held_time: String,
 }
 
 /// What the operator observed and did.

@@ -4,18 +4,30 @@
 //! a machine. Each node's attempts are counted in `status.remediations`; a further attempt waits
 //! `retryPeriodSeconds`, doubled for each earlier attempt, and stops at `maxRetries` (then only
 //! a Degraded condition asks for an admin). The count starts again once the node's member has
-//! been healthy for `minHealthySeconds`. Pure: everything is decided from the observation, the
-//! previous status and `now`.
+//! been healthy for `minHealthySeconds`.
+//!
+//! Two things stop a replacement that is otherwise due:
+//! - **held by the admin**: the member's node is cordoned or drained (`spec.unschedulable`),
+//!   NotReady, or annotated [`ETCD_STOPPED_ANNOTATION`]. An admin at work on the node is not
+//!   answered with a full resync; the node's record says why (`heldByAdmin`), and once the hold
+//!   ends the unhealthy time counts again from then (`lastHeldTime`), not from when it went down.
+//! - **a replacement in flight** (Cluster API KCP's rule: no remediation while a previous one is
+//!   in a transitional state): a member added for a node that has not started, a learner not
+//!   yet promoted while the voters are below the target, or a node whose member remediation
+//!   removed and which has no member yet. Only another node's replacement waits for it: the
+//!   node's own retries keep their back-off.
+//!
+//! Pure: everything is decided from the observation, the previous status and `now`.
 
-use crate::certs::parse_time;
 use std::collections::BTreeMap;
 
-use crate::certs::format_time;
-use crate::status::{Computed, ConditionType, Reason};
 use membership::MemberId;
 use time::{Duration, OffsetDateTime};
 
 use crate::api::{MemberRemediation, MemberStatus, RemediationStatus};
+use crate::certs::{format_time, parse_time};
+use crate::observed::objects::{ControlPlaneNode, ETCD_STOPPED_ANNOTATION};
+use crate::status::{Computed, ConditionType, Reason};
 
 /// Longest wait between two attempts on one node, whatever the doubling gives.
 const MAX_RETRY_WAIT: Duration = Duration::hours(24);
@@ -39,6 +51,46 @@ pub enum Assessment {
     },
     /// Remediation is turned off (`unhealthySeconds: 0`).
     Disabled,
+    /// Its node is held by the admin: not replaced while the hold lasts.
+    Held { hold: Hold },
+    /// Due, but another node's replacement is still in flight (described): one at a time.
+    AwaitingReplacement { in_flight: String },
+}
+
+/// What an admin did to a node that holds remediation of its member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// Annotated [`ETCD_STOPPED_ANNOTATION`]; its value (the admin's reason).
+    EtcdStopped(String),
+    /// Cordoned or drained (`spec.unschedulable`).
+    Cordoned,
+    /// Its `Ready` condition is not `True` (maintenance, a reboot): a replacement could not
+    /// join there anyway, only a member would be lost.
+    NotReady,
+}
+
+impl Hold {
+    /// The node's hold, if any (the annotation first: it carries the admin's reason).
+    pub fn of(node: &ControlPlaneNode) -> Option<Hold> {
+        if let Some(why) = &node.etcd_stopped {
+            Some(Hold::EtcdStopped(why.clone()))
+        } else if node.unschedulable {
+            Some(Hold::Cordoned)
+        } else {
+            (!node.ready).then_some(Hold::NotReady)
+        }
+    }
+
+    /// "node n2 is cordoned (spec.unschedulable)" and the like.
+    pub fn describe(&self, node: &str) -> String {
+        match self {
+            Hold::EtcdStopped(why) => {
+                format!("node {node} is etcd-stopped ({ETCD_STOPPED_ANNOTATION}: {why})")
+            }
+            Hold::Cordoned => format!("node {node} is cordoned (spec.unschedulable)"),
+            Hold::NotReady => format!("node {node} is NotReady"),
+        }
+    }
 }
 
 /// One member that is unhealthy, as remediation sees it.
@@ -93,36 +145,111 @@ pub fn assess(
     }
 }
 
-/// Every started member that is unhealthy, with its node (by `by_node`: node → member) and
-/// assessment, sorted by node. `skip` holds members whose unhealthiness is planned (their node
-/// is being rolled). The unhealthy time comes from the member's `lastTransitionTime` in the
-/// previous status (it moves when health changes).
-pub fn candidates(
-    policy: &MemberRemediation,
-    members: &[MemberStatus],
-    by_node: &BTreeMap<String, MemberId>,
-    records: &[RemediationStatus],
-    skip: &[MemberId],
-    now: OffsetDateTime,
-) -> Vec<Candidate> {
-    by_node
+/// What remediation decides from.
+#[derive(Clone, Debug)]
+pub struct RemediationInput<'a> {
+    pub policy: &'a MemberRemediation,
+    /// `status.members` as of this pass.
+    pub members: &'a [MemberStatus],
+    /// The selected control-plane nodes (cordoning, readiness, the etcd-stopped annotation).
+    pub nodes: &'a [ControlPlaneNode],
+    /// Node → its member.
+    pub by_node: &'a BTreeMap<String, MemberId>,
+    /// The remediation records of the previous status (and this pass's attempt).
+    pub records: &'a [RemediationStatus],
+    /// Members whose unhealthiness is planned (their node is being rolled).
+    pub skip: &'a [MemberId],
+    /// The odd-voter policy's voter target: a started learner is a replacement in flight while
+    /// the voters are below it, a standby otherwise.
+    pub voter_target: usize,
+    pub now: OffsetDateTime,
+}
+
+/// Every started member that is unhealthy, with its node and assessment, sorted by node. The
+/// unhealthy time counts from the member's `lastTransitionTime` in the previous status (it moves
+/// when health changes), or from the end of an admin's hold on its node if that is later.
+pub fn candidates(input: &RemediationInput<'_>) -> Vec<Candidate> {
+    input
+        .by_node
         .iter()
-        .filter(|(_, id)| !skip.contains(id))
+        .filter(|(_, id)| !input.skip.contains(id))
         .filter_map(|(node, id)| {
-            let m = members.iter().find(|m| m.id == id.to_string())?;
+            let m = input.members.iter().find(|m| m.id == id.to_string())?;
             if m.healthy || !m.started {
                 return None;
             }
-            let since = parse_time(&m.last_transition_time).unwrap_or(now);
-            let record = records.iter().find(|r| r.node_name == *node);
+            let record = input.records.iter().find(|r| r.node_name == *node);
+            let went = parse_time(&m.last_transition_time).unwrap_or(input.now);
+            let held_until = record.and_then(|r| parse_time(&r.last_held_time));
+            let since = held_until.map_or(went, |h| h.max(went));
+            let hold = input
+                .nodes
+                .iter()
+                .find(|n| n.target.name == *node)
+                .and_then(Hold::of);
+            let assessment = match hold {
+                Some(hold) if input.policy.unhealthy_seconds != 0 => Assessment::Held { hold },
+                _ => assess(input.policy, record, since, input.now),
+            };
+            let assessment = match assessment {
+                Assessment::Due { .. } => in_flight(input, node).map_or(assessment, |in_flight| {
+                    Assessment::AwaitingReplacement { in_flight }
+                }),
+                other => other,
+            };
             Some(Candidate {
                 node: node.clone(),
                 member: *id,
                 since,
-                assessment: assess(policy, record, since, now),
+                assessment,
             })
         })
         .collect()
+}
+
+/// A replacement in flight on a node other than `except`, described: a member that has not
+/// started, a learner not yet promoted while the voters are below the target, or a node whose
+/// member remediation removed and which has no member yet.
+pub fn in_flight(input: &RemediationInput<'_>, except: &str) -> Option<String> {
+    let node_of = |id: &str| {
+        input
+            .by_node
+            .iter()
+            .find(|(_, m)| m.to_string() == id)
+            .map(|(n, _)| n.as_str())
+    };
+    let voters = input.members.iter().filter(|m| m.role != "Learner").count();
+    let member = input
+        .members
+        .iter()
+        .filter(|m| node_of(&m.id) != Some(except))
+        .find_map(|m| {
+            let node = node_of(&m.id).unwrap_or("a node not selected");
+            if !m.started {
+                Some(format!(
+                    "member {} added for {node} has not started yet",
+                    m.id
+                ))
+            } else if m.role == "Learner" && voters < input.voter_target {
+                Some(format!("learner {} ({node}) is not promoted yet", m.id))
+            } else {
+                None
+            }
+        });
+    member.or_else(|| {
+        input
+            .records
+            .iter()
+            .filter(|r| r.node_name != except && r.attempts > 0 && !r.last_member_id.is_empty())
+            .filter(|r| input.nodes.iter().any(|n| n.target.name == r.node_name))
+            .find(|r| !input.by_node.contains_key(&r.node_name))
+            .map(|r| {
+                format!(
+                    "remediation removed member {} of {} at {} and the node has no member yet",
+                    r.last_member_id, r.node_name, r.last_attempt_time
+                )
+            })
+    })
 }
 
 /// The records after this pass: a node's count starts again once its member has been healthy
@@ -173,13 +300,43 @@ pub fn record_attempt(
             last_attempt_time: now.to_owned(),
             last_member_id: member.to_string(),
             last_reason: reason.to_owned(),
+            ..Default::default()
         }),
     }
     records.sort_by(|a, b| a.node_name.cmp(&b.node_name));
 }
 
+/// The records after this pass's holds: each held candidate's node says why and when (a record
+/// with no attempt is made for it if it has none); every other record's hold is cleared, its
+/// `lastHeldTime` kept (the unhealthy time counts from it).
+pub fn record_holds(records: &mut Vec<RemediationStatus>, candidates: &[Candidate], now: &str) {
+    for r in records.iter_mut() {
+        r.held_by_admin.clear();
+    }
+    for c in candidates {
+        let Assessment::Held { hold } = &c.assessment else {
+            continue;
+        };
+        let held_by_admin = hold.describe(&c.node);
+        match records.iter_mut().find(|r| r.node_name == c.node) {
+            Some(r) => {
+                r.held_by_admin = held_by_admin;
+                r.last_held_time = now.to_owned();
+            }
+            None => records.push(RemediationStatus {
+                node_name: c.node.clone(),
+                held_by_admin,
+                last_held_time: now.to_owned(),
+                ..Default::default()
+            }),
+        }
+    }
+    records.sort_by(|a, b| a.node_name.cmp(&b.node_name));
+}
+
 /// Remediation as status shows it: an exhausted node is Degraded (an admin must look); a member
-/// waiting for its time or backing off is a line in the plan. Returns the condition and the
+/// waiting for its time, backing off, held by the admin or waiting for a replacement in flight is
+/// a line in the plan (a hold is also in the node's record, see [`record_holds`]). Returns the condition and the
 /// plan lines.
 pub fn conditions(candidates: &[Candidate]) -> (Computed, Vec<String>) {
     let mut exhausted = Vec::new();
@@ -211,6 +368,18 @@ pub fn conditions(candidates: &[Candidate]) -> (Computed, Vec<String>) {
             Assessment::Disabled => format!(
                 "member {} of {} is unhealthy; remediation is off (spec.memberRemediation.unhealthySeconds: 0)",
                 c.member, c.node
+            ),
+            Assessment::Held { hold } => format!(
+                "member {} of {} is unhealthy and held by the admin: {}; it is not replaced while the hold lasts, and its unhealthy time counts again from when the hold ends",
+                c.member,
+                c.node,
+                hold.describe(&c.node)
+            ),
+            Assessment::AwaitingReplacement { in_flight } => format!(
+                "member {} of {} is due for replacement (unhealthy since {}) and waits: {in_flight}; one replacement at a time",
+                c.member,
+                c.node,
+                format_time(c.since)
             ),
         };
         lines.push(line);

@@ -27,6 +27,7 @@ fn record(attempts: u32, last: i64) -> RemediationStatus {
         last_attempt_time: rfc(last),
         last_member_id: "2".into(),
         last_reason: "unhealthy".into(),
+        ..Default::default()
     }
 }
 
@@ -89,22 +90,74 @@ fn due_after_the_unhealthy_time_then_backs_off_doubling_up_to_the_limit() {
     assert_eq!(retry_wait(&p, 0), Duration::seconds(600));
 }
 
+/// A Ready, schedulable control-plane node `n<i>` at 10.0.0.<i>.
+fn cp(i: u8) -> ControlPlaneNode {
+    ControlPlaneNode {
+        target: crate::podspec::NodeTarget::new(&format!("n{i}"), [10, 0, 0, i].into()),
+        ready: true,
+        deleting: false,
+        unschedulable: false,
+        etcd_stopped: None,
+    }
+}
+
+fn id(n: u64) -> MemberId {
+    MemberId::new(n).unwrap()
+}
+
+/// Three nodes with voters 1–3; member 2 (on n2) unhealthy since 100, member 3 since 100.
+struct Fixture {
+    nodes: Vec<ControlPlaneNode>,
+    members: Vec<MemberStatus>,
+    by_node: BTreeMap<String, MemberId>,
+    records: Vec<RemediationStatus>,
+    skip: Vec<MemberId>,
+    voter_target: usize,
+}
+
+impl Fixture {
+    fn three() -> Self {
+        Fixture {
+            nodes: vec![cp(1), cp(2), cp(3)],
+            members: vec![
+                member("1", "n1", true, 0),
+                member("2", "n2", false, 100),
+                member("3", "n3", true, 0),
+            ],
+            by_node: (1..=3).map(|i| (format!("n{i}"), id(i))).collect(),
+            records: Vec::new(),
+            skip: Vec::new(),
+            voter_target: 3,
+        }
+    }
+
+    fn candidates(&self, policy: &MemberRemediation, now: i64) -> Vec<Candidate> {
+        candidates(&RemediationInput {
+            policy,
+            members: &self.members,
+            nodes: &self.nodes,
+            by_node: &self.by_node,
+            records: &self.records,
+            skip: &self.skip,
+            voter_target: self.voter_target,
+            now: t(now),
+        })
+    }
+
+    /// The assessment of member 2 (on n2) at `now`.
+    fn n2(&self, now: i64) -> Assessment {
+        let c = self.candidates(&policy(), now);
+        let n2 = c.iter().find(|c| c.node == "n2").unwrap();
+        n2.assessment.clone()
+    }
+}
+
 #[test]
 fn candidates_are_started_unhealthy_members_not_being_rolled() {
-    let p = policy();
-    let m2 = MemberId::new(2).unwrap();
-    let m3 = MemberId::new(3).unwrap();
-    let members = vec![
-        member("1", "n1", true, 0),
-        member("2", "n2", false, 100),
-        member("3", "n3", false, 100),
-    ];
-    let by_node = BTreeMap::from([
-        ("n1".to_owned(), MemberId::new(1).unwrap()),
-        ("n2".to_owned(), m2),
-        ("n3".to_owned(), m3),
-    ]);
-    let c = candidates(&p, &members, &by_node, &[], &[m3], t(800));
+    let mut f = Fixture::three();
+    f.members[2] = member("3", "n3", false, 100);
+    f.skip = vec![id(3)];
+    let c = f.candidates(&policy(), 800);
     assert_eq!(c.len(), 1, "{c:?}");
     assert_eq!(c[0].node, "n2");
     assert_eq!(c[0].since, t(100));
@@ -112,6 +165,165 @@ fn candidates_are_started_unhealthy_members_not_being_rolled() {
         c[0].assessment,
         Assessment::Due { attempt: 1, .. }
     ));
+}
+
+#[test]
+fn an_unhealthy_member_of_a_healthy_node_is_still_replaced_when_due() {
+    let f = Fixture::three();
+    assert_eq!(f.n2(699), Assessment::Waiting { due: t(700) });
+    assert_eq!(
+        f.n2(700),
+        Assessment::Due {
+            attempt: 1,
+            unhealthy_for: Duration::seconds(600)
+        }
+    );
+    // A standby learner (voters at the target) is no replacement in flight.
+    let mut standby = Fixture::three();
+    standby.nodes.push(cp(4));
+    standby.members.push(MemberStatus {
+        role: "Learner".into(),
+        ..member("4", "n4", true, 0)
+    });
+    standby.by_node.insert("n4".into(), id(4));
+    assert!(matches!(
+        standby.n2(700),
+        Assessment::Due { attempt: 1, .. }
+    ));
+}
+
+#[test]
+fn a_cordoned_nodes_member_is_held_by_the_admin() {
+    let mut f = Fixture::three();
+    f.nodes[1].unschedulable = true;
+    assert_eq!(
+        f.n2(99_999),
+        Assessment::Held {
+            hold: Hold::Cordoned
+        }
+    );
+}
+
+#[test]
+fn a_not_ready_nodes_member_is_held_by_the_admin() {
+    let mut f = Fixture::three();
+    f.nodes[1].ready = false;
+    assert_eq!(
+        f.n2(99_999),
+        Assessment::Held {
+            hold: Hold::NotReady
+        }
+    );
+}
+
+#[test]
+fn an_etcd_stopped_nodes_member_is_held_with_the_admins_reason() {
+    let mut f = Fixture::three();
+    f.nodes[1].etcd_stopped = Some("disk replacement, ticket 42".into());
+    // The annotation wins over cordoning: it carries the reason.
+    f.nodes[1].unschedulable = true;
+    let hold = Hold::EtcdStopped("disk replacement, ticket 42".into());
+    assert_eq!(f.n2(99_999), Assessment::Held { hold: hold.clone() });
+    let c = f.candidates(&policy(), 99_999);
+    let (cond, lines) = conditions(&c);
+    assert!(!cond.status, "a hold is not Degraded");
+    assert_eq!(
+        lines,
+        [
+            "member 2 of n2 is unhealthy and held by the admin: node n2 is etcd-stopped (etcd.static-operator.io/etcd-stopped: disk replacement, ticket 42); it is not replaced while the hold lasts, and its unhealthy time counts again from when the hold ends"
+        ]
+    );
+    // The node's record says so (made for it: no attempt yet).
+    let mut records = Vec::new();
+    record_holds(&mut records, &c, &rfc(99_999));
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].attempts, 0);
+    assert_eq!(
+        records[0].held_by_admin,
+        "node n2 is etcd-stopped (etcd.static-operator.io/etcd-stopped: disk replacement, ticket 42)"
+    );
+    assert_eq!(records[0].last_held_time, rfc(99_999));
+}
+
+#[test]
+fn when_the_hold_ends_the_unhealthy_time_counts_again_from_then() {
+    let mut f = Fixture::three();
+    f.nodes[1].unschedulable = true;
+    let held = f.candidates(&policy(), 5000);
+    let mut records = Vec::new();
+    record_holds(&mut records, &held, &rfc(5000));
+    // Uncordoned: member 2 went down at 100, but the hold was last seen at 5000.
+    f.nodes[1].unschedulable = false;
+    f.records = records;
+    assert_eq!(f.n2(5001), Assessment::Waiting { due: t(5600) });
+    assert!(matches!(f.n2(5600), Assessment::Due { attempt: 1, .. }));
+    // The hold is cleared from the record; its time is kept.
+    let mut records = f.records.clone();
+    record_holds(&mut records, &f.candidates(&policy(), 5001), &rfc(5001));
+    assert_eq!(records[0].held_by_admin, "");
+    assert_eq!(records[0].last_held_time, rfc(5000));
+}
+
+#[test]
+fn a_due_replacement_waits_for_one_in_flight() {
+    // A learner for n4 that has not started yet.
+    let mut unstarted = Fixture::three();
+    unstarted.nodes.push(cp(4));
+    unstarted.members.push(MemberStatus {
+        name: String::new(),
+        role: "Learner".into(),
+        started: false,
+        ..member("4", "", false, 0)
+    });
+    unstarted.by_node.insert("n4".into(), id(4));
+    let want = |what: &str| Assessment::AwaitingReplacement {
+        in_flight: what.to_owned(),
+    };
+    assert_eq!(
+        unstarted.n2(700),
+        want("member 4 added for n4 has not started yet")
+    );
+    // A started learner not yet promoted (voters below the target).
+    let mut catching_up = Fixture::three();
+    catching_up.members[2] = MemberStatus {
+        role: "Learner".into(),
+        ..member("3", "n3", true, 0)
+    };
+    assert_eq!(
+        catching_up.n2(700),
+        want("learner 3 (n3) is not promoted yet")
+    );
+    // n3's member removed by remediation and n3 without a member yet.
+    let mut removed = Fixture::three();
+    removed.members.remove(2);
+    removed.by_node.remove("n3");
+    let mut n3 = record(1, 600);
+    n3.node_name = "n3".into();
+    n3.last_member_id = "3".into();
+    removed.records = vec![n3];
+    assert_eq!(
+        removed.n2(700),
+        want(&format!(
+            "remediation removed member 3 of n3 at {} and the node has no member yet",
+            rfc(600)
+        ))
+    );
+    let (_, lines) = conditions(&removed.candidates(&policy(), 700));
+    assert_eq!(
+        lines,
+        [format!(
+            "member 2 of n2 is due for replacement (unhealthy since {}) and waits: remediation removed member 3 of n3 at {} and the node has no member yet; one replacement at a time",
+            rfc(100),
+            rfc(600)
+        )]
+    );
+    // A node's own replacement does not hold its retry: n2's learner stays unhealthy.
+    let mut own = Fixture::three();
+    own.members[1] = MemberStatus {
+        role: "Learner".into(),
+        ..member("2", "n2", false, 100)
+    };
+    assert!(matches!(own.n2(700), Assessment::Due { attempt: 1, .. }));
 }
 
 #[test]

@@ -21,7 +21,8 @@
 //! 4. a member whose node reports, through `etcd-verify`, that its data dir was lost is removed,
 //!    so the node can join again as a new learner (verify archives what is left);
 //! 5. a member that stayed unhealthy past `spec.memberRemediation` is removed, so its node joins
-//!    again as a learner (see [`crate::controllers::remediation`] for timing and retries); with
+//!    again as a learner (see [`crate::controllers::remediation`] for timing, retries, a node
+//!    held by the admin and the wait for a replacement in flight); with
 //!    `spec.corruptionCheck.replaceMinority`, so is a voter whose data the last corruption check
 //!    found diverged from the majority's (the gate counts it as unhealthy: its copy is no copy);
 //! 6. a started learner is promoted while the voters are below the target (etcd refuses until
@@ -226,15 +227,20 @@ fn step_of(p: &mut Pass<'_>, with_certs: &BTreeSet<String>) -> (MembershipStep, 
             .collect();
     let planned: Vec<MemberId> = p.o.restarting().keys().copied().collect();
     let statuses = member_statuses(&p.o.etcd, &p.o.prev.members, &format_time(now));
-    let policy = &p.o.spec.member_remediation;
-    let candidates = remediation::candidates(
-        policy,
-        &statuses,
-        &p.o.by_node,
-        &p.remediations,
-        &planned,
+    let eligible = infos.iter().filter(|n| n.eligible).count();
+    let remaining = infos.iter().filter(|n| !n.deleting).count();
+    let desired = desired_voters(membership::voters(&p.o.etcd.members), eligible, remaining);
+    let candidates = remediation::candidates(&remediation::RemediationInput {
+        policy: &p.o.spec.member_remediation,
+        members: &statuses,
+        nodes: &p.o.nodes,
+        by_node: &p.o.by_node,
+        records: &p.remediations,
+        skip: &planned,
+        voter_target: desired,
         now,
-    );
+    });
+    remediation::record_holds(&mut p.remediations, &candidates, &format_time(now));
     let (exhausted, lines) = remediation::conditions(&candidates);
     p.conds.push(exhausted);
     let cluster = p.o.etcd.cluster_view();
@@ -254,9 +260,6 @@ fn step_of(p: &mut Pass<'_>, with_certs: &BTreeSet<String>) -> (MembershipStep, 
         divergent: &divergent,
         now,
     });
-    let eligible = infos.iter().filter(|n| n.eligible).count();
-    let remaining = infos.iter().filter(|n| !n.deleting).count();
-    let desired = desired_voters(membership::voters(&p.o.etcd.members), eligible, remaining);
     let desired = i64::try_from(desired).unwrap_or(i64::MAX);
     p.ctx.metrics.desired_voters.set(desired);
     learner_promotion::record_standby(p, &step);

@@ -24,6 +24,9 @@ pub enum ConditionType {
     Progressing,
     Degraded,
     Upgradeable,
+    /// The last good (verified) backup is as recent as the schedule allows
+    /// (`controllers::backup::ready`).
+    BackupReady,
     EtcdMembersAvailable,
     EtcdMembersDegraded,
     EtcdMembersProgressing,
@@ -50,6 +53,7 @@ impl ConditionType {
             ConditionType::Progressing => "Progressing",
             ConditionType::Degraded => "Degraded",
             ConditionType::Upgradeable => "Upgradeable",
+            ConditionType::BackupReady => "BackupReady",
             ConditionType::EtcdMembersAvailable => "EtcdMembersAvailable",
             ConditionType::EtcdMembersDegraded => "EtcdMembersDegraded",
             ConditionType::EtcdMembersProgressing => "EtcdMembersProgressing",
@@ -131,6 +135,13 @@ pub enum Reason {
     RevisionRollingOut,
     EtcdVersionChanging,
     QuorumAtRisk,
+    /// Backups are configured and `BackupReady` is False.
+    BackupNotReady,
+    // backups (BackupReady)
+    BackupsNotConfigured,
+    NoVerifiedBackup,
+    BackupTooOld,
+    BackupFailing,
     /// A controller failed; the error's category (e.g. `conflict`, `transport`, `render`).
     Failed(&'static str),
 }
@@ -176,6 +187,11 @@ impl Reason {
             Reason::RevisionRollingOut => "RevisionRollingOut",
             Reason::EtcdVersionChanging => "EtcdVersionChanging",
             Reason::QuorumAtRisk => "QuorumAtRisk",
+            Reason::BackupNotReady => "BackupNotReady",
+            Reason::BackupsNotConfigured => "BackupsNotConfigured",
+            Reason::NoVerifiedBackup => "NoVerifiedBackup",
+            Reason::BackupTooOld => "BackupTooOld",
+            Reason::BackupFailing => "BackupFailing",
             Reason::Failed(category) => category,
         }
     }

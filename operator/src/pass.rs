@@ -239,18 +239,19 @@ async fn run(
         // from them; the next pass runs on caches listed anew.
         return p.report;
     }
+    let backup_risk = backup::ready::reconcile(&mut p);
     // The guard's budget follows etcd in every pass that read it, also one that stopped early
     // (etcd not answering, a membership change just made).
     if p.o.etcd_read
         && p.o.managed
         && !p.waits(ControllerName::QuorumGuard)
-        && let Err(e) = quorum_guard::reconcile(&mut p).await
+        && let Err(e) = quorum_guard::reconcile(&mut p, backup_risk.as_ref()).await
     {
         failed(&mut p, e);
         ok = false;
     }
     if p.o.etcd_read {
-        payload_status::reconcile(&mut p);
+        payload_status::reconcile(&mut p, backup_risk.as_ref());
     }
     if !ctx.plan_only {
         write_status(&mut p).await;

@@ -24,6 +24,9 @@ pub enum ConditionType {
     Progressing,
     Degraded,
     Upgradeable,
+    /// The last good (verified) backup is as recent as the schedule allows
+    /// (`controllers::backup::ready`).
+    BackupReady,
     EtcdMembersAvailable,
     EtcdMembersDegraded,
     EtcdMembersProgressing,
@@ -50,6 +53,7 @@ impl ConditionType {
             ConditionType::Progressing => "Progressing",
             ConditionType::Degraded => "Degraded",
             ConditionType::Upgradeable => "Upgradeable",
+            ConditionType::BackupReady => "BackupReady",
             ConditionType::EtcdMembersAvailable => "EtcdMembersAvailable",
             ConditionType::EtcdMembersDegraded => "EtcdMembersDegraded",
             ConditionType::EtcdMembersProgressing => "EtcdMembersProgressing",
@@ -133,6 +137,13 @@ pub enum Reason {
     QuorumAtRisk,
     /// The EtcdCluster cannot be decoded: every action held.
     SpecUnreadable,
+    /// Backups are configured and `BackupReady` is False.
+    BackupNotReady,
+    // backups (BackupReady)
+    BackupsNotConfigured,
+    NoVerifiedBackup,
+    BackupTooOld,
+    BackupFailing,
     /// A controller failed; the error's category (e.g. `conflict`, `transport`, `render`).
     Failed(&'static str),
 }
@@ -179,6 +190,11 @@ impl Reason {
             Reason::EtcdVersionChanging => "EtcdVersionChanging",
             Reason::QuorumAtRisk => "QuorumAtRisk",
             Reason::SpecUnreadable => "SpecUnreadable",
+            Reason::BackupNotReady => "BackupNotReady",
+            Reason::BackupsNotConfigured => "BackupsNotConfigured",
+            Reason::NoVerifiedBackup => "NoVerifiedBackup",
+            Reason::BackupTooOld => "BackupTooOld",
+            Reason::BackupFailing => "BackupFailing",
             Reason::Failed(category) => category,
         }
     }

@@ -15,8 +15,10 @@
 //! deletes beyond `count` and `maxAgeHours` but never the newest good backup. Writes:
 //! `status.backup`, Events `BackupSucceeded` / `BackupFailed`, metrics. It never changes
 //! etcd's membership or configuration and never blocks the pass: a run in flight only holds
-//! the next backup.
+//! the next backup. Whether the last good backup is recent enough, condition `BackupReady`,
+//! and what it holds (drains, upgrades) are decided in [`ready`].
 
+pub mod ready;
 pub mod run;
 pub mod schedule;
 pub mod verify;
@@ -330,19 +332,8 @@ pub fn reconcile(p: &mut Pass<'_>) {
             m.backup_last_duration.set(good.duration_ms as f64 / 1000.0);
         }
     }
-    let fresh = p.st.backup_interval.as_ref().filter(|(schedule, at, _)| {
-        *schedule == spec.schedule && p.o.now - *at < time::Duration::days(1)
-    });
-    let interval = match fresh {
-        Some((_, _, interval)) => Some(*interval),
-        // An invalid schedule leaves the gauge as it was (the controller is Degraded).
-        None => parse_schedule(&spec.schedule).ok().map(|cron| {
-            let interval = max_interval(&cron, p.o.now);
-            p.st.backup_interval = Some((spec.schedule.clone(), p.o.now, interval));
-            interval
-        }),
-    };
-    if let Some(interval) = interval {
+    // An invalid schedule leaves the gauge as it was (the controller is Degraded).
+    if let Ok(interval) = ready::interval(p.st, &spec.schedule, p.o.now) {
         m.backup_max_interval
             .set(interval.map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)));
     }

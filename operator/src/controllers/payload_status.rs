@@ -5,7 +5,9 @@
 //! health and versions, where an etcd version change stands (`status.etcdVersion`). Decision
 //! (pure): the `Upgradeable` condition ([`upgradeable`]): False, with the reason, while a
 //! membership change, a revision rollout, an etcd version change or a quorum risk (a member down,
-//! etcd not answering) is in flight; `status.versions` ([`versions`]): the operator's own and the
+//! etcd not answering) is in flight, and (reason `BackupNotReady`) while backups are configured
+//! and `BackupReady` is False ([`super::backup::ready`]): an upgrade waits for a recent verified
+//! backup; `status.versions` ([`versions`]): the operator's own and the
 //! etcd version every member runs, moved only once all run it (what an orchestrator waits for);
 //! `status.relatedObjects` ([`related_objects`]). Writes nothing itself: the status carries them,
 //! and [`super::cluster_operator`] mirrors them into a ClusterOperator where the API has one.
@@ -34,6 +36,7 @@ pub fn upgradeable(
             RiskKind::MembershipChange => Reason::MembershipChanging,
             RiskKind::MemberDown => Reason::QuorumAtRisk,
             RiskKind::Rollout => Reason::RevisionRollingOut,
+            RiskKind::BackupNotReady => Reason::BackupNotReady,
         };
         why.push((reason, r.text.clone()));
     }
@@ -53,7 +56,8 @@ pub fn upgradeable(
         None => (
             true,
             Reason::AsExpected,
-            "no membership change, rollout, etcd version change or quorum risk is in flight"
+            "no membership change, rollout, etcd version change or quorum risk is in flight; \
+             backups are ready or not configured"
                 .to_owned(),
         ),
         Some((reason, _)) => (
@@ -119,10 +123,12 @@ pub fn related_objects(operator_namespace: &str) -> Vec<RelatedObject> {
     ]
 }
 
-/// Sets `Upgradeable`, `status.versions` and `status.relatedObjects` for this pass.
-pub fn reconcile(p: &mut Pass<'_>) {
+/// Sets `Upgradeable`, `status.versions` and `status.relatedObjects` for this pass. `backup`:
+/// the risk `BackupReady` is, if any (after every other risk: it names the reason last).
+pub fn reconcile(p: &mut Pass<'_>, backup: Option<&Risk>) {
     let guards = quorum_guard::guard_pods(&p.inputs.pods);
-    let risks = quorum_guard::risks(&p.o, &guards);
+    let mut risks = quorum_guard::risks(&p.o, &guards);
+    risks.extend(backup.cloned());
     let unhealthy: Vec<String> =
         p.o.etcd
             .members

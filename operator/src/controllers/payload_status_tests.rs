@@ -41,6 +41,29 @@ fn the_first_risk_names_the_reason_and_every_one_is_said() {
 }
 
 #[test]
+fn backups_not_ready_hold_upgrades_after_every_other_reason() {
+    let backup = risk(
+        RiskKind::BackupNotReady,
+        "BackupReady is False (NoVerifiedBackup): there is no verified backup yet",
+    );
+    let (ok, reason, message) = upgradeable(std::slice::from_ref(&backup), &[], None);
+    assert!(!ok);
+    assert_eq!(reason, Reason::BackupNotReady);
+    assert_eq!(reason.as_str(), "BackupNotReady");
+    assert_eq!(
+        message,
+        "BackupReady is False (NoVerifiedBackup): there is no verified backup yet"
+    );
+    let rollout = risk(RiskKind::Rollout, "node n2 moves to revision 5 (runs 4)");
+    let (_, reason, message) = upgradeable(&[rollout, backup], &[], None);
+    assert_eq!(reason, Reason::RevisionRollingOut);
+    assert!(
+        message.ends_with("there is no verified backup yet"),
+        "{message}"
+    );
+}
+
+#[test]
 fn a_down_member_or_a_version_change_holds_upgrades() {
     let (ok, reason, message) = upgradeable(&[], &["n3".into()], None);
     assert!(!ok);

@@ -13,7 +13,12 @@
 //! - **nodes** (no eviction at all) while etcd is at risk in a way the probes may not show yet:
 //!   a membership change or a revision rollout in flight, etcd not answering, or a member the
 //!   operator sees down while its guard still reads Ready (a dead node's kubelet reports nothing,
-//!   and its pods stay Ready for about 40 s on a real cluster).
+//!   and its pods stay Ready for about 40 s on a real cluster);
+//! - **nodes** as well, on any number of nodes (one included), while backups are configured and
+//!   `BackupReady` is False ([`super::backup::ready`]): no voluntary disruption until a recent
+//!   verified backup exists. A `kubectl drain` then waits (its evictions are refused with 429 and
+//!   retried) until a backup lands; the way out is to fix or take one
+//!   (`spec.backup.request`), not to force the drain.
 //!
 //! A member that is down and whose guard is not Ready needs no tightening: the probes already
 //! count it, and its own node can still be drained (`IfHealthyBudget`), which costs etcd nothing.
@@ -131,6 +136,9 @@ pub enum RiskKind {
     MembershipChange,
     MemberDown,
     Rollout,
+    /// Backups are configured and `BackupReady` is False (not from [`risks`]: the caller adds
+    /// it, from [`super::backup::ready`]).
+    BackupNotReady,
 }
 
 /// One reason etcd cannot lose a node now.
@@ -252,9 +260,11 @@ pub fn decide(nodes: &[ControlPlaneNode], guards: &[GuardPod], risks: &[Risk]) -
         .filter(|g| g.ready && !g.deleting && selected.contains_key(g.node.as_str()))
         .count();
     // One node: waiting cannot make draining it safe (etcd goes with it either way), so the
-    // budget never holds it.
+    // budget holds it only for a backup, which waiting does make safer.
+    let backup_held = risks.iter().any(|r| r.kind == RiskKind::BackupNotReady);
     let min_available = match expected {
-        0 | 1 => 0,
+        0 => 0,
+        1 if !backup_held => 0,
         n if risks.is_empty() => n - 1,
         n => n,
     };
@@ -311,8 +321,8 @@ fn owner(p: &Pass<'_>) -> Option<OwnerReference> {
 }
 
 /// Runs after etcd was read (whatever later controllers did), so the budget follows etcd even
-/// in a pass that stopped early.
-pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
+/// in a pass that stopped early. `backup`: the risk `BackupReady` is, if any.
+pub async fn reconcile(p: &mut Pass<'_>, backup: Option<&Risk>) -> Result<(), ControllerError> {
     let _t = p.ctx.metrics.time(NAME.as_str());
     let mut guards = guard_pods(&p.inputs.pods);
     // A guard rendered by an older operator (its probe elsewhere) is replaced.
@@ -325,7 +335,9 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
                 .map(|n| (health_host(&n.target, local).1, i32::from(HEALTH_PORT)));
         g.stale = wanted.is_some() && g.probe != wanted;
     }
-    let plan = decide(&p.o.nodes, &guards, &risks(&p.o, &guards));
+    let mut at_risk = risks(&p.o, &guards);
+    at_risk.extend(backup.cloned());
+    let plan = decide(&p.o.nodes, &guards, &at_risk);
     p.next(NAME, describe(&plan));
     p.ctx.metrics.quorum_guards(plan.expected, plan.ready);
     p.quorum_guard = Some(QuorumGuardStatus {

@@ -306,3 +306,32 @@ fn a_guard_with_an_older_probe_is_replaced() {
     assert_eq!(plan.delete, [guard_pod_name("n2")]);
     assert!(plan.create.is_empty(), "recreated once the old one is gone");
 }
+
+fn backup_risk() -> Risk {
+    risk(
+        RiskKind::BackupNotReady,
+        "BackupReady is False (BackupTooOld): the last verified backup is 3h old".into(),
+    )
+}
+
+#[test]
+fn backups_not_ready_allow_no_eviction_on_any_number_of_nodes() {
+    let nodes = [cp(1, false), cp(2, false), cp(3, false)];
+    let guards = [guard(1, true), guard(2, true), guard(3, true)];
+    let plan = decide(&nodes, &guards, &[backup_risk()]);
+    assert_eq!(plan.min_available, 3);
+    assert_eq!(
+        describe(&plan),
+        "3/3 guard(s) Ready; budget minAvailable 3: no drain now (BackupReady is False \
+         (BackupTooOld): the last verified backup is 3h old)"
+    );
+    // The one node too: a backup is what waiting makes safer.
+    let plan = decide(&[cp(1, false)], &[guard(1, true)], &[backup_risk()]);
+    assert_eq!(plan.min_available, 1);
+    let plan = decide(
+        &[cp(1, false), cp(2, false)],
+        &[guard(1, true), guard(2, true)],
+        &[backup_risk()],
+    );
+    assert_eq!(plan.min_available, 2);
+}

@@ -164,6 +164,19 @@ async fn unreadable_spec() {
     );
 }
 
+/// 5 → 3 voters by the admin's choice: exactly the annotated nodes' members go, the leader last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_down() {
+    let report = scenario("scale-down").await;
+    assert!(
+        report
+            .steps
+            .iter()
+            .any(|s| s.what.contains("got no member again")),
+        "{report:?}"
+    );
+}
+
 /// `etcd-operator plan` explains a blocked state: with voter n3 down, a new node n4 cannot join
 /// (the gate refuses to add a learner while a voter is unhealthy), and plan says so, naming n3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -217,7 +217,11 @@ impl Observed {
     /// Members that have to follow their node to a new address (see
     /// [`crate::controllers::address_move`]).
     pub fn address_moves(&self) -> Vec<crate::controllers::address_move::AddressMove> {
-        let nodes = self.nodes.iter().filter(|n| !n.deleting).map(|n| &n.target);
+        let nodes = self
+            .nodes
+            .iter()
+            .filter(|n| n.leaving().is_none())
+            .map(|n| &n.target);
         crate::controllers::address_move::pending_moves(nodes, &self.etcd.members)
     }
 

@@ -177,6 +177,19 @@ async fn scale_down() {
     );
 }
 
+/// Unmanaged writes nothing but status; Managed again resumes what was held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmanaged() {
+    let report = scenario("unmanaged").await;
+    assert!(
+        report
+            .steps
+            .iter()
+            .any(|s| s.what.contains("nothing was written")),
+        "{report:?}"
+    );
+}
+
 /// `etcd-operator plan` explains a blocked state: with voter n3 down, a new node n4 cannot join
 /// (the gate refuses to add a learner while a voter is unhealthy), and plan says so, naming n3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

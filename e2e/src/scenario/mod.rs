@@ -29,6 +29,7 @@
 //! | `node-address-change` | under write load n2 comes back on another address, its old one retired (held: a stale etcd can't bind it, dials to it are closed); the operator re-issues n2's certificates for the new address, moves member n2 there with `MemberUpdate` and rolls a revision with the new URL, n2 first; n2 is the same member id on its own data dir (nothing archived), no member keeps the old URL, `etcd-endpoints` and n2's certificates name the new address |
 //! | `unreadable-spec` | the CRD is loosened (a newer CRD than the operator: `spec.clients[].commonName` not required) and a client without one is patched in with a `forceRedeploymentReason`: the operator cannot decode the spec, so it acts on nothing; `SpecDegraded` and `Degraded` True with reason `SpecUnreadable` naming `spec.clients[0]`, a warning Event, `observedGeneration` and the latest revision unchanged, `etcd-operator plan` exits non-zero naming the field; the spec fixed, the held redeployment rolls one new revision to every node and the condition clears |
 //! | `scale-down` | 5 voters, then the admin annotates two Nodes `etcd.static-operator.io/remove-member` (the leader's node and one the odd-voter policy would not pick): exactly those two members are removed, one at a time, the leader last after handing its leadership off; the three others keep their member ids, and the chosen nodes get no member again |
+//! | `unmanaged` | `managementState: Unmanaged`, then a forced redeployment and a fourth node: for 15 s no revision, no member, and every ConfigMap, Secret, budget and operator-made pod of the operator's and static-pod namespaces keeps its resourceVersion; `Managed` again, the held redeployment rolls one new revision to every node and n4 joins as the standby, the voters keeping their ids |
 
 mod backups;
 mod ca_rotation;
@@ -52,6 +53,7 @@ pub mod runbook;
 mod scale_down;
 mod scenarios;
 mod static_pod;
+mod unmanaged;
 mod unreadable_spec;
 mod upgrade;
 
@@ -61,7 +63,7 @@ use std::time::Instant;
 pub use harness::{Harness, Recovery, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 26] = [
+pub const NAMES: [&str; 27] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -88,6 +90,7 @@ pub const NAMES: [&str; 26] = [
     "node-address-change",
     "unreadable-spec",
     "scale-down",
+    "unmanaged",
 ];
 
 /// The scenarios whose API is served from the managed etcd, as in a real control plane (their

@@ -69,6 +69,7 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "node-address-change" => super::node_address::node_address_change(&mut h).await,
         "unreadable-spec" => super::unreadable_spec::unreadable_spec(&mut h).await,
         "scale-down" => super::scale_down::scale_down(&mut h).await,
+        "unmanaged" => super::unmanaged::unmanaged(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
         ))),

@@ -190,6 +190,19 @@ async fn unmanaged() {
     );
 }
 
+/// A learner added behind the operator's back at no node's address is removed; n4 then joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dangling_learner() {
+    let report = scenario("dangling-learner").await;
+    assert!(
+        report
+            .steps
+            .iter()
+            .any(|s| s.what.contains("MemberOfGoneNodeRemoved")),
+        "{report:?}"
+    );
+}
+
 /// `etcd-operator plan` explains a blocked state: with voter n3 down, a new node n4 cannot join
 /// (the gate refuses to add a learner while a voter is unhealthy), and plan says so, naming n3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

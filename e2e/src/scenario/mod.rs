@@ -30,12 +30,14 @@
 //! | `unreadable-spec` | the CRD is loosened (a newer CRD than the operator: `spec.clients[].commonName` not required) and a client without one is patched in with a `forceRedeploymentReason`: the operator cannot decode the spec, so it acts on nothing; `SpecDegraded` and `Degraded` True with reason `SpecUnreadable` naming `spec.clients[0]`, a warning Event, `observedGeneration` and the latest revision unchanged, `etcd-operator plan` exits non-zero naming the field; the spec fixed, the held redeployment rolls one new revision to every node and the condition clears |
 //! | `scale-down` | 5 voters, then the admin annotates two Nodes `etcd.static-operator.io/remove-member` (the leader's node and one the odd-voter policy would not pick): exactly those two members are removed, one at a time, the leader last after handing its leadership off; the three others keep their member ids, and the chosen nodes get no member again |
 //! | `unmanaged` | `managementState: Unmanaged`, then a forced redeployment and a fourth node: for 15 s no revision, no member, and every ConfigMap, Secret, budget and operator-made pod of the operator's and static-pod namespaces keeps its resourceVersion; `Managed` again, the held redeployment rolls one new revision to every node and n4 joins as the standby, the voters keeping their ids |
+//! | `dangling-learner` | an admin adds a learner at an address no node has and never starts it (it would hold etcd 3.4's one learner slot): the operator removes it (`MemberOfGoneNodeRemoved`; counted in `etcd_operator_members_without_node`, alert `EtcdMemberWithoutNode`), and n4, added meanwhile, joins as the standby, the voters keeping their ids |
 
 mod backups;
 mod ca_rotation;
 pub mod consistency;
 mod consumers;
 mod corruption;
+mod dangling_learner;
 mod drain;
 pub mod failover;
 mod failover_audit;
@@ -63,7 +65,7 @@ use std::time::Instant;
 pub use harness::{Harness, Recovery, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 27] = [
+pub const NAMES: [&str; 28] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -91,6 +93,7 @@ pub const NAMES: [&str; 27] = [
     "unreadable-spec",
     "scale-down",
     "unmanaged",
+    "dangling-learner",
 ];
 
 /// The scenarios whose API is served from the managed etcd, as in a real control plane (their

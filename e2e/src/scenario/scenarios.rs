@@ -70,6 +70,7 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "unreadable-spec" => super::unreadable_spec::unreadable_spec(&mut h).await,
         "scale-down" => super::scale_down::scale_down(&mut h).await,
         "unmanaged" => super::unmanaged::unmanaged(&mut h).await,
+        "dangling-learner" => super::dangling_learner::dangling_learner(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
         ))),

@@ -97,6 +97,11 @@ impl Metrics {
             self.desired_voters.clone(),
         );
         registry.register(
+            "members_without_node",
+            "etcd members whose peer URL is the address of no selected control-plane node (added behind the operator's back, or left by a node that is gone); the operator removes them through the quorum gate",
+            self.members_without_node.clone(),
+        );
+        registry.register(
             "leader_raft_index",
             "Raft index of the etcd leader",
             self.leader_raft_index.clone(),

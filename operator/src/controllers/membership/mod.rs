@@ -35,7 +35,9 @@ use crate::controllers::rollout_hold::AddRefused;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use membership::{Action, ClusterView, Denial, EtcdClient, MemberId, MemberUrl, Verdict, gate};
+use membership::{
+    Action, ClusterView, Denial, EtcdClient, Member, MemberId, MemberUrl, Verdict, gate,
+};
 use time::OffsetDateTime;
 
 use super::member_status::member_statuses;
@@ -287,8 +289,21 @@ fn step_of(p: &mut Pass<'_>, with_certs: &BTreeSet<String>) -> (MembershipStep, 
     });
     let desired = i64::try_from(desired).unwrap_or(i64::MAX);
     p.ctx.metrics.desired_voters.set(desired);
+    let strays = without_node(&infos, &p.o.etcd.members);
+    p.ctx
+        .metrics
+        .members_without_node
+        .set(i64::try_from(strays).unwrap_or(i64::MAX));
     learner_promotion::record_standby(p, &step);
     (step, lines)
+}
+
+/// How many members have the peer URL of no node (`nodes`: every selected one, leaving or not).
+pub fn without_node(nodes: &[NodeInfo], members: &[Member]) -> usize {
+    members
+        .iter()
+        .filter(|m| node_for(nodes, m).is_none())
+        .count()
 }
 
 /// The plan line of a step.

@@ -651,3 +651,17 @@ fn a_learner_of_a_leaving_node_is_removed_and_three_voters_stay() {
         MembershipStep::None
     );
 }
+
+#[test]
+fn a_member_with_the_address_of_no_node_is_counted_and_removed() {
+    let nodes = [node(1, true), node(2, true), node(3, true)];
+    let mut members: Vec<MemberHealth> = (1..=3).map(|i| voter(i, true)).collect();
+    members.push(learner(9, false));
+    let plain: Vec<Member> = members.iter().map(|m| m.member.clone()).collect();
+    assert_eq!(without_node(&nodes, &plain), 1);
+    assert_eq!(without_node(&nodes, &plain[..3]), 0);
+    assert!(matches!(
+        step_full(&nodes, members, &[], &BTreeMap::new(), Some(1), &[], 0),
+        MembershipStep::Remove { id: r, kind: RemovalKind::NodeGone, .. } if r == id(9)
+    ));
+}

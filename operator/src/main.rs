@@ -180,8 +180,9 @@ struct RenderArgs {
     /// The certificates dir as the node's kubelet sees it (default: output-dir/etcd-certs).
     #[arg(long)]
     resource_host_dir: Option<String>,
-    /// etcd also listens on https://127.0.0.1:2379 for the node's kube-apiserver (set false
-    /// only where nodes share one network namespace, as on the local control plane).
+    /// etcd also listens on https://127.0.0.1:2379 and https://[::1]:2379 for the node's
+    /// kube-apiserver (set false only where nodes share one network namespace, as on the local
+    /// control plane).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     local_client_listener: bool,
     #[command(flatten)]

@@ -171,7 +171,8 @@ struct RenderArgs {
     /// Its IP address (etcd listens and advertises there): a unicast address.
     #[arg(long, value_parser = etcd_operator::bootstrap::validate::node_ip)]
     node_ip: IpAddr,
-    /// Where to write etcd-pod.yaml, etcd-certs/ and manifests/. The whole dir is written at
+    /// Where to write etcd-pod.yaml, etcd-certs/, kube-apiserver/ (the first kube-apiserver's
+    /// etcd client certificate, key and CA bundle) and manifests/. The whole dir is written at
     /// once (a staging dir renamed into place). Re-running on a dir that holds a previous
     /// render reuses its CA (manifests/etcd-signer.json), like kubeadm reuses its pki dir,
     /// and keeps the previous output as <dir>.replaced-<UTC>.

@@ -35,6 +35,7 @@ pub mod consistency;
 mod consumers;
 mod corruption;
 mod drain;
+mod endpoints;
 pub mod failover;
 mod failover_audit;
 mod failover_instances;

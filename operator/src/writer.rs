@@ -192,6 +192,30 @@ impl Writer {
         .await
     }
 
+    /// Makes ConfigMap `name` hold exactly `data` and carry `annotations` (its other
+    /// annotations are kept).
+    pub async fn configmap_annotated(
+        &mut self,
+        ns: &str,
+        name: &str,
+        current: Option<&ConfigMap>,
+        data: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<bool, WriteError> {
+        let has = |cm: &ConfigMap| {
+            let have = cm.metadata.annotations.clone().unwrap_or_default();
+            annotations.iter().all(|(k, v)| have.get(k) == Some(v))
+        };
+        let same = current.is_some_and(|cm| cm.data.as_ref() == Some(data) && has(cm));
+        self.ensure(ns, name, current, same, None, |cm: &mut ConfigMap| {
+            cm.data = Some(data.clone());
+            let mut have = cm.metadata.annotations.clone().unwrap_or_default();
+            have.extend(annotations.clone());
+            cm.metadata.annotations = Some(have);
+        })
+        .await
+    }
+
     /// Creates ConfigMap `name` holding `data` and returns an owner reference to it (for objects
     /// that must go when it goes). In a dry run the reference has no uid.
     pub async fn configmap_owner(

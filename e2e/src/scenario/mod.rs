@@ -3,7 +3,7 @@
 //!
 //! | name | what happens |
 //! |---|---|
-//! | `bootstrap` | n1 rendered, grows to 3 voting members, every node on the latest revision; the status never shows Degraded nor a member without a name; `status.certificates` lists the CA and 10 leaves, each renewed before it expires; every node's revision dir holds only its own private keys, 0600; the metrics port answers only a client with a certificate of the etcd CA (`etcd-metric-client`), the probes' plain listener is on the node's loopback; a consumer in `spec.clients` gets a Secret whose certificate etcd accepts, deleted when it leaves the list |
+//! | `bootstrap` | n1 rendered, grows to 3 voting members, every node on the latest revision; the status never shows Degraded nor a member without a name; `status.certificates` lists the CA and 10 leaves, each renewed before it expires; every node's revision dir holds only its own private keys, 0600; the metrics port answers only a client with a certificate of the etcd CA (`etcd-metric-client`), the probes' plain listener is on the node's loopback; `etcd-endpoints` lists every node as a voter at its address; kube-apiserver's Secret as `render` wrote it, applied and named in `spec.clients`, is adopted byte-identical and etcd accepts its certificate; a consumer in `spec.clients` gets a Secret whose certificate etcd accepts, deleted when it leaves the list |
 //! | `data-loss` | n2's data dir is destroyed: its member is replaced, back to 3 voters |
 //! | `node-replacement` | n3 is deleted (member removed), n4 joins as a learner and is promoted |
 //! | `operator-crash` | the operator is killed after learner add, after revision create, during rollout and after promote: the scale-up still completes, no unstarted learner is left |
@@ -39,6 +39,7 @@ mod consumers;
 mod corruption;
 mod dangling_learner;
 mod drain;
+mod endpoints;
 pub mod failover;
 mod failover_audit;
 mod failover_instances;

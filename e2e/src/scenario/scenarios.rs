@@ -98,6 +98,7 @@ fn clean_status(h: &Harness) -> Result<(), ControlPlaneError> {
 /// port behind client certificates, a consumer's client certificate.
 async fn bootstrap(h: &mut Harness) -> Result<(), ControlPlaneError> {
     clean_status(h)?;
+    super::endpoints::every_node_published(h).await?;
     certificate_expiries(h).await?;
     super::metrics_port::client_certs_required(h).await?;
     super::consumers::consumer_secret(h).await

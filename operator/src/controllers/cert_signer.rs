@@ -30,7 +30,7 @@ const NAME: ControllerName = ControllerName::CertSigner;
 /// How soon a consumer Secret that could not be written is tried again.
 const CONSUMER_RETRY: time::Duration = time::Duration::seconds(10);
 /// The CA certificate's key in the metric client Secret.
-pub const CA_KEY: &str = "ca.crt";
+pub const CA_KEY: &str = ClientCertKind::CA_KEY;
 
 /// What the signer produced for the rest of the pass.
 #[derive(Clone, Debug)]
@@ -268,7 +268,7 @@ async fn client_secret(
     policy: &CertPolicy,
     name: &str,
     spec: &certs::LeafSpec,
-) -> Result<ClientData, ControllerError> {
+) -> Result<certs::ClientData, ControllerError> {
     let op_ns = p.ctx.config.operator_namespace.clone();
     let secret = find(&p.inputs.operator_secrets, &op_ns, name);
     let current = secret.map(secret_bytes);
@@ -281,13 +281,8 @@ async fn client_secret(
     Ok((data, changed))
 }
 
-/// A client certificate Secret's data, and why it changed (`None`: it did not).
-pub type ClientData = (BTreeMap<String, Vec<u8>>, Option<certs::Reason>);
-
-/// What a client certificate Secret for `spec` should hold: `current` judged and re-issued when
-/// due, with the trusted CAs as `ca.crt` (clients verify etcd's serving certificate with them;
-/// both during a CA rotation). Returns it, and why it differs from `current` (`None`: it does
-/// not).
+/// What a client certificate Secret for `spec` should hold ([`certs::client_secret_data`]; the
+/// trusted CAs as `ca.crt`, both during a CA rotation), and why it changed.
 pub fn client_data(
     ca: &EtcdCa,
     bundle: &str,
@@ -295,16 +290,8 @@ pub fn client_data(
     spec: &certs::LeafSpec,
     current: Option<&BTreeMap<String, Vec<u8>>>,
     now: time::OffsetDateTime,
-) -> Result<ClientData, ControllerError> {
-    let reason = certs::plan_client_cert(ca, policy, spec, current, now);
-    let mut data = if reason.action() == certs::Action::Keep {
-        current.cloned().unwrap_or_default()
-    } else {
-        certs::apply_client_cert(ca, policy, spec, &reason, current, now).map_err(cert_err)?
-    };
-    data.insert(CA_KEY.to_owned(), bundle.as_bytes().to_vec());
-    let changed = (current != Some(&data)).then_some(reason);
-    Ok((data, changed))
+) -> Result<certs::ClientData, ControllerError> {
+    certs::client_secret_data(ca, bundle, policy, spec, current, now).map_err(cert_err)
 }
 
 /// `status.certificates`: the CA's expiry, and every leaf's with the time the policy renews it

@@ -59,6 +59,20 @@ pub struct ConsumerPlan {
     pub delete: Vec<(String, String)>,
 }
 
+/// What a consumer's certificate must contain: its common name, client usage, no SANs.
+pub fn leaf_spec(c: &EtcdConsumer) -> certs::LeafSpec {
+    certs::LeafSpec {
+        common_name: c.common_name.clone(),
+        sans: certs::Sans::default(),
+        usage: certs::Usage::CLIENT,
+    }
+}
+
+/// The labels of consumer `name`'s Secret.
+pub fn labels(consumer: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(CONSUMER_LABEL.to_owned(), consumer.to_owned())])
+}
+
 /// Decides where each consumer's Secret goes and what to delete. `local` names the Secrets in
 /// the operator's namespace; `recorded` is `status.certificates.consumerSecrets`.
 pub fn plan(
@@ -99,11 +113,7 @@ pub fn plan(
             consumer: c.name.clone(),
             namespace,
             name,
-            spec: certs::LeafSpec {
-                common_name: c.common_name.clone(),
-                sans: certs::Sans::default(),
-                usage: certs::Usage::CLIENT,
-            },
+            spec: leaf_spec(c),
         });
     }
     let kept = |ns: &str, name: &str| {
@@ -258,7 +268,7 @@ async fn one(
     let data_now = found.as_ref().map(secret_bytes);
     let (data, changed) = client_data(ca, bundle, policy, &t.spec, data_now.as_ref(), p.o.now)
         .map_err(|e| format!("consumer {}: {}", t.consumer, e.message))?;
-    let labels = BTreeMap::from([(CONSUMER_LABEL.to_owned(), t.consumer.clone())]);
+    let labels = labels(&t.consumer);
     let relabel = found
         .as_ref()
         .is_some_and(|s| label_of(s) != Some(t.consumer.as_str()));

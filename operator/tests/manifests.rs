@@ -1309,7 +1309,8 @@ async fn the_api_stand_in_accepts_the_manifests_and_rendered_pods() {
 }
 
 /// The role an admin binds in a consumer's namespace grants the Secret verbs
-/// `controllers/consumers.rs` uses there, nothing else, and the manifests bind it nowhere.
+/// `controllers/consumers/` uses there and the pods list of `reload: Restart`, nothing else,
+/// and the manifests bind it nowhere.
 #[test]
 fn the_consumer_secrets_role_is_exactly_what_consumers_rs_does_and_unbound() {
     use etcd_operator::controllers::consumers::CONSUMER_ROLE;
@@ -1323,14 +1324,24 @@ fn the_consumer_secrets_role_is_exactly_what_consumers_rs_does_and_unbound() {
             _ => None,
         })
         .unwrap_or_else(|| panic!("ClusterRole {CONSUMER_ROLE} is not in manifests/"));
-    let want = expand_needs(&[need(
-        "ns",
-        "",
-        "secrets",
-        &["get", "create", "update", "delete"],
-        &[],
-        "consumers.rs: read, write and delete the consumer's Secret",
-    )]);
+    let want = expand_needs(&[
+        need(
+            "ns",
+            "",
+            "secrets",
+            &["get", "create", "update", "delete"],
+            &[],
+            "consumers.rs: read, write and delete the consumer's Secret",
+        ),
+        need(
+            "ns",
+            "",
+            "pods",
+            &["list"],
+            &[],
+            "consumers/pods.rs: a reload Restart consumer's pods, label-selected",
+        ),
+    ]);
     assert_eq!(expand_rules("ns", &rules, CONSUMER_ROLE), want);
     let bound: Vec<String> = docs
         .iter()

@@ -28,10 +28,12 @@
 //! | `ca-rotation` | under write load (a client that reloads its certificate and `ca.crt` from Secret `etcd-client` every second), `spec.certificates.caRotationRequest` rotates the CA in three phases, each rolled to every node before the next: trust both CAs, re-issue every leaf and client certificate from the new one, drop the old one; at the end etcd-signer holds the new CA, every leaf and the client certificate are its, every bundle trusts it alone, etcd-signer-next is deleted; the longest write gap is the report's |
 //! | `node-address-change` | under write load n2 comes back on another address, its old one retired (held: a stale etcd can't bind it, dials to it are closed); the operator re-issues n2's certificates for the new address, moves member n2 there with `MemberUpdate` and rolls a revision with the new URL, n2 first; n2 is the same member id on its own data dir (nothing archived), no member keeps the old URL, `etcd-endpoints` and n2's certificates name the new address |
 //! | `unreadable-spec` | the CRD is loosened (a newer CRD than the operator: `spec.clients[].commonName` not required) and a client without one is patched in with a `forceRedeploymentReason`: the operator cannot decode the spec, so it acts on nothing; `SpecDegraded` and `Degraded` True with reason `SpecUnreadable` naming `spec.clients[0]`, a warning Event, `observedGeneration` and the latest revision unchanged, `etcd-operator plan` exits non-zero naming the field; the spec fixed, the held redeployment rolls one new revision to every node and the condition clears |
+//! | `consumer-reload` | a consumer declared `reload: Restart` (`deadlineSeconds: 10`) selects a pod created through the API in its own namespace, with the mirror-pod annotation (no node: never run; the test plays its kubelet by writing `status.containerStatuses[].state.running.startedAt` through the status subresource); a CA rotation rolls `TrustBoth` to every node and then waits for the pod: `caRotation.waitingFor`, `etcd-operator plan` and Event `CaRotationWaitingForConsumers` name the consumer and the pod, and past the deadline `CertSignerDegraded` says `ConsumerNotReloaded` while the rotation still waits; the pod "restarts" (`startedAt` now) and the rotation goes on, waits again in `ReissueLeaves` and `DropOld` until the pod restarts, and completes with the consumer current |
 
 mod backups;
 mod ca_rotation;
 pub mod consistency;
+mod consumer_reload;
 mod consumers;
 mod corruption;
 mod drain;
@@ -59,7 +61,7 @@ use std::time::Instant;
 pub use harness::{Harness, Recovery, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 25] = [
+pub const NAMES: [&str; 26] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -85,6 +87,7 @@ pub const NAMES: [&str; 25] = [
     "ca-rotation",
     "node-address-change",
     "unreadable-spec",
+    "consumer-reload",
 ];
 
 /// The scenarios whose API is served from the managed etcd, as in a real control plane (their

@@ -68,6 +68,7 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "ca-rotation" => super::ca_rotation::ca_rotation(&mut h).await,
         "node-address-change" => super::node_address::node_address_change(&mut h).await,
         "unreadable-spec" => super::unreadable_spec::unreadable_spec(&mut h).await,
+        "consumer-reload" => super::consumer_reload::consumer_reload(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
         ))),

@@ -157,15 +157,7 @@ pub fn decide(
         }
         _ => {}
     }
-    let done = rollout.settled
-        && rollout.consumers_current
-        && match phase {
-            Phase::TrustBoth => rollout.bundle_has_old && rollout.bundle_has_new,
-            Phase::ReissueLeaves => {
-                rollout.bundle_has_old && rollout.bundle_has_new && rollout.leaves_new
-            }
-            Phase::DropOld => !rollout.bundle_has_old && rollout.bundle_has_new,
-        };
+    let done = rolled_out(phase, rollout) && rollout.consumers_current;
     match (phase, done) {
         (p, false) => Step::Run { phase: p, trigger },
         (Phase::TrustBoth, true) => Step::Run {
@@ -178,6 +170,18 @@ pub fn decide(
         },
         (Phase::DropOld, true) => Step::Finish { trigger },
     }
+}
+
+/// Every node runs the latest revision and it carries `phase`'s material (consumers aside).
+pub fn rolled_out(phase: Phase, rollout: &RolloutView) -> bool {
+    rollout.settled
+        && match phase {
+            Phase::TrustBoth => rollout.bundle_has_old && rollout.bundle_has_new,
+            Phase::ReissueLeaves => {
+                rollout.bundle_has_old && rollout.bundle_has_new && rollout.leaves_new
+            }
+            Phase::DropOld => !rollout.bundle_has_old && rollout.bundle_has_new,
+        }
 }
 
 /// Which CA signs this pass and which CAs are trusted, and the rotation's status fields.
@@ -392,7 +396,9 @@ pub async fn run(
                 return Err(failed(format!("Secret {op_ns}/{NEXT_SECRET} is missing")));
             };
             let mut status = entering(phase, &trigger, &new);
-            waits_for_consumers(p, &mut status, previous.ca_rotation.as_ref(), waiting).await;
+            let rolled = rolled_out(phase, &view);
+            let before = previous.ca_rotation.as_ref();
+            waits_for_consumers(p, &mut status, before, waiting, rolled).await;
             if previous
                 .ca_rotation
                 .as_ref()
@@ -453,7 +459,8 @@ pub async fn run(
     Ok(trust)
 }
 
-/// A phase whose consumers have not picked up its material says so: in the status message and
+/// A phase whose consumers have not picked up its material says so (`rolled`: only they are
+/// waited for): in the status message and
 /// `waitingFor` (so the plan names them), and in Event `CaRotationWaitingForConsumers` whenever
 /// the list changes.
 async fn waits_for_consumers(
@@ -461,9 +468,13 @@ async fn waits_for_consumers(
     status: &mut CaRotationStatus,
     previous: Option<&CaRotationStatus>,
     waiting: &[String],
+    rolled: bool,
 ) {
     if waiting.is_empty() {
         return;
+    }
+    if rolled {
+        status.message = "every node runs the phase's material".to_owned();
     }
     status.message = format!(
         "{}; waiting for {} consumer(s) to pick up the phase's material: {}",

@@ -3,8 +3,9 @@
 //! for its pod to restart before every step. The pod is an API object only: on the API
 //! stand-in and on kas a Pod without a node is never run, so the test plays the kubelet by
 //! writing the pod's status through the status subresource (phase `Running`, its container's
-//! `state.running.startedAt`). The pod carries the mirror-pod annotation, as a kube-apiserver
-//! static pod's mirror pod does. Story: the rotation is held in `TrustBoth` with status, plan and
+//! `state.running.startedAt`). On the stand-in the pod carries the mirror-pod annotation, as a
+//! kube-apiserver static pod's mirror pod does (kube-apiserver refuses it on a pod without
+//! `spec.nodeName`, so on kas the pod is a plain one). Story: the rotation is held in `TrustBoth` with status, plan and
 //! an Event naming the consumer and the pod, and past the consumer's `deadlineSeconds` (10)
 //! `CertSignerDegraded` says `ConsumerNotReloaded`; the pod "restarts" (its `startedAt` moves to
 //! now) and the rotation goes on; in `ReissueLeaves` and `DropOld` it waits again until the pod
@@ -227,18 +228,33 @@ async fn setup(h: &mut Harness) -> Result<(), ControlPlaneError> {
         &binding,
     )
     .await?;
+    // kube-apiserver refuses the mirror-pod annotation without spec.nodeName, and a pod bound
+    // to a node would be run by its node agent (or, on a node that does not exist, deleted by
+    // the pod garbage collector): the annotation only where the API takes it unbound (the
+    // stand-in); that mirror pods are selected is also a unit test (`consumers::reload`).
+    let mirror = !h.cp.operator_rbac_enforced();
+    let annotations = if mirror {
+        serde_json::json!({MIRROR_ANNOTATION: "standin"})
+    } else {
+        serde_json::json!({})
+    };
     let pod: Pod = obj(serde_json::json!({
         "metadata": {"name": POD, "namespace": NS,
                      "labels": {"component": "kas-standin"},
-                     "annotations": {MIRROR_ANNOTATION: "standin"}},
+                     "annotations": annotations},
         "spec": {"automountServiceAccountToken": false,
                  "containers": [{"name": "kube-apiserver", "image": "kube-apiserver:standin"}]}
     }))?;
     Api::<Pod>::namespaced(client, NS)
         .create(&PostParams::default(), &pod)
         .await?;
+    let kind = if mirror {
+        "with the mirror-pod annotation"
+    } else {
+        "without the mirror-pod annotation (kube-apiserver requires spec.nodeName with it)"
+    };
     h.step(format!(
-        "namespace {NS}: pod {POD} (mirror-pod annotation, no node: the test plays its kubelet), ClusterRole {CONSUMER_ROLE} bound to the operator"
+        "namespace {NS}: pod {POD} {kind}, no node: the test plays its kubelet; ClusterRole {CONSUMER_ROLE} bound to the operator"
     ));
     Ok(())
 }

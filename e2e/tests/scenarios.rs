@@ -203,6 +203,30 @@ async fn dangling_learner() {
     );
 }
 
+/// A CA rotation waits, phase by phase, for a `reload: Restart` consumer's pod to restart, and
+/// says so past the consumer's deadline; restarted, the rotation completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_reload() {
+    let report = scenario("consumer-reload").await;
+    let restarts = report
+        .steps
+        .iter()
+        .filter(|s| s.what.contains("restarted at"))
+        .count();
+    assert_eq!(restarts, 3, "one restart per phase: {report:?}");
+    for seen in [
+        "CertSignerDegraded ConsumerNotReloaded",
+        "plan: ",
+        "Event CaRotationWaitingForConsumers",
+        "CA rotation completed with kas-standin current",
+    ] {
+        assert!(
+            report.steps.iter().any(|s| s.what.contains(seen)),
+            "{seen}: {report:?}"
+        );
+    }
+}
+
 /// `etcd-operator plan` explains a blocked state: with voter n3 down, a new node n4 cannot join
 /// (the gate refuses to add a learner while a voter is unhealthy), and plan says so, naming n3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

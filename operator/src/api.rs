@@ -14,6 +14,7 @@ mod backup;
 mod certificates;
 mod maintenance;
 mod platform;
+mod reload;
 mod selector;
 mod status;
 mod stored;
@@ -29,6 +30,7 @@ pub use maintenance::{
     DivergentMember,
 };
 pub use platform::{OperandVersion, QuorumGuardStatus, RelatedObject};
+pub use reload::{ConsumerPods, ConsumerStatus, Reload, ReloadMode};
 pub use selector::SelectorError;
 pub use status::{
     Condition, EtcdClusterStatus, EtcdVersionStatus, MemberStatus, NodeStatus, RemediationStatus,

@@ -144,6 +144,13 @@ pub enum Reason {
     NoVerifiedBackup,
     BackupTooOld,
     BackupFailing,
+    // consumers of etcd (CertSignerDegraded)
+    /// A CA rotation waited longer than a consumer's `reload.deadlineSeconds` for its pods to
+    /// restart (it still waits).
+    ConsumerNotReloaded,
+    /// A `Restart` consumer's pods cannot be listed (or none are named): whether it picked up
+    /// its Secret is unknown, so a CA rotation waits.
+    ConsumerPodsUnreadable,
     /// A controller failed; the error's category (e.g. `conflict`, `transport`, `render`).
     Failed(&'static str),
 }
@@ -195,6 +202,8 @@ impl Reason {
             Reason::NoVerifiedBackup => "NoVerifiedBackup",
             Reason::BackupTooOld => "BackupTooOld",
             Reason::BackupFailing => "BackupFailing",
+            Reason::ConsumerNotReloaded => "ConsumerNotReloaded",
+            Reason::ConsumerPodsUnreadable => "ConsumerPodsUnreadable",
             Reason::Failed(category) => category,
         }
     }

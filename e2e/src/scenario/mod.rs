@@ -31,10 +31,12 @@
 //! | `scale-down` | 5 voters, then the admin annotates two Nodes `etcd.static-operator.io/remove-member` (the leader's node and one the odd-voter policy would not pick): exactly those two members are removed, one at a time, the leader last after handing its leadership off; the three others keep their member ids, and the chosen nodes get no member again |
 //! | `unmanaged` | `managementState: Unmanaged`, then a forced redeployment and a fourth node: for 15 s no revision, no member, and every ConfigMap, Secret, budget and operator-made pod of the operator's and static-pod namespaces keeps its resourceVersion; `Managed` again, the held redeployment rolls one new revision to every node and n4 joins as the standby, the voters keeping their ids |
 //! | `dangling-learner` | an admin adds a learner at an address no node has and never starts it (it would hold etcd 3.4's one learner slot): the operator removes it (`MemberOfGoneNodeRemoved`; counted in `etcd_operator_members_without_node`, alert `EtcdMemberWithoutNode`), and n4, added meanwhile, joins as the standby, the voters keeping their ids |
+//! | `consumer-reload` | a consumer declared `reload: Restart` (`deadlineSeconds: 10`) selects a pod created through the API in its own namespace, with the mirror-pod annotation on the stand-in (kube-apiserver requires `spec.nodeName` with it; no node: never run; the test plays its kubelet by writing `status.containerStatuses[].state.running.startedAt` through the status subresource); a CA rotation rolls `TrustBoth` to every node and then waits for the pod: `caRotation.waitingFor`, `etcd-operator plan` and Event `CaRotationWaitingForConsumers` name the consumer and the pod, and past the deadline `CertSignerDegraded` says `ConsumerNotReloaded` while the rotation still waits; the pod "restarts" (`startedAt` now) and the rotation goes on, waits again in `ReissueLeaves` and `DropOld` until the pod restarts, and completes with the consumer current |
 
 mod backups;
 mod ca_rotation;
 pub mod consistency;
+mod consumer_reload;
 mod consumers;
 mod corruption;
 mod dangling_learner;
@@ -66,7 +68,7 @@ use std::time::Instant;
 pub use harness::{Harness, Recovery, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 28] = [
+pub const NAMES: [&str; 29] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -95,6 +97,7 @@ pub const NAMES: [&str; 28] = [
     "scale-down",
     "unmanaged",
     "dangling-learner",
+    "consumer-reload",
 ];
 
 /// The scenarios whose API is served from the managed etcd, as in a real control plane (their

@@ -71,6 +71,7 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "scale-down" => super::scale_down::scale_down(&mut h).await,
         "unmanaged" => super::unmanaged::unmanaged(&mut h).await,
         "dangling-learner" => super::dangling_learner::dangling_learner(&mut h).await,
+        "consumer-reload" => super::consumer_reload::consumer_reload(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
         ))),

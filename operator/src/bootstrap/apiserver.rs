@@ -29,7 +29,9 @@ use std::path::{Path, PathBuf};
 use time::OffsetDateTime;
 
 use super::{BootstrapError, OPERATOR_NAMESPACE, OutFile, json, read_bounded, secret};
-use crate::api::{EtcdCluster, EtcdClusterSpec, EtcdConsumer, SINGLETON};
+use crate::api::{
+    ConsumerPods, EtcdCluster, EtcdClusterSpec, EtcdConsumer, Reload, ReloadMode, SINGLETON,
+};
 use crate::certs::{self, CertPolicy, ClientCertKind, EtcdCa};
 use crate::controllers::consumers;
 
@@ -46,13 +48,26 @@ pub const KEY_FILE: &str = "kube-apiserver/apiserver-etcd-client.key";
 /// The EtcdCluster render proposes.
 pub const CLUSTER_FILE: &str = "manifests/etcdcluster.json";
 
-/// kube-apiserver as a consumer in `spec.clients`.
+/// Where kube-apiserver's static pods are (kubeadm's labels; their mirror pods are listed).
+pub const PODS_NAMESPACE: &str = "kube-system";
+pub const PODS_LABEL: (&str, &str) = ("component", "kube-apiserver");
+
+/// kube-apiserver as a consumer in `spec.clients`: it reads its etcd CA file only at start
+/// (`docs/kube-apiserver-etcd-tls.md`), so a CA rotation waits until each of its pods restarted.
 pub fn consumer() -> EtcdConsumer {
     EtcdConsumer {
         name: CONSUMER.to_owned(),
         common_name: COMMON_NAME.to_owned(),
         namespace: None,
         secret_name: None,
+        reload: Reload {
+            mode: ReloadMode::Restart,
+            pods: Some(ConsumerPods {
+                namespace: Some(PODS_NAMESPACE.to_owned()),
+                match_labels: BTreeMap::from([(PODS_LABEL.0.to_owned(), PODS_LABEL.1.to_owned())]),
+            }),
+            ..Reload::default()
+        },
     }
 }
 

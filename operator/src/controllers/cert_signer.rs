@@ -6,7 +6,8 @@
 //! [`crate::certs::plan_client_cert`], pure): which certificates are missing, expiring or no
 //! longer match their node. Writes: the CA Secret (only when none exists and the cluster is
 //! Managed), `etcd-all-certs`, `etcd-all-bundles`, the operator's client certificates, the
-//! consumers' ([`super::consumers`]); Events
+//! consumers' ([`super::consumers`]) and whether each consumer picked them up
+//! (`status.certificates.consumers`, which a CA rotation waits on); Events
 //! `CaGenerated`, `CertificatesUpdated`; the expiry metrics. It never issues anything for an
 //! Unmanaged cluster and never replaces an existing CA.
 
@@ -15,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Secret;
 use membership::TlsPem;
 
+use super::consumers::{self, reload};
 use super::{ControllerError, ControllerName};
 use crate::certs::{self, CaOrigin, CertPolicy, ClientCertKind, EtcdCa};
 use crate::metrics::{CertLabels, Metrics};
@@ -68,15 +70,29 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
     let _t = p.ctx.metrics.time(NAME.as_str());
     let policy = CertPolicy::from_spec(&p.o.spec.certificates);
     let adopted = ca(p, &policy).await?;
-    let trust = super::ca_rotation::run(p, adopted, &policy).await?;
+    let decided = consumers::decided(p);
+    let pods = consumers::observe_pods(&p.ctx.client, &decided.maintain).await;
+    let records = p
+        .certificates
+        .as_ref()
+        .map(|c| c.consumers.clone())
+        .unwrap_or_default();
+    let waiting: Vec<String> = reload::before(&decided.maintain, &records, &pods, p.o.now)
+        .iter()
+        .filter_map(reload::Pickup::line)
+        .collect();
+    let trust = super::ca_rotation::run(p, adopted, &policy, &waiting).await?;
     let ca = std::sync::Arc::clone(&trust.signing);
     let bundle = trust.bundle_pem();
     let bundles = trust.bundles();
     let all_certs = node_certs(p, &ca, &bundles, &policy).await?;
     let tls = client_cert(p, &ca, &bundle, &policy).await?;
-    let consumers = super::consumers::reconcile(p, &ca, &bundle, &policy).await;
+    let served = consumers::reconcile(p, &decided, &ca, &bundle, &policy).await;
+    let after = reload::settle(&decided.maintain, &records, &served.digests, &pods, p.o.now);
+    let rotating = trust.rotation.is_some();
+    let consumer_status = consumers::report::report(p, &after, rotating, &records).await;
     let mut infos = certs::inspect_certs(&ca, &all_certs);
-    for (secret, cert) in &consumers.certs {
+    for (secret, cert) in &served.certs {
         infos.push(certs::inspect_pem(&ca, secret, cert));
     }
     let client_key = format!(
@@ -92,7 +108,8 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
     status.ca_rotation = trust.rotation;
     status.handled_ca_rotation = trust.handled;
     status.last_ca_rotation = trust.last;
-    status.consumer_secrets = consumers.secrets;
+    status.consumer_secrets = served.secrets;
+    status.consumers = consumer_status;
     p.certificates = Some(status);
     let with_certs =
         p.o.nodes
@@ -105,12 +122,12 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
             .map(|n| n.target.name.clone())
             .collect();
     record_expiry(&p.ctx.metrics, &ca, &all_certs);
-    p.st.consumers_behind = !consumers.problems.is_empty();
-    if consumers.problems.is_empty() {
+    p.st.consumers_behind = !served.problems.is_empty();
+    if served.problems.is_empty() {
         p.succeeded(NAME);
     } else {
         // Etcd's own certificates are done: the pass goes on, the consumers are retried.
-        let message = consumers.problems.join("; ");
+        let message = served.problems.join("; ");
         p.ctx.metrics.error(NAME.as_str(), "consumer-secret");
         p.note(message.clone());
         p.cond(

@@ -120,6 +120,11 @@ impl Metrics {
             "notAfter of the etcd CA",
             self.ca_expiry.clone(),
         );
+        registry.register(
+            "consumer_reload_pending",
+            "1 while a CA rotation waits for the consumer (spec.clients) to pick up its Secret: a reload Restart consumer's pods not all started since the Secret was written",
+            self.consumer_reload_pending.clone(),
+        );
     }
 
     /// Registers the status metrics: leadership and the EtcdCluster conditions.

@@ -11,13 +11,22 @@
 //! [`CONSUMER_LABEL`]; deletions. It never overwrites a Secret it did not make (no label), never
 //! deletes one whose label is gone, and a consumer it cannot serve (refused, or the API forbids
 //! the namespace) degrades `CertSignerDegraded` without stopping the pass: etcd's own
-//! certificates do not wait for a consumer's RoleBinding. While a consumer Secret is behind, a
-//! CA rotation does not leave `TrustBoth` or `ReissueLeaves` ([`super::ca_rotation`]).
+//! certificates do not wait for a consumer's RoleBinding. While a consumer Secret is behind, or
+//! a consumer has not picked up its Secret's material ([`reload`]: a `Restart` consumer's pods
+//! must have started since the write, [`pods`] lists them), a CA rotation does not leave its
+//! phase ([`super::ca_rotation`]); [`report`] says so in status, conditions, metrics and Events.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
+
+mod pods;
+pub mod reload;
+pub mod report;
+
+pub use pods::observe as observe_pods;
+use reload::ReloadPolicy;
 
 use super::cert_signer::{client_data, secret_bytes};
 use crate::api::EtcdConsumer;
@@ -40,6 +49,8 @@ pub struct Target {
     pub namespace: String,
     pub name: String,
     pub spec: certs::LeafSpec,
+    /// How the consumer picks up a changed Secret.
+    pub reload: ReloadPolicy,
 }
 
 impl Target {
@@ -111,9 +122,10 @@ pub fn plan(
         }
         out.maintain.push(Target {
             consumer: c.name.clone(),
-            namespace,
             name,
             spec: leaf_spec(c),
+            reload: ReloadPolicy::of(c, &namespace),
+            namespace,
         });
     }
     let kept = |ns: &str, name: &str| {
@@ -183,39 +195,65 @@ fn with_hint(message: String, forbidden: bool, ns: &str) -> String {
 }
 
 /// What consumers got this pass: `<ns>/<name>/tls.crt` → certificate (for status), the Secrets
-/// maintained, and the problems (empty when every consumer is served).
+/// maintained, the digest of each served consumer's Secret data, and the problems (empty when
+/// every consumer is served).
 #[derive(Debug, Default)]
 pub struct Served {
     pub certs: Vec<(String, Vec<u8>)>,
     pub secrets: Vec<String>,
+    pub digests: BTreeMap<String, String>,
     pub problems: Vec<String>,
 }
 
-/// Maintains every consumer's Secret (writes when Managed) and deletes those of consumers
-/// that left.
-pub async fn reconcile(p: &mut Pass<'_>, ca: &EtcdCa, bundle: &str, policy: &CertPolicy) -> Served {
-    let op_ns = p.ctx.config.operator_namespace.clone();
+/// [`plan`] for this pass: the spec, the operator namespace's Secrets and the record.
+pub fn decided(p: &Pass<'_>) -> ConsumerPlan {
     let local: Vec<&str> = p
         .inputs
         .operator_secrets
         .iter()
         .filter_map(|s| s.metadata.name.as_deref())
         .collect();
-    let recorded = p
-        .certificates
+    plan(
+        &p.o.spec.clients,
+        &p.ctx.config.operator_namespace,
+        &local,
+        &recorded(p),
+    )
+}
+
+fn recorded(p: &Pass<'_>) -> Vec<String> {
+    p.certificates
         .as_ref()
         .map(|c| c.consumer_secrets.clone())
-        .unwrap_or_default();
-    let decided = plan(&p.o.spec.clients, &op_ns, &local, &recorded);
+        .unwrap_or_default()
+}
+
+/// Maintains every consumer's Secret as `decided` (writes when Managed) and deletes those of
+/// consumers that left.
+pub async fn reconcile(
+    p: &mut Pass<'_>,
+    decided: &ConsumerPlan,
+    ca: &EtcdCa,
+    bundle: &str,
+    policy: &CertPolicy,
+) -> Served {
+    let recorded = recorded(p);
     let mut served = Served {
         problems: decided.refused.clone(),
         ..Served::default()
     };
     for t in &decided.maintain {
         match one(p, t, ca, bundle, policy).await {
-            Ok(cert) => {
+            Ok(data) => {
+                let cert = data
+                    .get(certs::ClientCertKind::CERT_KEY)
+                    .cloned()
+                    .unwrap_or_default();
                 served.certs.push((format!("{}/tls.crt", t.key()), cert));
                 served.secrets.push(t.key());
+                served
+                    .digests
+                    .insert(t.consumer.clone(), reload::digest(&data));
             }
             Err(problem) => {
                 served.problems.push(problem);
@@ -241,14 +279,14 @@ pub async fn reconcile(p: &mut Pass<'_>, ca: &EtcdCa, bundle: &str, policy: &Cer
     served
 }
 
-/// One consumer's Secret; its certificate, or the problem.
+/// One consumer's Secret; its data as written (or kept), or the problem.
 async fn one(
     p: &mut Pass<'_>,
     t: &Target,
     ca: &EtcdCa,
     bundle: &str,
     policy: &CertPolicy,
-) -> Result<Vec<u8>, String> {
+) -> Result<BTreeMap<String, Vec<u8>>, String> {
     let at = t.key();
     let found = current(p, &t.namespace, &t.name).await.map_err(|e| {
         format!(
@@ -283,10 +321,7 @@ async fn one(
                 with_hint(m, e.category() == "forbidden", &t.namespace)
             })?;
     }
-    Ok(data
-        .get(certs::ClientCertKind::CERT_KEY)
-        .cloned()
-        .unwrap_or_default())
+    Ok(data)
 }
 
 /// Deletes a consumer Secret the operator made (label present). `Ok(true)`: it stays on record
@@ -334,75 +369,4 @@ async fn forget(p: &mut Pass<'_>, at: &str, why: &str) -> Result<bool, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn c(name: &str, ns: Option<&str>, secret: Option<&str>) -> EtcdConsumer {
-        EtcdConsumer {
-            name: name.into(),
-            common_name: format!("{name}-cn"),
-            namespace: ns.map(str::to_owned),
-            secret_name: secret.map(str::to_owned),
-        }
-    }
-
-    #[test]
-    fn each_consumer_gets_its_secret_where_it_asks_and_leavers_lose_theirs() {
-        let spec = [
-            c(
-                "kube-apiserver",
-                Some("kube-system"),
-                Some("apiserver-etcd-client"),
-            ),
-            c("backup", None, None),
-            c("backup2", None, Some("etcd-client")),
-            c("sneaky", Some(STATIC_POD_NAMESPACE), None),
-            c("twin", Some("kube-system"), Some("apiserver-etcd-client")),
-        ];
-        let local = [
-            "etcd-client",
-            "etcd-consumer-backup",
-            "etcd-consumer-old",
-            "x",
-        ];
-        let recorded = [
-            "kube-system/apiserver-etcd-client".to_owned(),
-            "tools/etcd-consumer-gone".to_owned(),
-            "ops/etcd-consumer-old".to_owned(),
-        ];
-        let p = plan(&spec, "ops", &local, &recorded);
-        let kept: Vec<(String, &str)> = p
-            .maintain
-            .iter()
-            .map(|t| (t.key(), t.spec.common_name.as_str()))
-            .collect();
-        assert_eq!(
-            kept,
-            [
-                (
-                    "kube-system/apiserver-etcd-client".to_owned(),
-                    "kube-apiserver-cn"
-                ),
-                ("ops/etcd-consumer-backup".to_owned(), "backup-cn"),
-            ]
-        );
-        assert!(
-            p.maintain
-                .iter()
-                .all(|t| t.spec.usage == certs::Usage::CLIENT
-                    && t.spec.sans == certs::Sans::default())
-        );
-        assert_eq!(p.refused.len(), 3, "{:?}", p.refused);
-        assert!(p.refused[0].contains("consumer backup2: Secret ops/etcd-client refused"));
-        assert!(p.refused[1].contains("static-pod namespace"));
-        assert!(p.refused[2].contains("consumer kube-apiserver already has it"));
-        assert_eq!(
-            p.delete,
-            [
-                ("ops".to_owned(), "etcd-consumer-old".to_owned()),
-                ("tools".to_owned(), "etcd-consumer-gone".to_owned()),
-            ],
-            "a leaver's Secret goes, in the operator's namespace by prefix, elsewhere by record; no duplicate"
-        );
-    }
-}
+mod tests;

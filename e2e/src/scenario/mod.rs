@@ -141,8 +141,10 @@ pub struct ScenarioReport {
 /// Runs scenario `name`; writes `<out_dir>/<name>/report.json` and returns its path and the report.
 pub async fn run(name: &str, out_dir: &Path) -> Result<(PathBuf, ScenarioReport), String> {
     let started = Instant::now();
-    let (outcome, harness) = match scenarios::prepare(name).await {
-        Ok(h) => scenarios::drive(name, h).await,
+    // Boxed: the scenarios' futures are large in a debug build, and a test thread that holds
+    // them on its stack overflows it (restore-from-snapshot did).
+    let (outcome, harness) = match Box::pin(scenarios::prepare(name)).await {
+        Ok(h) => Box::pin(scenarios::drive(name, h)).await,
         Err((e, h)) => (Err(e.to_string()), h),
     };
     let (load, steps, check, recovery) = match harness {

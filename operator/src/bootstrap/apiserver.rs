@@ -74,7 +74,7 @@ pub fn consumer() -> EtcdConsumer {
 /// Where the operator keeps kube-apiserver's Secret: `(namespace, name, leaf spec)`, from the
 /// consumer plan itself.
 fn target() -> Result<consumers::Target, BootstrapError> {
-    consumers::plan(&[consumer()], OPERATOR_NAMESPACE, &[], &[])
+    consumers::plan(&[consumer()], OPERATOR_NAMESPACE, &[])
         .maintain
         .into_iter()
         .next()
@@ -185,7 +185,7 @@ mod tests {
         assert_eq!(data["ca.crt"], f[CA_FILE].bytes);
 
         // The operator's view: the consumer render names, its Secret, judged a pass later.
-        let plan = consumers::plan(&[consumer()], OPERATOR_NAMESPACE, &[], &[]);
+        let plan = consumers::plan(&[consumer()], OPERATOR_NAMESPACE, &[]);
         let t = &plan.maintain[0];
         assert_eq!(
             t.key(),

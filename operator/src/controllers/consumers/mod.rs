@@ -84,14 +84,12 @@ pub fn labels(consumer: &str) -> BTreeMap<String, String> {
     BTreeMap::from([(CONSUMER_LABEL.to_owned(), consumer.to_owned())])
 }
 
-/// Decides where each consumer's Secret goes and what to delete. `local` names the Secrets in
-/// the operator's namespace; `recorded` is `status.certificates.consumerSecrets`.
-pub fn plan(
-    consumers: &[EtcdConsumer],
-    operator_ns: &str,
-    local: &[&str],
-    recorded: &[String],
-) -> ConsumerPlan {
+/// Decides where each consumer's Secret goes and what to delete. `recorded` is
+/// `status.certificates.consumerSecrets`: only a Secret the operator served and recorded is
+/// deleted once its consumer leaves. One it never served (e.g. the Secret `etcd-operator render`
+/// wrote for kube-apiserver, applied before the EtcdCluster names its consumer) is left alone, so
+/// it can still be adopted whatever order a platform applies the two in.
+pub fn plan(consumers: &[EtcdConsumer], operator_ns: &str, recorded: &[String]) -> ConsumerPlan {
     let mut out = ConsumerPlan::default();
     for c in consumers {
         let namespace = c
@@ -133,11 +131,7 @@ pub fn plan(
             .iter()
             .any(|t| t.namespace == ns && t.name == name)
     };
-    let mut delete: Vec<(String, String)> = local
-        .iter()
-        .filter(|n| n.starts_with(CONSUMER_PREFIX) && !kept(operator_ns, n))
-        .map(|n| (operator_ns.to_owned(), (*n).to_owned()))
-        .collect();
+    let mut delete: Vec<(String, String)> = Vec::new();
     for r in recorded {
         if let Some((ns, name)) = r.split_once('/')
             && !kept(ns, name)
@@ -205,18 +199,11 @@ pub struct Served {
     pub problems: Vec<String>,
 }
 
-/// [`plan`] for this pass: the spec, the operator namespace's Secrets and the record.
+/// [`plan`] for this pass: the spec and the record.
 pub fn decided(p: &Pass<'_>) -> ConsumerPlan {
-    let local: Vec<&str> = p
-        .inputs
-        .operator_secrets
-        .iter()
-        .filter_map(|s| s.metadata.name.as_deref())
-        .collect();
     plan(
         &p.o.spec.clients,
         &p.ctx.config.operator_namespace,
-        &local,
         &recorded(p),
     )
 }

@@ -25,18 +25,12 @@ fn each_consumer_gets_its_secret_where_it_asks_and_leavers_lose_theirs() {
         c("sneaky", Some(STATIC_POD_NAMESPACE), None),
         c("twin", Some("kube-system"), Some("apiserver-etcd-client")),
     ];
-    let local = [
-        "etcd-client",
-        "etcd-consumer-backup",
-        "etcd-consumer-old",
-        "x",
-    ];
     let recorded = [
         "kube-system/apiserver-etcd-client".to_owned(),
         "tools/etcd-consumer-gone".to_owned(),
         "ops/etcd-consumer-old".to_owned(),
     ];
-    let p = plan(&spec, "ops", &local, &recorded);
+    let p = plan(&spec, "ops", &recorded);
     let kept: Vec<(String, &str)> = p
         .maintain
         .iter()
@@ -67,6 +61,10 @@ fn each_consumer_gets_its_secret_where_it_asks_and_leavers_lose_theirs() {
             ("ops".to_owned(), "etcd-consumer-old".to_owned()),
             ("tools".to_owned(), "etcd-consumer-gone".to_owned()),
         ],
-        "a leaver's Secret goes, in the operator's namespace by prefix, elsewhere by record; no duplicate"
+        "a leaver's Secret goes by record, in any namespace; no duplicate"
     );
+    // A Secret the operator never served (render's, applied before spec.clients names it) is
+    // not deleted: it is adopted once its consumer is named.
+    let unserved = plan(&[], "ops", &[]);
+    assert!(unserved.delete.is_empty(), "{:?}", unserved.delete);
 }

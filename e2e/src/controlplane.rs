@@ -98,6 +98,9 @@ pub struct LocalControlPlane {
     /// The API's own loopback address, held while the API serves from the managed etcd
     /// ([`managed`]).
     _api_addr: Option<LoopbackAddr>,
+    /// The stacked control plane's endpoint and kube-apiserver operator stand-in, when the API
+    /// is kube-apiservers run as static pods on the nodes ([`stacked`]).
+    stacked: Option<stacked::Stacked>,
 }
 
 impl std::fmt::Debug for LocalControlPlane {
@@ -109,11 +112,15 @@ impl std::fmt::Debug for LocalControlPlane {
     }
 }
 
+pub mod apiserver_operator;
+pub mod endpoint;
 mod identity;
+pub mod kube_pods;
 mod managed;
 pub mod operators;
 mod render;
 mod retired;
+pub mod stacked;
 
 pub use operators::{DEFAULT_OPERATOR, OPERATOR_LEASE_DURATION, OperatorProcess};
 pub use retired::RetiredAddress;
@@ -131,22 +138,10 @@ impl LocalControlPlane {
 
     /// [`LocalControlPlane::start`] on a given API.
     pub async fn start_on(api: TestApi) -> Result<Self, ControlPlaneError> {
-        let dir = tempfile::Builder::new()
-            .prefix("sandbox-")
-            .tempdir()
-            .map_err(io("creating the sandbox dir"))?;
-        let bin_dir = crate::binaries::bin_dir().map_err(io("locating the project's binaries"))?;
-        let mut cp = Self {
-            api,
-            dir,
-            bin_dir,
-            nodes: Vec::new(),
-            operators: Vec::new(),
-            operator_kubeconfig: None,
-            _api_addr: None,
-        };
+        let (dir, bin_dir) = sandbox_dir()?;
+        let mut cp = Self::assemble(api, dir, bin_dir, Vec::new());
         cp.install_prerequisites().await?;
-        if cp.api.kas_address().is_some() {
+        if cp.api.is_own_real() {
             cp.operator_kubeconfig = Some(cp.operator_identity().await?);
             cp.wait_token_volume_sources().await?;
         }
@@ -155,6 +150,25 @@ impl LocalControlPlane {
 
     pub fn client(&self) -> Client {
         self.api.client()
+    }
+
+    /// A control plane of these parts, no operator started yet.
+    fn assemble(
+        api: TestApi,
+        dir: tempfile::TempDir,
+        bin_dir: PathBuf,
+        nodes: Vec<SimNode>,
+    ) -> Self {
+        Self {
+            api,
+            dir,
+            bin_dir,
+            nodes,
+            operators: Vec::new(),
+            operator_kubeconfig: None,
+            _api_addr: None,
+            stacked: None,
+        }
     }
 
     async fn install_prerequisites(&self) -> Result<(), ControlPlaneError> {
@@ -215,6 +229,7 @@ impl LocalControlPlane {
             root,
             agent: None,
         };
+        self.join_stacked(&node)?;
         self.start_agent(&mut node).await?;
         self.nodes.push(node);
         self.nodes
@@ -223,10 +238,12 @@ impl LocalControlPlane {
     }
 
     async fn start_agent(&self, node: &mut SimNode) -> Result<(), ControlPlaneError> {
-        let cfg = NodeConfig::new(&node.name, node.ip(), &node.root, &self.bin_dir)
-            .with_client(self.client())
-            .with_kubeconfig(self.api.kubeconfig())
-            .with_api_service(self.api.server_url());
+        let cfg = self.stacked_node_config(node).unwrap_or_else(|| {
+            NodeConfig::new(&node.name, node.ip(), &node.root, &self.bin_dir)
+                .with_client(self.client())
+                .with_kubeconfig(self.api.kubeconfig())
+                .with_api_service(self.api.server_url())
+        });
         node.agent = Some(NodeAgent::start(cfg).await?);
         Ok(())
     }
@@ -341,11 +358,17 @@ impl LocalControlPlane {
     /// Creates the EtcdCluster (defaults unless `spec` is given).
     /// Creates the EtcdCluster. The simulated nodes share one network namespace, so etcd's
     /// local listener on 127.0.0.1:2379 (one per real node) is turned off here.
+    /// On the stacked control plane the kube-apiservers are a consumer (`render`'s, with
+    /// `reload: Restart`) unless `spec` names them.
     pub async fn create_cluster(&self, spec: EtcdClusterSpec) -> Result<(), ControlPlaneError> {
-        let spec = EtcdClusterSpec {
+        let mut spec = EtcdClusterSpec {
             local_client_listener: false,
             ..spec
         };
+        let kas = etcd_operator::bootstrap::apiserver::consumer();
+        if self.stacked.is_some() && !spec.clients.iter().any(|c| c.name == kas.name) {
+            spec.clients.push(kas);
+        }
         let cr = EtcdCluster::new(etcd_operator::api::SINGLETON, spec);
         create_or_keep(&Api::<EtcdCluster>::all(self.client()), &cr).await
     }
@@ -391,6 +414,16 @@ impl LocalControlPlane {
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
+}
+
+/// A new sandbox dir, and where the project's binaries are.
+fn sandbox_dir() -> Result<(tempfile::TempDir, PathBuf), ControlPlaneError> {
+    let dir = tempfile::Builder::new()
+        .prefix("sandbox-")
+        .tempdir()
+        .map_err(io("creating the sandbox dir"))?;
+    let bin_dir = crate::binaries::bin_dir().map_err(io("locating the project's binaries"))?;
+    Ok((dir, bin_dir))
 }
 
 /// The status of a stored EtcdCluster, decoded on its own (`None` when absent or unreadable).

@@ -120,7 +120,9 @@ async fn up(
         println!("starting the Kubernetes API ...");
         LocalControlPlane::start().await?
     };
-    let mode = if api_on_managed_etcd {
+    let mode = if cp.stacked().is_some() {
+        "kube-apiserver, controller-manager and scheduler as static pods on every node, on the managed etcd"
+    } else if api_on_managed_etcd {
         "API stand-in on the managed etcd"
     } else if cp.api.is_real() {
         "real cluster (KUBECONFIG)"

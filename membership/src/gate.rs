@@ -34,10 +34,14 @@
 //!    and no other node may be mid-roll. A member that is down (its old address gone) is moved at
 //!    once; a healthy voter still serving on its old address is cut off from its peers by the move
 //!    until its node restarts on the new address, so it is moved only as rule 6 would restart it.
+//! 10. **The Kubernetes API keeps its etcd** ([`crate::api_servers`]): a healthy voter is removed
+//!     or restarted only while every kube-apiserver on another node is Ready and lists another
+//!     healthy voter in `--etcd-servers`.
 //!
 //! Every denial names the rule and the members involved, so it can go to status, a metric label
 //! ([`DenyRule::category`]) and `etcd-operator plan`.
 
+use crate::api_servers::keeps_api;
 pub use crate::gate_view::{Action, ClusterView, Denial, DenyRule, MemberHealth, Verdict};
 use crate::gate_view::{deny, label};
 use crate::{MemberId, MemberUrl, quorum};
@@ -126,6 +130,9 @@ pub fn gate(view: &ClusterView, action: &Action) -> Verdict {
             None => deny(DenyRule::UnknownMember, format!("{action}: no such member")),
             Some(m) if m.member.is_learner => Verdict::Allow,
             Some(m) => {
+                if let Some(denied) = keeps_api(view, action, *id) {
+                    return denied;
+                }
                 let after_voters = voters - 1;
                 let after_healthy = healthy - usize::from(m.healthy);
                 if after_voters == 0 {
@@ -164,6 +171,9 @@ pub fn gate(view: &ClusterView, action: &Action) -> Verdict {
             let takes_down_voter = target.is_some_and(|m| !m.member.is_learner && m.healthy);
             if !takes_down_voter {
                 return Verdict::Allow;
+            }
+            if let Some(denied) = member.and_then(|id| keeps_api(view, action, id)) {
+                return denied;
             }
             with_spare_voter(view, action, |left| {
                 format!(

@@ -28,6 +28,7 @@ fn learner(i: u64, started: bool, healthy: bool) -> MemberHealth {
 
 fn view(members: Vec<MemberHealth>) -> ClusterView {
     ClusterView {
+        api_servers: Vec::new(),
         members,
         rolling_node: None,
         preflight: Preflight::default(),

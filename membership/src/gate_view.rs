@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::{Member, MemberId, MemberUrl, Preflight, quorum};
+use crate::{ApiServer, Member, MemberId, MemberUrl, Preflight, quorum};
 
 /// One member and whether it is healthy (its etcd answers and is part of the raft group).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,6 +21,8 @@ pub struct ClusterView {
     pub rolling_node: Option<String>,
     /// Alarms and the voters' own member lists.
     pub preflight: Preflight,
+    /// The kube-apiservers known to serve from this etcd (rule 10).
+    pub api_servers: Vec<ApiServer>,
 }
 
 /// A disruptive action.
@@ -80,6 +82,8 @@ pub enum DenyRule {
     RolloutInProgress,
     AlreadyMember,
     Preflight,
+    ControlPlaneNotReady,
+    ApiServerCutOff,
 }
 
 impl DenyRule {
@@ -99,6 +103,8 @@ impl DenyRule {
             DenyRule::RolloutInProgress => "rollout_in_progress",
             DenyRule::AlreadyMember => "already_member",
             DenyRule::Preflight => "preflight",
+            DenyRule::ControlPlaneNotReady => "control_plane_not_ready",
+            DenyRule::ApiServerCutOff => "api_server_cut_off",
         }
     }
 }

@@ -16,6 +16,7 @@
 //! Invariants: member ids print as lowercase hex without `0x`; every parsed URL is canonical
 //! `scheme://host:port`; formatting a parsed value gives back the same text.
 
+mod api_servers;
 mod client;
 mod client_error;
 mod consistency;
@@ -32,6 +33,7 @@ mod preflight;
 mod quorum;
 mod tls;
 
+pub use api_servers::ApiServer;
 pub use client::{
     ClientConfig, ClientError, EndpointFailure, EndpointStatus, EtcdClient, FailureKind,
     LiveMembers,

@@ -274,11 +274,23 @@ async fn stop_or_kill(m: Managed, kill: bool) {
     } else {
         m.worker.stop().await;
     }
-    if let Some((cancel, task)) = m.publisher {
+    if let Some((cancel, mut task)) = m.publisher {
         cancel.cancel();
-        let _ = task.await;
+        // As with the kubelet, a pod's lifecycle never waits on the API: a publisher stuck in a
+        // call to an API that does not answer (served, perhaps, from the very etcd pod being
+        // replaced) is abandoned after a short grace.
+        if tokio::time::timeout(PUBLISHER_GRACE, &mut task)
+            .await
+            .is_err()
+        {
+            tracing::warn!("status publisher stuck in an API call; abandoned");
+            task.abort();
+        }
     }
 }
+
+/// How long a stopped pod's status publisher may take to finish its API call.
+const PUBLISHER_GRACE: Duration = Duration::from_secs(2);
 
 /// A started node agent.
 #[derive(Debug)]

@@ -123,6 +123,7 @@ impl EtcdObservation {
     /// The quorum gate's view of the cluster.
     pub fn cluster_view(&self) -> ClusterView {
         ClusterView {
+            api_servers: Vec::new(),
             members: self
                 .members
                 .iter()

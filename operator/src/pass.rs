@@ -155,6 +155,9 @@ pub struct Pass<'a> {
     pub corruption: Option<CorruptionCheckStatus>,
     pub backup: Option<crate::api::BackupStatus>,
     pub certificates: Option<crate::api::CertificatesStatus>,
+    /// The kube-apiservers among the consumers' pods, as the certificate signer listed them
+    /// this pass (the gate's rule 10; empty until then).
+    pub api_servers: Vec<::membership::ApiServer>,
     pub etcd_version: Option<EtcdVersionStatus>,
     pub quorum_guard: Option<crate::api::QuorumGuardStatus>,
     pub versions: Vec<crate::api::OperandVersion>,
@@ -222,6 +225,7 @@ async fn run(
         },
         conds: Vec::new(),
         busy: false,
+        api_servers: Vec::new(),
         o,
         ctx,
         st,

@@ -13,6 +13,13 @@ use crate::metrics::{ActionLabel, RuleLabel};
 use crate::status::{Computed, ConditionType as C, Reason};
 
 impl Pass<'_> {
+    /// The quorum gate's view: etcd as observed, with the kube-apiservers listed this pass.
+    pub fn cluster_view(&self) -> membership::ClusterView {
+        let mut view = self.o.etcd.cluster_view();
+        view.api_servers = self.api_servers.clone();
+        view
+    }
+
     /// A line of what the pass did, logged as it happens (its timestamp is when it happened,
     /// which the bench's step analysis reads) and kept for the report.
     pub fn note(&mut self, line: impl Into<String>) {

@@ -29,6 +29,7 @@ fn pass_at<'a>(
             ..Default::default()
         },
         busy: true,
+        api_servers: Vec::new(),
         latest: 0,
         node_statuses: Vec::new(),
         remediations: Vec::new(),

@@ -59,6 +59,21 @@ enum Backend {
     StandIn(Box<StandInParts>),
     Real,
     Kas(KasParts),
+    /// Real kube-apiservers this process runs elsewhere (the sandbox's static pods on the
+    /// managed etcd, see [`TestApi::stacked`]), with the service CA publisher beside them.
+    Stacked(StackedParts),
+}
+
+/// What a [`Backend::Stacked`] API holds.
+struct StackedParts {
+    kubectl: Option<PathBuf>,
+    publisher: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for StackedParts {
+    fn drop(&mut self) {
+        self.publisher.abort();
+    }
 }
 
 /// A kas control plane this process started, on an address it holds the lock of.
@@ -104,6 +119,65 @@ pub fn kas_script() -> Option<PathBuf> {
         PathBuf::from,
     );
     path.is_file().then_some(path)
+}
+
+/// The kas binaries (`kube-apiserver`, `kube-controller-manager`, `kube-scheduler`, `kubectl`),
+/// unpacked once into a directory shared by every test on this machine (`<tmp>/kube-testapi-kas/
+/// bin`, each file written whole under a lock); `None` where kas is not there.
+pub fn kas_binaries() -> Result<Option<PathBuf>, TestApiError> {
+    let Some(script) = kas_script() else {
+        return Ok(None);
+    };
+    let io = |what: String| move |e| TestApiError::Io(what, e);
+    let packed = script.parent().map(|d| d.join("bin")).unwrap_or_default();
+    let dir = std::env::temp_dir().join("kube-testapi-kas");
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).map_err(io(format!("creating {}", bin.display())))?;
+    let lock_path = dir.join("unpack.lock");
+    let lock = std::fs::File::create(&lock_path)
+        .map_err(io(format!("creating {}", lock_path.display())))?;
+    lock.lock()
+        .map_err(io(format!("locking {}", lock_path.display())))?;
+    for name in [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kubectl",
+    ] {
+        let xz = packed.join(format!("{name}.xz"));
+        let target = bin.join(name);
+        let fresh = match (std::fs::metadata(&xz), std::fs::metadata(&target)) {
+            (Ok(x), Ok(t)) => t.modified().ok() >= x.modified().ok(),
+            _ => false,
+        };
+        if !fresh {
+            unpack(&xz, &target)?;
+        }
+    }
+    Ok(Some(bin))
+}
+
+/// `xz -dc <xz> > <target>`, executable, renamed into place.
+fn unpack(xz: &Path, target: &Path) -> Result<(), TestApiError> {
+    let tmp = target.with_extension("unpacking");
+    let out = std::fs::File::create(&tmp)
+        .map_err(|e| TestApiError::Io(format!("creating {}", tmp.display()), e))?;
+    let status = std::process::Command::new("xz")
+        .arg("-dc")
+        .arg(xz)
+        .stdout(out)
+        .status()
+        .map_err(|e| TestApiError::Io(format!("running xz -dc {}", xz.display()), e))?;
+    if !status.success() {
+        return Err(TestApiError::Kas(
+            format!("xz -dc {}", xz.display()),
+            status.to_string(),
+        ));
+    }
+    std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .map_err(|e| TestApiError::Io(format!("chmod {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, target)
+        .map_err(|e| TestApiError::Io(format!("placing {}", target.display()), e))
 }
 
 struct StandInParts {
@@ -275,6 +349,21 @@ impl TestApi {
         Ok(Some(api))
     }
 
+    /// Real kube-apiservers run by the caller (the sandbox's static pods on the managed etcd),
+    /// reached through `kubeconfig`; the service CA publisher runs beside them as beside kas.
+    /// They need not answer yet: nothing is called here.
+    pub async fn stacked(
+        kubeconfig: &Path,
+        kubectl: Option<PathBuf>,
+    ) -> Result<Self, TestApiError> {
+        let mut api = Self::real(&kubeconfig.to_string_lossy()).await?;
+        api.backend = Backend::Stacked(StackedParts {
+            kubectl,
+            publisher: tokio::spawn(service_ca::publish(api.client())),
+        });
+        Ok(api)
+    }
+
     async fn real(path: &str) -> Result<Self, TestApiError> {
         let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|source| {
             TestApiError::Kubeconfig {
@@ -315,16 +404,28 @@ impl TestApi {
     /// The kas control plane's `kubectl` (v1.36, beside its other binaries); `None` on the
     /// stand-in or a cluster this process did not start.
     pub fn kubectl(&self) -> Option<PathBuf> {
-        let Backend::Kas(_) = self.backend else {
-            return None;
-        };
-        let path = self.kubeconfig.parent()?.join("bin").join("kubectl");
-        path.is_file().then_some(path)
+        match &self.backend {
+            Backend::Kas(_) => {
+                let path = self.kubeconfig.parent()?.join("bin").join("kubectl");
+                path.is_file().then_some(path)
+            }
+            Backend::Stacked(parts) => parts.kubectl.clone(),
+            Backend::StandIn(_) | Backend::Real => None,
+        }
     }
 
     /// True against a real cluster.
     pub fn is_real(&self) -> bool {
-        matches!(self.backend, Backend::Real | Backend::Kas(_))
+        matches!(
+            self.backend,
+            Backend::Real | Backend::Kas(_) | Backend::Stacked(_)
+        )
+    }
+
+    /// True for a real kube-apiserver this process started (kas, or the stacked static pods):
+    /// one whose admin may mint ServiceAccount tokens, so RBAC is enforced on the operator.
+    pub fn is_own_real(&self) -> bool {
+        matches!(self.backend, Backend::Kas(_) | Backend::Stacked(_))
     }
 
     /// The loopback address of the kas control plane, when this is one.
@@ -339,7 +440,7 @@ impl TestApi {
     pub fn stand_in_server(&self) -> Option<&ApiServerStandIn> {
         match &self.backend {
             Backend::StandIn(parts) => Some(&parts.server),
-            Backend::Real | Backend::Kas(_) => None,
+            Backend::Real | Backend::Kas(_) | Backend::Stacked(_) => None,
         }
     }
 
@@ -350,7 +451,7 @@ impl TestApi {
         let endpoint = match &self.backend {
             Backend::StandIn(parts) => return Ok(parts.server.compact().await?),
             Backend::Kas(parts) => format!("http://{}:2379", parts.ip),
-            Backend::Real => {
+            Backend::Real | Backend::Stacked(_) => {
                 return Err(TestApiError::Unsupported(
                     "compacting storage needs the stand-in or a kas control plane, not KUBECONFIG",
                 ));

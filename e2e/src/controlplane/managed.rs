@@ -32,15 +32,24 @@ const ETCD_UP: Duration = Duration::from_secs(90);
 impl LocalControlPlane {
     /// Nodes `names` (the first bootstrapped with `render`) and the API stand-in serving from
     /// their etcd (see the module docs). The operator is not started.
+    ///
+    /// With `TEST_API=kas` the API is real kube-apiservers run as static pods on every node
+    /// instead ([`super::stacked`]); an error when kas is absent.
     pub async fn start_on_managed_etcd(names: &[&str]) -> Result<Self, ControlPlaneError> {
+        if std::env::var("TEST_API").as_deref() == Ok("kas") {
+            let kas_bin = kube_testapi::kas_binaries()?.ok_or_else(|| {
+                ControlPlaneError::Failed(
+                    "TEST_API=kas: no kas control plane: put shared/kas beside the repository \
+                     or set KAS"
+                        .into(),
+                )
+            })?;
+            return Self::start_stacked(names, kas_bin).await;
+        }
         let first = names
             .first()
             .ok_or_else(|| ControlPlaneError::Failed("no node to bootstrap".into()))?;
-        let dir = tempfile::Builder::new()
-            .prefix("sandbox-")
-            .tempdir()
-            .map_err(io("creating the sandbox dir"))?;
-        let bin_dir = crate::binaries::bin_dir().map_err(io("locating the project's binaries"))?;
+        let (dir, bin_dir) = super::sandbox_dir()?;
         let api_addr = LoopbackAddr::acquire()?;
         let api_url = format!("http://{}:{API_PORT}", api_addr.ip());
         let kubeconfig = dir.path().join("api.kubeconfig");
@@ -92,15 +101,8 @@ impl LocalControlPlane {
             SocketAddr::from((api_addr.ip(), API_PORT)),
         )
         .await?;
-        let cp = Self {
-            api,
-            dir,
-            bin_dir,
-            nodes,
-            operators: Vec::new(),
-            operator_kubeconfig: None,
-            _api_addr: Some(api_addr),
-        };
+        let mut cp = Self::assemble(api, dir, bin_dir, nodes);
+        cp._api_addr = Some(api_addr);
         cp.install_prerequisites().await?;
         cp.apply_bootstrap_objects(&out_dir).await?;
         Ok(cp)

@@ -33,6 +33,7 @@
 //! | `dangling-learner` | an admin adds a learner at an address no node has and never starts it (it would hold etcd 3.4's one learner slot): the operator removes it (`MemberOfGoneNodeRemoved`; counted in `etcd_operator_members_without_node`, alert `EtcdMemberWithoutNode`), and n4, added meanwhile, joins as the standby, the voters keeping their ids |
 //! | `consumer-reload` | a consumer declared `reload: Restart` (`deadlineSeconds: 10`) selects a pod created through the API in its own namespace, with the mirror-pod annotation on the stand-in (kube-apiserver requires `spec.nodeName` with it; no node: never run; the test plays its kubelet by writing `status.containerStatuses[].state.running.startedAt` through the status subresource); a CA rotation rolls `TrustBoth` to every node and then waits for the pod: `caRotation.waitingFor`, `etcd-operator plan` and Event `CaRotationWaitingForConsumers` name the consumer and the pod, and past the deadline `CertSignerDegraded` says `ConsumerNotReloaded` while the rotation still waits; the pod "restarts" (`startedAt` now) and the rotation goes on, waits again in `ReissueLeaves` and `DropOld` until the pod restarts, and completes with the consumer current |
 
+mod api_probe;
 mod backups;
 mod ca_rotation;
 pub mod consistency;
@@ -107,6 +108,11 @@ pub const ON_MANAGED_ETCD: [&str; 3] = [
     "restore-from-snapshot",
     "restore-from-backup",
 ];
+
+/// The scenarios that, with `TEST_API=kas`, run on the stacked control plane: real
+/// kube-apiservers as static pods on every node, on the managed etcd
+/// (`controlplane::stacked`). Elsewhere they run on the API stand-in on its own etcd.
+pub const STACKED_ON_KAS: [&str; 1] = ["ca-rotation"];
 
 /// The report of one scenario run (`report.json`).
 #[derive(Clone, Debug, serde::Serialize)]

@@ -23,7 +23,9 @@ pub(super) async fn prepare(name: &str) -> Result<Harness, (ControlPlaneError, O
             None,
         ));
     }
-    let built = if super::ON_MANAGED_ETCD.contains(&name) {
+    let stacked =
+        super::STACKED_ON_KAS.contains(&name) && std::env::var("TEST_API").as_deref() == Ok("kas");
+    let built = if super::ON_MANAGED_ETCD.contains(&name) || stacked {
         Harness::bootstrapped_on_managed_etcd(3).await
     } else {
         Harness::bootstrapped(3).await

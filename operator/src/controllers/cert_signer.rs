@@ -72,6 +72,7 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
     let adopted = ca(p, &policy).await?;
     let decided = consumers::decided(p);
     let pods = consumers::observe_pods(&p.ctx.client, &decided.maintain).await;
+    p.api_servers = reload::api_servers(&pods);
     let records = p
         .certificates
         .as_ref()

@@ -313,7 +313,7 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     let d = decide(
         &views,
         p.latest,
-        &p.o.etcd.cluster_view(),
+        &p.cluster_view(),
         p.o.etcd.lagging_voter(),
         p.o.now,
         missing_pod_grace(p),

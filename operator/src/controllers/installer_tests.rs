@@ -18,6 +18,7 @@ fn url(i: u64) -> MemberUrl {
 
 fn cluster(healthy: &[bool]) -> ClusterView {
     ClusterView {
+        api_servers: Vec::new(),
         members: healthy
             .iter()
             .enumerate()

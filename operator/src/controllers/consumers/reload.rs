@@ -77,6 +77,9 @@ pub fn label_selector(labels: &BTreeMap<String, String>) -> String {
 pub struct PodStart {
     /// `<namespace>/<name>`.
     pub name: String,
+    /// A kube-apiserver: the pod as the gate's rule 10 sees it (`None`: no container of the
+    /// pod takes `--etcd-servers`).
+    pub api_server: Option<membership::ApiServer>,
     /// The mirror pod of a static pod.
     pub mirror: bool,
     /// When its containers last started: the latest `state.running.startedAt` of its
@@ -118,8 +121,62 @@ impl PodStart {
                 .as_ref()
                 .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION)),
             started,
+            api_server: api_server(pod),
         })
     }
+}
+
+/// `pod` as a kube-apiserver: one of its containers takes `--etcd-servers` (in `command` or
+/// `args`, as `--etcd-servers=<urls>` or `--etcd-servers <urls>`).
+pub fn api_server(pod: &Pod) -> Option<membership::ApiServer> {
+    let spec = pod.spec.as_ref()?;
+    let servers = spec.containers.iter().find_map(|c| {
+        let words: Vec<&String> = c.command.iter().chain(c.args.iter()).flatten().collect();
+        words.iter().enumerate().find_map(|(i, w)| {
+            w.strip_prefix("--etcd-servers=")
+                .map(str::to_owned)
+                .or_else(|| {
+                    (w.as_str() == "--etcd-servers")
+                        .then(|| words.get(i + 1).map(|s| s.to_string()))?
+                })
+        })
+    })?;
+    let ready = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let meta = &pod.metadata;
+    Some(membership::ApiServer {
+        pod: format!(
+            "{}/{}",
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default()
+        ),
+        node: spec.node_name.clone(),
+        ready,
+        etcd_servers: servers
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect(),
+    })
+}
+
+/// Every kube-apiserver among the consumers' pods, by pod name.
+pub fn api_servers(pods: &BTreeMap<String, PodsSeen>) -> Vec<membership::ApiServer> {
+    let mut out: Vec<membership::ApiServer> = pods
+        .values()
+        .filter_map(|seen| match seen {
+            PodsSeen::Listed(pods) => Some(pods),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|p| p.api_server.clone())
+        .collect();
+    out.sort_by(|a, b| a.pod.cmp(&b.pod));
+    out.dedup_by(|a, b| a.pod == b.pod);
+    out
 }
 
 /// What the pass saw of a consumer's pods.

@@ -36,6 +36,7 @@ fn target(consumer: &str, reload: ReloadPolicy) -> Target {
 
 fn pod(name: &str, started: Option<&str>) -> PodStart {
     PodStart {
+        api_server: None,
         name: format!("kube-system/{name}"),
         mirror: false,
         started: started.map(t),
@@ -306,4 +307,29 @@ fn the_policy_comes_from_the_spec_and_the_selector_is_sorted() {
         label_selector(match_labels),
         "component=kube-apiserver,tier=control-plane"
     );
+}
+
+#[test]
+fn a_pod_taking_etcd_servers_is_a_kube_apiserver_for_the_gate() {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kube-apiserver-n2", "namespace": "kube-system"},
+        "spec": {"nodeName": "n2", "containers": [
+            {"name": "setup", "command": ["sh"]},
+            {"name": "kube-apiserver", "command": ["kube-apiserver", "--secure-port=6443"],
+             "args": ["--etcd-servers", "https://10.0.0.2:2379,https://10.0.0.1:2379"]}
+        ]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+    .unwrap();
+    let api = super::api_server(&pod).unwrap();
+    assert_eq!(api.pod, "kube-system/kube-apiserver-n2");
+    assert_eq!(api.node.as_deref(), Some("n2"));
+    assert!(api.ready);
+    assert_eq!(
+        api.etcd_servers,
+        ["https://10.0.0.2:2379", "https://10.0.0.1:2379"]
+    );
+    let mut other = pod.clone();
+    other.spec.as_mut().unwrap().containers.remove(1);
+    assert_eq!(super::api_server(&other), None);
 }

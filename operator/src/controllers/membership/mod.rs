@@ -270,7 +270,7 @@ fn step_of(p: &mut Pass<'_>, with_certs: &BTreeSet<String>) -> (MembershipStep, 
     remediation::record_holds(&mut p.remediations, &candidates, &format_time(now));
     let (exhausted, lines) = remediation::conditions(&candidates);
     p.conds.push(exhausted);
-    let cluster = p.o.etcd.cluster_view();
+    let cluster = p.cluster_view();
     let divergent = if p.o.spec.corruption_check.replace_minority {
         super::corruption_check::divergent(p.corruption.as_ref(), &p.o.etcd)
     } else {

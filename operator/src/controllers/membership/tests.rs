@@ -77,6 +77,7 @@ fn step_full(
     now: i64,
 ) -> MembershipStep {
     let cluster = ClusterView {
+        api_servers: Vec::new(),
         members,
         rolling_node: None,
         preflight: Default::default(),
@@ -556,6 +557,7 @@ fn describe_each_step() {
 fn a_divergent_voter_is_replaced_through_the_gate() {
     let nodes = [node(1, true), node(2, true), node(3, true)];
     let cluster = ClusterView {
+        api_servers: Vec::new(),
         members: vec![voter(1, true), voter(2, true), voter(3, true)],
         rolling_node: None,
         preflight: Default::default(),

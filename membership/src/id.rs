@@ -104,9 +104,36 @@ pub fn new_cluster_member_id(peer_urls: &[&str], token: &str) -> Option<MemberId
     MemberId::new(u64::from_be_bytes(first))
 }
 
+/// The cluster id etcd gives a new cluster of `members` (etcd's `RaftCluster.genID`: SHA-1 of
+/// the sorted member ids, each 8 bytes big-endian, its first 8 bytes big-endian). A cluster keeps
+/// it for good (later members do not change it), so with [`new_cluster_member_id`] it tells
+/// whether a token and peer URL made a live cluster: a one-member bootstrap or restore with
+/// token `t` at peer URL `u` has id `new_cluster_id(&[new_cluster_member_id(&[u], t)])`.
+pub fn new_cluster_id(members: &[MemberId]) -> Option<u64> {
+    use sha1::{Digest, Sha1};
+    let mut ids: Vec<u64> = members.iter().map(|m| m.get()).collect();
+    ids.sort_unstable();
+    let mut hasher = Sha1::new();
+    for id in ids {
+        hasher.update(id.to_be_bytes());
+    }
+    let digest = hasher.finalize();
+    let first: [u8; 8] = digest.get(..8)?.try_into().ok()?;
+    Some(u64::from_be_bytes(first))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn new_cluster_ids_are_etcds() {
+        // etcd started with its defaults (peer URL http://localhost:2380, token etcd-cluster)
+        // reports member 8e9e05c52164694d of cluster cdf818194e3a8c32.
+        let member = new_cluster_member_id(&["http://localhost:2380"], "etcd-cluster").unwrap();
+        assert_eq!(member.to_string(), "8e9e05c52164694d");
+        assert_eq!(new_cluster_id(&[member]), Some(0xcdf818194e3a8c32));
+    }
 
     #[test]
     fn prints_and_parses_lowercase_hex() {

@@ -46,7 +46,7 @@ pub use env::{
 };
 pub use gate::{Action, ClusterView, Denial, DenyRule, MemberHealth, Verdict, gate};
 pub use http_version::{VersionInfo, http_get};
-pub use id::{IdError, MemberId, new_cluster_member_id};
+pub use id::{IdError, MemberId, new_cluster_id, new_cluster_member_id};
 pub use maintenance::KvHash;
 pub use member::Member;
 pub use peer_url::{MemberUrl, UrlError};

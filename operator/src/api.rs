@@ -33,7 +33,8 @@ pub use platform::{OperandVersion, QuorumGuardStatus, RelatedObject};
 pub use reload::{ConsumerPods, ConsumerStatus, Reload, ReloadMode};
 pub use selector::SelectorError;
 pub use status::{
-    Condition, EtcdClusterStatus, EtcdVersionStatus, MemberStatus, NodeStatus, RemediationStatus,
+    ClusterIdentity, Condition, EtcdClusterStatus, EtcdVersionStatus, MemberStatus, NodeStatus,
+    RemediationStatus,
 };
 pub use stored::{StoredCluster, Unreadable};
 

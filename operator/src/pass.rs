@@ -25,8 +25,9 @@ use crate::api::{
 use crate::context::{Context, PassState};
 use crate::controllers::{
     ControllerError, ControllerName, Flow, address_move, backup, cert_signer, cluster_operator,
-    corruption_check, defrag, endpoints, etcd_observer, installer, member_status, membership,
-    payload_status, quorum_guard, remediation, revisions, target_config, version_report,
+    cluster_token, corruption_check, defrag, endpoints, etcd_observer, installer, member_status,
+    membership, payload_status, quorum_guard, remediation, revisions, target_config,
+    version_report,
 };
 use crate::observed::{Inputs, Observed};
 use crate::retry::ErrorKind;
@@ -162,6 +163,8 @@ pub struct Pass<'a> {
     pub quorum_guard: Option<crate::api::QuorumGuardStatus>,
     pub versions: Vec<crate::api::OperandVersion>,
     pub related_objects: Vec<crate::api::RelatedObject>,
+    /// The live cluster's token, once known ([`crate::controllers::cluster_token`]).
+    pub cluster_identity: Option<crate::api::ClusterIdentity>,
 }
 
 impl std::fmt::Debug for Pass<'_> {
@@ -219,6 +222,7 @@ async fn run(
         quorum_guard: o.prev.quorum_guard.clone(),
         versions: o.prev.versions.clone(),
         related_objects: o.prev.related_objects.clone(),
+        cluster_identity: o.prev.cluster_identity.clone(),
         report: PassReport {
             requeue_after: IDLE_REQUEUE,
             ..Default::default()
@@ -316,6 +320,7 @@ async fn controllers(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     if etcd_observer::reconcile(p, &tls).await == Flow::Stop {
         return Ok(());
     }
+    cluster_token::track(p);
     version_report::reconcile(p).await;
     defrag::collect(p).await;
     corruption_check::collect(p).await;

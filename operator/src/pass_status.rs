@@ -42,6 +42,7 @@ pub(super) async fn write_status(p: &mut Pass<'_>) {
         quorum_guard: p.quorum_guard.clone(),
         versions: std::mem::take(&mut p.versions),
         related_objects: std::mem::take(&mut p.related_objects),
+        cluster_identity: p.cluster_identity.clone(),
     };
     for c in &status.conditions {
         p.ctx.metrics.condition(&c.type_, &c.status);

@@ -41,6 +41,7 @@ fn pass_at<'a>(
         quorum_guard: None,
         versions: Vec::new(),
         related_objects: Vec::new(),
+        cluster_identity: None,
     }
 }
 

@@ -216,6 +216,26 @@ fn each_cluster_gets_its_own_token_and_a_rerun_keeps_it() {
     );
 }
 
+/// The operator learns render's token from the bootstrap pod (as its mirror pod shows it): its
+/// peer URL and token give the cluster id etcd reports for the cluster it starts, so every later
+/// revision carries that token.
+#[test]
+fn the_operator_learns_the_token_render_made() {
+    use etcd_operator::controllers::cluster_token::{candidates, learn};
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let r = render(&out, "n1", "127.0.100.9");
+    assert!(r.status.success(), "{}", stderr(&r));
+    let token = token(&out);
+    let text = std::fs::read_to_string(out.join("etcd-pod.yaml")).unwrap();
+    let pod: k8s_openapi::api::core::v1::Pod = serde_saphyr::from_str(&text).unwrap();
+    let member = membership::new_cluster_member_id(&["https://127.0.100.9:2380"], &token).unwrap();
+    let live = membership::new_cluster_id(&[member]).unwrap();
+    let learned = learn(None, Some(live), &candidates(&[pod])).unwrap();
+    assert_eq!(learned.initial_cluster_token, token);
+    assert_eq!(learned.cluster_id, format!("{live:x}"));
+}
+
 /// A small tmpfs, unmounted when dropped.
 struct Tmpfs(PathBuf);
 

@@ -192,26 +192,57 @@ pub fn one_member(current: &EtcdPod, id: MemberId, force: bool, note: &str) -> P
         .annotations
         .get_or_insert_with(BTreeMap::new)
         .insert(RECOVERY_ANNOTATION.to_owned(), note.to_owned());
-    if let Some(spec) = pod.spec.as_mut() {
-        let containers = spec
-            .init_containers
-            .iter_mut()
-            .flatten()
-            .chain(spec.containers.iter_mut());
-        for c in containers {
-            for (name, value) in &values {
-                set_env(c, name, value);
-            }
-            if c.name == ETCD_CONTAINER {
-                let args = c.args.get_or_insert_with(Vec::new);
-                args.retain(|a| a != FORCE_NEW_CLUSTER);
-                if force {
-                    args.push(FORCE_NEW_CLUSTER.to_owned());
-                }
+    for c in containers_mut(&mut pod) {
+        for (name, value) in &values {
+            set_env(c, name, value);
+        }
+        if c.name == ETCD_CONTAINER {
+            let args = c.args.get_or_insert_with(Vec::new);
+            args.retain(|a| a != FORCE_NEW_CLUSTER);
+            if force {
+                args.push(FORCE_NEW_CLUSTER.to_owned());
             }
         }
     }
     pod
+}
+
+/// Every init container and container of `pod`.
+fn containers_mut(pod: &mut Pod) -> impl Iterator<Item = &mut Container> {
+    pod.spec.iter_mut().flat_map(|spec| {
+        spec.init_containers
+            .iter_mut()
+            .flatten()
+            .chain(spec.containers.iter_mut())
+    })
+}
+
+/// Sets `ETCD_INITIAL_CLUSTER_TOKEN` to `token` in every container that carries the contract
+/// (has `ETCD_INITIAL_CLUSTER`), adding it in name order where it is missing (a manifest of a
+/// cluster made with etcd's default token has none).
+pub fn set_cluster_token(pod: &mut Pod, token: &str) {
+    const VAR: &str = "ETCD_INITIAL_CLUSTER_TOKEN";
+    for c in containers_mut(pod) {
+        let Some(env) = c.env.as_mut() else { continue };
+        if !env.iter().any(|e| e.name == "ETCD_INITIAL_CLUSTER") {
+            continue;
+        }
+        let var = EnvVar {
+            name: VAR.to_owned(),
+            value: Some(token.to_owned()),
+            value_from: None,
+        };
+        match env.iter_mut().find(|e| e.name == VAR) {
+            Some(existing) => *existing = var,
+            None => {
+                let at = env
+                    .iter()
+                    .position(|e| e.name.as_str() > VAR)
+                    .unwrap_or(env.len());
+                env.insert(at, var);
+            }
+        }
+    }
 }
 
 fn set_env(c: &mut Container, name: &str, value: &str) {

@@ -234,6 +234,43 @@ mod restore_phase {
     }
 
     #[test]
+    fn the_restored_cluster_s_manifests_carry_the_restore_s_token() {
+        // The golden revision carries no token (a cluster made with etcd's default one); both
+        // manifests of the restore name the restore's, so the operator learns the new cluster's
+        // token from them, and the member id it gives is the restored member's.
+        let current = read(GOLDEN).unwrap();
+        let stamp = "20261126T010203Z";
+        assert_eq!(
+            env_of(&current.pod, "etcd", "ETCD_INITIAL_CLUSTER_TOKEN"),
+            None
+        );
+        let id = restore::member_id_for(&current, stamp).unwrap();
+        let phase = restore::restore_phase(&current, Path::new("/var/lib/etcd"), &spec(false));
+        let normal = restore::restored_member_pod(&current, id, stamp, "normal start");
+        for p in [&phase, &normal] {
+            for c in ["etcd-verify", "etcd"] {
+                let token = env_of(p, c, "ETCD_INITIAL_CLUSTER_TOKEN");
+                assert_eq!(
+                    token.as_deref(),
+                    Some("etcd-recover-20261126T010203Z"),
+                    "{c}"
+                );
+                assert_eq!(
+                    membership::new_cluster_member_id(
+                        &["https://10.0.0.1:2380"],
+                        &token.unwrap_or_default()
+                    ),
+                    Some(id)
+                );
+            }
+        }
+        // Read back as a manifest, the contract still parses (the variable sits in name order).
+        let text = crate::pod::render(&normal, "test").unwrap();
+        let again = read(&text).unwrap();
+        assert_eq!(again.member_ids.len(), 1);
+    }
+
+    #[test]
     fn a_bumping_tool_gets_the_bump_flags() {
         let current = read(GOLDEN).unwrap();
         let mut s = spec(true);

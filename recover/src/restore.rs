@@ -13,7 +13,8 @@
 //! (`etcd-recover-<stamp>`), so its member and cluster ids differ from any earlier cluster's and
 //! `etcd-verify` archives the stale data of the other nodes instead of mixing it in. etcd
 //! derives the member id from the peer URLs and the token ([`restored_member_id`]), which the
-//! one-member manifests name in `ETCD_MEMBER_IDS`.
+//! one-member manifests name in `ETCD_MEMBER_IDS` and carry in `ETCD_INITIAL_CLUSTER_TOKEN`
+//! ([`restored_member_pod`]): the operator learns the restored cluster's token from there.
 
 use std::path::{Path, PathBuf};
 
@@ -40,6 +41,16 @@ pub fn token(stamp: &str) -> String {
     format!("etcd-recover-{stamp}")
 }
 
+/// The one-member pod of the cluster the restore at `stamp` makes: [`pod::one_member`] with the
+/// restore's token in `ETCD_INITIAL_CLUSTER_TOKEN`. The operator learns the restored cluster's
+/// token from it (its peer URL and token give the live cluster id), so its later revisions carry
+/// the new token, not the lost cluster's; `etcd-verify` computes the restored member's id with it.
+pub fn restored_member_pod(current: &EtcdPod, member_id: MemberId, stamp: &str, note: &str) -> Pod {
+    let mut p = pod::one_member(current, member_id, false, note);
+    pod::set_cluster_token(&mut p, &token(stamp));
+    p
+}
+
 /// What the restore phase needs.
 #[derive(Clone, Debug)]
 pub struct RestoreSpec {
@@ -60,10 +71,10 @@ pub fn restore_dir(data_dir: &Path, stamp: &str) -> PathBuf {
 /// The restore phase's pod: the one-member pod with `ETCD_DATA_DIR` at the restore dir and the
 /// `etcd-restore` init container first.
 pub fn restore_phase(current: &EtcdPod, container_data_dir: &Path, spec: &RestoreSpec) -> Pod {
-    let mut p = pod::one_member(
+    let mut p = restored_member_pod(
         current,
         spec.member_id,
-        false,
+        &spec.stamp,
         &format!(
             "from-snapshot {}: restoring with {} {}.{}.{}",
             spec.stamp,

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use crate::act::{ActError, Layout, io};
-use crate::pod::{self, EtcdPod};
+use crate::pod::EtcdPod;
 use crate::restore::{self, RestoreSpec};
 use crate::snapshot::{self, Verified};
 use crate::wait;
@@ -135,10 +135,10 @@ pub async fn from_snapshot(
     std::fs::remove_dir(&restored_dir).map_err(io("removing the empty", &restored_dir))?;
     etcd_installer::atomic::fsync_dir(&current.data_dir)
         .map_err(io("syncing", &current.data_dir))?;
-    let normal = pod::one_member(
+    let normal = restore::restored_member_pod(
         current,
         member_id,
-        false,
+        stamp,
         &format!("from-snapshot {stamp}: one-member cluster, normal start"),
     );
     layout.write_manifest(&normal, &header)?;

@@ -206,6 +206,17 @@ impl VerifyConfig {
         Ok(config)
     }
 
+    /// Whether this is the very first bootstrap manifest, as `etcd-operator render` makes it: a
+    /// new cluster (`ETCD_INITIAL_CLUSTER_STATE=new`) of this member alone, with no member ids
+    /// yet. Only such a manifest may start a new cluster on an empty data dir: any other one
+    /// that says `new` (a recovery's manifest made from the bootstrap one lists the restored
+    /// member's id; a hand-made one lists other members) names a cluster that already exists.
+    pub fn is_first_bootstrap(&self) -> bool {
+        self.state == ClusterState::New
+            && self.member_ids.is_empty()
+            && self.initial_cluster.len() == 1
+    }
+
     /// The member id etcd gives this node's member when this revision starts a new cluster
     /// (its peer URL and `ETCD_INITIAL_CLUSTER_TOKEN`, etcd's own rule).
     pub fn bootstrap_member_id(&self) -> Option<membership::MemberId> {

@@ -16,14 +16,19 @@
 //! | answers | started | holds another member id, or unreadable | block |
 //! | answers | started | holds this member | start (after a node address change: only once the member moved to this revision's URL) |
 //! | no answer | — | holds the member the revision lists for this URL | start (whole cluster restarting) |
-//! | no answer | — | present, bootstrap render (`state=new`) | start |
+//! | no answer | — | present, bootstrap render | start |
 //! | no answer | — | absent, bootstrap render, but the data dir shows a member ran here (the bootstrap mark, a `member-archived-*`) | block: data dir lost (for the member the bootstrap made) |
-//! | no answer | — | absent, bootstrap render (`state=new`) | start (new cluster; the data dir is marked first) |
-//! | no answer | — | other | wait, then block at the deadline |
+//! | no answer | — | absent, bootstrap render | start (new cluster; the data dir is marked first) |
+//! | no answer | — | other (also any other `state=new` manifest) | wait, then block at the deadline |
 //! | TLS handshake failed | — | any | wait, then block at the deadline (never "no answer") |
 //!
-//! With `ETCD_INITIAL_CLUSTER_STATE=new` and no `ETCD_MEMBER_IDS` (the bootstrap render), the ids
-//! comparison is skipped: a new cluster has no ids until etcd makes them.
+//! The bootstrap render is the very first manifest of a cluster
+//! ([`VerifyConfig::is_first_bootstrap`]): `ETCD_INITIAL_CLUSTER_STATE=new`, no `ETCD_MEMBER_IDS`
+//! and this member alone in `ETCD_INITIAL_CLUSTER`. Only it starts a new cluster; a manifest
+//! that says `new` but lists member ids (a recovery's, made from the bootstrap manifest) or other
+//! members is treated as any revision of an existing cluster. With `state=new` and no
+//! `ETCD_MEMBER_IDS` the ids comparison is skipped: a new cluster has no ids until etcd makes
+//! them.
 //!
 //! "No answer" means every endpoint was down, unreachable or timed out. An endpoint that answered
 //! a TLS handshake which then failed (our CA does not trust its certificate, it refused ours) is
@@ -299,7 +304,7 @@ fn decide_without_live(
     why: &str,
 ) -> Decision {
     let expected = config.member_ids.id_for_url(&config.peer_url);
-    let bootstrap = config.state == ClusterState::New;
+    let bootstrap = config.is_first_bootstrap();
     match data {
         DataDir::Present(wal) if expected.is_some_and(|id| id.get() == wal.member_id) => {
             Decision::Start {
@@ -311,7 +316,7 @@ fn decide_without_live(
                 archive: None,
             }
         }
-        DataDir::Present(wal) if bootstrap && config.member_ids.is_empty() => Decision::Start {
+        DataDir::Present(wal) if bootstrap => Decision::Start {
             reason: format!(
                 "no etcd endpoint answered ({why}); bootstrap revision restarting on its own data dir (member {})",
                 hex(wal.member_id)

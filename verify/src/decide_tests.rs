@@ -21,15 +21,25 @@ fn id(i: u64) -> MemberId {
 
 /// Node n3's revision listing members 1..=3 (member 3 = n3).
 fn config_n3(member_ids: &str, state: &str) -> VerifyConfig {
+    config_with(
+        "n1=http://10.0.0.1:2380,n2=http://10.0.0.2:2380,n3=http://10.0.0.3:2380",
+        member_ids,
+        state,
+    )
+}
+
+/// Node n3's bootstrap manifest as `render` makes it: a new cluster of n3 alone, no ids.
+fn bootstrap_n3() -> VerifyConfig {
+    config_with("n3=http://10.0.0.3:2380", "", "new")
+}
+
+fn config_with(initial_cluster: &str, member_ids: &str, state: &str) -> VerifyConfig {
     let env: BTreeMap<String, String> = [
         ("ETCD_NAME", "n3"),
         ("ETCD_DATA_DIR", "/var/lib/etcd"),
         ("ETCD_INITIAL_ADVERTISE_PEER_URLS", "http://10.0.0.3:2380"),
         ("ETCD_INITIAL_CLUSTER_STATE", state),
-        (
-            "ETCD_INITIAL_CLUSTER",
-            "n1=http://10.0.0.1:2380,n2=http://10.0.0.2:2380,n3=http://10.0.0.3:2380",
-        ),
+        ("ETCD_INITIAL_CLUSTER", initial_cluster),
         ("ETCD_MEMBER_IDS", member_ids),
         ("ETCDCTL_ENDPOINTS", "http://10.0.0.1:2379"),
     ]
@@ -341,7 +351,7 @@ fn whole_cluster_down_starts_from_own_data_only() {
 
 #[test]
 fn bootstrap_render_starts_a_new_cluster() {
-    let c = config_n3("", "new");
+    let c = bootstrap_n3();
     let down = || Err::<LiveMembers, LiveError>(LiveError::NoAnswer("connection refused".into()));
     expect_start(
         &decide_for(&c, DataDir::Absent, down()),
@@ -376,8 +386,34 @@ fn a_tls_failure_is_not_a_down_cluster() {
 }
 
 #[test]
+fn only_the_first_bootstrap_manifest_starts_a_new_cluster() {
+    // Manifests that say `state=new` but are not render's first one: a recovery's one-member
+    // manifest made from the bootstrap manifest (it lists the restored member's id), and a
+    // hand-made multi-member one. With no data dir and nobody answering, neither may make a new,
+    // empty cluster.
+    let down = || Err::<LiveMembers, LiveError>(LiveError::NoAnswer("connection refused".into()));
+    let recovered = config_with("n3=http://10.0.0.3:2380", "3=http://10.0.0.3:2380", "new");
+    let several = config_n3("", "new");
+    for c in [&recovered, &several] {
+        assert!(!c.is_first_bootstrap());
+        expect_wait(
+            &decide_for(c, DataDir::Absent, down()),
+            false,
+            "no data dir to start from",
+        );
+    }
+    // On its own data, the recovered manifest restarts as any revision does.
+    expect_start(
+        &decide_for(&recovered, wal(3), down()),
+        false,
+        "whole cluster restarting",
+    );
+    assert!(bootstrap_n3().is_first_bootstrap());
+}
+
+#[test]
 fn bootstrap_render_never_starts_a_second_cluster_where_a_member_ran() {
-    let c = config_n3("", "new");
+    let c = bootstrap_n3();
     let down = || Err::<LiveMembers, LiveError>(LiveError::NoAnswer("connection refused".into()));
     let d = decide(&Observed {
         config: &c,

@@ -469,6 +469,26 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
             member_of(&s, TARGET)
         )));
     }
+    // The restore made a new cluster with its own token: the operator learned it from the
+    // restored node's manifest, and every revision carries it, not the lost cluster's.
+    let token_before = before.cluster_identity.map(|c| c.initial_cluster_token);
+    let token_now = s
+        .cluster_identity
+        .as_ref()
+        .map(|c| c.initial_cluster_token.clone());
+    match &token_now {
+        Some(t) if t.starts_with("etcd-recover-") && Some(t) != token_before.as_ref() => {
+            super::scenarios::every_manifest_carries(h, t)?;
+            h.step(format!(
+                "status.clusterIdentity: token {t} (the restore's; before: {token_before:?}); every node's manifest carries it"
+            ));
+        }
+        other => {
+            return Err(failed(format!(
+                "after the restore status.clusterIdentity names token {other:?} (before: {token_before:?}), not the restore's"
+            )));
+        }
+    }
     h.step(format!(
         "3 voters, every member new: {} (before: {})",
         now_ids.join(", "),

@@ -103,8 +103,53 @@ async fn bootstrap(h: &mut Harness) -> Result<(), ControlPlaneError> {
     clean_status(h)?;
     super::endpoints::every_node_published(h).await?;
     certificate_expiries(h).await?;
+    cluster_token(h).await?;
     super::metrics_port::client_certs_required(h).await?;
     super::consumers::consumer_secret(h).await
+}
+
+/// Every node's etcd manifest sets `ETCD_INITIAL_CLUSTER_TOKEN` to `token`.
+pub(super) fn every_manifest_carries(h: &Harness, token: &str) -> Result<(), ControlPlaneError> {
+    for n in ["n1", "n2", "n3"] {
+        let manifest = h.cp.node(n)?.manifest_dir().join("etcd-pod.yaml");
+        let text = std::fs::read_to_string(&manifest)
+            .map_err(|e| failed(format!("reading {}: {e}", manifest.display())))?;
+        let line = format!("name: ETCD_INITIAL_CLUSTER_TOKEN\n      value: \"{token}\"");
+        if !text.contains(&line) {
+            return Err(failed(format!(
+                "{n}'s etcd manifest does not carry the cluster token {token}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The operator learned the token `render` made (`status.clusterIdentity`), and every node's
+/// manifest carries it.
+async fn cluster_token(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    let file =
+        h.cp.node("n1")?
+            .root
+            .join("etc/kubernetes/bootstrap/cluster-token");
+    let rendered = std::fs::read_to_string(&file)
+        .map_err(|e| failed(format!("reading {}: {e}", file.display())))?
+        .trim()
+        .to_owned();
+    let learned = h
+        .status()
+        .await
+        .cluster_identity
+        .map(|c| c.initial_cluster_token);
+    if learned.as_deref() != Some(rendered.as_str()) {
+        return Err(failed(format!(
+            "status.clusterIdentity names token {learned:?}, render made {rendered}"
+        )));
+    }
+    every_manifest_carries(h, &rendered)?;
+    h.step(format!(
+        "status.clusterIdentity: token {rendered} (render's); every node's manifest carries it"
+    ));
+    Ok(())
 }
 
 /// `status.certificates` names the CA and every leaf (3 kinds per node, the operator's client

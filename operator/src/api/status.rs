@@ -76,6 +76,26 @@ pub struct EtcdClusterStatus {
     /// Objects debug tooling (must-gather, `etcd-operator gather`) should collect.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub related_objects: Vec<RelatedObject>,
+    /// The live etcd cluster's id and the initial-cluster token that made it, which every
+    /// revision carries (`ETCD_INITIAL_CLUSTER_TOKEN`). Absent while the token is not known (a
+    /// cluster bootstrapped before the operator carried tokens: revisions keep etcd's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_identity: Option<ClusterIdentity>,
+}
+
+/// Which etcd cluster the operator manages, and the token it was made with.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterIdentity {
+    /// etcd's cluster id, lowercase hex (as `etcdctl member list -w json` prints it in hex).
+    #[serde(rename = "clusterID")]
+    pub cluster_id: String,
+    /// The `--initial-cluster-token` the cluster was made with (by `etcd-operator render`, or by
+    /// `etcd-recover from-snapshot` for a restored cluster).
+    pub initial_cluster_token: String,
+    /// The etcd static pod the token was read from (`<namespace>/<name>`), whose peer URL and
+    /// token give exactly this cluster id (etcd's own rule).
+    pub learned_from: String,
 }
 
 /// Where the cluster's etcd version stands.

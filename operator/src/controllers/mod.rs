@@ -14,6 +14,7 @@ pub mod backup;
 pub mod ca_rotation;
 pub mod cert_signer;
 pub mod cluster_operator;
+pub mod cluster_token;
 pub mod consumers;
 pub mod corruption_check;
 pub mod defrag;

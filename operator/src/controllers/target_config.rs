@@ -1,6 +1,7 @@
 //! Target config: the static-pod manifest every node with a member should run.
 //!
-//! Inputs: the control-plane nodes, etcd's members, the spec, the images. Decision
+//! Inputs: the control-plane nodes, etcd's members, the spec, the images, the cluster's
+//! initial-cluster token ([`super::cluster_token`]; none while not known). Decision
 //! ([`render_all`], pure): one manifest per node that has a member, rendered with the revision
 //! left as a token (the revision controller fills it in), deterministic so an unchanged input
 //! never makes a new revision. Writes: ConfigMap `etcd-pod` (one key per node). A node without
@@ -32,6 +33,7 @@ pub fn render_all(
     members: &[Member],
     spec: &EtcdClusterSpec,
     images: &Images,
+    cluster_token: Option<&str>,
 ) -> Result<BTreeMap<String, String>, RenderError> {
     let all: Vec<NodeTarget> = nodes.iter().map(|n| n.target.clone()).collect();
     let mut out = BTreeMap::new();
@@ -42,7 +44,7 @@ pub fn render_all(
             members,
             revision: None,
             bootstrap: false,
-            cluster_token: None,
+            cluster_token,
             spec,
             images,
             resource_host_dir: None,
@@ -89,6 +91,9 @@ pub async fn reconcile(
         &p.o.etcd.members,
         &p.o.spec,
         &p.ctx.config.images,
+        p.cluster_identity
+            .as_ref()
+            .map(|c| c.initial_cluster_token.as_str()),
     )
     .map_err(|e| ControllerError::new(NAME, ErrorKind::Permanent, "render", e.to_string()))?;
     let n = pods.len();

@@ -55,6 +55,7 @@ fn render(
         members,
         &EtcdClusterSpec::default(),
         &images(),
+        None,
     )
     .unwrap()
 }
@@ -188,6 +189,30 @@ fn rendering_is_deterministic() {
         etcd_image: Some("registry.example/etcd:other".into()),
         ..Default::default()
     };
-    let changed = render_all(&nodes, &ids, &members, &spec, &images()).unwrap();
+    let changed = render_all(&nodes, &ids, &members, &spec, &images(), None).unwrap();
     assert_ne!(changed, first);
+}
+
+#[test]
+fn every_manifest_carries_the_cluster_token_once_known() {
+    let nodes = [node(1), node(2), node(3)];
+    let members = [voter(1), voter(2), voter(3)];
+    let ids = by_node(&[("n1", 1), ("n2", 2), ("n3", 3)]);
+    let spec = EtcdClusterSpec::default();
+    let with = |token| render_all(&nodes, &ids, &members, &spec, &images(), token).unwrap();
+    let line = "name: ETCD_INITIAL_CLUSTER_TOKEN\n      value: \"etcd-0123abcd\"";
+    let known = with(Some("etcd-0123abcd"));
+    assert_eq!(known.len(), 3);
+    for (key, text) in &known {
+        assert!(text.contains(line), "{key} lacks the token:\n{text}");
+    }
+    // The same token renders the same bytes (no churn); no token known: etcd's default, as
+    // revisions of clusters bootstrapped before tokens were written always had.
+    assert_eq!(with(Some("etcd-0123abcd")), known);
+    for (key, text) in with(None) {
+        assert!(
+            !text.contains("ETCD_INITIAL_CLUSTER_TOKEN"),
+            "{key}:\n{text}"
+        );
+    }
 }

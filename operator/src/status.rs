@@ -144,6 +144,8 @@ pub enum Reason {
     NoVerifiedBackup,
     BackupTooOld,
     BackupFailing,
+    /// A disruptive operation waits for a backup taken for it.
+    PreOperationBackup(crate::controllers::backup::preop::WaitReason),
     /// A controller failed; the error's category (e.g. `conflict`, `transport`, `render`).
     Failed(&'static str),
 }
@@ -195,6 +197,7 @@ impl Reason {
             Reason::NoVerifiedBackup => "NoVerifiedBackup",
             Reason::BackupTooOld => "BackupTooOld",
             Reason::BackupFailing => "BackupFailing",
+            Reason::PreOperationBackup(w) => w.as_str(),
             Reason::Failed(category) => category,
         }
     }

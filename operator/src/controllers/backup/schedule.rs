@@ -93,6 +93,9 @@ pub fn next_due(spec: &Backup, last: Option<&BackupStatus>) -> Result<OffsetDate
     if !spec.request.is_empty() && spec.request != last.handled_request {
         return Ok(OffsetDateTime::UNIX_EPOCH);
     }
+    if super::preop::wants_backup(last) {
+        return Ok(OffsetDateTime::UNIX_EPOCH);
+    }
     let Some(attempt) = parse_time(&last.last_attempt_time) else {
         return Ok(OffsetDateTime::UNIX_EPOCH);
     };

@@ -286,6 +286,8 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     act(p, step, &spec.request, spec.timeout_seconds).await
 }
 
+use crate::controllers::backup::preop::{self, Operation};
+
 async fn act(
     p: &mut Pass<'_>,
     step: Step,
@@ -296,13 +298,21 @@ async fn act(
     let etcd_error =
         |e: ClientError| ControllerError::new(NAME, ErrorKind::Transient, "etcd", e.to_string());
     match step {
-        Step::Idle(why) => p.next(NAME, why),
+        Step::Idle(why) => {
+            preop::done(p, Operation::Defrag);
+            p.next(NAME, why);
+        }
         Step::Wait(why) => {
             p.busy = true;
             p.next(NAME, why);
         }
         Step::Denied(d) => p.next(NAME, denied_line(&d)),
         Step::AdminMustDelete(m) => p.next(NAME, m),
+        Step::MoveLeader { .. } | Step::Defragment(_)
+            if !preop::gate(p, NAME, Operation::Defrag, false).await =>
+        {
+            p.busy = true;
+        }
         Step::MoveLeader {
             leader_url,
             from,

@@ -327,6 +327,9 @@ async fn controllers(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     if let Some(line) = address_move::hold_line(&p.o.address_moves()) {
         p.next(N::TargetConfig, line.clone());
         p.next(N::Revision, line);
+    } else if !target_config::upgrade_may_start(p).await {
+        // An etcd upgrade waits for a backup taken for it (the plan says so); the pass goes
+        // on so the backup controller can take it.
     } else {
         let Some(pods) = target_config::reconcile(p).await? else {
             return Ok(());

@@ -131,3 +131,22 @@ fn a_recorded_need_survives_and_asks_for_a_backup_once() {
     s.last_attempt_time = "2026-11-26T12:00:05Z".into();
     assert!(!wants_backup(&s));
 }
+
+#[test]
+fn an_upgrade_is_due_until_every_member_runs_the_target() {
+    use crate::controllers::etcd_version::{Version, upgrade_state};
+    let v = |s: &str| Version::parse(s).expect("a version");
+    assert_eq!(
+        upgrade_state(Some(v("3.5.9")), &[v("3.5.9"), v("3.5.9")]),
+        None
+    );
+    assert_eq!(
+        upgrade_state(Some(v("3.6.0")), &[v("3.5.9"), v("3.5.9")]),
+        Some(false)
+    );
+    assert_eq!(
+        upgrade_state(Some(v("3.6.0")), &[v("3.6.0"), v("3.5.9")]),
+        Some(true)
+    );
+    assert_eq!(upgrade_state(None, &[v("3.5.9")]), None);
+}

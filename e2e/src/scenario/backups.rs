@@ -231,5 +231,67 @@ pub async fn backups(h: &mut Harness) -> Result<(), ControlPlaneError> {
         "the S3 backup {} at revision {} is the one a restore would take",
         taken.url, taken.revision
     ));
-    Ok(())
+    defrag_after_backup(h).await
+}
+
+/// A defragmentation request with backups configured: a good backup taken after the request
+/// comes first, then the defragmentation (issue 31, item 5).
+async fn defrag_after_backup(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    use etcd_operator::certs::{format_time, parse_time};
+    let asked = time::OffsetDateTime::now_utc();
+    h.patch_spec(serde_json::json!({"defragmentation": {"request": "preop-1"}}))
+        .await?;
+    h.step(format!(
+        "spec.defragmentation.request preop-1 at {}",
+        format_time(asked)
+    ));
+    let s = h
+        .wait_status(
+            "a defragmentation for preop-1 after a backup taken for it",
+            BACKUP_DEADLINE,
+            |s| {
+                let taken = s
+                    .backup
+                    .as_ref()
+                    .and_then(|b| b.last_success.as_ref())
+                    .and_then(|g| parse_time(&g.taken_at));
+                let started = s.defragmentation.as_ref().and_then(|d| {
+                    d.members
+                        .iter()
+                        .chain(d.in_progress.iter())
+                        .filter(|r| r.request == "preop-1")
+                        .filter_map(|r| parse_time(&r.start_time))
+                        .min()
+                });
+                taken.is_some_and(|t| t >= asked) && started.is_some()
+            },
+        )
+        .await?;
+    let b = s.backup.unwrap_or_default();
+    let good = b.last_success.unwrap_or_default();
+    let taken = parse_time(&good.taken_at);
+    let first = s.defragmentation.as_ref().and_then(|d| {
+        d.members
+            .iter()
+            .chain(d.in_progress.iter())
+            .filter(|r| r.request == "preop-1")
+            .filter_map(|r| parse_time(&r.start_time))
+            .min()
+    });
+    let verified = b.last_verified.is_some_and(|v| v.name == good.name);
+    match (taken, first) {
+        (Some(t), Some(f)) if verified && t >= asked && f >= t => {
+            h.step(format!(
+                "backup {} taken {} (after the request), verified; the defragmentation started {}",
+                good.name,
+                good.taken_at,
+                format_time(f)
+            ));
+            Ok(())
+        }
+        _ => Err(failed(format!(
+            "the defragmentation did not wait for a verified backup taken after the request: backup {} taken {:?}, verified {verified}, defragmentation started {first:?}",
+            good.name, good.taken_at
+        ))),
+    }
 }

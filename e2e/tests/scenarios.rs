@@ -164,6 +164,69 @@ async fn unreadable_spec() {
     );
 }
 
+/// 5 → 3 voters by the admin's choice: exactly the annotated nodes' members go, the leader last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_down() {
+    let report = scenario("scale-down").await;
+    assert!(
+        report
+            .steps
+            .iter()
+            .any(|s| s.what.contains("got no member again")),
+        "{report:?}"
+    );
+}
+
+/// Unmanaged writes nothing but status; Managed again resumes what was held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmanaged() {
+    let report = scenario("unmanaged").await;
+    assert!(
+        report
+            .steps
+            .iter()
+            .any(|s| s.what.contains("nothing was written")),
+        "{report:?}"
+    );
+}
+
+/// A learner added behind the operator's back at no node's address is removed; n4 then joins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dangling_learner() {
+    let report = scenario("dangling-learner").await;
+    assert!(
+        report
+            .steps
+            .iter()
+            .any(|s| s.what.contains("MemberOfGoneNodeRemoved")),
+        "{report:?}"
+    );
+}
+
+/// A CA rotation waits, phase by phase, for a `reload: Restart` consumer's pod to restart, and
+/// says so past the consumer's deadline; restarted, the rotation completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_reload() {
+    let report = scenario("consumer-reload").await;
+    let restarts = report
+        .steps
+        .iter()
+        .filter(|s| s.what.contains("restarted at"))
+        .count();
+    assert_eq!(restarts, 3, "one restart per phase: {report:?}");
+    for seen in [
+        "CertSignerDegraded ConsumerNotReloaded",
+        "plan: ",
+        "Event CaRotationWaitingForConsumers",
+        "CA rotation completed with kas-standin current",
+    ] {
+        assert!(
+            report.steps.iter().any(|s| s.what.contains(seen)),
+            "{seen}: {report:?}"
+        );
+    }
+}
+
 /// `etcd-operator plan` explains a blocked state: with voter n3 down, a new node n4 cannot join
 /// (the gate refuses to add a learner while a voter is unhealthy), and plan says so, naming n3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,6 +14,7 @@ mod backup;
 mod certificates;
 mod maintenance;
 mod platform;
+mod reload;
 mod selector;
 mod status;
 mod stored;
@@ -29,6 +30,7 @@ pub use maintenance::{
     DivergentMember,
 };
 pub use platform::{OperandVersion, QuorumGuardStatus, RelatedObject};
+pub use reload::{ConsumerPods, ConsumerStatus, Reload, ReloadMode};
 pub use selector::SelectorError;
 pub use status::{
     Condition, EtcdClusterStatus, EtcdVersionStatus, MemberStatus, NodeStatus, RemediationStatus,
@@ -122,8 +124,9 @@ pub struct EtcdClusterSpec {
     #[serde(default = "default_learner_start_deadline")]
     #[x_kube(validation = Rule::new("self >= 30 && self <= 3600").message("learnerStartDeadlineSeconds must be between 30 and 3600"))]
     pub learner_start_deadline_seconds: u32,
-    /// etcd also serves clients on `https://127.0.0.1:2379`, for the kube-apiserver on the same
-    /// node. Turn off only where nodes share one network namespace (the local control plane).
+    /// etcd also serves clients on `https://127.0.0.1:2379` and `https://[::1]:2379`, for the
+    /// kube-apiserver on the same node. Turn off only where nodes share one network namespace
+    /// (the local control plane).
     #[serde(default = "default_true")]
     pub local_client_listener: bool,
     /// Replacing a member that stays unhealthy on a node that still exists, unless an admin holds

@@ -159,8 +159,8 @@ pub struct PassState {
     /// for and when (recomputed on a new schedule or after a day: it walks up to 500 runs).
     pub backup_interval: Option<(String, OffsetDateTime, Option<std::time::Duration>)>,
     /// `status.defragmentation` and `status.corruptionCheck` as this operator last wrote them:
-    /// status writes are not awaited by the barrier, so the cache may still show an older one
-    /// (a finished defragmentation as running). `None` until this process wrote them.
+    /// status writes are awaited by the barrier now, so this cache only repeats what the next
+    /// pass reads anyway (kept until the pass redesign). `None` until this process wrote them.
     /// Whether the API serves ClusterOperators, and when that was asked
     /// (`controllers::cluster_operator`).
     pub cluster_operator_api: Option<(bool, OffsetDateTime)>,

@@ -171,7 +171,8 @@ struct RenderArgs {
     /// Its IP address (etcd listens and advertises there): a unicast address.
     #[arg(long, value_parser = etcd_operator::bootstrap::validate::node_ip)]
     node_ip: IpAddr,
-    /// Where to write etcd-pod.yaml, etcd-certs/ and manifests/. The whole dir is written at
+    /// Where to write etcd-pod.yaml, etcd-certs/, kube-apiserver/ (the first kube-apiserver's
+    /// etcd client certificate, key and CA bundle) and manifests/. The whole dir is written at
     /// once (a staging dir renamed into place). Re-running on a dir that holds a previous
     /// render reuses its CA (manifests/etcd-signer.json), like kubeadm reuses its pki dir,
     /// and keeps the previous output as <dir>.replaced-<UTC>.
@@ -180,8 +181,9 @@ struct RenderArgs {
     /// The certificates dir as the node's kubelet sees it (default: output-dir/etcd-certs).
     #[arg(long)]
     resource_host_dir: Option<String>,
-    /// etcd also listens on https://127.0.0.1:2379 for the node's kube-apiserver (set false
-    /// only where nodes share one network namespace, as on the local control plane).
+    /// etcd also listens on https://127.0.0.1:2379 and https://[::1]:2379 for the node's
+    /// kube-apiserver (set false only where nodes share one network namespace, as on the local
+    /// control plane).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     local_client_listener: bool,
     #[command(flatten)]

@@ -13,9 +13,9 @@ use prometheus_client::registry::Registry;
 mod labels;
 mod register;
 pub use labels::{
-    ActionLabel, AlarmLabel, CertLabels, ConditionLabels, ControllerLabel, ErrorLabels,
-    MemberLabel, MemberRoleLabels, MemberVersionLabels, NodeLabel, ResultLabel, RuleLabel,
-    VersionLabel,
+    ActionLabel, AlarmLabel, CertLabels, ConditionLabels, ConsumerLabel, ControllerLabel,
+    ErrorLabels, MemberLabel, MemberRoleLabels, MemberVersionLabels, NodeLabel, ResultLabel,
+    RuleLabel, VersionLabel,
 };
 
 /// Every metric the operator exports.
@@ -39,9 +39,12 @@ pub struct Metrics {
     pub learner_raft_index: Family<MemberLabel, Gauge>,
     pub learner_standby: Family<MemberLabel, Gauge>,
     pub desired_voters: Gauge,
+    pub members_without_node: Gauge,
     pub leader_raft_index: Gauge,
     pub certificate_expiry: Family<CertLabels, Gauge>,
     pub ca_expiry: Gauge,
+    /// 1 while a CA rotation waits for the consumer to pick up its Secret.
+    pub consumer_reload_pending: Family<ConsumerLabel, Gauge>,
     pub is_leader: Gauge,
     pub condition: Family<ConditionLabels, Gauge>,
     pub member_db_size: Family<MemberLabel, Gauge>,
@@ -101,9 +104,11 @@ impl Metrics {
             learner_raft_index: Family::default(),
             learner_standby: Family::default(),
             desired_voters: Gauge::default(),
+            members_without_node: Gauge::default(),
             leader_raft_index: Gauge::default(),
             certificate_expiry: Family::default(),
             ca_expiry: Gauge::default(),
+            consumer_reload_pending: Family::default(),
             is_leader: Gauge::default(),
             condition: Family::default(),
             member_db_size: Family::default(),

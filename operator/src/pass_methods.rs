@@ -129,6 +129,39 @@ impl Pass<'_> {
         );
         self.note(format!("gate: {what}: {denial}"));
     }
+
+    /// Before `member` (the leader, else nothing happens) is restarted or removed, hands
+    /// leadership to the healthy voter with the highest raft index, so the change costs no
+    /// election. A failure is logged and the change goes on: etcd also hands leadership over
+    /// when it is stopped gracefully, and holds an election when its leader is removed.
+    pub async fn move_leadership_off(
+        &mut self,
+        member: Option<::membership::MemberId>,
+        before: &str,
+    ) {
+        if self.w.dry_run() {
+            return;
+        }
+        let (Some((url, target)), Some(leader)) =
+            (self.o.etcd.leadership_handover(member), self.o.etcd.leader)
+        else {
+            return;
+        };
+        let Some(client) = self.st.etcd.current() else {
+            return;
+        };
+        match client.move_leader(&url, target).await {
+            Ok(()) => {
+                let note =
+                    format!("moved etcd leadership from {leader} to {target} before {before}");
+                self.note(note.clone());
+                self.event(false, "LeaderMoved", note).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, before, "could not move leadership off the leader")
+            }
+        }
+    }
 }
 
 /// The plan line of a refused step.

@@ -8,7 +8,6 @@ use super::*;
 /// Writes status when it changed, and the barrier for the next pass.
 pub(super) async fn write_status(p: &mut Pass<'_>) {
     let now = p.o.now;
-    p.st.awaited.append(&mut p.w.awaited);
     let stamp = crate::certs::format_time(now);
     // Members as last written unless this pass read etcd (it may have stopped before).
     let members = if p.o.etcd_read && p.o.etcd.error.is_none() {
@@ -57,6 +56,8 @@ pub(super) async fn write_status(p: &mut Pass<'_>) {
         p.ctx.metrics.error("status", e.category());
     }
     mirror_cluster_operator(p, &status).await;
+    // Last: the status write itself is awaited too.
+    p.st.awaited.append(&mut p.w.awaited);
 }
 
 /// Mirrors the payload status into ClusterOperator `etcd` where the API serves the kind

@@ -146,6 +146,13 @@ pub enum Reason {
     BackupFailing,
     /// A disruptive operation waits for a backup taken for it.
     PreOperationBackup(crate::controllers::backup::preop::WaitReason),
+    // consumers of etcd (CertSignerDegraded)
+    /// A CA rotation waited longer than a consumer's `reload.deadlineSeconds` for its pods to
+    /// restart (it still waits).
+    ConsumerNotReloaded,
+    /// A `Restart` consumer's pods cannot be listed (or none are named): whether it picked up
+    /// its Secret is unknown, so a CA rotation waits.
+    ConsumerPodsUnreadable,
     /// A controller failed; the error's category (e.g. `conflict`, `transport`, `render`).
     Failed(&'static str),
 }
@@ -198,6 +205,8 @@ impl Reason {
             Reason::BackupTooOld => "BackupTooOld",
             Reason::BackupFailing => "BackupFailing",
             Reason::PreOperationBackup(w) => w.as_str(),
+            Reason::ConsumerNotReloaded => "ConsumerNotReloaded",
+            Reason::ConsumerPodsUnreadable => "ConsumerPodsUnreadable",
             Reason::Failed(category) => category,
         }
     }

@@ -90,7 +90,17 @@ impl Writer {
         let new = serde_json::to_value(status).unwrap_or(serde_json::Value::Null);
         let old = serde_json::to_value(&cluster.status).unwrap_or(serde_json::Value::Null);
         let patch = serde_json::json!({ "status": with_removals(new, &old) });
-        self.patch_cluster_status(name, &patch).await
+        let written = self.patch_cluster_status(name, &patch).await?;
+        // Awaited like every cached write: a pass deciding from a status older than its own last
+        // write would write the older lists back (the patch carries whole lists), e.g. undo a
+        // remediation attempt just counted.
+        self.awaited.push(Awaited {
+            kind: "EtcdCluster",
+            namespace: String::new(),
+            name: written.metadata.name.clone().unwrap_or_default(),
+            resource_version: written.metadata.resource_version,
+        });
+        Ok(())
     }
 
     /// Writes `status.conditions` alone, for an EtcdCluster whose spec the operator cannot
@@ -104,7 +114,9 @@ impl Writer {
             return Ok(());
         }
         let patch = serde_json::json!({ "status": { "conditions": conditions } });
-        self.patch_cluster_status(name.to_owned(), &patch).await
+        self.patch_cluster_status(name.to_owned(), &patch)
+            .await
+            .map(|_| ())
     }
 
     /// A merge patch of the EtcdCluster's status, the answer read as stored (never decoded: it
@@ -113,11 +125,10 @@ impl Writer {
         &self,
         name: String,
         patch: &serde_json::Value,
-    ) -> Result<(), WriteError> {
+    ) -> Result<crate::api::StoredCluster, WriteError> {
         let api: Api<crate::api::StoredCluster> = Api::all(self.client.clone());
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await
-            .map(|_| ())
             .map_err(|source| WriteError {
                 action: "patching the status of",
                 kind: "EtcdCluster",
@@ -177,6 +188,30 @@ impl Writer {
         let same = current.is_some_and(|cm| cm.data.as_ref() == Some(data));
         self.ensure(ns, name, current, same, owner, |cm: &mut ConfigMap| {
             cm.data = Some(data.clone());
+        })
+        .await
+    }
+
+    /// Makes ConfigMap `name` hold exactly `data` and carry `annotations` (its other
+    /// annotations are kept).
+    pub async fn configmap_annotated(
+        &mut self,
+        ns: &str,
+        name: &str,
+        current: Option<&ConfigMap>,
+        data: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<bool, WriteError> {
+        let has = |cm: &ConfigMap| {
+            let have = cm.metadata.annotations.clone().unwrap_or_default();
+            annotations.iter().all(|(k, v)| have.get(k) == Some(v))
+        };
+        let same = current.is_some_and(|cm| cm.data.as_ref() == Some(data) && has(cm));
+        self.ensure(ns, name, current, same, None, |cm: &mut ConfigMap| {
+            cm.data = Some(data.clone());
+            let mut have = cm.metadata.annotations.clone().unwrap_or_default();
+            have.extend(annotations.clone());
+            cm.metadata.annotations = Some(have);
         })
         .await
     }

@@ -381,12 +381,12 @@ fn namespaces_are_the_ones_the_code_uses() {
         namespaces,
         BTreeSet::from([OPERATOR_NAMESPACE, STATIC_POD_NAMESPACE])
     );
-    // Every namespaced object lands in one of them, or in `default` (events about the
-    // cluster-scoped EtcdCluster).
+    // Every namespaced object lands in one of them, in `default` (events about the
+    // cluster-scoped EtcdCluster), or in `kube-system` (kube-apiserver's pods, read only).
     for d in &docs {
         if let Some(ns) = d.namespace() {
             assert!(
-                namespaces.contains(ns) || ns == "default",
+                namespaces.contains(ns) || ns == "default" || ns == "kube-system",
                 "{}: unexpected namespace",
                 d.label()
             );
@@ -752,6 +752,15 @@ const OPERATOR: &[Need] = &[
         &["get", "update"],
         &[LEASE_NAME],
         "run/leader.rs try_lead: get_opt, replace",
+    ),
+    need(
+        "kube-system",
+        "",
+        "pods",
+        &["list"],
+        &[],
+        "controllers/consumers/pods.rs: render's kube-apiserver consumer (reload Restart, \
+         component=kube-apiserver), its mirror pods listed once per pass",
     ),
     need(
         "default",
@@ -1309,7 +1318,8 @@ async fn the_api_stand_in_accepts_the_manifests_and_rendered_pods() {
 }
 
 /// The role an admin binds in a consumer's namespace grants the Secret verbs
-/// `controllers/consumers.rs` uses there, nothing else, and the manifests bind it nowhere.
+/// `controllers/consumers/` uses there and the pods list of `reload: Restart`, nothing else,
+/// and the manifests bind it nowhere.
 #[test]
 fn the_consumer_secrets_role_is_exactly_what_consumers_rs_does_and_unbound() {
     use etcd_operator::controllers::consumers::CONSUMER_ROLE;
@@ -1323,14 +1333,24 @@ fn the_consumer_secrets_role_is_exactly_what_consumers_rs_does_and_unbound() {
             _ => None,
         })
         .unwrap_or_else(|| panic!("ClusterRole {CONSUMER_ROLE} is not in manifests/"));
-    let want = expand_needs(&[need(
-        "ns",
-        "",
-        "secrets",
-        &["get", "create", "update", "delete"],
-        &[],
-        "consumers.rs: read, write and delete the consumer's Secret",
-    )]);
+    let want = expand_needs(&[
+        need(
+            "ns",
+            "",
+            "secrets",
+            &["get", "create", "update", "delete"],
+            &[],
+            "consumers.rs: read, write and delete the consumer's Secret",
+        ),
+        need(
+            "ns",
+            "",
+            "pods",
+            &["list"],
+            &[],
+            "consumers/pods.rs: a reload Restart consumer's pods, label-selected",
+        ),
+    ]);
     assert_eq!(expand_rules("ns", &rules, CONSUMER_ROLE), want);
     let bound: Vec<String> = docs
         .iter()

@@ -139,6 +139,22 @@ fn a_rerun_reuses_the_ca_and_keeps_the_previous_output() {
         stderr(&second)
     );
     assert_eq!(ca_cert(&out_dir), ca, "a re-run must not replace the CA");
+    // kube-apiserver's etcd client certificate and key stay too (valid for the same CA).
+    let kept_dir = names(dir.path())
+        .into_iter()
+        .find(|n| n.starts_with("out.replaced-"))
+        .unwrap();
+    for file in [
+        "kube-apiserver/apiserver-etcd-client.crt",
+        "kube-apiserver/apiserver-etcd-client.key",
+        "kube-apiserver/etcd-ca.crt",
+    ] {
+        assert_eq!(
+            std::fs::read(out_dir.join(file)).unwrap(),
+            std::fs::read(dir.path().join(&kept_dir).join(file)).unwrap(),
+            "a re-run replaced {file}"
+        );
+    }
     let kept: Vec<String> = names(dir.path())
         .into_iter()
         .filter(|n| n.starts_with("out.replaced-"))

@@ -4,20 +4,18 @@
 //! The order is a real bootstrap's. The API's address is fixed first (so the node agents, like
 //! kubelets, can be configured with it before it answers); the nodes start; `render` bootstraps
 //! n1 and its static pod runs with no API at all; once n1's etcd answers, the API stand-in starts
-//! on it, over mutual TLS with a client certificate issued by the etcd CA `render` made (the
-//! `kube-apiserver-etcd-client` of a real control plane); then the objects `render` wrote are
-//! applied and the operator grows etcd from there. Unlike kube-apiserver, whose
+//! on it, over mutual TLS with the client certificate `render` issued for the first
+//! kube-apiserver (`<out>/kube-apiserver/`, kubeadm's `apiserver-etcd-client`); then the objects
+//! `render` wrote are applied and the operator grows etcd from there. Unlike kube-apiserver, whose
 //! `--etcd-servers` lists every member, the stand-in talks to n1's member only (see
 //! [`LocalControlPlane::start_on_managed_etcd`]).
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use etcd_fixture::LoopbackAddr;
-use etcd_operator::certs::{CertPolicy, EtcdCa, LeafSpec, Sans, Usage};
-use k8s_openapi::api::core::v1::Secret;
+use etcd_operator::bootstrap::apiserver;
 use kube_testapi::TestApi;
 use membership::{ClientConfig, EtcdClient, MemberUrl, TlsFiles};
 use node_agent::{NodeAgent, NodeConfig};
@@ -30,9 +28,6 @@ const API_PORT: u16 = 6443;
 const CLIENT_PORT: u16 = 2379;
 /// Bound on n1's etcd answering after its manifest is placed.
 const ETCD_UP: Duration = Duration::from_secs(90);
-
-/// The common name of the API's etcd client certificate.
-pub const API_CLIENT_CN: &str = "kube-apiserver-etcd-client";
 
 impl LocalControlPlane {
     /// Nodes `names` (the first bootstrapped with `render`) and the API stand-in serving from
@@ -79,7 +74,7 @@ impl LocalControlPlane {
             .find(|n| n.name == *first)
             .ok_or_else(|| ControlPlaneError::Failed(format!("no node {first}")))?;
         let out_dir = render::render(&bin_dir, n1)?;
-        let tls = api_client_cert(&out_dir, &dir.path().join("api-etcd"))?;
+        let tls = api_client_files(&out_dir);
         render::place_manifest(n1, &out_dir)?;
         wait_etcd(&client_url(n1)?, &tls).await?;
 
@@ -119,43 +114,13 @@ fn client_url(node: &SimNode) -> Result<MemberUrl, ControlPlaneError> {
         .map_err(|e| ControlPlaneError::Failed(format!("client URL of {}: {e}", node.name)))
 }
 
-/// Issues the API's etcd client certificate from the CA `render` made; writes CA, certificate
-/// and key into `dir`.
-fn api_client_cert(out_dir: &Path, dir: &Path) -> Result<TlsFiles, ControlPlaneError> {
-    let signer: Secret = render::read_rendered(out_dir, "etcd-signer.json")?;
-    let data: BTreeMap<String, Vec<u8>> = signer
-        .data
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| (k, v.0))
-        .collect();
-    let failed = |what: &str, e: &dyn std::fmt::Display| {
-        ControlPlaneError::Failed(format!("the API's etcd client certificate: {what}: {e}"))
-    };
-    let ca = EtcdCa::from_secret_data(&data).map_err(|e| failed("reading the CA", &e))?;
-    let spec = LeafSpec {
-        common_name: API_CLIENT_CN.into(),
-        sans: Sans::default(),
-        usage: Usage::CLIENT,
-    };
-    let issued = ca
-        .issue(
-            &spec,
-            &CertPolicy::default(),
-            time::OffsetDateTime::now_utc(),
-        )
-        .map_err(|e| failed("issuing", &e))?;
-    std::fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
-    let write = |name: &str, text: &str| -> Result<PathBuf, ControlPlaneError> {
-        let path = dir.join(name);
-        std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
-        Ok(path)
-    };
-    Ok(TlsFiles {
-        ca: write("ca.crt", ca.cert_pem())?,
-        cert: write("client.crt", &issued.cert_pem)?,
-        key: write("client.key", &issued.key_pem)?,
-    })
+/// The API's etcd client material as `render` laid it down for the first kube-apiserver.
+fn api_client_files(out_dir: &Path) -> TlsFiles {
+    TlsFiles {
+        ca: out_dir.join(apiserver::CA_FILE),
+        cert: out_dir.join(apiserver::CERT_FILE),
+        key: out_dir.join(apiserver::KEY_FILE),
+    }
 }
 
 /// Waits until the etcd at `url` answers with a leader.

@@ -1,5 +1,8 @@
 //! A consumer of etcd named in `spec.clients` gets a client certificate Secret (`tls.crt`,
-//! `tls.key`, `ca.crt`) that real etcd accepts, and loses it when it leaves the list: one in the
+//! `tls.key`, `ca.crt`) that real etcd accepts, and loses it when it leaves the list. The first,
+//! kube-apiserver, is adopted from what `etcd-operator render` issued on n1 (its Secret applied
+//! as the platform does, then `spec.clients` naming it): the operator keeps that certificate
+//! byte-identical, the one the first kube-apiserver's files hold. One in the
 //! operator's namespace (`etcd-consumer-<name>`), one published in the consumer's own namespace
 //! under the name it asks for. There, the operator writes only once an admin bound ClusterRole
 //! `etcd-static-operator-consumer-secrets` (on kas, where RBAC is enforced, the refusal is seen
@@ -81,16 +84,30 @@ async fn write_with(h: &Harness, secret: Secret, name: &str) -> Result<i64, Cont
 
 pub async fn consumer_secret(h: &mut Harness) -> Result<(), ControlPlaneError> {
     let api: Api<Secret> = Api::namespaced(h.cp.client(), OPERATOR_NS);
+    let rendered = apply_rendered_secret(h, &api).await?;
     h.patch_spec(serde_json::json!({"clients": [
         {"name": "kube-apiserver", "commonName": "kube-apiserver-etcd-client"}
     ]}))
     .await?;
+    let served = format!("{OPERATOR_NS}/{SECRET}");
+    h.wait_status("the operator serves kube-apiserver", DEADLINE, |s| {
+        s.certificates
+            .as_ref()
+            .is_some_and(|c| c.consumer_secrets.contains(&served))
+    })
+    .await?;
     let secret = secret_until(&api, SECRET, "spec.clients names kube-apiserver", true)
         .await?
         .ok_or_else(|| failed("no Secret"))?;
+    let cert = secret.data.as_ref().and_then(|d| d.get("tls.crt")).cloned();
+    if cert.as_ref().map(|b| &b.0) != Some(&rendered) {
+        return Err(failed(format!(
+            "the operator replaced the certificate render issued for kube-apiserver instead of adopting it ({SECRET})"
+        )));
+    }
     let revision = write_with(h, secret, SECRET).await?;
     h.step(format!(
-        "spec.clients kube-apiserver: Secret {SECRET} issued; etcd accepts its certificate (a write at revision {revision})"
+        "spec.clients kube-apiserver: Secret {SECRET} as render issued it adopted byte-identical; etcd accepts its certificate (a write at revision {revision})"
     ));
     in_its_own_namespace(h).await?;
     h.patch_spec(serde_json::json!({"clients": null})).await?;
@@ -118,6 +135,23 @@ pub async fn consumer_secret(h: &mut Harness) -> Result<(), ControlPlaneError> {
         "the consumers left spec.clients: Secrets {SECRET} and {CONSUMER_NS}/{PUBLISHED} deleted, {CONSUMER_NS}/{TAKEN} left alone"
     ));
     Ok(())
+}
+
+/// Applies the consumer Secret `render` wrote on n1, as the platform does with its output;
+/// returns the certificate (the one in the first kube-apiserver's files).
+async fn apply_rendered_secret(
+    h: &Harness,
+    api: &Api<Secret>,
+) -> Result<Vec<u8>, ControlPlaneError> {
+    let out = h.cp.node("n1")?.root.join("etc/kubernetes/bootstrap");
+    let read = |rel: &str| {
+        let path = out.join(rel);
+        std::fs::read(&path).map_err(|e| failed(format!("reading {}: {e}", path.display())))
+    };
+    let secret: Secret = serde_json::from_slice(&read(&format!("manifests/{SECRET}.json"))?)
+        .map_err(|e| failed(format!("render's {SECRET}: {e}")))?;
+    crate::controlplane::create_or_keep(api, &secret).await?;
+    read(etcd_operator::bootstrap::apiserver::CERT_FILE)
 }
 
 /// The published consumer Secret: refused while the operator may not write the namespace (kas),

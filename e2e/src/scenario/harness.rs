@@ -299,6 +299,13 @@ impl Harness {
             .map_err(|e| ControlPlaneError::Failed(format!("etcd-signer: {e}")))
     }
 
+    /// The EtcdCluster's `metadata.generation`, read as stored.
+    pub async fn generation(&self) -> Result<i64, ControlPlaneError> {
+        let api: Api<etcd_operator::api::StoredCluster> = Api::all(self.cp.client());
+        let c = api.get(etcd_operator::api::SINGLETON).await?;
+        Ok(c.metadata.generation.unwrap_or(0))
+    }
+
     /// Patches the EtcdCluster spec.
     pub async fn patch_spec(&mut self, patch: serde_json::Value) -> Result<(), ControlPlaneError> {
         // Read back as stored: the patch may make a spec the operator cannot decode.

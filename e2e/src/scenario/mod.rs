@@ -3,7 +3,7 @@
 //!
 //! | name | what happens |
 //! |---|---|
-//! | `bootstrap` | n1 rendered, grows to 3 voting members, every node on the latest revision; the status never shows Degraded nor a member without a name; `status.certificates` lists the CA and 10 leaves, each renewed before it expires; every node's revision dir holds only its own private keys, 0600; the metrics port answers only a client with a certificate of the etcd CA (`etcd-metric-client`), the probes' plain listener is on the node's loopback; a consumer in `spec.clients` gets a Secret whose certificate etcd accepts, deleted when it leaves the list |
+//! | `bootstrap` | n1 rendered, grows to 3 voting members, every node on the latest revision; the status never shows Degraded nor a member without a name; `status.certificates` lists the CA and 10 leaves, each renewed before it expires; every node's revision dir holds only its own private keys, 0600; the metrics port answers only a client with a certificate of the etcd CA (`etcd-metric-client`), the probes' plain listener is on the node's loopback; `etcd-endpoints` lists every node as a voter at its address; kube-apiserver's Secret as `render` wrote it, applied and named in `spec.clients`, is adopted byte-identical and etcd accepts its certificate; a consumer in `spec.clients` gets a Secret whose certificate etcd accepts, deleted when it leaves the list |
 //! | `data-loss` | n2's data dir is destroyed: its member is replaced, back to 3 voters |
 //! | `node-replacement` | n3 is deleted (member removed), n4 joins as a learner and is promoted |
 //! | `operator-crash` | the operator is killed after learner add, after revision create, during rollout and after promote: the scale-up still completes, no unstarted learner is left |
@@ -28,13 +28,20 @@
 //! | `ca-rotation` | under write load (a client that reloads its certificate and `ca.crt` from Secret `etcd-client` every second), `spec.certificates.caRotationRequest` rotates the CA in three phases, each rolled to every node before the next: trust both CAs, re-issue every leaf and client certificate from the new one, drop the old one; at the end etcd-signer holds the new CA, every leaf and the client certificate are its, every bundle trusts it alone, etcd-signer-next is deleted; the longest write gap is the report's |
 //! | `node-address-change` | under write load n2 comes back on another address, its old one retired (held: a stale etcd can't bind it, dials to it are closed); the operator re-issues n2's certificates for the new address, moves member n2 there with `MemberUpdate` and rolls a revision with the new URL, n2 first; n2 is the same member id on its own data dir (nothing archived), no member keeps the old URL, `etcd-endpoints` and n2's certificates name the new address |
 //! | `unreadable-spec` | the CRD is loosened (a newer CRD than the operator: `spec.clients[].commonName` not required) and a client without one is patched in with a `forceRedeploymentReason`: the operator cannot decode the spec, so it acts on nothing; `SpecDegraded` and `Degraded` True with reason `SpecUnreadable` naming `spec.clients[0]`, a warning Event, `observedGeneration` and the latest revision unchanged, `etcd-operator plan` exits non-zero naming the field; the spec fixed, the held redeployment rolls one new revision to every node and the condition clears |
+//! | `scale-down` | 5 voters, then the admin annotates two Nodes `etcd.static-operator.io/remove-member` (the leader's node and one the odd-voter policy would not pick): exactly those two members are removed, one at a time, the leader last after handing its leadership off; the three others keep their member ids, and the chosen nodes get no member again |
+//! | `unmanaged` | `managementState: Unmanaged`, then a forced redeployment and a fourth node: for 15 s no revision, no member, and every ConfigMap, Secret, budget and operator-made pod of the operator's and static-pod namespaces keeps its resourceVersion; `Managed` again, the held redeployment rolls one new revision to every node and n4 joins as the standby, the voters keeping their ids |
+//! | `dangling-learner` | an admin adds a learner at an address no node has and never starts it (it would hold etcd 3.4's one learner slot): the operator removes it (`MemberOfGoneNodeRemoved`; counted in `etcd_operator_members_without_node`, alert `EtcdMemberWithoutNode`), and n4, added meanwhile, joins as the standby, the voters keeping their ids |
+//! | `consumer-reload` | a consumer declared `reload: Restart` (`deadlineSeconds: 10`) selects a pod created through the API in its own namespace, with the mirror-pod annotation on the stand-in (kube-apiserver requires `spec.nodeName` with it; no node: never run; the test plays its kubelet by writing `status.containerStatuses[].state.running.startedAt` through the status subresource); a CA rotation rolls `TrustBoth` to every node and then waits for the pod: `caRotation.waitingFor`, `etcd-operator plan` and Event `CaRotationWaitingForConsumers` name the consumer and the pod, and past the deadline `CertSignerDegraded` says `ConsumerNotReloaded` while the rotation still waits; the pod "restarts" (`startedAt` now) and the rotation goes on, waits again in `ReissueLeaves` and `DropOld` until the pod restarts, and completes with the consumer current |
 
 mod backups;
 mod ca_rotation;
 pub mod consistency;
+mod consumer_reload;
 mod consumers;
 mod corruption;
+mod dangling_learner;
 mod drain;
+mod endpoints;
 pub mod failover;
 mod failover_audit;
 mod failover_instances;
@@ -48,8 +55,10 @@ mod node_selector;
 mod quorum_loss;
 mod restore;
 pub mod runbook;
+mod scale_down;
 mod scenarios;
 mod static_pod;
+mod unmanaged;
 mod unreadable_spec;
 mod upgrade;
 
@@ -59,7 +68,7 @@ use std::time::Instant;
 pub use harness::{Harness, Recovery, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 25] = [
+pub const NAMES: [&str; 29] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -85,6 +94,10 @@ pub const NAMES: [&str; 25] = [
     "ca-rotation",
     "node-address-change",
     "unreadable-spec",
+    "scale-down",
+    "unmanaged",
+    "dangling-learner",
+    "consumer-reload",
 ];
 
 /// The scenarios whose API is served from the managed etcd, as in a real control plane (their
@@ -128,8 +141,10 @@ pub struct ScenarioReport {
 /// Runs scenario `name`; writes `<out_dir>/<name>/report.json` and returns its path and the report.
 pub async fn run(name: &str, out_dir: &Path) -> Result<(PathBuf, ScenarioReport), String> {
     let started = Instant::now();
-    let (outcome, harness) = match scenarios::prepare(name).await {
-        Ok(h) => scenarios::drive(name, h).await,
+    // Boxed: the scenarios' futures are large in a debug build, and a test thread that holds
+    // them on its stack overflows it (restore-from-snapshot did).
+    let (outcome, harness) = match Box::pin(scenarios::prepare(name)).await {
+        Ok(h) => Box::pin(scenarios::drive(name, h)).await,
         Err((e, h)) => (Err(e.to_string()), h),
     };
     let (load, steps, check, recovery) = match harness {

@@ -90,6 +90,7 @@ pub async fn node_address_change(h: &mut Harness) -> Result<(), ControlPlaneErro
         )));
     }
     endpoints_follow(h, &id, new_ip, old_ip).await?;
+    super::endpoints::every_node_published(h).await?;
     certificates_follow(h, new_ip, old_ip).await?;
     drop(retired);
     h.step(format!(

@@ -22,12 +22,6 @@ fn failed(msg: impl Into<String>) -> ControlPlaneError {
     ControlPlaneError::Failed(msg.into())
 }
 
-async fn generation(h: &Harness) -> Result<i64, ControlPlaneError> {
-    let api: Api<etcd_operator::api::EtcdCluster> = Api::all(h.cp.client());
-    let c = api.get(etcd_operator::api::SINGLETON).await?;
-    Ok(c.metadata.generation.unwrap_or(0))
-}
-
 pub(super) async fn node_selector(h: &mut Harness) -> Result<(), ControlPlaneError> {
     let before = member_ids(&h.status().await);
     let same = |h: &Harness, ids: &std::collections::BTreeSet<String>, when: &str| {
@@ -52,7 +46,7 @@ pub(super) async fn node_selector(h: &mut Harness) -> Result<(), ControlPlaneErr
     // A new selector that picks the same nodes: the watch starts over, nothing else moves.
     h.patch_spec(serde_json::json!({"controlPlaneNodeSelector": {LABEL: "true"}}))
         .await?;
-    let wanted = generation(h).await?;
+    let wanted = h.generation().await?;
     let s = h
         .wait_status("the operator settled on the new selector", SETTLE, |s| {
             s.observed_generation >= Some(wanted) && crate::view::settled(s, 3)

@@ -68,6 +68,10 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "ca-rotation" => super::ca_rotation::ca_rotation(&mut h).await,
         "node-address-change" => super::node_address::node_address_change(&mut h).await,
         "unreadable-spec" => super::unreadable_spec::unreadable_spec(&mut h).await,
+        "scale-down" => super::scale_down::scale_down(&mut h).await,
+        "unmanaged" => super::unmanaged::unmanaged(&mut h).await,
+        "dangling-learner" => super::dangling_learner::dangling_learner(&mut h).await,
+        "consumer-reload" => super::consumer_reload::consumer_reload(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
         ))),
@@ -95,6 +99,7 @@ fn clean_status(h: &Harness) -> Result<(), ControlPlaneError> {
 /// port behind client certificates, a consumer's client certificate.
 async fn bootstrap(h: &mut Harness) -> Result<(), ControlPlaneError> {
     clean_status(h)?;
+    super::endpoints::every_node_published(h).await?;
     certificate_expiries(h).await?;
     super::metrics_port::client_certs_required(h).await?;
     super::consumers::consumer_secret(h).await

@@ -5,6 +5,8 @@
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
+use super::reload::{ConsumerStatus, Reload};
+
 mod defaults {
     pub fn leaf_validity_days() -> u32 {
         3 * 365
@@ -75,6 +77,13 @@ pub struct EtcdConsumer {
     #[schemars(length(max = 253))]
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("secretName must be a DNS subdomain"))]
     pub secret_name: Option<String>,
+    /// How the consumer picks up a changed Secret: `Files` (default: it re-reads its files on
+    /// each connection) or `Restart` with its pods (it reads them only at start, as
+    /// kube-apiserver does its etcd CA file). A CA rotation waits for every `Restart` pod to
+    /// have started since the Secret changed before each step that needs the new material.
+    #[serde(default, skip_serializing_if = "Reload::is_default")]
+    #[x_kube(validation = Rule::new("self.mode == 'Restart' ? has(self.pods) : !has(self.pods)").message("reload.pods is required with mode Restart and allowed only with it"))]
+    pub reload: Reload,
 }
 
 /// The certificates as the signer last read them.
@@ -102,6 +111,9 @@ pub struct CertificatesStatus {
     /// deletes when their consumer leaves `spec.clients`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub consumer_secrets: Vec<String>,
+    /// Whether each consumer has picked up its Secret's current material (sorted by name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumers: Vec<ConsumerStatus>,
 }
 
 /// A CA rotation under way.
@@ -121,6 +133,10 @@ pub struct CaRotationStatus {
     /// What the phase waits for, or what stops it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// The consumers (and their pods) the phase waits for to pick up its material, one line
+    /// each (`consumer kube-apiserver: pods kube-system/kas-n1`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_for: Vec<String>,
 }
 
 /// One certificate's validity.

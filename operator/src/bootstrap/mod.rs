@@ -9,7 +9,11 @@
 //! * `DIR/manifests/*.json`: the CA Secret `etcd-signer`, Secret `etcd-all-certs` and ConfigMap
 //!   `etcd-all-bundles`, which the platform applies once the API is up. The operator then adopts
 //!   that CA and those certificates (its plan keeps valid certificates byte-identical), and adopts
-//!   the running member, so bootstrap causes no certificate churn.
+//!   the running member, so bootstrap causes no certificate churn;
+//! * `DIR/kube-apiserver/`: the first kube-apiserver's etcd client certificate, key and CA
+//!   bundle, with `DIR/manifests/etcd-consumer-kube-apiserver.json` (the same as the consumer
+//!   Secret the operator adopts) and `DIR/manifests/etcdcluster.json` (the EtcdCluster, naming
+//!   kube-apiserver in `spec.clients`): see [`apiserver`].
 //!
 //! Planning ([`plan`]) is pure given the CA and `now`; [`output::write_dir`] lays the whole
 //! output down as one step (a staging dir renamed into place; nothing half-written, nothing
@@ -20,8 +24,10 @@
 //! reuses that CA, as kubeadm reuses the CA in its pki dir: the certificates are issued again by
 //! the same CA, so an etcd already started from the first render, and whatever trusts its CA,
 //! stay valid. A CA file that cannot be read as one is an error naming the file; nothing is
-//! replaced silently. The previous output is kept as `<dir>.replaced-<UTC>`.
+//! replaced silently. kube-apiserver's certificate and key are kept too, while valid. The
+//! previous output is kept as `<dir>.replaced-<UTC>`.
 
+pub mod apiserver;
 pub mod output;
 pub mod validate;
 
@@ -59,11 +65,15 @@ pub struct RenderRequest {
     pub images: Images,
     /// Host path of the certificates dir as the kubelet will see it.
     pub resource_host_dir: String,
-    /// etcd also listens on `127.0.0.1:2379` (see `EtcdClusterSpec::local_client_listener`).
+    /// etcd also listens on `127.0.0.1:2379` and `[::1]:2379` (see
+    /// `EtcdClusterSpec::local_client_listener`).
     pub local_client_listener: bool,
     /// `ETCD_INITIAL_CLUSTER_TOKEN` of the new cluster: unique per cluster, so a cluster
     /// bootstrapped again on the same address never gets the ids of the one before it.
     pub cluster_token: String,
+    /// kube-apiserver's certificate and key from a previous render with the same CA (kept while
+    /// valid).
+    pub apiserver_client: Option<BTreeMap<String, Vec<u8>>>,
 }
 
 /// Why the bootstrap render failed.
@@ -148,6 +158,17 @@ pub fn plan(
         },
     ];
     files.extend(cert_dir_files(&bundles, &node_certs));
+    let bundle = bundles
+        .get(certs::SERVER_CA_BUNDLE_KEY)
+        .cloned()
+        .unwrap_or_default();
+    files.extend(apiserver::files(
+        ca,
+        &bundle,
+        request.apiserver_client.as_ref(),
+        now,
+    )?);
+    files.push(apiserver::cluster_file(request.local_client_listener)?);
     files.extend(manifest_files(ca, &node_certs, bundles)?);
     Ok(files)
 }
@@ -288,6 +309,26 @@ fn existing_token(output_dir: &Path) -> Result<Option<String>, BootstrapError> {
     Ok(Some(token.to_owned()))
 }
 
+/// A file of a previous render (at most 1 MiB), never through a symlink, nor blocking on a
+/// FIFO; `None` when it does not exist; anything but a regular file is an error.
+fn read_bounded(path: &Path) -> Result<Option<Vec<u8>>, std::io::Error> {
+    let mut file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
+        .open(path)
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+        Ok(f) => f,
+    };
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.by_ref().take(1 << 20).read_to_end(&mut bytes)?;
+    Ok(Some(bytes))
+}
+
 /// The CA of a previous render in `output_dir`, if there is one.
 fn existing_ca(output_dir: &Path) -> Result<Option<EtcdCa>, BootstrapError> {
     let path = output_dir.join(CA_FILE);
@@ -295,23 +336,9 @@ fn existing_ca(output_dir: &Path) -> Result<Option<EtcdCa>, BootstrapError> {
         path: path.clone(),
         reason,
     };
-    let mut file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
-        .open(&path)
-    {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(bad(e.to_string())),
-        Ok(f) => f,
+    let Some(bytes) = read_bounded(&path).map_err(|e| bad(e.to_string()))? else {
+        return Ok(None);
     };
-    if !file.metadata().map_err(|e| bad(e.to_string()))?.is_file() {
-        return Err(bad("not a regular file".into()));
-    }
-    let mut bytes = Vec::new();
-    file.by_ref()
-        .take(1 << 20)
-        .read_to_end(&mut bytes)
-        .map_err(|e| bad(e.to_string()))?;
     let secret: Secret =
         serde_json::from_slice(&bytes).map_err(|e| bad(format!("not a Secret: {e}")))?;
     let data: BTreeMap<String, Vec<u8>> = secret
@@ -340,10 +367,16 @@ pub fn render(
     validate::node_ip(&node_ip.to_string()).map_err(BootstrapError::InvalidInput)?;
     let existing = existing_ca(output_dir)?;
     let reused_ca = existing.is_some();
-    // The cluster of a previous render keeps its token, as it keeps its CA.
+    // The cluster of a previous render keeps its token, as it keeps its CA, and kube-apiserver
+    // its certificate.
     let cluster_token = match existing_token(output_dir)? {
         Some(token) if reused_ca => token,
         _ => new_cluster_token(),
+    };
+    let apiserver_client = if reused_ca {
+        apiserver::existing(output_dir)?
+    } else {
+        None
     };
     let ca = match existing {
         Some(ca) => ca,
@@ -359,6 +392,7 @@ pub fn render(
         resource_host_dir,
         local_client_listener,
         cluster_token,
+        apiserver_client,
     };
     let files = plan(&request, &ca, now)?;
     let previous = output::write_dir(output_dir, &files, now)?;

@@ -46,8 +46,8 @@ pub use node::{
     is_dns_name,
 };
 pub use plan::{
-    Action, CertDecision, CertPlan, DesiredNodes, Reason, Removal, apply_client_cert, apply_plan,
-    evaluate, plan_client_cert, plan_node_certs,
+    Action, CertDecision, CertPlan, ClientData, DesiredNodes, Reason, Removal, apply_client_cert,
+    apply_plan, client_secret_data, evaluate, plan_client_cert, plan_node_certs,
 };
 
 /// Lifetimes and the renewal window. [`CertPolicy::default`] is what the operator uses.

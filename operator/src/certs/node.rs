@@ -142,6 +142,9 @@ impl ClientCertKind {
     pub const CERT_KEY: &str = "tls.crt";
     /// Key of the private key in the client Secret.
     pub const KEY_KEY: &str = "tls.key";
+    /// Key of the trusted CAs in the client Secret (clients verify etcd's serving certificate
+    /// with them).
+    pub const CA_KEY: &str = "ca.crt";
 
     /// The Secret's name.
     pub fn secret_name(self) -> &'static str {

@@ -381,6 +381,35 @@ pub fn plan_client_cert(
     )
 }
 
+/// A client certificate Secret's data, and why it changed (`None`: it did not).
+pub type ClientData = (BTreeMap<String, Vec<u8>>, Option<Reason>);
+
+/// What a client certificate Secret for `spec` should hold: `current` judged
+/// ([`plan_client_cert`]) and re-issued when due, with the trusted CAs (`bundle`) as `ca.crt`.
+/// Returns it, and why it differs from `current` (`None`: it does not). The operator's client
+/// Secrets, the consumers' and `render`'s kube-apiserver material all come from here.
+pub fn client_secret_data(
+    ca: &EtcdCa,
+    bundle: &str,
+    policy: &CertPolicy,
+    spec: &LeafSpec,
+    current: Option<&BTreeMap<String, Vec<u8>>>,
+    now: OffsetDateTime,
+) -> Result<ClientData, CertError> {
+    let reason = plan_client_cert(ca, policy, spec, current, now);
+    let mut data = if reason.action() == Action::Keep {
+        current.cloned().unwrap_or_default()
+    } else {
+        apply_client_cert(ca, policy, spec, &reason, current, now)?
+    };
+    data.insert(
+        ClientCertKind::CA_KEY.to_owned(),
+        bundle.as_bytes().to_vec(),
+    );
+    let changed = (current != Some(&data)).then_some(reason);
+    Ok((data, changed))
+}
+
 /// The client Secret's new data: unchanged when `reason` says keep, else a fresh certificate.
 pub fn apply_client_cert(
     ca: &EtcdCa,

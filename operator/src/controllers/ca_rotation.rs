@@ -14,9 +14,16 @@
 //! | `ReissueLeaves` | new CA | old + new | carries only leaves of the new CA (and the bundle) |
 //! | `DropOld` | new CA (now `etcd-signer`) | new | carries the new CA alone |
 //!
-//! `TrustBoth` and `ReissueLeaves` also wait until every consumer Secret was written (a
-//! consumer whose namespace the operator may not write keeps the rotation from dropping the CA
-//! its certificate is still issued by).
+//! Every phase, and the end of `DropOld`, also waits until every consumer has picked up the
+//! phase's material: its Secret written (a consumer whose namespace the operator may not write
+//! keeps the rotation from dropping the CA its certificate is still issued by) and, for a
+//! `reload: Restart` consumer, every selected pod started since that write
+//! ([`super::consumers::reload`]). Otherwise `ReissueLeaves` would make etcd serve
+//! certificates of a CA an unrestarted kube-apiserver does not trust (it reads its etcd CA
+//! file only at start), and `DropOld` would refuse a client certificate it still presents.
+//! Status (`caRotation.waitingFor`), the plan and Event `CaRotationWaitingForConsumers` name
+//! the consumers and pods; a wait past a consumer's deadline is reported by
+//! [`super::consumers::report`], and the rotation keeps waiting.
 //!
 //! A rotation starts on a new `caRotationRequest`, or by itself once the CA has lived
 //! `renewAtPercent` of its lifetime. The next CA is generated once and kept in its own Secret;
@@ -80,7 +87,8 @@ pub struct RolloutView {
     /// Every leaf of the latest revision was issued by the new CA.
     pub leaves_new: bool,
     /// Every consumer Secret was written in the last pass (so it carries the phase's bundle and,
-    /// from `ReissueLeaves` on, a certificate of the new CA).
+    /// from `ReissueLeaves` on, a certificate of the new CA) and every consumer has picked it
+    /// up (a `Restart` consumer's pods started since).
     pub consumers_current: bool,
 }
 
@@ -149,15 +157,7 @@ pub fn decide(
         }
         _ => {}
     }
-    let done = rollout.settled
-        && (rollout.consumers_current || phase == Phase::DropOld)
-        && match phase {
-            Phase::TrustBoth => rollout.bundle_has_old && rollout.bundle_has_new,
-            Phase::ReissueLeaves => {
-                rollout.bundle_has_old && rollout.bundle_has_new && rollout.leaves_new
-            }
-            Phase::DropOld => !rollout.bundle_has_old && rollout.bundle_has_new,
-        };
+    let done = rolled_out(phase, rollout) && rollout.consumers_current;
     match (phase, done) {
         (p, false) => Step::Run { phase: p, trigger },
         (Phase::TrustBoth, true) => Step::Run {
@@ -170,6 +170,18 @@ pub fn decide(
         },
         (Phase::DropOld, true) => Step::Finish { trigger },
     }
+}
+
+/// Every node runs the latest revision and it carries `phase`'s material (consumers aside).
+pub fn rolled_out(phase: Phase, rollout: &RolloutView) -> bool {
+    rollout.settled
+        && match phase {
+            Phase::TrustBoth => rollout.bundle_has_old && rollout.bundle_has_new,
+            Phase::ReissueLeaves => {
+                rollout.bundle_has_old && rollout.bundle_has_new && rollout.leaves_new
+            }
+            Phase::DropOld => !rollout.bundle_has_old && rollout.bundle_has_new,
+        }
 }
 
 /// Which CA signs this pass and which CAs are trusted, and the rotation's status fields.
@@ -222,8 +234,15 @@ fn failed(message: String) -> ControllerError {
     ControllerError::new(NAME, ErrorKind::Permanent, "ca-rotation", message)
 }
 
-/// What the last pass's rollout shows about `old` and `next` (see [`RolloutView`]).
-fn rollout_view(p: &Pass<'_>, old: &EtcdCa, next: Option<&EtcdCa>, swapped: bool) -> RolloutView {
+/// What the last pass's rollout shows about `old` and `next` (see [`RolloutView`]); `waiting`
+/// names the consumers that have not picked up their Secret's material.
+fn rollout_view(
+    p: &Pass<'_>,
+    old: &EtcdCa,
+    next: Option<&EtcdCa>,
+    swapped: bool,
+    waiting: &[String],
+) -> RolloutView {
     let latest = p.latest;
     let settled = latest > 0
         && !p.node_statuses.is_empty()
@@ -261,15 +280,17 @@ fn rollout_view(p: &Pass<'_>, old: &EtcdCa, next: Option<&EtcdCa>, swapped: bool
         bundle_has_old: has_old,
         bundle_has_new: has_new,
         leaves_new,
-        consumers_current: !p.st.consumers_behind,
+        consumers_current: !p.st.consumers_behind && waiting.is_empty(),
     }
 }
 
-/// Decides and carries out this pass's rotation step; `ca` is `etcd-signer` as adopted.
+/// Decides and carries out this pass's rotation step; `ca` is `etcd-signer` as adopted;
+/// `waiting` names each consumer that has not picked up its Secret's material, one line each.
 pub async fn run(
     p: &mut Pass<'_>,
     ca: EtcdCa,
     policy: &CertPolicy,
+    waiting: &[String],
 ) -> Result<Trust, ControllerError> {
     let op_ns = p.ctx.config.operator_namespace.clone();
     let now = p.o.now;
@@ -288,7 +309,7 @@ pub async fn run(
         swapped,
         ca_due: now >= policy.renew_after(ca.not_before(), ca.not_after()),
     };
-    let view = rollout_view(p, &ca, next.as_deref(), swapped);
+    let view = rollout_view(p, &ca, next.as_deref(), swapped, waiting);
     let step = decide(
         &p.o.spec.certificates.ca_rotation_request,
         &previous.handled_ca_rotation,
@@ -326,6 +347,7 @@ pub async fn run(
                     "waiting for every node to run the bundle of the new CA alone".into()
                 }
             },
+            waiting_for: Vec::new(),
         }
     };
     match step {
@@ -384,7 +406,10 @@ pub async fn run(
             let Some(new) = next else {
                 return Err(failed(format!("Secret {op_ns}/{NEXT_SECRET} is missing")));
             };
-            let status = entering(phase, &trigger, &new);
+            let mut status = entering(phase, &trigger, &new);
+            let rolled = rolled_out(phase, &view);
+            let before = previous.ca_rotation.as_ref();
+            waits_for_consumers(p, &mut status, before, waiting, rolled).await;
             if previous
                 .ca_rotation
                 .as_ref()
@@ -443,6 +468,41 @@ pub async fn run(
         }
     }
     Ok(trust)
+}
+
+/// A phase whose consumers have not picked up its material says so (`rolled`: only they are
+/// waited for): in the status message and
+/// `waitingFor` (so the plan names them), and in Event `CaRotationWaitingForConsumers` whenever
+/// the list changes.
+async fn waits_for_consumers(
+    p: &mut Pass<'_>,
+    status: &mut CaRotationStatus,
+    previous: Option<&CaRotationStatus>,
+    waiting: &[String],
+    rolled: bool,
+) {
+    if waiting.is_empty() {
+        return;
+    }
+    if rolled {
+        status.message = "every node runs the phase's material".to_owned();
+    }
+    status.message = format!(
+        "{}; waiting for {} consumer(s) to pick up the phase's material: {}",
+        status.message,
+        waiting.len(),
+        waiting.join("; ")
+    );
+    status.waiting_for = waiting.to_vec();
+    if previous.is_none_or(|r| r.phase != status.phase || r.waiting_for != status.waiting_for) {
+        let note = format!(
+            "CA rotation ({}), phase {}: waiting for {}",
+            status.trigger,
+            status.phase,
+            waiting.join("; ")
+        );
+        p.event(false, "CaRotationWaitingForConsumers", note).await;
+    }
 }
 
 #[cfg(test)]

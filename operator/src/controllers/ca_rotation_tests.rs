@@ -52,6 +52,21 @@ fn a_consumer_secret_behind_holds_the_phase() {
         let v = behind(view(true, true, true, leaves_new));
         assert_eq!(decide("r1", "", Some(&s), NEXT, &v), run(phase), "{why}");
     }
+    let swapped = Cas {
+        swapped: true,
+        ..NEXT
+    };
+    assert_eq!(
+        decide(
+            "r1",
+            "",
+            Some(&status("DropOld")),
+            swapped,
+            &behind(view(true, false, true, true))
+        ),
+        run(Phase::DropOld),
+        "the rotation ends only once every consumer has the new CA alone"
+    );
 }
 
 #[test]

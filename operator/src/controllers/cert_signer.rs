@@ -6,7 +6,8 @@
 //! [`crate::certs::plan_client_cert`], pure): which certificates are missing, expiring or no
 //! longer match their node. Writes: the CA Secret (only when none exists and the cluster is
 //! Managed), `etcd-all-certs`, `etcd-all-bundles`, the operator's client certificates, the
-//! consumers' ([`super::consumers`]); Events
+//! consumers' ([`super::consumers`]) and whether each consumer picked them up
+//! (`status.certificates.consumers`, which a CA rotation waits on); Events
 //! `CaGenerated`, `CertificatesUpdated`; the expiry metrics. It never issues anything for an
 //! Unmanaged cluster and never replaces an existing CA.
 
@@ -15,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Secret;
 use membership::TlsPem;
 
+use super::consumers::{self, reload};
 use super::{ControllerError, ControllerName};
 use crate::certs::{self, CaOrigin, CertPolicy, ClientCertKind, EtcdCa};
 use crate::metrics::{CertLabels, Metrics};
@@ -30,7 +32,7 @@ const NAME: ControllerName = ControllerName::CertSigner;
 /// How soon a consumer Secret that could not be written is tried again.
 const CONSUMER_RETRY: time::Duration = time::Duration::seconds(10);
 /// The CA certificate's key in the metric client Secret.
-pub const CA_KEY: &str = "ca.crt";
+pub const CA_KEY: &str = ClientCertKind::CA_KEY;
 
 /// What the signer produced for the rest of the pass.
 #[derive(Clone, Debug)]
@@ -68,15 +70,29 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
     let _t = p.ctx.metrics.time(NAME.as_str());
     let policy = CertPolicy::from_spec(&p.o.spec.certificates);
     let adopted = ca(p, &policy).await?;
-    let trust = super::ca_rotation::run(p, adopted, &policy).await?;
+    let decided = consumers::decided(p);
+    let pods = consumers::observe_pods(&p.ctx.client, &decided.maintain).await;
+    let records = p
+        .certificates
+        .as_ref()
+        .map(|c| c.consumers.clone())
+        .unwrap_or_default();
+    let waiting: Vec<String> = reload::before(&decided.maintain, &records, &pods, p.o.now)
+        .iter()
+        .filter_map(reload::Pickup::line)
+        .collect();
+    let trust = super::ca_rotation::run(p, adopted, &policy, &waiting).await?;
     let ca = std::sync::Arc::clone(&trust.signing);
     let bundle = trust.bundle_pem();
     let bundles = trust.bundles();
     let all_certs = node_certs(p, &ca, &bundles, &policy).await?;
     let tls = client_cert(p, &ca, &bundle, &policy).await?;
-    let consumers = super::consumers::reconcile(p, &ca, &bundle, &policy).await;
+    let served = consumers::reconcile(p, &decided, &ca, &bundle, &policy).await;
+    let after = reload::settle(&decided.maintain, &records, &served.digests, &pods, p.o.now);
+    let rotating = trust.rotation.is_some();
+    let consumer_status = consumers::report::report(p, &after, rotating, &records).await;
     let mut infos = certs::inspect_certs(&ca, &all_certs);
-    for (secret, cert) in &consumers.certs {
+    for (secret, cert) in &served.certs {
         infos.push(certs::inspect_pem(&ca, secret, cert));
     }
     let client_key = format!(
@@ -92,7 +108,8 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
     status.ca_rotation = trust.rotation;
     status.handled_ca_rotation = trust.handled;
     status.last_ca_rotation = trust.last;
-    status.consumer_secrets = consumers.secrets;
+    status.consumer_secrets = served.secrets;
+    status.consumers = consumer_status;
     p.certificates = Some(status);
     let with_certs =
         p.o.nodes
@@ -105,12 +122,12 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
             .map(|n| n.target.name.clone())
             .collect();
     record_expiry(&p.ctx.metrics, &ca, &all_certs);
-    p.st.consumers_behind = !consumers.problems.is_empty();
-    if consumers.problems.is_empty() {
+    p.st.consumers_behind = !served.problems.is_empty();
+    if served.problems.is_empty() {
         p.succeeded(NAME);
     } else {
         // Etcd's own certificates are done: the pass goes on, the consumers are retried.
-        let message = consumers.problems.join("; ");
+        let message = served.problems.join("; ");
         p.ctx.metrics.error(NAME.as_str(), "consumer-secret");
         p.note(message.clone());
         p.cond(
@@ -268,7 +285,7 @@ async fn client_secret(
     policy: &CertPolicy,
     name: &str,
     spec: &certs::LeafSpec,
-) -> Result<ClientData, ControllerError> {
+) -> Result<certs::ClientData, ControllerError> {
     let op_ns = p.ctx.config.operator_namespace.clone();
     let secret = find(&p.inputs.operator_secrets, &op_ns, name);
     let current = secret.map(secret_bytes);
@@ -281,13 +298,8 @@ async fn client_secret(
     Ok((data, changed))
 }
 
-/// A client certificate Secret's data, and why it changed (`None`: it did not).
-pub type ClientData = (BTreeMap<String, Vec<u8>>, Option<certs::Reason>);
-
-/// What a client certificate Secret for `spec` should hold: `current` judged and re-issued when
-/// due, with the trusted CAs as `ca.crt` (clients verify etcd's serving certificate with them;
-/// both during a CA rotation). Returns it, and why it differs from `current` (`None`: it does
-/// not).
+/// What a client certificate Secret for `spec` should hold ([`certs::client_secret_data`]; the
+/// trusted CAs as `ca.crt`, both during a CA rotation), and why it changed.
 pub fn client_data(
     ca: &EtcdCa,
     bundle: &str,
@@ -295,16 +307,8 @@ pub fn client_data(
     spec: &certs::LeafSpec,
     current: Option<&BTreeMap<String, Vec<u8>>>,
     now: time::OffsetDateTime,
-) -> Result<ClientData, ControllerError> {
-    let reason = certs::plan_client_cert(ca, policy, spec, current, now);
-    let mut data = if reason.action() == certs::Action::Keep {
-        current.cloned().unwrap_or_default()
-    } else {
-        certs::apply_client_cert(ca, policy, spec, &reason, current, now).map_err(cert_err)?
-    };
-    data.insert(CA_KEY.to_owned(), bundle.as_bytes().to_vec());
-    let changed = (current != Some(&data)).then_some(reason);
-    Ok((data, changed))
+) -> Result<certs::ClientData, ControllerError> {
+    certs::client_secret_data(ca, bundle, policy, spec, current, now).map_err(cert_err)
 }
 
 /// `status.certificates`: the CA's expiry, and every leaf's with the time the policy renews it

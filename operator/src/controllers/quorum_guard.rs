@@ -163,7 +163,7 @@ pub fn risks(o: &Observed, guards: &[GuardPod]) -> Vec<Risk> {
         return vec![risk(EtcdUnreachable, "etcd did not answer".to_owned())];
     }
     let mut out = Vec::new();
-    let eligible = o.nodes.iter().filter(|n| !n.deleting).count();
+    let eligible = o.nodes.iter().filter(|n| n.leaving().is_none()).count();
     let voters = obs.members.iter().filter(|m| !m.is_learner).count();
     for m in &obs.members {
         if !m.is_started() {
@@ -192,7 +192,7 @@ pub fn risks(o: &Observed, guards: &[GuardPod]) -> Vec<Risk> {
         }
     }
     let with_member: BTreeSet<&str> = o.by_node.keys().map(String::as_str).collect();
-    for n in o.nodes.iter().filter(|n| !n.deleting) {
+    for n in o.nodes.iter().filter(|n| n.leaving().is_none()) {
         if !with_member.contains(n.target.name.as_str()) {
             out.push(risk(
                 MembershipChange,
@@ -231,7 +231,7 @@ pub fn risks(o: &Observed, guards: &[GuardPod]) -> Vec<Risk> {
 pub fn decide(nodes: &[ControlPlaneNode], guards: &[GuardPod], risks: &[Risk]) -> GuardPlan {
     let selected: BTreeMap<&str, &ControlPlaneNode> = nodes
         .iter()
-        .filter(|n| !n.deleting)
+        .filter(|n| n.leaving().is_none())
         .map(|n| (n.target.name.as_str(), n))
         .collect();
     let has_guard: BTreeSet<&str> = guards

@@ -22,6 +22,7 @@ fn cp(i: u8, unschedulable: bool) -> ControlPlaneNode {
         deleting: false,
         unschedulable,
         etcd_stopped: None,
+        remove_member: None,
     }
 }
 

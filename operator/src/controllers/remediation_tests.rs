@@ -98,6 +98,7 @@ fn cp(i: u8) -> ControlPlaneNode {
         deleting: false,
         unschedulable: false,
         etcd_stopped: None,
+        remove_member: None,
     }
 }
 

@@ -14,6 +14,7 @@ fn node(i: u8) -> ControlPlaneNode {
         deleting: false,
         unschedulable: false,
         etcd_stopped: None,
+        remove_member: None,
     }
 }
 

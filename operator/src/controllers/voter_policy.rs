@@ -48,29 +48,39 @@ pub fn voter_to_shrink<'a>(
     cluster: &ClusterView,
     leader: Option<MemberId>,
     members: &[&'a Member],
-) -> Option<(&'a Member, &'static str)> {
+) -> Option<(&'a Member, String)> {
     let health = |m: &Member| {
         cluster
             .members
             .iter()
             .any(|h| h.member.id == m.id && h.healthy)
     };
+    let leaving = |m: &Member| node_for(nodes, m).and_then(|n| n.leaving.as_ref());
+    // A leaving node's voter goes first, the leader among them last (membership hands its
+    // leadership off before removing it): the admin chose which members go.
+    let mut going: Vec<&Member> = members
+        .iter()
+        .copied()
+        .filter(|m| !m.is_learner && leaving(m).is_some())
+        .collect();
+    going.sort_by_key(|m| Some(m.id) == leader);
+    if let Some(m) = going.first() {
+        return leaving(m).map(|why| (*m, why.describe()));
+    }
     let voters: Vec<&Member> = members
         .iter()
         .copied()
         .filter(|m| !m.is_learner && Some(m.id) != leader)
         .collect();
-    let deleting = |m: &Member| node_for(nodes, m).is_some_and(|n| n.deleting);
-    if let Some(m) = voters.iter().find(|m| deleting(m)) {
-        return Some((m, "its node is being deleted"));
-    }
     if let Some(m) = voters.iter().find(|m| !health(m)) {
-        return Some((m, "unhealthy"));
+        return Some((m, "unhealthy".to_owned()));
     }
-    voters
-        .iter()
-        .max_by(|a, b| a.name.cmp(&b.name))
-        .map(|m| (*m, "the last node by name that is not the leader"))
+    voters.iter().max_by(|a, b| a.name.cmp(&b.name)).map(|m| {
+        (
+            *m,
+            "the last node by name that is not the leader".to_owned(),
+        )
+    })
 }
 
 #[cfg(test)]

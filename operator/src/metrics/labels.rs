@@ -74,3 +74,9 @@ pub struct CertLabels {
     pub secret_key: String,
     pub node: String,
 }
+
+/// A consumer of etcd (`spec.clients[].name`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConsumerLabel {
+    pub consumer: String,
+}

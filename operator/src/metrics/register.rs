@@ -97,6 +97,11 @@ impl Metrics {
             self.desired_voters.clone(),
         );
         registry.register(
+            "members_without_node",
+            "etcd members whose peer URL is the address of no selected control-plane node (added behind the operator's back, or left by a node that is gone); the operator removes them through the quorum gate",
+            self.members_without_node.clone(),
+        );
+        registry.register(
             "leader_raft_index",
             "Raft index of the etcd leader",
             self.leader_raft_index.clone(),
@@ -114,6 +119,11 @@ impl Metrics {
             "ca_expiry_timestamp_seconds",
             "notAfter of the etcd CA",
             self.ca_expiry.clone(),
+        );
+        registry.register(
+            "consumer_reload_pending",
+            "1 while a CA rotation waits for the consumer (spec.clients) to pick up its Secret: a reload Restart consumer's pods not all started since the Secret was written",
+            self.consumer_reload_pending.clone(),
         );
     }
 

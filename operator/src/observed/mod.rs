@@ -96,6 +96,14 @@ impl Inputs {
     /// The cache's resourceVersion of an object, if the cache has it.
     pub fn resource_version(&self, a: &Awaited) -> Option<String> {
         let meta = match a.kind {
+            // Once the spec is unreadable the status written before is not waited for: the
+            // pass holds and writes conditions alone.
+            "EtcdCluster" if self.unreadable.is_some() => return a.resource_version.clone(),
+            "EtcdCluster" => self
+                .cluster
+                .as_ref()
+                .filter(|c| c.metadata.name.as_deref() == Some(a.name.as_str()))
+                .map(|c| &c.metadata),
             "ConfigMap" => find(&self.configmaps, &a.namespace, &a.name).map(|o| &o.metadata),
             "Pod" => find(&self.pods, &a.namespace, &a.name).map(|o| &o.metadata),
             "Secret" => find(&self.secrets, &a.namespace, &a.name)
@@ -209,7 +217,11 @@ impl Observed {
     /// Members that have to follow their node to a new address (see
     /// [`crate::controllers::address_move`]).
     pub fn address_moves(&self) -> Vec<crate::controllers::address_move::AddressMove> {
-        let nodes = self.nodes.iter().filter(|n| !n.deleting).map(|n| &n.target);
+        let nodes = self
+            .nodes
+            .iter()
+            .filter(|n| n.leaving().is_none())
+            .map(|n| &n.target);
         crate::controllers::address_move::pending_moves(nodes, &self.etcd.members)
     }
 
@@ -232,4 +244,67 @@ pub fn members_by_node(
             Some((n.target.name.clone(), m.id))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn awaited(rv: &str) -> Awaited {
+        Awaited {
+            kind: "EtcdCluster",
+            namespace: String::new(),
+            name: "cluster".into(),
+            resource_version: Some(rv.into()),
+        }
+    }
+
+    fn with_cluster(rv: &str) -> Inputs {
+        let mut cluster = EtcdCluster::new("cluster", EtcdClusterSpec::default());
+        cluster.metadata.resource_version = Some(rv.into());
+        Inputs {
+            cluster: Some(cluster),
+            ..Inputs::default()
+        }
+    }
+
+    #[test]
+    fn a_status_write_holds_the_next_pass_until_the_cache_shows_it() {
+        let want = awaited("12");
+        let stale = with_cluster("11");
+        assert!(!crate::writer::satisfied(
+            &want,
+            stale.resource_version(&want).as_deref()
+        ));
+        let fresh = with_cluster("12");
+        assert!(crate::writer::satisfied(
+            &want,
+            fresh.resource_version(&want).as_deref()
+        ));
+        let gone = Inputs::default();
+        assert!(!crate::writer::satisfied(
+            &want,
+            gone.resource_version(&want).as_deref()
+        ));
+    }
+
+    #[test]
+    fn an_unreadable_spec_does_not_wait_for_the_status_written_before() {
+        let want = awaited("12");
+        let inputs = Inputs {
+            unreadable: Some(Unreadable {
+                object: Default::default(),
+                generation: Some(3),
+                field: "spec.clients[0]".into(),
+                message: "missing field `commonName`".into(),
+                observed_generation: Some(1),
+                conditions: Vec::new(),
+            }),
+            ..Inputs::default()
+        };
+        assert!(crate::writer::satisfied(
+            &want,
+            inputs.resource_version(&want).as_deref()
+        ));
+    }
 }

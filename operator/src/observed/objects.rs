@@ -9,7 +9,7 @@ use membership::MemberId;
 use time::OffsetDateTime;
 
 use crate::controllers::installer::{InstallerPhase, InstallerState, PodState};
-use crate::controllers::membership::NodeInfo;
+use crate::controllers::membership::{Leaving, NodeInfo};
 use crate::podspec::NodeTarget;
 
 /// Label on installer pods.
@@ -27,10 +27,28 @@ pub struct ControlPlaneNode {
     pub unschedulable: bool,
     /// The admin's reason from [`ETCD_STOPPED_ANNOTATION`], when set.
     pub etcd_stopped: Option<String>,
+    /// The admin's reason from [`REMOVE_MEMBER_ANNOTATION`], when set.
+    pub remove_member: Option<String>,
+}
+
+impl ControlPlaneNode {
+    /// Why the node leaves the control plane, if it does: its member is removed, none is added,
+    /// and no quorum guard is kept there.
+    pub fn leaving(&self) -> Option<Leaving> {
+        if self.deleting {
+            Some(Leaving::Deleted)
+        } else {
+            self.remove_member.clone().map(Leaving::RemovalRequested)
+        }
+    }
 }
 
 /// A Node annotation saying an admin stopped etcd there on purpose (its value: why).
 pub const ETCD_STOPPED_ANNOTATION: &str = "etcd.static-operator.io/etcd-stopped";
+/// A Node annotation by which an admin chooses a node whose etcd member goes for good (its
+/// value: why), e.g. a scale-down 5 → 3 or a machine about to be retired: the node is treated
+/// as one being deleted (Cluster API's `delete-machine` annotation plays the same part).
+pub const REMOVE_MEMBER_ANNOTATION: &str = "etcd.static-operator.io/remove-member";
 
 /// The selected control-plane nodes (sorted by name), with their InternalIP. Nodes without an
 /// InternalIP are skipped (etcd can't advertise anything for them).
@@ -63,23 +81,23 @@ pub fn control_plane_nodes(
                 ready,
                 deleting: n.metadata.deletion_timestamp.is_some(),
                 unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true),
-                etcd_stopped: n
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(ETCD_STOPPED_ANNOTATION))
-                    .map(|why| {
-                        if why.trim().is_empty() {
-                            "stopped by an admin (no reason given)".to_owned()
-                        } else {
-                            why.clone()
-                        }
-                    }),
+                etcd_stopped: admin_reason(n, ETCD_STOPPED_ANNOTATION, "stopped by an admin"),
+                remove_member: admin_reason(n, REMOVE_MEMBER_ANNOTATION, "asked by an admin"),
             })
         })
         .collect();
     out.sort_by(|a, b| a.target.name.cmp(&b.target.name));
     out
+}
+
+/// The value of an admin's annotation on a Node, `"<what> (no reason given)"` when empty.
+fn admin_reason(n: &Node, key: &str, what: &str) -> Option<String> {
+    let why = n.metadata.annotations.as_ref()?.get(key)?;
+    Some(if why.trim().is_empty() {
+        format!("{what} (no reason given)")
+    } else {
+        why.clone()
+    })
 }
 
 /// Whether a Node's `Ready` condition is `True`.
@@ -96,8 +114,8 @@ pub fn node_infos(nodes: &[ControlPlaneNode], with_certs: &BTreeSet<String>) -> 
         .iter()
         .map(|n| NodeInfo {
             target: n.target.clone(),
-            eligible: n.ready && !n.deleting && with_certs.contains(&n.target.name),
-            deleting: n.deleting,
+            eligible: n.ready && n.leaving().is_none() && with_certs.contains(&n.target.name),
+            leaving: n.leaving(),
         })
         .collect()
 }
@@ -293,6 +311,41 @@ mod tests {
 
     fn pod(json: serde_json::Value) -> Pod {
         serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn the_remove_member_annotation_makes_a_node_leave() {
+        let node = |annotations: serde_json::Value| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "n2", "labels": {"cp": ""}, "annotations": annotations},
+                "status": {
+                    "addresses": [{"type": "InternalIP", "address": "10.0.0.2"}],
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            }))
+            .unwrap()
+        };
+        let selector = BTreeMap::from([("cp".to_owned(), String::new())]);
+        let asked = node(serde_json::json!({ REMOVE_MEMBER_ANNOTATION: "rack 7 retired" }));
+        let nodes = control_plane_nodes(&[asked], &selector);
+        assert_eq!(
+            nodes[0].leaving(),
+            Some(Leaving::RemovalRequested("rack 7 retired".into()))
+        );
+        let certs = BTreeSet::from(["n2".to_owned()]);
+        let infos = node_infos(&nodes, &certs);
+        assert!(!infos[0].eligible, "a leaving node gets no member");
+        let empty = node(serde_json::json!({ REMOVE_MEMBER_ANNOTATION: " " }));
+        assert_eq!(
+            control_plane_nodes(&[empty], &selector)[0].leaving(),
+            Some(Leaving::RemovalRequested(
+                "asked by an admin (no reason given)".into()
+            ))
+        );
+        let plain = node(serde_json::json!({}));
+        let nodes = control_plane_nodes(&[plain], &selector);
+        assert_eq!(nodes[0].leaving(), None);
+        assert!(node_infos(&nodes, &certs)[0].eligible);
     }
 
     #[test]

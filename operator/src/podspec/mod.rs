@@ -122,6 +122,9 @@ struct TemplateData<'a> {
     node_name: &'a str,
     node_ip: String,
     url_host: String,
+    /// `--listen-client-urls`: the node's address, then the loopback listeners
+    /// ([`listen_client_urls`]).
+    listen_client_urls: String,
     /// Where etcd's plain `/health` listener (port 2382) is, as a URL host and as a probe host.
     health_url_host: String,
     health_probe_host: String,
@@ -133,7 +136,6 @@ struct TemplateData<'a> {
     heartbeat_ms: u32,
     election_ms: u32,
     quota_bytes: u64,
-    local_client_listener: bool,
     auto_compaction_retention: &'static str,
     certs: &'a CertPaths,
     env: &'a std::collections::BTreeMap<String, String>,
@@ -182,6 +184,8 @@ pub fn render_pod(input: &PodInput<'_>) -> Result<String, RenderError> {
         node_name: &input.node.name,
         node_ip: input.node.ip.to_string(),
         url_host: input.node.url_host(),
+        listen_client_urls: listen_client_urls(input.node, input.spec.local_client_listener)
+            .join(","),
         health_url_host: health_host(input.node, input.spec.local_client_listener).0,
         health_probe_host: health_host(input.node, input.spec.local_client_listener).1,
         revision: revision.clone(),
@@ -196,7 +200,6 @@ pub fn render_pod(input: &PodInput<'_>) -> Result<String, RenderError> {
         heartbeat_ms: input.spec.timing.heartbeat_interval_ms,
         election_ms: input.spec.timing.election_timeout_ms,
         quota_bytes: input.spec.quota_bytes(),
-        local_client_listener: input.spec.local_client_listener,
         auto_compaction_retention: AUTO_COMPACTION_RETENTION,
         certs: &certs,
         env: &env,
@@ -260,6 +263,24 @@ pub fn render_installer(
 pub const METRICS_PORT: u16 = 2381;
 /// etcd's plain listener for `/health` (and `/metrics`) on the node's loopback, for probes.
 pub const HEALTH_PORT: u16 = 2382;
+
+/// The loopback addresses etcd also serves clients on when the local listener is on: the
+/// node's kube-apiserver dials `https://127.0.0.1:2379` or `https://[::1]:2379` (an IPv6 or
+/// dual-stack control plane's), so both are served.
+pub const LOCAL_CLIENT_URLS: [&str; 2] = ["https://127.0.0.1:2379", "https://[::1]:2379"];
+
+/// etcd's `--listen-client-urls`: the node's own address, then, with `local_listener`, each of
+/// [`LOCAL_CLIENT_URLS`] that is not the node's own address already (etcd refuses to bind one
+/// address twice).
+pub fn listen_client_urls(node: &NodeTarget, local_listener: bool) -> Vec<String> {
+    let own = format!("https://{}:2379", node.url_host());
+    let local = LOCAL_CLIENT_URLS
+        .iter()
+        .filter(|_| local_listener)
+        .map(|u| (*u).to_owned())
+        .filter(|u| *u != own);
+    std::iter::once(own.clone()).chain(local).collect()
+}
 
 /// The host of the plain health listener, as a URL host and as a probe host: `127.0.0.1` where
 /// each node has its own loopback (`local_listener`, as for the client listener), else the

@@ -221,7 +221,9 @@ fn a_force_redeployment_reason_changes_every_manifest() {
 #[test]
 fn the_local_client_listener_and_auto_compaction() {
     let on = render_for(1, &scale_up_members(), &EtcdClusterSpec::default());
-    assert!(on.contains("- --listen-client-urls=https://10.0.0.1:2379,https://127.0.0.1:2379\n"));
+    assert!(on.contains(
+        "- --listen-client-urls=https://10.0.0.1:2379,https://127.0.0.1:2379,https://[::1]:2379\n"
+    ));
     assert!(
         on.contains("- --auto-compaction-mode=periodic\n    - --auto-compaction-retention=1h\n")
     );
@@ -232,6 +234,39 @@ fn the_local_client_listener_and_auto_compaction() {
     let off = render_for(1, &scale_up_members(), &spec);
     assert!(off.contains("- --listen-client-urls=https://10.0.0.1:2379\n"));
     assert!(!off.contains("127.0.0.1:2379"));
+    assert!(!off.contains("[::1]:2379"));
+}
+
+/// Both loopback listeners, never the node's own address twice (etcd would fail to bind it).
+#[test]
+fn the_local_client_listener_serves_both_loopbacks_once() {
+    let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+    let urls = |node: &str, on: bool| listen_client_urls(&NodeTarget::new("n1", ip(node)), on);
+    assert_eq!(
+        urls("10.0.0.1", true),
+        [
+            "https://10.0.0.1:2379",
+            "https://127.0.0.1:2379",
+            "https://[::1]:2379"
+        ]
+    );
+    assert_eq!(
+        urls("fd00::1", true),
+        [
+            "https://[fd00::1]:2379",
+            "https://127.0.0.1:2379",
+            "https://[::1]:2379"
+        ]
+    );
+    assert_eq!(
+        urls("::1", true),
+        ["https://[::1]:2379", "https://127.0.0.1:2379"]
+    );
+    assert_eq!(
+        urls("127.0.0.1", true),
+        ["https://127.0.0.1:2379", "https://[::1]:2379"]
+    );
+    assert_eq!(urls("10.0.0.1", false), ["https://10.0.0.1:2379"]);
 }
 
 #[test]

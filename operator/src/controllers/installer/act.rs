@@ -66,7 +66,8 @@ pub(super) async fn act(p: &mut Pass<'_>, action: &RolloutAction) -> Result<(), 
             revision,
             attempt,
         } => {
-            move_leadership_off(p, node).await;
+            let member = p.o.by_node.get(node.as_str()).copied();
+            p.move_leadership_off(member, "restarting its node").await;
             let pod: Pod = render_installer(node, *revision, *attempt, &p.ctx.config.images)
                 .map_err(|e| {
                     ControllerError::new(NAME, ErrorKind::Permanent, "render", e.to_string())
@@ -103,36 +104,4 @@ pub(super) async fn act(p: &mut Pass<'_>, action: &RolloutAction) -> Result<(), 
         RolloutAction::Denied { node, denial } => p.denied(progressing, node.clone(), denial),
     }
     Ok(())
-}
-
-/// Before the leader's node is restarted, hands leadership to the healthy voter with the
-/// highest raft index, so the restart costs no election. A failure is logged and the restart
-/// goes on: etcd also transfers leadership when it is stopped gracefully.
-async fn move_leadership_off(p: &mut Pass<'_>, node: &str) {
-    if p.w.dry_run() {
-        return;
-    }
-    let member = p.o.by_node.get(node).copied();
-    let (Some((url, target)), Some(leader)) =
-        (p.o.etcd.leadership_handover(member), p.o.etcd.leader)
-    else {
-        return;
-    };
-    let Some(client) = p.st.etcd.current() else {
-        return;
-    };
-    match client.move_leader(&url, target).await {
-        Ok(()) => {
-            p.note(format!(
-                "moved etcd leadership from {leader} to {target} before restarting its node"
-            ));
-            let note = format!(
-                "moved leadership from {leader} to {target} before restarting the leader's node"
-            );
-            p.event(false, "LeaderMoved", note).await;
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "could not move leadership before restarting the leader")
-        }
-    }
 }

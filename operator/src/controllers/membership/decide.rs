@@ -31,13 +31,14 @@ pub fn decide(input: &MembershipInput<'_>) -> MembershipStep {
         .or_else(|| member_of_gone_node(input, &members))
         .or_else(|| member_with_lost_data(input, &members))
         .or_else(|| unhealthy_member(input, &members))
-        .or_else(|| divergent_member(input, &members));
+        .or_else(|| divergent_member(input, &members))
+        .or_else(|| learner_of_leaving_node(input, &members));
     if let Some(step) = removal {
         return step;
     }
     let voters = members.iter().filter(|m| !m.is_learner).count();
     let eligible = input.nodes.iter().filter(|n| n.eligible).count();
-    let remaining = input.nodes.iter().filter(|n| !n.deleting).count();
+    let remaining = input.nodes.iter().filter(|n| n.leaving.is_none()).count();
     let target = desired_voters(voters, eligible, remaining);
     learner_promotion::decide(&members, voters, target, input.cluster)
         .or_else(|| voter_above_target(input, &members, voters, target, remaining))
@@ -70,7 +71,7 @@ fn moved_member(input: &MembershipInput<'_>, members: &[&Member]) -> Option<Memb
     let nodes = input
         .nodes
         .iter()
-        .filter(|n| !n.deleting)
+        .filter(|n| n.leaving.is_none())
         .map(|n| &n.target);
     let mv = pending_moves(nodes, members).into_iter().next()?;
     let action = Action::MovePeerUrl {
@@ -159,6 +160,29 @@ fn divergent_member(input: &MembershipInput<'_>, members: &[&Member]) -> Option<
     Some(remove(&view, id, RemovalKind::Divergent, message))
 }
 
+/// Also 5: a learner (a standby, or one still joining) whose node is leaving; its voters go by
+/// the voter policy (7).
+fn learner_of_leaving_node(
+    input: &MembershipInput<'_>,
+    members: &[&Member],
+) -> Option<MembershipStep> {
+    members.iter().filter(|m| m.is_learner).find_map(|m| {
+        let leaving = node_for(input.nodes, m)?.leaving.as_ref()?;
+        let message = format!(
+            "learner {} ({}) is removed: {}",
+            m.name,
+            m.id,
+            leaving.describe()
+        );
+        Some(remove(
+            input.cluster,
+            m.id,
+            RemovalKind::LeavingNode,
+            message,
+        ))
+    })
+}
+
 /// 7. One voter too many for the nodes that remain.
 fn voter_above_target(
     input: &MembershipInput<'_>,
@@ -172,8 +196,14 @@ fn voter_above_target(
     }
     let (m, why) = voter_to_shrink(input.nodes, input.cluster, input.leader, members)?;
     let message = format!(
-        "{voters} voters for {remaining} control-plane node(s): removing {} ({}, {why}) keeps the voter count odd; its node joins again as the standby learner",
-        m.name, m.id
+        "{voters} voters for {remaining} control-plane node(s): removing {} ({}, {why}) keeps the voter count odd{}",
+        m.name,
+        m.id,
+        if node_for(input.nodes, m).is_some_and(|n| n.leaving.is_some()) {
+            ""
+        } else {
+            "; its node joins again as the standby learner"
+        }
     );
     Some(remove(
         input.cluster,

@@ -35,7 +35,9 @@ use crate::controllers::rollout_hold::AddRefused;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use membership::{Action, ClusterView, Denial, EtcdClient, MemberId, MemberUrl, Verdict, gate};
+use membership::{
+    Action, ClusterView, Denial, EtcdClient, Member, MemberId, MemberUrl, Verdict, gate,
+};
 use time::OffsetDateTime;
 
 use super::member_status::member_statuses;
@@ -60,10 +62,32 @@ pub use decide::decide;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeInfo {
     pub target: NodeTarget,
-    /// Ready, certificates issued, not being deleted.
+    /// Ready, certificates issued, not leaving.
     pub eligible: bool,
-    /// Has a deletion timestamp.
-    pub deleting: bool,
+    /// The node is leaving the control plane: its member is removed and none is added.
+    pub leaving: Option<Leaving>,
+}
+
+/// Why a node leaves the control plane.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Leaving {
+    /// The Node has a deletion timestamp.
+    Deleted,
+    /// An admin set [`crate::observed::objects::REMOVE_MEMBER_ANNOTATION`] (its value: why).
+    RemovalRequested(String),
+}
+
+impl Leaving {
+    /// "its node is being deleted", "an admin asked for its removal (…)".
+    pub fn describe(&self) -> String {
+        match self {
+            Leaving::Deleted => "its node is being deleted".to_owned(),
+            Leaving::RemovalRequested(why) => format!(
+                "an admin asked for its removal ({}: {why})",
+                crate::observed::objects::REMOVE_MEMBER_ANNOTATION
+            ),
+        }
+    }
 }
 
 /// Why a member is removed.
@@ -75,6 +99,8 @@ pub enum RemovalKind {
     Unhealthy,
     OddVoterCount,
     Divergent,
+    /// A learner of a node that is leaving.
+    LeavingNode,
 }
 
 impl RemovalKind {
@@ -87,6 +113,7 @@ impl RemovalKind {
             RemovalKind::Unhealthy => "UnhealthyMemberReplaced",
             RemovalKind::OddVoterCount => "VoterRemovedForOddCount",
             RemovalKind::Divergent => "DivergentMemberReplaced",
+            RemovalKind::LeavingNode => "MemberOfLeavingNodeRemoved",
         }
     }
 }
@@ -228,7 +255,7 @@ fn step_of(p: &mut Pass<'_>, with_certs: &BTreeSet<String>) -> (MembershipStep, 
     let planned: Vec<MemberId> = p.o.restarting().keys().copied().collect();
     let statuses = member_statuses(&p.o.etcd, &p.o.prev.members, &format_time(now));
     let eligible = infos.iter().filter(|n| n.eligible).count();
-    let remaining = infos.iter().filter(|n| !n.deleting).count();
+    let remaining = infos.iter().filter(|n| n.leaving.is_none()).count();
     let desired = desired_voters(membership::voters(&p.o.etcd.members), eligible, remaining);
     let candidates = remediation::candidates(&remediation::RemediationInput {
         policy: &p.o.spec.member_remediation,
@@ -262,8 +289,21 @@ fn step_of(p: &mut Pass<'_>, with_certs: &BTreeSet<String>) -> (MembershipStep, 
     });
     let desired = i64::try_from(desired).unwrap_or(i64::MAX);
     p.ctx.metrics.desired_voters.set(desired);
+    let strays = without_node(&infos, &p.o.etcd.members);
+    p.ctx
+        .metrics
+        .members_without_node
+        .set(i64::try_from(strays).unwrap_or(i64::MAX));
     learner_promotion::record_standby(p, &step);
     (step, lines)
+}
+
+/// How many members have the peer URL of no node (`nodes`: every selected one, leaving or not).
+pub fn without_node(nodes: &[NodeInfo], members: &[Member]) -> usize {
+    members
+        .iter()
+        .filter(|m| node_for(nodes, m).is_none())
+        .count()
 }
 
 /// The plan line of a step.
@@ -351,21 +391,13 @@ async fn act(p: &mut Pass<'_>, step: &MembershipStep) -> Result<bool, Controller
         MembershipStep::Promote { id, node } => {
             learner_promotion::promote(p, &client, *id, node).await
         }
-        MembershipStep::Remove { id, kind, message } => match client.remove(*id).await {
-            Ok(()) => {
-                p.count_change(kind.reason());
-                p.note(message.clone());
-                p.event(true, kind.reason(), message.clone()).await;
-                p.cond(
-                    progressing,
-                    true,
-                    Reason::MemberRemoved(*kind),
-                    message.clone(),
-                );
-                Ok(true)
+        MembershipStep::Remove { id, kind, message } => {
+            if p.o.etcd.leader == Some(*id) {
+                p.move_leadership_off(Some(*id), &format!("removing member {id}"))
+                    .await;
             }
-            Err(e) => Err(etcd_err(e)),
-        },
+            remove(p, &client, *id, *kind, message).await
+        }
         MembershipStep::Move(mv) => match client.update_peer_url(mv.id, &mv.to).await {
             Ok(()) => {
                 let message = format!(
@@ -381,6 +413,32 @@ async fn act(p: &mut Pass<'_>, step: &MembershipStep) -> Result<bool, Controller
             Err(e) => Err(etcd_err(e)),
         },
         _ => Ok(false),
+    }
+}
+
+/// Removes member `id`; true when it was removed.
+async fn remove(
+    p: &mut Pass<'_>,
+    client: &EtcdClient,
+    id: MemberId,
+    kind: RemovalKind,
+    message: &str,
+) -> Result<bool, ControllerError> {
+    let progressing = C::EtcdMembersProgressing;
+    match client.remove(id).await {
+        Ok(()) => {
+            p.count_change(kind.reason());
+            p.note(message.to_owned());
+            p.event(true, kind.reason(), message.to_owned()).await;
+            p.cond(
+                progressing,
+                true,
+                Reason::MemberRemoved(kind),
+                message.to_owned(),
+            );
+            Ok(true)
+        }
+        Err(e) => Err(etcd_err(e)),
     }
 }
 

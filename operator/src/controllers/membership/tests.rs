@@ -14,7 +14,7 @@ fn node(i: u8, eligible: bool) -> NodeInfo {
     NodeInfo {
         target: NodeTarget::new(&format!("n{i}"), IpAddr::V4(Ipv4Addr::new(10, 0, 0, i))),
         eligible,
-        deleting: false,
+        leaving: None,
     }
 }
 
@@ -206,7 +206,7 @@ fn moved_node(i: u8, to: u8) -> NodeInfo {
     NodeInfo {
         target: NodeTarget::new(&format!("n{i}"), IpAddr::V4(Ipv4Addr::new(10, 0, 0, to))),
         eligible: true,
-        deleting: false,
+        leaving: None,
     }
 }
 
@@ -241,7 +241,7 @@ fn a_member_whose_node_changed_address_moves_with_it() {
     }
     // A node being deleted is not followed: its member goes as a gone node's.
     let mut deleting = moved_node(3, 33);
-    deleting.deleting = true;
+    deleting.leaving = Some(Leaving::Deleted);
     let nodes = [node(1, true), node(2, true), deleting];
     assert!(matches!(
         step(&nodes, members, &[], 0),
@@ -406,7 +406,7 @@ fn too_many_voters_for_the_remaining_nodes_removes_one_never_the_leader() {
     ));
     // A voter of a node being deleted goes first.
     let mut leaving = nodes.clone();
-    leaving[1].deleting = true;
+    leaving[1].leaving = Some(Leaving::Deleted);
     let five: Vec<MemberHealth> = (1..=4).map(|i| voter(i, true)).collect();
     assert!(matches!(
         step_full(&leaving, five, &[], &BTreeMap::new(), Some(4), &[], 0),
@@ -417,7 +417,7 @@ fn too_many_voters_for_the_remaining_nodes_removes_one_never_the_leader() {
     let two_nodes = [node(1, true), node(2, true), node(3, false)];
     let three: Vec<MemberHealth> = (1..=3).map(|i| voter(i, true)).collect();
     let mut two_left = two_nodes.to_vec();
-    two_left[2].deleting = true;
+    two_left[2].leaving = Some(Leaving::Deleted);
     assert_eq!(
         step_full(&two_left, three, &[], &BTreeMap::new(), Some(1), &[], 0),
         MembershipStep::None
@@ -585,4 +585,83 @@ fn a_divergent_voter_is_replaced_through_the_gate() {
         other => panic!("expected the removal of n2, got {other:?}"),
     }
     assert_eq!(input(&[]), MembershipStep::None);
+}
+
+#[test]
+fn a_scale_down_removes_the_members_the_admin_chose_the_leader_last() {
+    // As node_infos makes them: a leaving node is not eligible.
+    let asked = |i: u8| NodeInfo {
+        leaving: Some(Leaving::RemovalRequested("retiring the rack".into())),
+        ..node(i, false)
+    };
+    let nodes = vec![
+        node(1, true),
+        asked(2),
+        node(3, true),
+        asked(4),
+        node(5, true),
+    ];
+    // 5 voters, n2 (the leader) and n4 chosen: n4 goes first, then n2 (not the last node by
+    // name, n5, which the odd-voter policy would pick on its own).
+    let five: Vec<MemberHealth> = (1..=5).map(|i| voter(i, true)).collect();
+    match step_full(&nodes, five, &[], &BTreeMap::new(), Some(2), &[], 0) {
+        MembershipStep::Remove {
+            id: r,
+            kind,
+            message,
+        } => {
+            assert_eq!((r, kind), (id(4), RemovalKind::OddVoterCount), "{message}");
+            assert!(message.contains("retiring the rack"), "{message}");
+            assert!(!message.contains("standby"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let four: Vec<MemberHealth> = [1, 2, 3, 5].into_iter().map(|i| voter(i, true)).collect();
+    assert!(matches!(
+        step_full(&nodes, four, &[], &BTreeMap::new(), Some(2), &[], 0),
+        MembershipStep::Remove { id: r, kind: RemovalKind::OddVoterCount, .. } if r == id(2)
+    ));
+    // Three voters left: the chosen nodes get no member again.
+    let three: Vec<MemberHealth> = [1, 3, 5].into_iter().map(|i| voter(i, true)).collect();
+    assert_eq!(
+        step_full(&nodes, three, &[], &BTreeMap::new(), Some(1), &[], 0),
+        MembershipStep::None
+    );
+}
+
+#[test]
+fn a_learner_of_a_leaving_node_is_removed_and_three_voters_stay() {
+    let mut nodes: Vec<NodeInfo> = (1..=4).map(|i| node(i, true)).collect();
+    nodes[3].leaving = Some(Leaving::RemovalRequested(
+        "asked by an admin (no reason given)".into(),
+    ));
+    let mut members: Vec<MemberHealth> = (1..=3).map(|i| voter(i, true)).collect();
+    members.push(learner(4, true));
+    assert!(matches!(
+        step_full(&nodes, members, &[], &BTreeMap::new(), Some(1), &[], 0),
+        MembershipStep::Remove { id: r, kind: RemovalKind::LeavingNode, .. } if r == id(4)
+    ));
+    // Asking for one of three voters removes nothing: never below three by shrinking.
+    let mut three_nodes: Vec<NodeInfo> = (1..=3).map(|i| node(i, true)).collect();
+    three_nodes[2].eligible = false;
+    three_nodes[2].leaving = Some(Leaving::RemovalRequested("x".into()));
+    let three: Vec<MemberHealth> = (1..=3).map(|i| voter(i, true)).collect();
+    assert_eq!(
+        step_full(&three_nodes, three, &[], &BTreeMap::new(), Some(1), &[], 0),
+        MembershipStep::None
+    );
+}
+
+#[test]
+fn a_member_with_the_address_of_no_node_is_counted_and_removed() {
+    let nodes = [node(1, true), node(2, true), node(3, true)];
+    let mut members: Vec<MemberHealth> = (1..=3).map(|i| voter(i, true)).collect();
+    members.push(learner(9, false));
+    let plain: Vec<Member> = members.iter().map(|m| m.member.clone()).collect();
+    assert_eq!(without_node(&nodes, &plain), 1);
+    assert_eq!(without_node(&nodes, &plain[..3]), 0);
+    assert!(matches!(
+        step_full(&nodes, members, &[], &BTreeMap::new(), Some(1), &[], 0),
+        MembershipStep::Remove { id: r, kind: RemovalKind::NodeGone, .. } if r == id(9)
+    ));
 }

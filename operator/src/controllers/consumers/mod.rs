@@ -11,13 +11,22 @@
 //! [`CONSUMER_LABEL`]; deletions. It never overwrites a Secret it did not make (no label), never
 //! deletes one whose label is gone, and a consumer it cannot serve (refused, or the API forbids
 //! the namespace) degrades `CertSignerDegraded` without stopping the pass: etcd's own
-//! certificates do not wait for a consumer's RoleBinding. While a consumer Secret is behind, a
-//! CA rotation does not leave `TrustBoth` or `ReissueLeaves` ([`super::ca_rotation`]).
+//! certificates do not wait for a consumer's RoleBinding. While a consumer Secret is behind, or
+//! a consumer has not picked up its Secret's material ([`reload`]: a `Restart` consumer's pods
+//! must have started since the write, [`pods`] lists them), a CA rotation does not leave its
+//! phase ([`super::ca_rotation`]); [`report`] says so in status, conditions, metrics and Events.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
+
+mod pods;
+pub mod reload;
+pub mod report;
+
+pub use pods::observe as observe_pods;
+use reload::ReloadPolicy;
 
 use super::cert_signer::{client_data, secret_bytes};
 use crate::api::EtcdConsumer;
@@ -40,6 +49,8 @@ pub struct Target {
     pub namespace: String,
     pub name: String,
     pub spec: certs::LeafSpec,
+    /// How the consumer picks up a changed Secret.
+    pub reload: ReloadPolicy,
 }
 
 impl Target {
@@ -59,14 +70,26 @@ pub struct ConsumerPlan {
     pub delete: Vec<(String, String)>,
 }
 
-/// Decides where each consumer's Secret goes and what to delete. `local` names the Secrets in
-/// the operator's namespace; `recorded` is `status.certificates.consumerSecrets`.
-pub fn plan(
-    consumers: &[EtcdConsumer],
-    operator_ns: &str,
-    local: &[&str],
-    recorded: &[String],
-) -> ConsumerPlan {
+/// What a consumer's certificate must contain: its common name, client usage, no SANs.
+pub fn leaf_spec(c: &EtcdConsumer) -> certs::LeafSpec {
+    certs::LeafSpec {
+        common_name: c.common_name.clone(),
+        sans: certs::Sans::default(),
+        usage: certs::Usage::CLIENT,
+    }
+}
+
+/// The labels of consumer `name`'s Secret.
+pub fn labels(consumer: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(CONSUMER_LABEL.to_owned(), consumer.to_owned())])
+}
+
+/// Decides where each consumer's Secret goes and what to delete. `recorded` is
+/// `status.certificates.consumerSecrets`: only a Secret the operator served and recorded is
+/// deleted once its consumer leaves. One it never served (e.g. the Secret `etcd-operator render`
+/// wrote for kube-apiserver, applied before the EtcdCluster names its consumer) is left alone, so
+/// it can still be adopted whatever order a platform applies the two in.
+pub fn plan(consumers: &[EtcdConsumer], operator_ns: &str, recorded: &[String]) -> ConsumerPlan {
     let mut out = ConsumerPlan::default();
     for c in consumers {
         let namespace = c
@@ -97,13 +120,10 @@ pub fn plan(
         }
         out.maintain.push(Target {
             consumer: c.name.clone(),
-            namespace,
             name,
-            spec: certs::LeafSpec {
-                common_name: c.common_name.clone(),
-                sans: certs::Sans::default(),
-                usage: certs::Usage::CLIENT,
-            },
+            spec: leaf_spec(c),
+            reload: ReloadPolicy::of(c, &namespace),
+            namespace,
         });
     }
     let kept = |ns: &str, name: &str| {
@@ -111,11 +131,7 @@ pub fn plan(
             .iter()
             .any(|t| t.namespace == ns && t.name == name)
     };
-    let mut delete: Vec<(String, String)> = local
-        .iter()
-        .filter(|n| n.starts_with(CONSUMER_PREFIX) && !kept(operator_ns, n))
-        .map(|n| (operator_ns.to_owned(), (*n).to_owned()))
-        .collect();
+    let mut delete: Vec<(String, String)> = Vec::new();
     for r in recorded {
         if let Some((ns, name)) = r.split_once('/')
             && !kept(ns, name)
@@ -173,39 +189,58 @@ fn with_hint(message: String, forbidden: bool, ns: &str) -> String {
 }
 
 /// What consumers got this pass: `<ns>/<name>/tls.crt` → certificate (for status), the Secrets
-/// maintained, and the problems (empty when every consumer is served).
+/// maintained, the digest of each served consumer's Secret data, and the problems (empty when
+/// every consumer is served).
 #[derive(Debug, Default)]
 pub struct Served {
     pub certs: Vec<(String, Vec<u8>)>,
     pub secrets: Vec<String>,
+    pub digests: BTreeMap<String, String>,
     pub problems: Vec<String>,
 }
 
-/// Maintains every consumer's Secret (writes when Managed) and deletes those of consumers
-/// that left.
-pub async fn reconcile(p: &mut Pass<'_>, ca: &EtcdCa, bundle: &str, policy: &CertPolicy) -> Served {
-    let op_ns = p.ctx.config.operator_namespace.clone();
-    let local: Vec<&str> = p
-        .inputs
-        .operator_secrets
-        .iter()
-        .filter_map(|s| s.metadata.name.as_deref())
-        .collect();
-    let recorded = p
-        .certificates
+/// [`plan`] for this pass: the spec and the record.
+pub fn decided(p: &Pass<'_>) -> ConsumerPlan {
+    plan(
+        &p.o.spec.clients,
+        &p.ctx.config.operator_namespace,
+        &recorded(p),
+    )
+}
+
+fn recorded(p: &Pass<'_>) -> Vec<String> {
+    p.certificates
         .as_ref()
         .map(|c| c.consumer_secrets.clone())
-        .unwrap_or_default();
-    let decided = plan(&p.o.spec.clients, &op_ns, &local, &recorded);
+        .unwrap_or_default()
+}
+
+/// Maintains every consumer's Secret as `decided` (writes when Managed) and deletes those of
+/// consumers that left.
+pub async fn reconcile(
+    p: &mut Pass<'_>,
+    decided: &ConsumerPlan,
+    ca: &EtcdCa,
+    bundle: &str,
+    policy: &CertPolicy,
+) -> Served {
+    let recorded = recorded(p);
     let mut served = Served {
         problems: decided.refused.clone(),
         ..Served::default()
     };
     for t in &decided.maintain {
         match one(p, t, ca, bundle, policy).await {
-            Ok(cert) => {
+            Ok(data) => {
+                let cert = data
+                    .get(certs::ClientCertKind::CERT_KEY)
+                    .cloned()
+                    .unwrap_or_default();
                 served.certs.push((format!("{}/tls.crt", t.key()), cert));
                 served.secrets.push(t.key());
+                served
+                    .digests
+                    .insert(t.consumer.clone(), reload::digest(&data));
             }
             Err(problem) => {
                 served.problems.push(problem);
@@ -231,14 +266,14 @@ pub async fn reconcile(p: &mut Pass<'_>, ca: &EtcdCa, bundle: &str, policy: &Cer
     served
 }
 
-/// One consumer's Secret; its certificate, or the problem.
+/// One consumer's Secret; its data as written (or kept), or the problem.
 async fn one(
     p: &mut Pass<'_>,
     t: &Target,
     ca: &EtcdCa,
     bundle: &str,
     policy: &CertPolicy,
-) -> Result<Vec<u8>, String> {
+) -> Result<BTreeMap<String, Vec<u8>>, String> {
     let at = t.key();
     let found = current(p, &t.namespace, &t.name).await.map_err(|e| {
         format!(
@@ -258,7 +293,7 @@ async fn one(
     let data_now = found.as_ref().map(secret_bytes);
     let (data, changed) = client_data(ca, bundle, policy, &t.spec, data_now.as_ref(), p.o.now)
         .map_err(|e| format!("consumer {}: {}", t.consumer, e.message))?;
-    let labels = BTreeMap::from([(CONSUMER_LABEL.to_owned(), t.consumer.clone())]);
+    let labels = labels(&t.consumer);
     let relabel = found
         .as_ref()
         .is_some_and(|s| label_of(s) != Some(t.consumer.as_str()));
@@ -273,10 +308,7 @@ async fn one(
                 with_hint(m, e.category() == "forbidden", &t.namespace)
             })?;
     }
-    Ok(data
-        .get(certs::ClientCertKind::CERT_KEY)
-        .cloned()
-        .unwrap_or_default())
+    Ok(data)
 }
 
 /// Deletes a consumer Secret the operator made (label present). `Ok(true)`: it stays on record
@@ -324,75 +356,4 @@ async fn forget(p: &mut Pass<'_>, at: &str, why: &str) -> Result<bool, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn c(name: &str, ns: Option<&str>, secret: Option<&str>) -> EtcdConsumer {
-        EtcdConsumer {
-            name: name.into(),
-            common_name: format!("{name}-cn"),
-            namespace: ns.map(str::to_owned),
-            secret_name: secret.map(str::to_owned),
-        }
-    }
-
-    #[test]
-    fn each_consumer_gets_its_secret_where_it_asks_and_leavers_lose_theirs() {
-        let spec = [
-            c(
-                "kube-apiserver",
-                Some("kube-system"),
-                Some("apiserver-etcd-client"),
-            ),
-            c("backup", None, None),
-            c("backup2", None, Some("etcd-client")),
-            c("sneaky", Some(STATIC_POD_NAMESPACE), None),
-            c("twin", Some("kube-system"), Some("apiserver-etcd-client")),
-        ];
-        let local = [
-            "etcd-client",
-            "etcd-consumer-backup",
-            "etcd-consumer-old",
-            "x",
-        ];
-        let recorded = [
-            "kube-system/apiserver-etcd-client".to_owned(),
-            "tools/etcd-consumer-gone".to_owned(),
-            "ops/etcd-consumer-old".to_owned(),
-        ];
-        let p = plan(&spec, "ops", &local, &recorded);
-        let kept: Vec<(String, &str)> = p
-            .maintain
-            .iter()
-            .map(|t| (t.key(), t.spec.common_name.as_str()))
-            .collect();
-        assert_eq!(
-            kept,
-            [
-                (
-                    "kube-system/apiserver-etcd-client".to_owned(),
-                    "kube-apiserver-cn"
-                ),
-                ("ops/etcd-consumer-backup".to_owned(), "backup-cn"),
-            ]
-        );
-        assert!(
-            p.maintain
-                .iter()
-                .all(|t| t.spec.usage == certs::Usage::CLIENT
-                    && t.spec.sans == certs::Sans::default())
-        );
-        assert_eq!(p.refused.len(), 3, "{:?}", p.refused);
-        assert!(p.refused[0].contains("consumer backup2: Secret ops/etcd-client refused"));
-        assert!(p.refused[1].contains("static-pod namespace"));
-        assert!(p.refused[2].contains("consumer kube-apiserver already has it"));
-        assert_eq!(
-            p.delete,
-            [
-                ("ops".to_owned(), "etcd-consumer-old".to_owned()),
-                ("tools".to_owned(), "etcd-consumer-gone".to_owned()),
-            ],
-            "a leaver's Secret goes, in the operator's namespace by prefix, elsewhere by record; no duplicate"
-        );
-    }
-}
+mod tests;

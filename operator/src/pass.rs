@@ -240,6 +240,7 @@ async fn run(
         return p.report;
     }
     let backup_risk = backup::ready::reconcile(&mut p);
+    backup::preop::reconcile(&mut p).await;
     // The guard's budget follows etcd in every pass that read it, also one that stopped early
     // (etcd not answering, a membership change just made).
     if p.o.etcd_read

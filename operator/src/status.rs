@@ -144,8 +144,8 @@ pub enum Reason {
     NoVerifiedBackup,
     BackupTooOld,
     BackupFailing,
-    /// A disruptive operation waits for a backup taken for it.
-    PreOperationBackup(crate::controllers::backup::preop::WaitReason),
+    /// A disruptive operation is held: the backup taken for it failed (BackupControllerDegraded).
+    PreOperationBackupFailing,
     // consumers of etcd (CertSignerDegraded)
     /// A CA rotation waited longer than a consumer's `reload.deadlineSeconds` for its pods to
     /// restart (it still waits).
@@ -204,7 +204,7 @@ impl Reason {
             Reason::NoVerifiedBackup => "NoVerifiedBackup",
             Reason::BackupTooOld => "BackupTooOld",
             Reason::BackupFailing => "BackupFailing",
-            Reason::PreOperationBackup(w) => w.as_str(),
+            Reason::PreOperationBackupFailing => "PreOperationBackupFailing",
             Reason::ConsumerNotReloaded => "ConsumerNotReloaded",
             Reason::ConsumerPodsUnreadable => "ConsumerPodsUnreadable",
             Reason::Failed(category) => category,

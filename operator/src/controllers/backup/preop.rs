@@ -13,17 +13,27 @@
 //!   for a backup that will never come, and a half-done operation never waits mid-way);
 //! - a good backup (verified when `spec.backup.verify`) taken at or after `since`: Proceed;
 //! - a backup in flight: [`Gate::Wait`] ([`WaitReason::BackupInFlight`]);
-//! - an attempt since `since` failed: Wait ([`WaitReason::BackupFailing`]; Degraded once
-//!   [`FAILING_DEADLINE`] has passed since `since`) — the operation never proceeds without one;
+//! - the last attempt, made at or after `since`, failed: Wait ([`WaitReason::BackupFailing`]; the backup
+//!   controller's `BackupControllerDegraded` is True with reason `PreOperationBackupFailing`
+//!   while a recorded need is held so, see [`held_by_failure`]) — the operation never proceeds
+//!   without one;
 //! - else [`Gate::RequestBackup`].
+//!
+//! **Whole seconds.** Status times have second precision (`taken_at` and the attempt times
+//! are rounded down). So the need's time is rounded *up* to the next whole second
+//! ([`need_time`]) and the backup taken for it starts no earlier than that ([`backup_due`]):
+//! a backup recorded as taken at or after `since` was really taken after the need arose, and
+//! the one taken for the need always counts for it (one backup per need, never a second).
+//! Rounded down instead, a backup taken earlier in the need's second would count although it
+//! misses what was written between it and the need.
+//!
+//! A defragmentation under `NOSPACE` never asks (see `defrag::waits_for_backup`): it is the
+//! remedy for an outage, and etcd refuses writes meanwhile anyway.
 
 use time::OffsetDateTime;
 
 use crate::api::BackupStatus;
 use crate::certs::parse_time;
-
-/// How long a failing pre-operation backup holds an operation before Degraded is set.
-pub const FAILING_DEADLINE: time::Duration = time::Duration::minutes(30);
 
 /// A disruptive operation that takes a backup first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -72,16 +82,7 @@ pub enum WaitReason {
     /// The backup for it is being taken.
     BackupInFlight,
     /// An attempt since the need arose failed; the next is retried by the schedule's rule.
-    BackupFailing { overdue: bool },
-}
-
-impl WaitReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WaitReason::BackupInFlight => "PreOperationBackupInFlight",
-            WaitReason::BackupFailing { .. } => "PreOperationBackupFailing",
-        }
-    }
+    BackupFailing,
 }
 
 /// What the operation does this pass.
@@ -132,41 +133,79 @@ pub fn decide(v: &View<'_>) -> Gate {
     if !status.in_progress.is_empty() {
         return Gate::Wait(WaitReason::BackupInFlight);
     }
+    // The last attempt was made for the need (not one started before it and failed after).
+    let attempted_since = parse_time(&status.last_attempt_time).is_some_and(|t| t >= v.since);
     let failed_since = status
         .last_failure
         .as_ref()
         .and_then(|f| parse_time(&f.time))
         .is_some_and(|t| t >= v.since);
-    if failed_since && status.consecutive_failures > 0 {
-        return Gate::Wait(WaitReason::BackupFailing {
-            overdue: v.now - v.since >= FAILING_DEADLINE,
-        });
+    if attempted_since && failed_since && status.consecutive_failures > 0 {
+        return Gate::Wait(WaitReason::BackupFailing);
     }
     Gate::RequestBackup
 }
 
-/// When `op` became due as `status.backup.preOperation` records it, else `now`.
+/// The time a need arising at `now` is recorded with: `now` rounded up to the next whole
+/// second (see the module note on whole seconds).
+pub fn need_time(now: OffsetDateTime) -> OffsetDateTime {
+    let floor = now.replace_nanosecond(0).unwrap_or(now);
+    if floor == now {
+        now
+    } else {
+        floor + time::Duration::SECOND
+    }
+}
+
+/// When `op` became due as `status.backup.preOperation` records it, else [`need_time`]`(now)`.
 pub fn since(status: Option<&BackupStatus>, op: Operation, now: OffsetDateTime) -> OffsetDateTime {
     status
         .and_then(|s| s.pre_operation.iter().find(|r| r.operation == op.as_str()))
         .and_then(|r| parse_time(&r.since))
-        .unwrap_or(now)
+        .unwrap_or_else(|| need_time(now))
 }
 
-/// Whether a recorded need has had no attempt since it arose: the backup controller takes one
-/// at once then.
-pub fn wants_backup(status: &BackupStatus) -> bool {
+/// When the backup controller takes a backup for the recorded needs: the earliest `since` of a
+/// need with no attempt at or after it (`None`: no need waits for an attempt). Never before
+/// `since`, so that backup counts for the need ([`decide`] compares whole seconds).
+pub fn backup_due(status: &BackupStatus) -> Option<OffsetDateTime> {
     let last = parse_time(&status.last_attempt_time);
     status
         .pre_operation
         .iter()
         .filter_map(|r| parse_time(&r.since))
-        .any(|since| last.is_none_or(|a| a < since))
+        .filter(|since| last.is_none_or(|a| a < *since))
+        .min()
 }
 
-/// The one writer (the need is kept from the first due pass until [`done`]): asks [`decide`] for `op` (started by `controller`), records or clears the
-/// need in `status.backup.preOperation`, and says why it waits in plan and an Event. Returns
-/// whether the operation may take its first disruptive step this pass.
+/// The recorded needs an attempt taken for them failed on, with their `since` (what
+/// `BackupControllerDegraded`, reason `PreOperationBackupFailing`, names). Pure.
+pub fn held_by_failure(
+    status: &BackupStatus,
+    verify: bool,
+    now: OffsetDateTime,
+) -> Vec<(Operation, OffsetDateTime)> {
+    status
+        .pre_operation
+        .iter()
+        .filter_map(|r| Some((Operation::parse(&r.operation)?, parse_time(&r.since)?)))
+        .filter(|(_, since)| {
+            decide(&View {
+                configured: true,
+                verify,
+                under_way: false,
+                since: *since,
+                status: Some(status),
+                now,
+            }) == Gate::Wait(WaitReason::BackupFailing)
+        })
+        .collect()
+}
+
+/// The one writer of a need (kept from the first due pass until [`done`]): asks [`decide`] for
+/// `op` (started by `controller`), records the need in `status.backup.preOperation`, and says
+/// why it waits in plan and, once, an Event. Returns whether the operation may take its first
+/// disruptive step this pass.
 pub async fn gate(
     p: &mut crate::pass::Pass<'_>,
     controller: crate::controllers::ControllerName,
@@ -205,17 +244,62 @@ pub async fn gate(
     }
     let line = format!("waiting for a verified backup before {}", op.human());
     let detail = match gate {
-        Gate::Wait(WaitReason::BackupFailing { .. }) => format!("{line}: the backup failed"),
+        Gate::Wait(WaitReason::BackupFailing) => format!("{line}: the backup failed"),
         Gate::Wait(WaitReason::BackupInFlight) => format!("{line}: it is being taken"),
         _ => format!("{line}: one is requested"),
     };
     p.next(controller, detail.clone());
-    if let Gate::Wait(WaitReason::BackupFailing { overdue: true }) = gate {
-        p.event(true, "PreOperationBackupFailing", detail).await;
-    } else if fresh {
+    if fresh {
         p.event(false, "PreOperationBackup", detail).await;
     }
     false
+}
+
+/// Every pass (from status alone, so also one that stopped before the held operation's
+/// controller): `BackupControllerDegraded` is True with reason `PreOperationBackupFailing` while
+/// a recorded need is held by a failed backup ([`held_by_failure`]), and a warning Event says so
+/// when it turns True.
+pub async fn reconcile(p: &mut crate::pass::Pass<'_>) {
+    use crate::status::{ConditionType as C, Reason};
+    let Some(spec) = p.o.spec.backup.as_ref() else {
+        return;
+    };
+    let Some(status) = p.backup.as_ref() else {
+        return;
+    };
+    let held = held_by_failure(status, spec.verify, p.o.now);
+    if held.is_empty() {
+        return;
+    }
+    let ops: Vec<String> = held
+        .iter()
+        .map(|(op, since)| {
+            format!(
+                "{} (due since {})",
+                op.human(),
+                crate::certs::format_time(*since)
+            )
+        })
+        .collect();
+    let failure = status
+        .last_failure
+        .as_ref()
+        .map(|f| format!("backup {} failed ({}): {}", f.name, f.reason, f.message))
+        .unwrap_or_default();
+    let message = format!(
+        "held until a backup taken for it is good: {}; {failure}",
+        ops.join(", ")
+    );
+    let reason = Reason::PreOperationBackupFailing;
+    let was = p.o.prev.conditions.iter().any(|c| {
+        c.type_ == C::BackupControllerDegraded.as_str()
+            && c.status == "True"
+            && c.reason == reason.as_str()
+    });
+    if !was {
+        p.event(true, reason.as_str(), message.clone()).await;
+    }
+    p.cond(C::BackupControllerDegraded, true, reason, message);
 }
 
 /// `op` has nothing left to do (its controller is idle): its need, if any, is cleared.

@@ -85,9 +85,10 @@ fn a_backup_in_flight_waits() {
 }
 
 #[test]
-fn a_failed_backup_holds_and_turns_overdue_after_the_deadline() {
+fn a_failed_backup_holds_and_sets_degraded() {
     let mut s = good("2026-11-26T11:00:00Z");
     s.consecutive_failures = 1;
+    s.last_attempt_time = "2026-11-26T12:00:20Z".into();
     s.last_failure = Some(BackupFailure {
         name: "b2".into(),
         time: "2026-11-26T12:00:30Z".into(),
@@ -96,16 +97,40 @@ fn a_failed_backup_holds_and_turns_overdue_after_the_deadline() {
     });
     assert_eq!(
         decide(&view(Some(&s))),
-        Gate::Wait(WaitReason::BackupFailing { overdue: false })
+        Gate::Wait(WaitReason::BackupFailing)
     );
-    let late = View {
-        now: since0() + FAILING_DEADLINE,
+    // Not recorded as a need yet: nothing is held.
+    let now = since0() + time::Duration::minutes(1);
+    assert!(held_by_failure(&s, true, now).is_empty());
+    s.pre_operation = vec![need(Operation::CaRotation, "2026-11-26T12:00:00Z")];
+    assert_eq!(
+        held_by_failure(&s, true, now),
+        vec![(Operation::CaRotation, since0())]
+    );
+    // A failure from before the need holds nothing: a backup is requested for it.
+    s.pre_operation = vec![need(Operation::CaRotation, "2026-11-26T12:01:00Z")];
+    assert!(held_by_failure(&s, true, now).is_empty());
+    // Nor does one recorded after the need for an attempt started before it.
+    s.pre_operation = vec![need(Operation::CaRotation, "2026-11-26T12:00:25Z")];
+    assert!(held_by_failure(&s, true, now).is_empty());
+    let v = View {
+        since: at("2026-11-26T12:00:25Z"),
         ..view(Some(&s))
     };
-    assert_eq!(
-        decide(&late),
-        Gate::Wait(WaitReason::BackupFailing { overdue: true })
-    );
+    assert_eq!(decide(&v), Gate::RequestBackup);
+    assert_eq!(backup_due(&s), Some(at("2026-11-26T12:00:25Z")));
+    // A good backup taken since releases it.
+    s.pre_operation = vec![need(Operation::CaRotation, "2026-11-26T12:00:00Z")];
+    let mut released = good("2026-11-26T12:00:40Z");
+    released.pre_operation = s.pre_operation.clone();
+    assert!(held_by_failure(&released, true, now).is_empty());
+}
+
+fn need(op: Operation, since: &str) -> PreOperationNeed {
+    PreOperationNeed {
+        operation: op.as_str().into(),
+        since: since.into(),
+    }
 }
 
 #[test]
@@ -127,9 +152,70 @@ fn a_recorded_need_survives_and_asks_for_a_backup_once() {
     let later = since0() + time::Duration::hours(1);
     assert_eq!(since(Some(&s), Operation::Defrag, later), since0());
     assert_eq!(since(Some(&s), Operation::CaRotation, later), later);
-    assert!(wants_backup(&s));
+    assert_eq!(backup_due(&s), Some(since0()));
     s.last_attempt_time = "2026-11-26T12:00:05Z".into();
-    assert!(!wants_backup(&s));
+    assert_eq!(backup_due(&s), None);
+}
+
+#[test]
+fn a_need_is_recorded_at_the_next_whole_second() {
+    assert_eq!(need_time(since0()), since0());
+    let late = since0() + time::Duration::milliseconds(1);
+    assert_eq!(need_time(late), since0() + time::Duration::SECOND);
+    assert_eq!(
+        since(None, Operation::Defrag, late),
+        since0() + time::Duration::SECOND
+    );
+}
+
+/// The backup the controller takes for a need counts for it: one backup, never a second
+/// (`taken_at` and attempt times are whole seconds, rounded down).
+#[test]
+fn the_backup_taken_for_a_need_counts_for_it() {
+    use crate::certs::format_time;
+    let spec = crate::api::Backup {
+        schedule: "0 0 1 1 *".into(),
+        ..Default::default()
+    };
+    let mut s = good("2026-11-26T11:00:00Z");
+    s.last_attempt_time = "2026-11-26T11:59:59Z".into();
+    for ms in [0, 1, 400, 999] {
+        let now = since0() + time::Duration::milliseconds(ms);
+        let due_at = since(Some(&s), Operation::Defrag, now);
+        let mut st = s.clone();
+        st.pre_operation = vec![need(Operation::Defrag, &format_time(due_at))];
+        let v = View {
+            since: since(Some(&st), Operation::Defrag, now),
+            now,
+            ..view(Some(&st))
+        };
+        assert_eq!(decide(&v), Gate::RequestBackup, "{ms} ms");
+        // The controller starts it when due (not before) and records it to the second.
+        let due = super::super::next_due(&spec, Some(&st)).expect("a schedule");
+        assert!(
+            due >= due_at && due - now < time::Duration::SECOND,
+            "{ms} ms"
+        );
+        let start = due.max(now);
+        st.last_attempt_time = format_time(start);
+        st.last_success = Some(BackupRecord {
+            name: "b2".into(),
+            taken_at: format_time(start),
+            ..Default::default()
+        });
+        st.last_verified = Some(BackupVerification {
+            name: "b2".into(),
+            time: format_time(start),
+            message: String::new(),
+        });
+        assert_eq!(backup_due(&st), None, "{ms} ms: no second backup");
+        let v = View {
+            since: since(Some(&st), Operation::Defrag, start),
+            now: start,
+            ..view(Some(&st))
+        };
+        assert_eq!(decide(&v), Gate::Proceed, "{ms} ms");
+    }
 }
 
 #[test]
@@ -149,4 +235,24 @@ fn an_upgrade_is_due_until_every_member_runs_the_target() {
         Some(true)
     );
     assert_eq!(upgrade_state(None, &[v("3.5.9")]), None);
+}
+
+/// A need recorded in the same second as the last good backup but after it: that backup misses
+/// what was written in between and must not count (status times are whole seconds).
+#[test]
+fn a_backup_taken_earlier_in_the_needs_second_does_not_count() {
+    let mut s = good("2026-11-26T12:00:00Z");
+    let now = since0() + time::Duration::milliseconds(700);
+    let first = since(Some(&s), Operation::Defrag, now);
+    s.pre_operation = vec![PreOperationNeed {
+        operation: Operation::Defrag.as_str().into(),
+        since: crate::certs::format_time(first),
+    }];
+    let later = now + time::Duration::milliseconds(200);
+    let v = View {
+        since: since(Some(&s), Operation::Defrag, later),
+        now: later,
+        ..view(Some(&s))
+    };
+    assert_eq!(decide(&v), Gate::RequestBackup);
 }

@@ -7,7 +7,9 @@ use std::time::Instant;
 use membership::{ClientError, EtcdClient, FailureKind, MemberId};
 use tokio::task::JoinHandle;
 
-use super::{INTERRUPTED, SUCCEEDED, Step, View, decide, failures, mib, request_done};
+use super::{
+    INTERRUPTED, SUCCEEDED, Step, View, decide, failures, mib, request_done, waits_for_backup,
+};
 use crate::api::DefragRecord;
 use crate::certs::format_time;
 use crate::controllers::{ControllerError, ControllerName};
@@ -283,7 +285,8 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
         // print, so the pass comes back by itself to see the space freed.
         p.report.requeue_after = p.report.requeue_after.min(NOSPACE_REQUEUE);
     }
-    act(p, step, &spec.request, spec.timeout_seconds).await
+    let backup_first = waits_for_backup(&step, nospace);
+    act(p, step, &spec.request, spec.timeout_seconds, backup_first).await
 }
 
 use crate::controllers::backup::preop::{self, Operation};
@@ -293,6 +296,7 @@ async fn act(
     step: Step,
     request: &str,
     timeout_seconds: u32,
+    backup_first: bool,
 ) -> Result<(), ControllerError> {
     let client = p.st.etcd.current();
     let etcd_error =
@@ -309,7 +313,7 @@ async fn act(
         Step::Denied(d) => p.next(NAME, denied_line(&d)),
         Step::AdminMustDelete(m) => p.next(NAME, m),
         Step::MoveLeader { .. } | Step::Defragment(_)
-            if !preop::gate(p, NAME, Operation::Defrag, false).await =>
+            if backup_first && !preop::gate(p, NAME, Operation::Defrag, false).await =>
         {
             p.busy = true;
         }

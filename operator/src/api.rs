@@ -20,7 +20,7 @@ mod status;
 mod stored;
 pub use backup::{
     Backup, BackupFailure, BackupRecord, BackupRetention, BackupStatus, BackupVerification,
-    S3Destination,
+    PreOperationNeed, S3Destination,
 };
 pub use certificates::{
     CaRotationStatus, CertificateExpiry, Certificates, CertificatesStatus, EtcdConsumer,

@@ -248,6 +248,7 @@ async fn run(
         return p.report;
     }
     let backup_risk = backup::ready::reconcile(&mut p);
+    backup::preop::reconcile(&mut p).await;
     // The guard's budget follows etcd in every pass that read it, also one that stopped early
     // (etcd not answering, a membership change just made).
     if p.o.etcd_read
@@ -336,6 +337,9 @@ async fn controllers(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     if let Some(line) = address_move::hold_line(&p.o.address_moves()) {
         p.next(N::TargetConfig, line.clone());
         p.next(N::Revision, line);
+    } else if !target_config::upgrade_may_start(p).await {
+        // An etcd upgrade waits for a backup taken for it (the plan says so); the pass goes
+        // on so the backup controller can take it.
     } else {
         let Some(pods) = target_config::reconcile(p).await? else {
             return Ok(());

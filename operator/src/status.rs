@@ -144,6 +144,8 @@ pub enum Reason {
     NoVerifiedBackup,
     BackupTooOld,
     BackupFailing,
+    /// A disruptive operation is held: the backup taken for it failed (BackupControllerDegraded).
+    PreOperationBackupFailing,
     // consumers of etcd (CertSignerDegraded)
     /// A CA rotation waited longer than a consumer's `reload.deadlineSeconds` for its pods to
     /// restart (it still waits).
@@ -202,6 +204,7 @@ impl Reason {
             Reason::NoVerifiedBackup => "NoVerifiedBackup",
             Reason::BackupTooOld => "BackupTooOld",
             Reason::BackupFailing => "BackupFailing",
+            Reason::PreOperationBackupFailing => "PreOperationBackupFailing",
             Reason::ConsumerNotReloaded => "ConsumerNotReloaded",
             Reason::ConsumerPodsUnreadable => "ConsumerPodsUnreadable",
             Reason::Failed(category) => category,

@@ -231,5 +231,108 @@ pub async fn backups(h: &mut Harness) -> Result<(), ControlPlaneError> {
         "the S3 backup {} at revision {} is the one a restore would take",
         taken.url, taken.revision
     ));
+    defrag_after_backup(h).await
+}
+
+/// `t` rounded up to a whole second: status times are whole seconds rounded down, so a time
+/// recorded at or after this was taken at or after `t`.
+fn ceil_second(t: time::OffsetDateTime) -> time::OffsetDateTime {
+    let floor = t.replace_nanosecond(0).unwrap_or(t);
+    if floor == t {
+        t
+    } else {
+        floor + time::Duration::SECOND
+    }
+}
+
+/// When the first defragmentation for `request` started, from `status.defragmentation`.
+fn first_defrag(
+    s: &etcd_operator::api::EtcdClusterStatus,
+    request: &str,
+) -> Option<time::OffsetDateTime> {
+    use etcd_operator::certs::parse_time;
+    s.defragmentation.as_ref().and_then(|d| {
+        d.members
+            .iter()
+            .chain(d.in_progress.iter())
+            .filter(|r| r.request == request)
+            .filter_map(|r| parse_time(&r.start_time))
+            .min()
+    })
+}
+
+/// A defragmentation request with backups configured: one good backup taken after the request
+/// comes first, then the defragmentation (issue 31, item 5).
+async fn defrag_after_backup(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    use etcd_operator::certs::{format_time, parse_time};
+    const REQUEST: &str = "preop-1";
+    let before: Vec<String> = h
+        .status()
+        .await
+        .backup
+        .map(|b| b.stored)
+        .unwrap_or_default();
+    let asked = time::OffsetDateTime::now_utc();
+    // `takenAt` has whole seconds: only one at or after this second proves "after the request".
+    let after = ceil_second(asked);
+    h.patch_spec(serde_json::json!({"defragmentation": {"request": REQUEST}}))
+        .await?;
+    h.step(format!(
+        "spec.defragmentation.request {REQUEST} at {asked} (a backup taken at or after {} counts)",
+        format_time(after)
+    ));
+    let s = h
+        .wait_status(
+            &format!("a defragmentation for {REQUEST} after a backup taken for it"),
+            BACKUP_DEADLINE,
+            |s| {
+                let taken = s
+                    .backup
+                    .as_ref()
+                    .and_then(|b| b.last_success.as_ref())
+                    .and_then(|g| parse_time(&g.taken_at));
+                taken.is_some_and(|t| t >= after) && first_defrag(s, REQUEST).is_some()
+            },
+        )
+        .await?;
+    let b = s.backup.clone().unwrap_or_default();
+    let good = b.last_success.clone().unwrap_or_default();
+    let taken = parse_time(&good.taken_at);
+    let first = first_defrag(&s, REQUEST);
+    let verified = b
+        .last_verified
+        .as_ref()
+        .is_some_and(|v| v.name == good.name);
+    let new: Vec<&String> = b.stored.iter().filter(|n| !before.contains(n)).collect();
+    match (taken, first) {
+        (Some(t), Some(f)) if verified && t >= after && f >= t && new.len() == 1 => {
+            h.step(format!(
+                "backup {} taken {} (after the request), verified, the only one taken for it; the defragmentation started {}",
+                good.name,
+                good.taken_at,
+                format_time(f)
+            ));
+        }
+        _ => {
+            return Err(failed(format!(
+                "the defragmentation did not wait for one verified backup taken after the request: backup {} taken {:?}, verified {verified}, defragmentation started {first:?}, backups stored since the request {new:?} (before: {before:?}, after: {:?})",
+                good.name, good.taken_at, b.stored
+            )));
+        }
+    }
+    // The request done on every voter, its need is cleared.
+    h.wait_status(
+        &format!("{REQUEST} handled and status.backup.preOperation empty"),
+        BACKUP_DEADLINE,
+        |s| {
+            s.defragmentation
+                .as_ref()
+                .is_some_and(|d| d.handled_request == REQUEST)
+                && s.backup
+                    .as_ref()
+                    .is_some_and(|b| b.pre_operation.is_empty())
+        },
+    )
+    .await?;
     Ok(())
 }

@@ -137,6 +137,19 @@ pub struct BackupStatus {
     /// The backups the destination holds, oldest first.
     #[serde(default)]
     pub stored: Vec<String>,
+    /// Disruptive operations waiting for a backup taken for them, one per operation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_operation: Vec<PreOperationNeed>,
+}
+
+/// An operation (`EtcdUpgrade`, `CaRotation`, `PlannedShrink`, `Defrag`) that waits for a good
+/// backup taken at or after `since`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreOperationNeed {
+    pub operation: String,
+    /// RFC 3339: when the operation became due.
+    pub since: String,
 }
 
 /// One good backup.

@@ -18,6 +18,7 @@
 //! the next backup. Whether the last good backup is recent enough, condition `BackupReady`,
 //! and what it holds (drains, upgrades) are decided in [`ready`].
 
+pub mod preop;
 pub mod ready;
 pub mod run;
 pub mod schedule;

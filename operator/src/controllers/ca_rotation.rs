@@ -351,9 +351,20 @@ pub async fn run(
         }
     };
     match step {
-        Step::Idle => {}
+        Step::Idle => super::backup::preop::done(p, super::backup::preop::Operation::CaRotation),
         Step::Broken { reason } => return Err(failed(reason)),
         Step::Start { trigger } => {
+            use super::backup::preop::{Operation, gate};
+            if !gate(
+                p,
+                NAME,
+                Operation::CaRotation,
+                previous.ca_rotation.is_some(),
+            )
+            .await
+            {
+                return Ok(trust);
+            }
             let new = match next {
                 Some(n) => n,
                 None => {

@@ -308,6 +308,22 @@ pub fn decide(v: &View<'_>) -> Step {
     Step::Defragment(next)
 }
 
+/// Whether `step` first waits for a backup taken for it (with `spec.backup`,
+/// [`crate::controllers::backup::preop`]): a defragmentation, or the leadership move before one
+/// — but never while `NOSPACE` is raised: then the defragmentation is the remedy for an outage
+/// (etcd refuses writes), and nothing may hold it.
+pub fn waits_for_backup(step: &Step, nospace: bool) -> bool {
+    match step {
+        Step::Defragment(due) => !nospace && due.trigger != Trigger::NoSpace,
+        Step::MoveLeader { .. } => !nospace,
+        Step::Idle(_)
+        | Step::Wait(_)
+        | Step::Denied(_)
+        | Step::Disarm(_)
+        | Step::AdminMustDelete(_) => false,
+    }
+}
+
 /// `NOSPACE` is raised and nothing is left to free by defragmenting: disarm, or say what an admin
 /// must do.
 fn after_nospace(v: &View<'_>) -> Step {

@@ -320,3 +320,32 @@ fn a_single_voter_is_defragmented_only_under_nospace() {
     let o = nospace(o);
     assert_eq!(defragments(decide(&view(&o, &s, &st))).0, "n1");
 }
+
+#[test]
+fn under_nospace_a_defragmentation_never_waits_for_a_backup() {
+    let s = Defragmentation {
+        request: "after-cleanup".into(),
+        ..spec()
+    };
+    let st = DefragmentationStatus::default();
+    // The remedy for an outage: etcd refuses writes until the space is back.
+    let o = nospace(cluster([(95, 10); 3]));
+    let v = view(&o, &s, &st);
+    let step = decide(&v);
+    assert_eq!(defragments(step.clone()), ("n2".into(), Trigger::NoSpace));
+    assert!(!waits_for_backup(&step, v.nospace()));
+    let handover = Step::MoveLeader {
+        leader_url: "https://10.0.0.1:2379".parse().unwrap(),
+        from: id(1),
+        to: id(3),
+    };
+    assert!(!waits_for_backup(&handover, true));
+    // Without the alarm, a requested one (and the handover before it) waits for its backup.
+    let o = cluster([(50, 50); 3]);
+    let v = view(&o, &s, &st);
+    let step = decide(&v);
+    assert_eq!(defragments(step.clone()), ("n2".into(), Trigger::Request));
+    assert!(waits_for_backup(&step, v.nospace()));
+    assert!(waits_for_backup(&handover, false));
+    assert!(!waits_for_backup(&Step::Idle(String::new()), false));
+}

@@ -123,6 +123,16 @@ fn cluster_line(
 /// Checks a move to `image` given the cluster version etcd reports (`None`: not read) and each
 /// member's running version (`(name, version)`). `Ok(None)`: the image names no version,
 /// nothing could be checked.
+/// Whether moving to `target` is an upgrade still to do (some member runs below it): `None`
+/// when not, else whether it is under way (some member runs `target` or above already).
+pub fn upgrade_state(target: Option<Version>, running: &[Version]) -> Option<bool> {
+    let target = target?;
+    running
+        .iter()
+        .any(|v| *v < target)
+        .then(|| running.iter().any(|v| *v >= target))
+}
+
 pub fn check(
     image: &str,
     cluster: Option<Version>,

@@ -55,6 +55,26 @@ pub fn render_all(
 }
 
 /// Renders and writes `etcd-pod`; `None` (the pass ends) when no node has a member yet.
+/// Whether an etcd upgrade may render its first new-version pod: with `spec.backup`, only once a
+/// good backup taken for it exists ([`super::backup::preop`]); one under way never waits.
+pub async fn upgrade_may_start(p: &mut Pass<'_>) -> bool {
+    use super::backup::preop::{self, Operation};
+    let target = etcd_version::image_version(&p.etcd_image());
+    let running: Vec<etcd_version::Version> =
+        p.o.etcd
+            .member_versions()
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+    match etcd_version::upgrade_state(target, &running) {
+        None => {
+            preop::done(p, Operation::EtcdUpgrade);
+            true
+        }
+        Some(under_way) => preop::gate(p, NAME, Operation::EtcdUpgrade, under_way).await,
+    }
+}
+
 pub async fn reconcile(
     p: &mut Pass<'_>,
 ) -> Result<Option<BTreeMap<String, String>>, ControllerError> {

@@ -82,8 +82,9 @@ pub fn max_interval(cron: &croner::Cron, from: OffsetDateTime) -> Option<Duratio
     Duration::try_from(longest).ok().filter(|d| !d.is_zero())
 }
 
-/// When the next backup is due: at once without any attempt or with a new request; after a
-/// failure [`RETRY_AFTER`] later (or the next scheduled time if sooner); else the next
+/// When the next backup is due: at once without any attempt or with a new request; for a
+/// disruptive operation's need with no attempt since it arose, at the need's time (a whole
+/// second, [`super::preop::backup_due`]); after a failure [`RETRY_AFTER`] later (or the next scheduled time if sooner); else the next
 /// scheduled time after the last attempt.
 pub fn next_due(spec: &Backup, last: Option<&BackupStatus>) -> Result<OffsetDateTime, String> {
     let cron = parse_schedule(&spec.schedule)?;
@@ -92,6 +93,10 @@ pub fn next_due(spec: &Backup, last: Option<&BackupStatus>) -> Result<OffsetDate
     };
     if !spec.request.is_empty() && spec.request != last.handled_request {
         return Ok(OffsetDateTime::UNIX_EPOCH);
+    }
+    if let Some(due) = super::preop::backup_due(last) {
+        // A disruptive operation waits for a backup taken at or after this (whole) second.
+        return Ok(due);
     }
     let Some(attempt) = parse_time(&last.last_attempt_time) else {
         return Ok(OffsetDateTime::UNIX_EPOCH);

@@ -7,7 +7,9 @@ use std::time::Instant;
 use membership::{ClientError, EtcdClient, FailureKind, MemberId};
 use tokio::task::JoinHandle;
 
-use super::{INTERRUPTED, SUCCEEDED, Step, View, decide, failures, mib, request_done};
+use super::{
+    INTERRUPTED, SUCCEEDED, Step, View, decide, failures, mib, request_done, waits_for_backup,
+};
 use crate::api::DefragRecord;
 use crate::certs::format_time;
 use crate::controllers::{ControllerError, ControllerName};
@@ -283,26 +285,38 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
         // print, so the pass comes back by itself to see the space freed.
         p.report.requeue_after = p.report.requeue_after.min(NOSPACE_REQUEUE);
     }
-    act(p, step, &spec.request, spec.timeout_seconds).await
+    let backup_first = waits_for_backup(&step, nospace);
+    act(p, step, &spec.request, spec.timeout_seconds, backup_first).await
 }
+
+use crate::controllers::backup::preop::{self, Operation};
 
 async fn act(
     p: &mut Pass<'_>,
     step: Step,
     request: &str,
     timeout_seconds: u32,
+    backup_first: bool,
 ) -> Result<(), ControllerError> {
     let client = p.st.etcd.current();
     let etcd_error =
         |e: ClientError| ControllerError::new(NAME, ErrorKind::Transient, "etcd", e.to_string());
     match step {
-        Step::Idle(why) => p.next(NAME, why),
+        Step::Idle(why) => {
+            preop::done(p, Operation::Defrag);
+            p.next(NAME, why);
+        }
         Step::Wait(why) => {
             p.busy = true;
             p.next(NAME, why);
         }
         Step::Denied(d) => p.next(NAME, denied_line(&d)),
         Step::AdminMustDelete(m) => p.next(NAME, m),
+        Step::MoveLeader { .. } | Step::Defragment(_)
+            if backup_first && !preop::gate(p, NAME, Operation::Defrag, false).await =>
+        {
+            p.busy = true;
+        }
         Step::MoveLeader {
             leader_url,
             from,

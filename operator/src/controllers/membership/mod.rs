@@ -327,6 +327,17 @@ pub fn describe(step: &MembershipStep) -> String {
 
 /// Carries out `step`; `Ok(true)` when etcd's membership changed.
 async fn act(p: &mut Pass<'_>, step: &MembershipStep) -> Result<bool, ControllerError> {
+    use super::backup::preop::{self, Operation};
+    match step {
+        MembershipStep::Remove {
+            kind: RemovalKind::OddVoterCount,
+            ..
+        } if !preop::gate(p, NAME, Operation::PlannedShrink, false).await => return Ok(false),
+        MembershipStep::None | MembershipStep::Standby { .. } => {
+            preop::done(p, Operation::PlannedShrink)
+        }
+        _ => {}
+    }
     p.next(NAME, describe(step));
     let progressing = C::EtcdMembersProgressing;
     match step {

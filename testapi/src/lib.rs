@@ -428,14 +428,6 @@ impl TestApi {
         matches!(self.backend, Backend::Kas(_) | Backend::Stacked(_))
     }
 
-    /// The loopback address of the kas control plane, when this is one.
-    pub fn kas_address(&self) -> Option<Ipv4Addr> {
-        match &self.backend {
-            Backend::Kas(parts) => Some(parts.ip),
-            _ => None,
-        }
-    }
-
     /// The stand-in, when this is one.
     pub fn stand_in_server(&self) -> Option<&ApiServerStandIn> {
         match &self.backend {

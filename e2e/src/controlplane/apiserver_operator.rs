@@ -31,8 +31,7 @@ use kube::{Api, Client};
 use sha2::{Digest, Sha256};
 
 use super::kube_pods::{
-    APISERVER_PORT, ApiServerInputs, ETCD_INPUTS_ANNOTATION, NAMESPACE, RESOURCES_DIR,
-    apiserver_pod,
+    ApiServerInputs, ETCD_INPUTS_ANNOTATION, NAMESPACE, RESOURCES_DIR, apiserver_pod,
 };
 use super::{ControlPlaneError, OPERATOR_NS, STATIC_NS, io};
 
@@ -358,14 +357,22 @@ fn lay(
     ] {
         write_whole(&dir.join(file), bytes, mode)?;
     }
-    let pod = apiserver_pod(node.ip, inputs);
-    let bytes = serde_json::to_vec_pretty(&pod)
-        .map_err(|e| ControlPlaneError::Failed(format!("kube-apiserver manifest: {e}")))?;
-    let manifest = host("/etc/kubernetes/manifests/kube-apiserver.json");
-    let previous = std::fs::read(&manifest).ok();
-    write_whole(&manifest, &bytes, 0o644)?;
+    let manifests = host("/etc/kubernetes/manifests");
+    let previous = std::fs::read(manifests.join(MANIFEST)).ok();
+    place_pod(&manifests, MANIFEST, &apiserver_pod(node.ip, inputs))?;
     prune(&host(RESOURCES_DIR), &dir, previous.as_deref());
     Ok(())
+}
+
+/// kube-apiserver's manifest file in a node's manifest dir.
+const MANIFEST: &str = "kube-apiserver.json";
+
+/// Places static pod `pod` as `<manifests>/<file>` (JSON), whole: the node agent, like a
+/// kubelet, reads the directory as soon as a file appears in it.
+pub(super) fn place_pod(manifests: &Path, file: &str, pod: &Pod) -> Result<(), ControlPlaneError> {
+    let bytes = serde_json::to_vec_pretty(pod)
+        .map_err(|e| ControlPlaneError::Failed(format!("{file}: {e}")))?;
+    write_whole(&manifests.join(file), &bytes, 0o644)
 }
 
 /// Removes `kube-apiserver-etcd-*` dirs under `resources` other than `keep` and the one the
@@ -406,11 +413,6 @@ fn write_whole(path: &Path, bytes: &[u8], mode: u32) -> Result<(), ControlPlaneE
         .and_then(|()| f.sync_all())
         .map_err(io(format!("writing {}", tmp.display())))?;
     std::fs::rename(&tmp, path).map_err(io(format!("placing {}", path.display())))
-}
-
-/// The URL a node's kube-apiserver serves on.
-pub fn apiserver_url(ip: IpAddr) -> String {
-    format!("https://{ip}:{APISERVER_PORT}")
 }
 
 #[cfg(test)]

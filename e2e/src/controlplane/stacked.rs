@@ -29,12 +29,12 @@ use base64::Engine;
 use etcd_fixture::{KubeSubject, LoopbackAddr, Pki};
 use etcd_operator::bootstrap::apiserver;
 use etcd_operator::controllers::endpoints::EndpointNode;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube_testapi::TestApi;
 use node_agent::images::ImageTable;
 use node_agent::{NodeAgent, NodeConfig};
 
-use super::apiserver_operator::{ApiServerNode, ApiServerOperator, EtcdMaterial};
+use super::apiserver_operator::{ApiServerNode, ApiServerOperator, EtcdMaterial, place_pod};
 use super::endpoint::ApiEndpoint;
 use super::kube_pods::{
     APISERVER_PORT, PKI_DIR, RESOURCES_DIR, controller_manager_pod, kube_images, scheduler_pod,
@@ -311,7 +311,7 @@ fn prepare_node(node: &SimNode, pki: &Pki, endpoint: IpAddr) -> Result<(), Contr
         ),
         ("kube-scheduler.json", scheduler_pod(node.ip())),
     ] {
-        place_pod(node, file, &pod)?;
+        place_pod(&node.manifest_dir(), file, &pod)?;
     }
     Ok(())
 }
@@ -378,14 +378,4 @@ fn copy(from: &Path, to: &Path) -> Result<(), ControlPlaneError> {
         from.display(),
         to.display()
     )))
-}
-
-/// Places a static pod in `node`'s manifest dir, whole (temp file, then rename).
-fn place_pod(node: &SimNode, file: &str, pod: &Pod) -> Result<(), ControlPlaneError> {
-    let bytes = serde_json::to_vec_pretty(pod)
-        .map_err(|e| ControlPlaneError::Failed(format!("{file}: {e}")))?;
-    let tmp = node.manifest_dir().join(format!(".{file}.tmp"));
-    let target = node.manifest_dir().join(file);
-    std::fs::write(&tmp, bytes).map_err(io(format!("writing {}", tmp.display())))?;
-    std::fs::rename(&tmp, &target).map_err(io(format!("placing {}", target.display())))
 }

@@ -111,11 +111,7 @@ impl PodStart {
         let started = starts.and_then(|s| s.into_iter().max());
         let meta = &pod.metadata;
         Some(Self {
-            name: format!(
-                "{}/{}",
-                meta.namespace.as_deref().unwrap_or_default(),
-                meta.name.as_deref().unwrap_or_default()
-            ),
+            name: pod_key(pod),
             mirror: meta
                 .annotations
                 .as_ref()
@@ -146,13 +142,8 @@ pub fn api_server(pod: &Pod) -> Option<membership::ApiServer> {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    let meta = &pod.metadata;
     Some(membership::ApiServer {
-        pod: format!(
-            "{}/{}",
-            meta.namespace.as_deref().unwrap_or_default(),
-            meta.name.as_deref().unwrap_or_default()
-        ),
+        pod: pod_key(pod),
         node: spec.node_name.clone(),
         ready,
         etcd_servers: servers
@@ -161,6 +152,16 @@ pub fn api_server(pod: &Pod) -> Option<membership::ApiServer> {
             .filter(|s| !s.is_empty())
             .collect(),
     })
+}
+
+/// `<namespace>/<name>`.
+fn pod_key(pod: &Pod) -> String {
+    let meta = &pod.metadata;
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
 }
 
 /// Every kube-apiserver among the consumers' pods, by pod name.

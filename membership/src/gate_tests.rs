@@ -29,6 +29,7 @@ fn learner(i: u64, started: bool, healthy: bool) -> MemberHealth {
 fn view(members: Vec<MemberHealth>) -> ClusterView {
     ClusterView {
         api_servers: Vec::new(),
+        control_plane: Default::default(),
         members,
         rolling_node: None,
         preflight: Preflight::default(),

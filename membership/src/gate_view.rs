@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::{ApiServer, Member, MemberId, MemberUrl, Preflight, quorum};
+use crate::{ApiServer, ControlPlanePods, Member, MemberId, MemberUrl, Preflight, quorum};
 
 /// One member and whether it is healthy (its etcd answers and is part of the raft group).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +23,8 @@ pub struct ClusterView {
     pub preflight: Preflight,
     /// The kube-apiservers known to serve from this etcd (rule 10).
     pub api_servers: Vec<ApiServer>,
+    /// The other control-plane pods (rule 10's preflight).
+    pub control_plane: ControlPlanePods,
 }
 
 /// A disruptive action.

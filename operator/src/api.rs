@@ -138,6 +138,37 @@ pub struct EtcdClusterSpec {
     /// `node-role.kubernetes.io/control-plane` label.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub control_plane_node_selector: BTreeMap<String, String>,
+    /// The control-plane pods (kube-apiserver, kube-controller-manager, kube-scheduler) that
+    /// must be Ready on every other node before the operator takes a healthy voter down
+    /// (removing it, or restarting its node's etcd): the preflight of Cluster API's
+    /// control-plane provider. Listed once per pass.
+    #[serde(default)]
+    pub control_plane_pods: ControlPlanePodSelector,
+}
+
+/// `spec.controlPlanePods`: kubeadm's static pods by default.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlanePodSelector {
+    /// Their namespace (default `kube-system`). The operator needs `list` on pods there (Role
+    /// `etcd-operator-kube-apiserver-pods` in the shipped manifests grants it in kube-system).
+    #[serde(default = "defaults::kube_system")]
+    #[schemars(length(max = 63))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("namespace must be a DNS label"))]
+    pub namespace: String,
+    /// Labels every such pod carries (default `tier: control-plane`). Empty: no pod is
+    /// checked. Pods that cannot be listed hold every voter's removal and restart.
+    #[serde(default = "defaults::control_plane_labels")]
+    pub match_labels: BTreeMap<String, String>,
+}
+
+impl Default for ControlPlanePodSelector {
+    fn default() -> Self {
+        Self {
+            namespace: defaults::kube_system(),
+            match_labels: defaults::control_plane_labels(),
+        }
+    }
 }
 
 fn default_true() -> bool {
@@ -178,6 +209,7 @@ impl Default for EtcdClusterSpec {
             local_client_listener: true,
             member_remediation: MemberRemediation::default(),
             control_plane_node_selector: BTreeMap::new(),
+            control_plane_pods: ControlPlanePodSelector::default(),
         }
     }
 }
@@ -240,6 +272,14 @@ impl LogLevel {
 /// Per-field defaults of the spec's small structs: each field defaults on its own, so setting one
 /// field keeps the others' defaults (without them the API refused a partial object).
 mod defaults {
+    use std::collections::BTreeMap;
+
+    pub fn kube_system() -> String {
+        "kube-system".to_owned()
+    }
+    pub fn control_plane_labels() -> BTreeMap<String, String> {
+        BTreeMap::from([("tier".to_owned(), "control-plane".to_owned())])
+    }
     pub fn heartbeat_interval_ms() -> u32 {
         100
     }

@@ -124,6 +124,7 @@ impl EtcdObservation {
     pub fn cluster_view(&self) -> ClusterView {
         ClusterView {
             api_servers: Vec::new(),
+            control_plane: membership::ControlPlanePods::NotListed,
             members: self
                 .members
                 .iter()

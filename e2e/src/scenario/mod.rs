@@ -39,6 +39,7 @@ mod ca_rotation;
 pub mod consistency;
 mod consumer_reload;
 mod consumers;
+mod control_plane_preflight;
 mod corruption;
 mod dangling_learner;
 mod drain;

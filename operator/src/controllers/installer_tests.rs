@@ -19,6 +19,7 @@ fn url(i: u64) -> MemberUrl {
 fn cluster(healthy: &[bool]) -> ClusterView {
     ClusterView {
         api_servers: Vec::new(),
+        control_plane: Default::default(),
         members: healthy
             .iter()
             .enumerate()

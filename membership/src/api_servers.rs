@@ -226,6 +226,7 @@ mod tests {
             preflight: Preflight::default(),
             api_servers,
             control_plane: ControlPlanePods::NotListed,
+            outage_approved: false,
         }
     }
 

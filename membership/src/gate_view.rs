@@ -25,6 +25,9 @@ pub struct ClusterView {
     pub api_servers: Vec<ApiServer>,
     /// The other control-plane pods (rule 10's preflight).
     pub control_plane: ControlPlanePods,
+    /// An admin approved the outage of restarting a lone voter into the revision being
+    /// installed (rule 11).
+    pub outage_approved: bool,
 }
 
 /// A disruptive action.
@@ -86,6 +89,7 @@ pub enum DenyRule {
     Preflight,
     ControlPlaneNotReady,
     ApiServerCutOff,
+    LoneVoter,
 }
 
 impl DenyRule {
@@ -107,6 +111,7 @@ impl DenyRule {
             DenyRule::Preflight => "preflight",
             DenyRule::ControlPlaneNotReady => "control_plane_not_ready",
             DenyRule::ApiServerCutOff => "api_server_cut_off",
+            DenyRule::LoneVoter => "lone_voter",
         }
     }
 }

@@ -144,6 +144,36 @@ pub struct EtcdClusterSpec {
     /// control-plane provider. Listed once per pass.
     #[serde(default)]
     pub control_plane_pods: ControlPlanePodSelector,
+    /// On a control plane of one or two voters, restarting a voter stops etcd (and the API
+    /// served from it) until it is back, so the operator never does it on its own: leaf
+    /// renewals, CA rotation phases, etcd upgrades and spec changes wait. This approves it.
+    #[serde(default, skip_serializing_if = "LoneVoterRestart::is_unset")]
+    pub lone_voter_restart: LoneVoterRestart,
+}
+
+/// `spec.loneVoterRestart`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoneVoterRestart {
+    /// Revisions up to this one may be installed on a lone voter's node, each restart an
+    /// outage for as long as etcd takes to start. The waiting revision is named in
+    /// `NodeInstallerProgressing`, `plan`, metric
+    /// `etcd_operator_lone_voter_restart_pending_revision` and alert
+    /// `EtcdLoneVoterRestartPending`. Unset: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1").message("approvedRevision must be at least 1"))]
+    pub approved_revision: Option<i64>,
+}
+
+impl LoneVoterRestart {
+    pub fn is_unset(&self) -> bool {
+        self.approved_revision.is_none()
+    }
+
+    /// The restart into `revision` is approved.
+    pub fn approves(&self, revision: i64) -> bool {
+        self.approved_revision.is_some_and(|a| a >= revision)
+    }
 }
 
 /// `spec.controlPlanePods`: kubeadm's static pods by default.
@@ -210,6 +240,7 @@ impl Default for EtcdClusterSpec {
             member_remediation: MemberRemediation::default(),
             control_plane_node_selector: BTreeMap::new(),
             control_plane_pods: ControlPlanePodSelector::default(),
+            lone_voter_restart: LoneVoterRestart::default(),
         }
     }
 }

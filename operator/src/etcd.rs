@@ -125,6 +125,7 @@ impl EtcdObservation {
         ClusterView {
             api_servers: Vec::new(),
             control_plane: membership::ControlPlanePods::NotListed,
+            outage_approved: false,
             members: self
                 .members
                 .iter()

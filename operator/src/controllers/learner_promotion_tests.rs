@@ -49,6 +49,7 @@ fn view(members: Vec<MemberHealth>) -> ClusterView {
     ClusterView {
         api_servers: Vec::new(),
         control_plane: Default::default(),
+        outage_approved: false,
         members,
         rolling_node: None,
         preflight: Default::default(),

@@ -79,6 +79,7 @@ fn step_full(
     let cluster = ClusterView {
         api_servers: Vec::new(),
         control_plane: Default::default(),
+        outage_approved: false,
         members,
         rolling_node: None,
         preflight: Default::default(),
@@ -560,6 +561,7 @@ fn a_divergent_voter_is_replaced_through_the_gate() {
     let cluster = ClusterView {
         api_servers: Vec::new(),
         control_plane: Default::default(),
+        outage_approved: false,
         members: vec![voter(1, true), voter(2, true), voter(3, true)],
         rolling_node: None,
         preflight: Default::default(),

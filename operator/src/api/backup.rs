@@ -31,9 +31,11 @@ mod defaults {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Backup {
-    /// When backups are taken: a cron schedule in UTC (five fields: minute hour day-of-month
-    /// month day-of-week). Default `0 * * * *` (hourly). A change applies from the next
-    /// scheduled time; the `EtcdBackupTooOld` alert allows twice the schedule's longest gap.
+    /// When backups are taken: a cron schedule in UTC, five fields (minute hour day-of-month
+    /// month day-of-week) or, as a CronJob takes them, `@hourly`, `@daily` (`@midnight`),
+    /// `@weekly`, `@monthly`, `@yearly` (`@annually`). Default `0 * * * *` (hourly). A change
+    /// applies from the next scheduled time; the `EtcdBackupTooOld` alert allows twice the
+    /// schedule's longest gap.
     #[serde(default = "defaults::schedule")]
     #[x_kube(validation = Rule::new("self.size() > 0").message("schedule must not be empty"))]
     pub schedule: String,

@@ -544,6 +544,7 @@ async fn lone_voter_restart() {
         "held: ",
         "[lone_voter]",
         "once approved",
+        "n1 serves etcd-all-certs/etcd-serving-n1.crt",
         "without approval",
     ] {
         assert!(

@@ -239,6 +239,12 @@ impl EtcdClient {
         crate::http_version::get(endpoint, self.https.as_ref(), self.call_timeout).await
     }
 
+    /// The leaf certificate (DER) `endpoint` serves, from a verified TLS handshake.
+    pub async fn served_certificate(&self, endpoint: &MemberUrl) -> Result<Vec<u8>, String> {
+        crate::http_version::served_certificate(endpoint, self.https.as_ref(), self.call_timeout)
+            .await
+    }
+
     /// Runs `call` on the first endpoint that is reachable and not a learner.
     pub(crate) async fn on_any_voter<T, F, Fut>(
         &self,

@@ -126,20 +126,52 @@ async fn fetch(
     let tcp = TcpStream::connect(endpoint.authority()).await?;
     match (endpoint.is_tls(), tls) {
         (true, Some(config)) => {
-            let host = endpoint
-                .host()
-                .trim_start_matches('[')
-                .trim_end_matches(']');
-            let name = rustls::pki_types::ServerName::try_from(host.to_owned())
-                .map_err(|e| FetchError::ServerName(e.to_string()))?;
-            let stream = tokio_rustls::TlsConnector::from(Arc::clone(config))
-                .connect(name, tcp)
-                .await?;
-            exchange(stream, endpoint, path).await
+            exchange(handshake(endpoint, config, tcp).await?, endpoint, path).await
         }
         (true, None) => Err(FetchError::NoTls),
         (false, _) => exchange(tcp, endpoint, path).await,
     }
+}
+
+/// A verified TLS handshake with `endpoint` on `tcp`.
+async fn handshake(
+    endpoint: &MemberUrl,
+    config: &Arc<rustls::ClientConfig>,
+    tcp: TcpStream,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, FetchError> {
+    let host = endpoint
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+        .map_err(|e| FetchError::ServerName(e.to_string()))?;
+    Ok(tokio_rustls::TlsConnector::from(Arc::clone(config))
+        .connect(name, tcp)
+        .await?)
+}
+
+/// The leaf certificate (DER) `endpoint` serves, from a verified handshake within `limit`:
+/// what a client of that member is shown, whatever the files on disk or in the API say.
+pub(crate) async fn served_certificate(
+    endpoint: &MemberUrl,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    limit: Duration,
+) -> Result<Vec<u8>, String> {
+    let config = tls.ok_or("no TLS material to connect with")?;
+    let shake = async {
+        let tcp = TcpStream::connect(endpoint.authority()).await?;
+        handshake(endpoint, config, tcp).await
+    };
+    let stream = tokio::time::timeout(limit, shake)
+        .await
+        .map_err(|_| format!("{endpoint}: no handshake within {limit:?}"))?
+        .map_err(|e| format!("{endpoint}: {e}"))?;
+    let (_, session) = stream.get_ref();
+    session
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.as_ref().to_vec())
+        .ok_or_else(|| format!("{endpoint}: no certificate served"))
 }
 
 /// One request on `stream`, the connection driven alongside it (no task is spawned, so a

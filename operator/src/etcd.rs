@@ -94,6 +94,9 @@ pub struct MemberObs {
     pub revision: Option<i64>,
     /// The etcd version it runs.
     pub version: Option<String>,
+    /// `notAfter` (Unix seconds) of the certificate it serves clients, as a TLS handshake
+    /// showed it: what the node runs, not what the latest revision holds.
+    pub serving_not_after: Option<i64>,
 }
 
 /// A member's database file: its size and the part in use (the rest is free pages a
@@ -287,6 +290,7 @@ pub async fn observe(client: &EtcdClient) -> EtcdObservation {
             Ok(s) => {
                 // A voter is healthy when it answers and knows a leader; a learner when it answers.
                 let healthy = m.is_learner || s.leader != 0;
+                let serving_not_after = served_not_after(client, m.id, url).await;
                 (
                     m.id,
                     MemberObs {
@@ -300,6 +304,7 @@ pub async fn observe(client: &EtcdClient) -> EtcdObservation {
                             total: s.db_size,
                             in_use: s.db_size_in_use,
                         }),
+                        serving_not_after,
                     },
                     MemberId::new(s.leader),
                     print,
@@ -348,6 +353,21 @@ pub async fn observe(client: &EtcdClient) -> EtcdObservation {
     }
     obs.cluster_version = cluster_version(client, &obs).await;
     obs
+}
+
+/// `notAfter` of the client certificate member `id` serves at `url`; `None` (logged) when the
+/// handshake or the certificate cannot be read: its health says more.
+async fn served_not_after(
+    client: &EtcdClient,
+    id: MemberId,
+    url: &membership::MemberUrl,
+) -> Option<i64> {
+    let read = match client.served_certificate(url).await {
+        Ok(der) => crate::certs::not_after_of_der(&der),
+        Err(e) => Err(e),
+    };
+    read.map_err(|e| tracing::debug!(member = %id, error = %e, "served certificate not read"))
+        .ok()
 }
 
 /// The cluster version from the leader's `/version` (any healthy member when no leader is

@@ -45,6 +45,8 @@ pub struct Metrics {
     pub ca_expiry: Gauge,
     /// 1 while a CA rotation waits for the consumer to pick up its Secret.
     pub consumer_reload_pending: Family<ConsumerLabel, Gauge>,
+    /// `notAfter` of the certificate each member serves, by member name.
+    pub serving_certificate_expiry: Family<MemberLabel, Gauge>,
     /// The revision waiting for an approved restart of a lone voter (0: none).
     pub lone_voter_restart_pending: Gauge,
     pub is_leader: Gauge,
@@ -112,6 +114,7 @@ impl Metrics {
             ca_expiry: Gauge::default(),
             consumer_reload_pending: Family::default(),
             lone_voter_restart_pending: Gauge::default(),
+            serving_certificate_expiry: Family::default(),
             is_leader: Gauge::default(),
             condition: Family::default(),
             member_db_size: Family::default(),

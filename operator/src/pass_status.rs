@@ -15,6 +15,7 @@ pub(super) async fn write_status(p: &mut Pass<'_>) {
     } else {
         p.o.prev.members.clone()
     };
+    serving_expiry_metric(p, &members);
     let conds = with_aggregates(
         fill_defaults(std::mem::take(&mut p.conds)),
         &p.o.prev.conditions,
@@ -111,4 +112,19 @@ fn fill_defaults(mut conds: Vec<Computed>) -> Vec<Computed> {
         ));
     }
     conds
+}
+
+/// `etcd_operator_member_serving_certificate_expiry_timestamp_seconds`, from the members as
+/// status shows them (a member down keeps the expiry last seen).
+fn serving_expiry_metric(p: &Pass<'_>, members: &[crate::api::MemberStatus]) {
+    let family = &p.ctx.metrics.serving_certificate_expiry;
+    family.clear();
+    for m in members.iter().filter(|m| !m.name.is_empty()) {
+        if let Some(t) = crate::certs::parse_time(&m.serving_certificate_expiry) {
+            let label = crate::metrics::MemberLabel {
+                member: m.name.clone(),
+            };
+            family.get_or_create(&label).set(t.unix_timestamp());
+        }
+    }
 }

@@ -3,7 +3,8 @@
 //! n1, which keeps its bootstrap manifest: `NodeInstallerProgressing` names the revision and the
 //! field that approves it, `etcd-operator plan` prints the same. The admin approves the outage
 //! (`spec.loneVoterRestart.approvedRevision`); n1 restarts into the revision, writes fail for
-//! the outage and none acknowledged is lost. Then n2 and n3 join, and a forced redeployment rolls
+//! the outage and none acknowledged is lost, and `status.members` shows it serving the client
+//! certificate of that revision (read from a TLS handshake). Then n2 and n3 join, and a forced redeployment rolls
 //! all three without any approval: with three voters every restart keeps quorum.
 
 use std::time::Duration;
@@ -29,6 +30,25 @@ fn held(s: &EtcdClusterStatus) -> Option<String> {
                 && c.message.contains("spec.loneVoterRestart.approvedRevision")
         })
         .map(|c| c.message.clone())
+}
+
+/// What n1 serves (`status.members`) and the expiry of its client certificate in the Secret.
+fn served(s: &EtcdClusterStatus) -> Option<(String, String)> {
+    let serves = s
+        .members
+        .iter()
+        .find(|m| m.name == "n1")?
+        .serving_certificate_expiry
+        .clone();
+    let issued = s
+        .certificates
+        .as_ref()?
+        .leaves
+        .iter()
+        .find(|l| l.name.ends_with("/etcd-serving-n1.crt"))?
+        .not_after
+        .clone();
+    (!serves.is_empty()).then_some((serves, issued))
 }
 
 fn n1_revision(s: &EtcdClusterStatus) -> i64 {
@@ -63,6 +83,17 @@ pub async fn lone_voter_restart(h: &mut Harness) -> Result<(), ControlPlaneError
         .await?;
     h.wait_settled(1, DEADLINE).await?;
     h.step(format!("n1 restarted into revision {latest} once approved"));
+    let s = h
+        .wait_status(
+            "n1 serves the client certificate of its revision (a TLS handshake shows it)",
+            DEADLINE,
+            |s| served(s).is_some_and(|(serves, issued)| serves == issued),
+        )
+        .await?;
+    let (serves, _) = served(&s).unwrap_or_default();
+    h.step(format!(
+        "n1 serves etcd-all-certs/etcd-serving-n1.crt, expiring {serves}"
+    ));
     for n in ["n2", "n3"] {
         h.cp.add_node(n).await?;
     }

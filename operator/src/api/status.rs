@@ -210,6 +210,11 @@ pub struct MemberStatus {
     /// RFC 3339: when `role`, `started` or `healthy` last changed, or the member appeared.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_transition_time: String,
+    /// RFC 3339: `notAfter` of the client certificate the member serves, as the operator's TLS
+    /// handshake saw it (the last one seen while it is down). A node that has not restarted
+    /// into the latest revision still serves the certificate of the one it runs.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub serving_certificate_expiry: String,
     /// For a learner: its raft index and the leader's, while it catches up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learner_raft_index: Option<u64>,

@@ -39,6 +39,11 @@ pub(crate) fn parse_cert_pem(bytes: &[u8]) -> Result<(ParsedCert, Vec<u8>), Stri
     Ok((parsed, pem.contents))
 }
 
+/// `notAfter` (Unix seconds) of a DER certificate, e.g. one a TLS handshake showed.
+pub fn not_after_of_der(der: &[u8]) -> Result<i64, String> {
+    parse_cert_der(der).map(|c| c.not_after.unix_timestamp())
+}
+
 /// Parses a DER certificate.
 pub(crate) fn parse_cert_der(der: &[u8]) -> Result<ParsedCert, String> {
     let (_, cert) = X509Certificate::from_der(der).map_err(|e| format!("not X.509: {e}"))?;

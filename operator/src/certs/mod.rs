@@ -39,7 +39,7 @@ mod plan;
 use time::OffsetDateTime;
 
 pub use ca::{CA_CERT_KEY, CA_COMMON_NAME, CA_KEY_KEY, CA_SECRET, CaOrigin, EtcdCa, IssuedCert};
-pub use inspect::{CaInfo, CertInfo, inspect_certs, inspect_pem};
+pub use inspect::{CaInfo, CertInfo, inspect_certs, inspect_pem, not_after_of_der};
 pub use node::{
     ALL_CERTS_SECRET, BUNDLE_KEYS, BUNDLES_CONFIGMAP, CertKind, ClientCertKind, LeafSpec,
     METRICS_CA_BUNDLE_KEY, PEER_CA_BUNDLE_KEY, SERVER_CA_BUNDLE_KEY, Sans, Usage, bundle_data,

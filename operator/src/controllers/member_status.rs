@@ -1,5 +1,6 @@
 //! `status.members`: every etcd member as an admin sees it (name, id, peer URL, role, started,
-//! healthy, leader, the etcd version it runs (the last one seen while it is down), a learner's catch-up), with a `lastTransitionTime` that moves only when the
+//! healthy, leader, the etcd version it runs and the expiry of the certificate it serves (the
+//! last ones seen while it is down), a learner's catch-up), with a `lastTransitionTime` that moves only when the
 //! member's role, start or health changes. Pure: built from one etcd observation, the previous
 //! status and `now`.
 
@@ -30,10 +31,17 @@ pub fn member_statuses(
                 .map(|p| p.last_transition_time.clone())
                 .filter(|t| !t.is_empty())
                 .unwrap_or_else(|| now.to_owned());
+            let before = previous.iter().find(|p| p.id == id);
             let version = h
                 .version
                 .clone()
-                .or_else(|| Some(previous.iter().find(|p| p.id == id)?.version.clone()))
+                .or_else(|| Some(before?.version.clone()))
+                .unwrap_or_default();
+            let serving_certificate_expiry = h
+                .serving_not_after
+                .and_then(|t| time::OffsetDateTime::from_unix_timestamp(t).ok())
+                .map(crate::certs::format_time)
+                .or_else(|| Some(before?.serving_certificate_expiry.clone()))
                 .unwrap_or_default();
             MemberStatus {
                 name: m.name.clone(),
@@ -45,6 +53,7 @@ pub fn member_statuses(
                 leader: obs.leader == Some(m.id),
                 last_transition_time,
                 version,
+                serving_certificate_expiry,
                 learner_raft_index: if m.is_learner { h.raft_index } else { None },
                 leader_raft_index: if m.is_learner { leader_index } else { None },
             }
@@ -120,5 +129,24 @@ mod tests {
             times,
             BTreeMap::from([("1", "t1"), ("2", "t3"), ("3", "t1")])
         );
+    }
+
+    #[test]
+    fn the_served_certificate_expiry_is_shown_and_kept_while_unread() {
+        let mut obs = observed(true, 1);
+        let n1 = MemberId::new(1).unwrap();
+        obs.health.get_mut(&n1).unwrap().serving_not_after = Some(1_900_000_000);
+        let first = member_statuses(&obs, &[], "t1");
+        let shown = |s: &[MemberStatus]| {
+            s.iter()
+                .find(|m| m.name == "n1")
+                .unwrap()
+                .serving_certificate_expiry
+                .clone()
+        };
+        assert_eq!(shown(&first), "2030-03-17T17:46:40Z");
+        // The next handshake failed: the last expiry seen stays.
+        let second = member_statuses(&observed(true, 1), &first, "t2");
+        assert_eq!(shown(&second), "2030-03-17T17:46:40Z");
     }
 }

@@ -29,6 +29,7 @@ fn etcd_lists_every_member_with_its_numbers() {
                 in_use: 2048,
             }),
             error: None,
+            serving_not_after: None,
         },
     );
     let text = etcd(&obs);

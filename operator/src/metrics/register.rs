@@ -126,6 +126,11 @@ impl Metrics {
             self.consumer_reload_pending.clone(),
         );
         registry.register(
+            "member_serving_certificate_expiry_timestamp_seconds",
+            "notAfter of the client certificate each member serves, read from a TLS handshake with it: what the node runs, which lags the latest revision until the node restarts into it",
+            self.serving_certificate_expiry.clone(),
+        );
+        registry.register(
             "lone_voter_restart_pending_revision",
             "The revision waiting to be installed on a lone voter's node (a control plane of one or two voters) until an admin approves the outage of its restart (spec.loneVoterRestart.approvedRevision); 0 when none waits",
             self.lone_voter_restart_pending.clone(),

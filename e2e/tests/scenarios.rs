@@ -534,3 +534,21 @@ async fn etcd_versions_etcd_cannot_take_are_refused() {
     let f = h.finish().await;
     assert_eq!(f.load.writes_lost, 0);
 }
+
+/// A lone voter restarts only once an admin approved the outage; with three voters no approval
+/// is needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lone_voter_restart() {
+    let report = scenario("lone-voter-restart").await;
+    for seen in [
+        "held: ",
+        "[lone_voter]",
+        "once approved",
+        "without approval",
+    ] {
+        assert!(
+            report.steps.iter().any(|s| s.what.contains(seen)),
+            "{seen}: {report:?}"
+        );
+    }
+}

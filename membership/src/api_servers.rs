@@ -2,8 +2,10 @@
 //! served from the etcd being changed, so taking a healthy voter down (removing it, or
 //! restarting its node's etcd) is allowed only when
 //!
-//! * every kube-apiserver on another node is Ready (the preflight of Cluster API's control-plane
-//!   provider: no etcd change while the control plane is already short), and
+//! * every kube-apiserver on another node is Ready, and so is every other control-plane pod
+//!   listed there (kube-controller-manager, kube-scheduler: `spec.controlPlanePods`), the
+//!   preflight of Cluster API's control-plane provider: no etcd change while the control plane
+//!   is already short. Pods that cannot be listed count as not Ready; and
 //! * every Ready kube-apiserver on another node lists, in its `--etcd-servers`, a healthy voter
 //!   other than the one going down: without one it would lose etcd, and the API with it, however
 //!   healthy the cluster stays. A kube-apiserver on the voter's own node is exempt: it is taken
@@ -32,32 +34,73 @@ pub struct ApiServer {
     pub etcd_servers: Vec<String>,
 }
 
+/// Any control-plane pod (kube-controller-manager, kube-scheduler, kube-apiserver) as the gate
+/// sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ControlPlanePod {
+    /// `<namespace>/<name>`.
+    pub pod: String,
+    /// Its node (`spec.nodeName`).
+    pub node: Option<String>,
+    /// Its `Ready` condition is True.
+    pub ready: bool,
+    /// Its `component` label (`kube-scheduler`, ...).
+    pub component: Option<String>,
+}
+
+/// The control-plane pods the operator listed this pass (`spec.controlPlanePods`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ControlPlanePods {
+    /// None asked for (the selector is empty) or not listed yet: nothing to check.
+    #[default]
+    NotListed,
+    Listed(Vec<ControlPlanePod>),
+    /// The list failed; the message names the namespace, the selector and the API's answer.
+    Unreadable(String),
+}
+
 /// Rule 10 for `action`, which takes voter `id` down; `None` when it allows it.
 pub(crate) fn keeps_api(view: &ClusterView, action: &Action, id: MemberId) -> Option<Verdict> {
     let going = view.find(id)?;
-    if going.member.is_learner || !going.healthy || view.api_servers.is_empty() {
+    if going.member.is_learner || !going.healthy {
         return None;
     }
     let node = going.member.name.as_str();
+    let short = |what: String| {
+        deny(
+            DenyRule::ControlPlaneNotReady,
+            format!(
+                "{action}: {what}; waiting before taking {} down",
+                label(&going.member)
+            ),
+        )
+    };
+    if let ControlPlanePods::Unreadable(why) = &view.control_plane {
+        return Some(short(format!(
+            "control-plane pods cannot be listed ({why})"
+        )));
+    }
+    let not_ready = not_ready_elsewhere(view, node);
+    let missing = match &view.control_plane {
+        ControlPlanePods::Listed(pods) => missing_elsewhere(pods, node),
+        _ => Vec::new(),
+    };
+    let mut short_of = Vec::new();
+    if !not_ready.is_empty() {
+        let names: Vec<&str> = not_ready.iter().map(String::as_str).collect();
+        short_of.push(format!("not Ready: {}", names.join(", ")));
+    }
+    if !missing.is_empty() {
+        short_of.push(format!("missing: {}", missing.join(", ")));
+    }
+    if !short_of.is_empty() {
+        return Some(short(short_of.join("; ")));
+    }
     let elsewhere = || {
         view.api_servers
             .iter()
             .filter(move |a| a.node.as_deref() != Some(node))
     };
-    let not_ready: Vec<&str> = elsewhere()
-        .filter(|a| !a.ready)
-        .map(|a| a.pod.as_str())
-        .collect();
-    if !not_ready.is_empty() {
-        return Some(deny(
-            DenyRule::ControlPlaneNotReady,
-            format!(
-                "{action}: kube-apiserver {} not Ready; waiting before taking {} down",
-                not_ready.join(", "),
-                label(&going.member)
-            ),
-        ));
-    }
     let cut: Vec<String> = elsewhere()
         .filter(|a| !reaches_other_voter(view, a, id))
         .map(|a| format!("{} (--etcd-servers={})", a.pod, a.etcd_servers.join(",")))
@@ -73,6 +116,53 @@ pub(crate) fn keeps_api(view: &ClusterView, action: &Action, id: MemberId) -> Op
             label(&going.member)
         ),
     ))
+}
+
+/// The kube-apiservers and other control-plane pods on nodes other than `node` that are not
+/// Ready, sorted, each once.
+fn not_ready_elsewhere(view: &ClusterView, node: &str) -> BTreeSet<String> {
+    let other = |n: &Option<String>| n.as_deref() != Some(node);
+    let apis = view
+        .api_servers
+        .iter()
+        .filter(|a| other(&a.node) && !a.ready)
+        .map(|a| format!("kube-apiserver {}", a.pod));
+    let listed = match &view.control_plane {
+        ControlPlanePods::Listed(pods) => pods.as_slice(),
+        _ => &[],
+    };
+    let api_pods: BTreeSet<&str> = view.api_servers.iter().map(|a| a.pod.as_str()).collect();
+    let others = listed
+        .iter()
+        .filter(|c| other(&c.node) && !c.ready && !api_pods.contains(c.pod.as_str()))
+        .map(|c| format!("pod {}", c.pod));
+    apis.chain(others).collect()
+}
+
+/// Components (by `component` label) that run on some node but are missing on another node
+/// that runs control-plane pods, except `node`: `kube-scheduler on n2` (its manifest moved
+/// away). A node with no control-plane pod at all is not judged: it may not be one.
+fn missing_elsewhere(listed: &[ControlPlanePod], node: &str) -> Vec<String> {
+    let components: BTreeSet<&str> = listed
+        .iter()
+        .filter_map(|c| c.component.as_deref())
+        .collect();
+    let nodes: BTreeSet<&str> = listed
+        .iter()
+        .filter_map(|c| c.node.as_deref())
+        .filter(|n| *n != node)
+        .collect();
+    let runs = |n: &str, comp: &str| {
+        listed
+            .iter()
+            .any(|c| c.node.as_deref() == Some(n) && c.component.as_deref() == Some(comp))
+    };
+    nodes
+        .iter()
+        .flat_map(|n| components.iter().map(move |comp| (*n, *comp)))
+        .filter(|(n, comp)| !runs(n, comp))
+        .map(|(n, comp)| format!("{comp} on {n}"))
+        .collect()
 }
 
 /// `api` lists the client URL of a healthy voter other than `id`.
@@ -135,6 +225,8 @@ mod tests {
             rolling_node: None,
             preflight: Preflight::default(),
             api_servers,
+            control_plane: ControlPlanePods::NotListed,
+            outage_approved: false,
         }
     }
 
@@ -203,5 +295,100 @@ mod tests {
         v.members.push(voter(4, true));
         assert_ne!(rule(gate(&v, &roll(1))), Some(DenyRule::ApiServerCutOff));
         assert_eq!(rule(gate(&view(Vec::new()), &roll(1))), None);
+    }
+
+    fn cp(node: u64, component: &str, ready: bool) -> ControlPlanePod {
+        ControlPlanePod {
+            pod: format!("kube-system/{component}-n{node}"),
+            node: Some(format!("n{node}")),
+            ready,
+            component: Some(component.to_owned()),
+        }
+    }
+
+    fn message(v: Verdict) -> String {
+        match v {
+            Verdict::Allow => String::new(),
+            Verdict::Deny(d) => d.message,
+        }
+    }
+
+    #[test]
+    fn a_restart_waits_for_the_other_nodes_controller_managers_and_schedulers() {
+        let mut v = view(vec![api(2, true, &[2, 1, 3]), api(3, true, &[3, 1, 2])]);
+        let both = |n, kcm, sched| {
+            [
+                cp(n, "kube-controller-manager", kcm),
+                cp(n, "kube-scheduler", sched),
+            ]
+        };
+        v.control_plane = ControlPlanePods::Listed(
+            [
+                both(1, true, false),
+                both(2, false, true),
+                both(3, true, true),
+            ]
+            .concat(),
+        );
+        // n2's controller-manager is short: n1's etcd waits (n1's own scheduler does not count).
+        let denied = gate(&v, &roll(1));
+        assert!(
+            message(denied.clone())
+                .contains("not Ready: pod kube-system/kube-controller-manager-n2"),
+            "{denied:?}"
+        );
+        assert_eq!(rule(denied), Some(DenyRule::ControlPlaneNotReady));
+        // n2's own restart is not held by its own pods, but by n1's scheduler.
+        assert!(message(gate(&v, &roll(2))).contains("kube-scheduler-n1"));
+        v.control_plane =
+            ControlPlanePods::Listed([both(1, true, true), both(3, true, true)].concat());
+        assert_eq!(rule(gate(&v, &roll(2))), None);
+    }
+
+    #[test]
+    fn a_component_missing_on_another_node_holds_like_one_not_ready() {
+        let mut v = view(vec![api(2, true, &[2, 1, 3]), api(3, true, &[3, 1, 2])]);
+        v.control_plane = ControlPlanePods::Listed(vec![
+            cp(1, "kube-scheduler", true),
+            cp(2, "kube-controller-manager", true),
+            cp(3, "kube-controller-manager", true),
+            cp(3, "kube-scheduler", true),
+        ]);
+        let denied = gate(&v, &roll(1));
+        assert!(
+            message(denied.clone()).contains("missing: kube-scheduler on n2"),
+            "{denied:?}"
+        );
+        assert_eq!(rule(denied), Some(DenyRule::ControlPlaneNotReady));
+        // n2's own etcd may restart; n1 lacking a controller-manager holds n3's.
+        assert!(message(gate(&v, &roll(3))).contains("missing: kube-controller-manager on n1"));
+        assert!(!message(gate(&v, &roll(2))).contains("on n2"));
+    }
+
+    #[test]
+    fn control_plane_pods_that_cannot_be_listed_hold_every_voter_going_down() {
+        let mut v = view(Vec::new());
+        v.control_plane = ControlPlanePods::Unreadable("pods is forbidden".into());
+        let denied = gate(&v, &roll(1));
+        assert!(
+            message(denied.clone()).contains("pods is forbidden"),
+            "{denied:?}"
+        );
+        assert_eq!(rule(denied), Some(DenyRule::ControlPlaneNotReady));
+        // A learner's or an unhealthy voter's restart takes nothing from the API.
+        v.members[0].healthy = false;
+        v.members.push(voter(4, true));
+        assert_ne!(
+            rule(gate(&v, &roll(1))),
+            Some(DenyRule::ControlPlaneNotReady)
+        );
+    }
+
+    #[test]
+    fn a_kube_apiserver_also_listed_as_a_control_plane_pod_is_named_once() {
+        let mut v = view(vec![api(2, false, &[2, 1, 3])]);
+        v.control_plane = ControlPlanePods::Listed(vec![cp(2, "kube-apiserver", false)]);
+        let m = message(gate(&v, &roll(1)));
+        assert_eq!(m.matches("kube-apiserver-n2").count(), 1, "{m}");
     }
 }

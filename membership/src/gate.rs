@@ -37,6 +37,10 @@
 //! 10. **The Kubernetes API keeps its etcd** ([`crate::api_servers`]): a healthy voter is removed
 //!     or restarted only while every kube-apiserver on another node is Ready and lists another
 //!     healthy voter in `--etcd-servers`.
+//! 11. **A lone voter restarts only with an admin's approval**: with one or two voters, all
+//!     healthy, restarting one always stops etcd until it is back; waiting cannot help unless
+//!     voters join, so the restart waits for the outage to be approved (`outage_approved`), and
+//!     then still needs the restart preflight of rule 7.
 //!
 //! Every denial names the rule and the members involved, so it can go to status, a metric label
 //! ([`DenyRule::category`]) and `etcd-operator plan`.
@@ -175,6 +179,9 @@ pub fn gate(view: &ClusterView, action: &Action) -> Verdict {
             if let Some(denied) = member.and_then(|id| keeps_api(view, action, id)) {
                 return denied;
             }
+            if let Some(verdict) = lone_voter(view, action, node) {
+                return verdict;
+            }
             with_spare_voter(view, action, |left| {
                 format!(
                     "restarting its healthy voter would leave {left}; waiting for {}",
@@ -270,6 +277,25 @@ fn with_spare_voter(
         DenyRule::QuorumAfterAction,
         format!("{action}: {}", why(left)),
     )
+}
+
+/// Rule 11: on a control plane of one or two voters, all healthy, no voter can restart without
+/// an outage, however long it waits: such a restart happens only when an admin approved it
+/// (`outage_approved`), and then only past the restart preflight.
+fn lone_voter(view: &ClusterView, action: &Action, node: &str) -> Option<Verdict> {
+    let voters = view.voter_count();
+    if voters > 2 || view.healthy_voters() < voters || view.learners().next().is_some() {
+        return None;
+    }
+    if view.outage_approved {
+        return Some(takedown_preflight(view, action).unwrap_or(Verdict::Allow));
+    }
+    Some(deny(
+        DenyRule::LoneVoter,
+        format!(
+            "{action}: {node} runs one of {voters} voter(s), so restarting it stops etcd (and an API served from it) until it is back; waiting for more voters to join or for an admin to approve the outage"
+        ),
+    ))
 }
 
 /// Rule 2 (and 8): a learner is a membership change in flight.

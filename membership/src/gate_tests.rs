@@ -29,6 +29,8 @@ fn learner(i: u64, started: bool, healthy: bool) -> MemberHealth {
 fn view(members: Vec<MemberHealth>) -> ClusterView {
     ClusterView {
         api_servers: Vec::new(),
+        control_plane: Default::default(),
+        outage_approved: false,
         members,
         rolling_node: None,
         preflight: Preflight::default(),
@@ -176,13 +178,13 @@ fn rolls_one_node_at_a_time_and_only_with_a_spare_voter() {
     let two = view(vec![voter(1, true), voter(2, true)]);
     denied(
         gate(&two, &roll(1)),
-        DenyRule::QuorumAfterAction,
-        "waiting for more voters to join",
+        DenyRule::LoneVoter,
+        "waiting for more voters to join or for an admin to approve the outage",
     );
     denied(
         gate(&view(vec![voter(1, true)]), &roll(1)),
-        DenyRule::QuorumAfterAction,
-        "0 of 1",
+        DenyRule::LoneVoter,
+        "n1 runs one of 1 voter(s)",
     );
     // A node whose member is a learner, or that has no member yet, can always be rolled.
     let joining = view(vec![voter(1, true), learner(2, false, false)]);
@@ -545,4 +547,30 @@ fn rule_9_moves_a_down_member_at_once_and_a_serving_voter_only_with_a_spare() {
     // A learner moves at once (it is no voter).
     let joining = view(vec![voter(1, true), learner(2, true, true)]);
     assert!(gate(&joining, &move_to(2, 20)).is_allowed());
+}
+
+#[test]
+fn a_lone_voter_restarts_only_with_an_approved_outage_and_past_the_preflight() {
+    let mut one = view(vec![voter(1, true)]);
+    one.outage_approved = true;
+    assert!(gate(&one, &roll(1)).is_allowed());
+    one.preflight.alarms = vec![crate::RaisedAlarm {
+        member: id(1),
+        kind: crate::AlarmKind::Corrupt,
+    }];
+    denied(gate(&one, &roll(1)), DenyRule::Preflight, "CORRUPT");
+    // Two voters, one down: the approval is no licence to take the other down too.
+    let mut two = view(vec![voter(1, true), voter(2, false)]);
+    two.outage_approved = true;
+    denied(gate(&two, &roll(1)), DenyRule::QuorumAfterAction, "n2");
+    // Three voters never need it; a joining learner makes the wait worth it.
+    let mut three = view(vec![voter(1, true), voter(2, true), voter(3, true)]);
+    assert!(gate(&three, &roll(1)).is_allowed());
+    three.members.truncate(1);
+    three.members.push(learner(2, true, true));
+    assert_ne!(
+        gate(&three, &roll(1)),
+        Verdict::Allow,
+        "a learner on its way: the restart waits for it"
+    );
 }

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::{ApiServer, Member, MemberId, MemberUrl, Preflight, quorum};
+use crate::{ApiServer, ControlPlanePods, Member, MemberId, MemberUrl, Preflight, quorum};
 
 /// One member and whether it is healthy (its etcd answers and is part of the raft group).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +23,11 @@ pub struct ClusterView {
     pub preflight: Preflight,
     /// The kube-apiservers known to serve from this etcd (rule 10).
     pub api_servers: Vec<ApiServer>,
+    /// The other control-plane pods (rule 10's preflight).
+    pub control_plane: ControlPlanePods,
+    /// An admin approved the outage of restarting a lone voter into the revision being
+    /// installed (rule 11).
+    pub outage_approved: bool,
 }
 
 /// A disruptive action.
@@ -84,6 +89,7 @@ pub enum DenyRule {
     Preflight,
     ControlPlaneNotReady,
     ApiServerCutOff,
+    LoneVoter,
 }
 
 impl DenyRule {
@@ -105,6 +111,7 @@ impl DenyRule {
             DenyRule::Preflight => "preflight",
             DenyRule::ControlPlaneNotReady => "control_plane_not_ready",
             DenyRule::ApiServerCutOff => "api_server_cut_off",
+            DenyRule::LoneVoter => "lone_voter",
         }
     }
 }

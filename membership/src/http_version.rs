@@ -3,11 +3,21 @@
 //! only after every member has been upgraded). The gRPC API does not carry the cluster version,
 //! so it is read here with one HTTP/1.1 GET over the client's TLS identity, bounded by the call
 //! timeout.
+//!
+//! The HTTP is hyper's HTTP/1 client on one connection per call (no pool: a call is rare, and a
+//! fresh connection per call is what the health and metrics checks want too): it reads the
+//! status line, headers and a body of any framing (`Content-Length`, chunked, or up to the close)
+//! as HTTP says, and the body is bounded by [`MAX_ANSWER`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::body::Bytes;
+use hyper::header::{CONNECTION, HOST};
+use hyper::{Request, StatusCode, Version};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use crate::client_error::{EndpointFailure, FailureKind};
@@ -24,8 +34,39 @@ pub struct VersionInfo {
     pub cluster: String,
 }
 
-/// The answer is a few dozen bytes; anything past this is not etcd.
-const MAX_ANSWER: u64 = 64 * 1024;
+/// The largest body read. `/version` is a few dozen bytes; etcd's `/metrics` a few hundred KiB.
+pub const MAX_ANSWER: usize = 4 * 1024 * 1024;
+
+/// Why one GET got no whole answer.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// Connecting, or the TLS handshake.
+    #[error("{0}")]
+    Connect(#[from] std::io::Error),
+    /// `https` without TLS material.
+    #[error("https endpoint without TLS material")]
+    NoTls,
+    /// The host is no valid TLS server name.
+    #[error("{0}")]
+    ServerName(String),
+    /// The request could not be built (a path that is not a URI path).
+    #[error("request: {0}")]
+    Request(#[from] hyper::http::Error),
+    /// The HTTP exchange: not HTTP, cut off, refused.
+    #[error("{0}")]
+    Http(#[from] hyper::Error),
+    /// The body: cut off, or longer than [`MAX_ANSWER`].
+    #[error("body: {0}")]
+    Body(String),
+}
+
+/// One answer: status, HTTP version and the whole body.
+#[derive(Debug)]
+struct Answer {
+    version: Version,
+    status: StatusCode,
+    body: Bytes,
+}
 
 /// GETs `/version` from `endpoint` within `limit`.
 pub(crate) async fn get(
@@ -40,7 +81,7 @@ pub(crate) async fn get(
             message,
         })
     };
-    let answer = tokio::time::timeout(limit, exchange(endpoint, tls))
+    let answer = tokio::time::timeout(limit, fetch(endpoint, "/version", tls))
         .await
         .map_err(|_| failure(FailureKind::Timeout, format!("no answer within {limit:?}")))?
         .map_err(|e| {
@@ -58,37 +99,30 @@ pub(crate) async fn get(
 }
 
 /// One HTTP/1.1 GET of `path` from `endpoint` (TLS when its scheme says so, with `tls`) within
-/// `limit`: the status line and the body. For checks of etcd's metrics and health listeners.
+/// `limit`: the status line (`HTTP/1.1 200 OK`) and the body. For checks of etcd's metrics and
+/// health listeners.
 pub async fn http_get(
     endpoint: &MemberUrl,
     path: &str,
     tls: Option<&Arc<rustls::ClientConfig>>,
     limit: Duration,
 ) -> Result<(String, String), String> {
-    let answer = tokio::time::timeout(limit, exchange_path(endpoint, path, tls))
+    let answer = tokio::time::timeout(limit, fetch(endpoint, path, tls))
         .await
         .map_err(|_| format!("GET {path}: no answer within {limit:?}"))?
         .map_err(|e| format!("GET {path}: {e}"))?;
-    let text = String::from_utf8_lossy(&answer);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     Ok((
-        head.lines().next().unwrap_or_default().to_owned(),
-        body.to_owned(),
+        format!("{:?} {}", answer.version, answer.status),
+        String::from_utf8_lossy(&answer.body).into_owned(),
     ))
 }
 
-async fn exchange(
-    endpoint: &MemberUrl,
-    tls: Option<&Arc<rustls::ClientConfig>>,
-) -> std::io::Result<Vec<u8>> {
-    exchange_path(endpoint, "/version", tls).await
-}
-
-async fn exchange_path(
+/// Connects to `endpoint` (TLS when its scheme says so) and GETs `path`.
+async fn fetch(
     endpoint: &MemberUrl,
     path: &str,
     tls: Option<&Arc<rustls::ClientConfig>>,
-) -> std::io::Result<Vec<u8>> {
+) -> Result<Answer, FetchError> {
     let tcp = TcpStream::connect(endpoint.authority()).await?;
     match (endpoint.is_tls(), tls) {
         (true, Some(config)) => {
@@ -97,51 +131,70 @@ async fn exchange_path(
                 .trim_start_matches('[')
                 .trim_end_matches(']');
             let name = rustls::pki_types::ServerName::try_from(host.to_owned())
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+                .map_err(|e| FetchError::ServerName(e.to_string()))?;
             let stream = tokio_rustls::TlsConnector::from(Arc::clone(config))
                 .connect(name, tcp)
                 .await?;
-            request(stream, endpoint, path).await
+            exchange(stream, endpoint, path).await
         }
-        (true, None) => Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "https endpoint without TLS material",
-        )),
-        (false, _) => request(tcp, endpoint, path).await,
+        (true, None) => Err(FetchError::NoTls),
+        (false, _) => exchange(tcp, endpoint, path).await,
     }
 }
 
-async fn request<S: AsyncRead + AsyncWrite + Unpin>(
-    mut stream: S,
-    endpoint: &MemberUrl,
-    path: &str,
-) -> std::io::Result<Vec<u8>> {
-    let head = format!(
-        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-        endpoint.authority()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    let mut answer = Vec::new();
-    stream.take(MAX_ANSWER).read_to_end(&mut answer).await?;
-    Ok(answer)
-}
-
-/// The status line must say 200; the body is the JSON object.
-fn parse(answer: &[u8]) -> Result<VersionInfo, String> {
-    let text = String::from_utf8_lossy(answer);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("not an HTTP answer: {:?}", truncate(&text)))?;
-    let status = head.lines().next().unwrap_or_default();
-    if status.split_whitespace().nth(1) != Some("200") {
-        return Err(format!("answered {status:?}"));
-    }
-    // A chunked body frames the object with size lines: the object is what is between braces.
-    let object = match (body.find('{'), body.rfind('}')) {
-        (Some(a), Some(b)) if a < b => &body[a..=b],
-        _ => return Err(format!("no JSON object in {:?}", truncate(body))),
+/// One request on `stream`, the connection driven alongside it (no task is spawned, so a
+/// timeout that drops this future drops the connection too).
+async fn exchange<S>(stream: S, endpoint: &MemberUrl, path: &str) -> Result<Answer, FetchError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(FetchError::Http)?;
+    let request = Request::get(path)
+        .header(HOST, endpoint.authority())
+        .header(CONNECTION, "close")
+        .body(Empty::<Bytes>::new())?;
+    let answer = async move {
+        let response = sender.send_request(request).await?;
+        let (parts, body) = response.into_parts();
+        let body = Limited::new(body, MAX_ANSWER)
+            .collect()
+            .await
+            .map_err(|e| FetchError::Body(e.to_string()))?
+            .to_bytes();
+        Ok::<_, FetchError>(Answer {
+            version: parts.version,
+            status: parts.status,
+            body,
+        })
     };
-    serde_json::from_str(object).map_err(|e| format!("{e} in {:?}", truncate(object)))
+    tokio::pin!(answer, connection);
+    tokio::select! {
+        a = &mut answer => a,
+        c = &mut connection => {
+            // The connection ended (the server closed it): what it delivered is still read.
+            c?;
+            answer.await
+        }
+    }
+}
+
+/// The status must be 200; the body is the JSON object.
+fn parse(answer: &Answer) -> Result<VersionInfo, String> {
+    if answer.status != StatusCode::OK {
+        return Err(format!(
+            "answered {} {:?}",
+            answer.status,
+            truncate(&String::from_utf8_lossy(&answer.body))
+        ));
+    }
+    serde_json::from_slice(&answer.body).map_err(|e| {
+        format!(
+            "{e} in {:?}",
+            truncate(&String::from_utf8_lossy(&answer.body))
+        )
+    })
 }
 
 fn truncate(s: &str) -> String {
@@ -149,29 +202,5 @@ fn truncate(s: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn answers_parse_and_bad_ones_are_named() {
-        let ok = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 44\r\n\r\n{\"etcdserver\":\"3.5.1\",\"etcdcluster\":\"3.4.0\"}";
-        assert_eq!(
-            parse(ok).unwrap(),
-            VersionInfo {
-                server: "3.5.1".into(),
-                cluster: "3.4.0".into()
-            }
-        );
-        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2c\r\n{\"etcdserver\":\"3.4.23\",\"etcdcluster\":\"not_decided\"}\r\n0\r\n\r\n";
-        assert_eq!(parse(chunked).unwrap().cluster, "not_decided");
-        let e = parse(b"HTTP/1.1 404 Not Found\r\n\r\n404 page not found").unwrap_err();
-        assert!(e.contains("404"), "{e}");
-        let e = parse(b"HTTP/1.1 200 OK\r\n\r\n{\"etcdserver\":3}").unwrap_err();
-        assert!(e.contains("etcdserver"), "{e}");
-        assert!(
-            parse(b"garbage")
-                .unwrap_err()
-                .contains("not an HTTP answer")
-        );
-    }
-}
+#[path = "http_version_tests.rs"]
+mod tests;

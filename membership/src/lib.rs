@@ -33,7 +33,7 @@ mod preflight;
 mod quorum;
 mod tls;
 
-pub use api_servers::ApiServer;
+pub use api_servers::{ApiServer, ControlPlanePod, ControlPlanePods};
 pub use client::{
     ClientConfig, ClientError, EndpointFailure, EndpointStatus, EtcdClient, FailureKind,
     LiveMembers,

@@ -58,19 +58,24 @@ pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
     printcolumn = r#"{"name":"Available","type":"string","jsonPath":".status.conditions[?(@.type==\"Available\")].status"}"#,
     printcolumn = r#"{"name":"Progressing","type":"string","jsonPath":".status.conditions[?(@.type==\"Progressing\")].status"}"#,
     printcolumn = r#"{"name":"Degraded","type":"string","jsonPath":".status.conditions[?(@.type==\"Degraded\")].status"}"#,
-    printcolumn = r#"{"name":"Revision","type":"integer","jsonPath":".status.latestAvailableRevision"}"#
+    printcolumn = r#"{"name":"Revision","type":"integer","jsonPath":".status.latestAvailableRevision"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    doc = "The etcd cluster of the control plane, run as static pods on the control-plane nodes by etcd-static-operator. One exists, named `cluster` (the operator creates it with the defaults). The spec says how etcd runs: a change to its image, log level, timing, quota, client listener or forceRedeploymentReason becomes a new static-pod revision, rolled to one node at a time through the quorum gate. The status says what the operator sees and does: conditions (Available, Progressing, Degraded), the members, every node's revision, backups, certificates."
 )]
 #[x_kube(cel)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdClusterSpec {
-    /// `Managed`: the operator acts. `Unmanaged`: it only observes and reports (no membership
-    /// change, no new revision, no rollout).
+    /// `Managed` (default): the operator acts. `Unmanaged`: it only observes and reports (no
+    /// membership change, no new revision, no rollout) until set back.
     #[serde(default)]
     pub management_state: ManagementState,
-    /// Log verbosity of etcd and the operator's node-side tools.
+    /// Log verbosity of etcd and the operator's node-side tools: `Normal` (default, etcd `info`),
+    /// `Debug` or `Trace` (etcd `debug`). A change rolls a new revision to every node.
     #[serde(default)]
     pub log_level: LogLevel,
-    /// etcd image. Empty: the image the operator was built with (`ETCD_IMAGE`).
+    /// etcd image. Unset (default): the operator's `ETCD_IMAGE`. A change rolls a new revision to
+    /// every node, one at a time, after the version policy allowed it (one minor version up at a
+    /// time, never down; with `backup` set, a backup taken for the upgrade first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.size() > 0").message("etcdImage must not be empty when set"))]
     pub etcd_image: Option<String>,
@@ -78,66 +83,137 @@ pub struct EtcdClusterSpec {
     /// e.g. `3.5.1`: it applies to that release only.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub accept_known_bad_etcd_release: String,
-    /// Changing this string rolls a new revision to every node without any other change.
+    /// Changing this string rolls a new revision to every node, one at a time, without any other
+    /// change (each node's etcd restarts once). Default empty.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub force_redeployment_reason: String,
-    /// Raft timing.
+    /// Raft timing (default: heartbeat 100 ms, election timeout 1000 ms). A change rolls a new
+    /// revision to every node.
     #[serde(default)]
     pub timing: Timing,
-    /// etcd's backend quota in GiB (etcd supports up to 8 GiB by default, at most 32).
+    /// etcd's backend quota (`--quota-backend-bytes`) in GiB: default 8, 1 to 32. Above it etcd
+    /// raises `NOSPACE` and refuses writes. A change rolls a new revision to every node.
     #[serde(default = "default_quota_gib")]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 32").message("backendQuotaGib must be between 1 and 32"))]
     pub backend_quota_gib: u32,
-    /// The quota in MiB instead, for small (test) clusters: takes precedence over
-    /// `backendQuotaGib` when set.
+    /// The quota in MiB instead (16 to 32768), for small (test) clusters: takes precedence over
+    /// `backendQuotaGib` when set. Unset by default. A change rolls a new revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 16 && self <= 32768").message("backendQuotaMib must be between 16 and 32768"))]
     pub backend_quota_mib: Option<u32>,
-    /// When members are defragmented.
+    /// When members are defragmented (default: automatically, by the thresholds below).
     #[serde(default)]
     pub defragmentation: Defragmentation,
-    /// How often the members' data is compared, and what happens to a diverged member.
+    /// How often the members' data is compared (default every 300 s), and what happens to a
+    /// diverged member (default: only reported).
     #[serde(default)]
     pub corruption_check: CorruptionCheck,
-    /// Lifetime and renewal of the leaf certificates the operator issues.
+    /// Lifetime and renewal of the leaf certificates the operator issues, and CA rotation on
+    /// request. A renewed certificate reaches the nodes as a new revision.
     #[serde(default)]
     pub certificates: Certificates,
     /// Consumers of etcd that get a client certificate maintained by the operator (Secret
-    /// `etcd-consumer-<name>` in the operator's namespace). Names are unique.
+    /// `etcd-consumer-<name>` in the operator's namespace). Names are unique; at most 20.
+    /// Default none. Adding one writes its Secret; removing one deletes it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
     #[x_kube(validation = Rule::new("self.all(c, self.filter(d, d.name == c.name).size() == 1)").message("clients: each name at most once"))]
     pub clients: Vec<EtcdConsumer>,
-    /// Scheduled, verified backups. Unset: none.
+    /// Scheduled, verified backups. Unset (default): none, and disruptive operations do not wait
+    /// for a backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup: Option<Backup>,
-    /// How many old revisions to keep.
+    /// How many old revisions to keep (default 5 succeeded, 5 failed).
     #[serde(default)]
     pub revision_history: RevisionHistory,
     /// A node whose etcd static pod vanished (its manifest moved out of the manifests directory,
     /// the usual first step of a manual recovery) gets its revision installed again after this
     /// many seconds, unless the Node carries the annotation `etcd.static-operator.io/etcd-stopped`
-    /// (an admin stopped etcd there on purpose; its value says why).
+    /// (an admin stopped etcd there on purpose; its value says why). Default 300, 30 to 86400.
     #[serde(default = "default_missing_pod_grace")]
     #[x_kube(validation = Rule::new("self >= 30 && self <= 86400").message("missingPodGraceSeconds must be between 30 and 86400"))]
     pub missing_pod_grace_seconds: u32,
-    /// A learner added for a node but not started within this many seconds is removed again.
+    /// Seconds: a learner added for a node but not started within this long is removed again
+    /// (and added anew later). Default 300, 30 to 3600.
     #[serde(default = "default_learner_start_deadline")]
     #[x_kube(validation = Rule::new("self >= 30 && self <= 3600").message("learnerStartDeadlineSeconds must be between 30 and 3600"))]
     pub learner_start_deadline_seconds: u32,
     /// etcd also serves clients on `https://127.0.0.1:2379` and `https://[::1]:2379`, for the
-    /// kube-apiserver on the same node. Turn off only where nodes share one network namespace
-    /// (the local control plane).
+    /// kube-apiserver on the same node. Default true. Turn off only where nodes share one network
+    /// namespace (the local control plane). A change rolls a new revision to every node.
     #[serde(default = "default_true")]
     pub local_client_listener: bool,
     /// Replacing a member that stays unhealthy on a node that still exists, unless an admin holds
     /// the node (cordoned, NotReady, `etcd.static-operator.io/etcd-stopped`); one at a time.
+    /// Default: after 600 s unhealthy, at most 3 attempts per node.
     #[serde(default)]
     pub member_remediation: MemberRemediation,
-    /// Labels that select the control-plane nodes etcd runs on. Empty: the
-    /// `node-role.kubernetes.io/control-plane` label.
+    /// Labels that select the control-plane nodes etcd runs on. Empty (default): the
+    /// `node-role.kubernetes.io/control-plane` label. A change moves membership to the newly
+    /// selected nodes, one member at a time through the quorum gate.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub control_plane_node_selector: BTreeMap<String, String>,
+    /// The control-plane pods (kube-apiserver, kube-controller-manager, kube-scheduler) that
+    /// must be Ready on every other node before the operator takes a healthy voter down
+    /// (removing it, or restarting its node's etcd): the preflight of Cluster API's
+    /// control-plane provider. Listed once per pass.
+    #[serde(default)]
+    pub control_plane_pods: ControlPlanePodSelector,
+    /// On a control plane of one or two voters, restarting a voter stops etcd (and the API
+    /// served from it) until it is back, so the operator never does it on its own: leaf
+    /// renewals, CA rotation phases, etcd upgrades and spec changes wait. This approves it.
+    #[serde(default, skip_serializing_if = "LoneVoterRestart::is_unset")]
+    pub lone_voter_restart: LoneVoterRestart,
+}
+
+/// `spec.loneVoterRestart`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoneVoterRestart {
+    /// Revisions up to this one may be installed on a lone voter's node, each restart an
+    /// outage for as long as etcd takes to start. The waiting revision is named in
+    /// `NodeInstallerProgressing`, `plan`, metric
+    /// `etcd_operator_lone_voter_restart_pending_revision` and alert
+    /// `EtcdLoneVoterRestartPending`. Unset: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1").message("approvedRevision must be at least 1"))]
+    pub approved_revision: Option<i64>,
+}
+
+impl LoneVoterRestart {
+    pub fn is_unset(&self) -> bool {
+        self.approved_revision.is_none()
+    }
+
+    /// The restart into `revision` is approved.
+    pub fn approves(&self, revision: i64) -> bool {
+        self.approved_revision.is_some_and(|a| a >= revision)
+    }
+}
+
+/// `spec.controlPlanePods`: kubeadm's static pods by default.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlanePodSelector {
+    /// Their namespace (default `kube-system`). The operator needs `list` on pods there (Role
+    /// `etcd-operator-kube-apiserver-pods` in the shipped manifests grants it in kube-system).
+    #[serde(default = "defaults::kube_system")]
+    #[schemars(length(max = 63))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("namespace must be a DNS label"))]
+    pub namespace: String,
+    /// Labels every such pod carries (default `tier: control-plane`). Empty: no pod is
+    /// checked. Pods that cannot be listed hold every voter's removal and restart.
+    #[serde(default = "defaults::control_plane_labels")]
+    pub match_labels: BTreeMap<String, String>,
+}
+
+impl Default for ControlPlanePodSelector {
+    fn default() -> Self {
+        Self {
+            namespace: defaults::kube_system(),
+            match_labels: defaults::control_plane_labels(),
+        }
+    }
 }
 
 fn default_true() -> bool {
@@ -178,6 +254,8 @@ impl Default for EtcdClusterSpec {
             local_client_listener: true,
             member_remediation: MemberRemediation::default(),
             control_plane_node_selector: BTreeMap::new(),
+            control_plane_pods: ControlPlanePodSelector::default(),
+            lone_voter_restart: LoneVoterRestart::default(),
         }
     }
 }
@@ -240,6 +318,14 @@ impl LogLevel {
 /// Per-field defaults of the spec's small structs: each field defaults on its own, so setting one
 /// field keeps the others' defaults (without them the API refused a partial object).
 mod defaults {
+    use std::collections::BTreeMap;
+
+    pub fn kube_system() -> String {
+        "kube-system".to_owned()
+    }
+    pub fn control_plane_labels() -> BTreeMap<String, String> {
+        BTreeMap::from([("tier".to_owned(), "control-plane".to_owned())])
+    }
     pub fn heartbeat_interval_ms() -> u32 {
         100
     }
@@ -274,9 +360,12 @@ mod defaults {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct Timing {
+    /// etcd's `--heartbeat-interval` in milliseconds: default 100, 10 to 5000.
     #[x_kube(validation = Rule::new("self >= 10 && self <= 5000").message("heartbeatIntervalMs must be between 10 and 5000"))]
     #[serde(default = "defaults::heartbeat_interval_ms")]
     pub heartbeat_interval_ms: u32,
+    /// etcd's `--election-timeout` in milliseconds, at least 5 heartbeats: default 1000, 50 to
+    /// 50000. A follower that hears no leader this long starts an election.
     #[x_kube(validation = Rule::new("self >= 50 && self <= 50000").message("electionTimeoutMs must be between 50 and 50000"))]
     #[serde(default = "defaults::election_timeout_ms")]
     pub election_timeout_ms: u32,
@@ -295,9 +384,11 @@ impl Default for Timing {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RevisionHistory {
+    /// Old revisions that rolled out, kept newest first: default 5, 1 to 100.
     #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("succeededLimit must be between 1 and 100"))]
     #[serde(default = "defaults::succeeded_limit")]
     pub succeeded_limit: u32,
+    /// Revisions that failed on a node, kept newest first: default 5, 1 to 100.
     #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("failedLimit must be between 1 and 100"))]
     #[serde(default = "defaults::failed_limit")]
     pub failed_limit: u32,
@@ -321,19 +412,22 @@ impl Default for RevisionHistory {
 #[serde(rename_all = "camelCase")]
 pub struct MemberRemediation {
     /// Seconds a started member must stay unhealthy before it is replaced; 0 turns remediation
-    /// off (the member is then only reported).
+    /// off (the member is then only reported). Default 600, else 10 to 86400.
     #[x_kube(validation = Rule::new("self == 0 || (self >= 10 && self <= 86400)").message("unhealthySeconds must be 0 or between 10 and 86400"))]
     #[serde(default = "defaults::unhealthy_seconds")]
     pub unhealthy_seconds: u32,
-    /// Attempts per node before the operator stops and asks for an admin (Degraded).
+    /// Attempts per node before the operator stops and asks for an admin (Degraded). Default 3,
+    /// 1 to 100.
     #[x_kube(validation = Rule::new("self >= 1 && self <= 100").message("maxRetries must be between 1 and 100"))]
     #[serde(default = "defaults::max_retries")]
     pub max_retries: u32,
-    /// Seconds between two attempts on one node, doubled for each earlier attempt (at most a day).
+    /// Seconds between two attempts on one node, doubled for each earlier attempt (at most a
+    /// day). Default 600, 10 to 86400.
     #[x_kube(validation = Rule::new("self >= 10 && self <= 86400").message("retryPeriodSeconds must be between 10 and 86400"))]
     #[serde(default = "defaults::retry_period_seconds")]
     pub retry_period_seconds: u32,
-    /// A node's attempt count starts again after its member has been healthy this long.
+    /// Seconds: a node's attempt count starts again after its member has been healthy this
+    /// long. Default 3600, 60 to 604800.
     #[x_kube(validation = Rule::new("self >= 60 && self <= 604800").message("minHealthySeconds must be between 60 and 604800"))]
     #[serde(default = "defaults::min_healthy_seconds")]
     pub min_healthy_seconds: u32,

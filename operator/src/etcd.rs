@@ -124,6 +124,8 @@ impl EtcdObservation {
     pub fn cluster_view(&self) -> ClusterView {
         ClusterView {
             api_servers: Vec::new(),
+            control_plane: membership::ControlPlanePods::NotListed,
+            outage_approved: false,
             members: self
                 .members
                 .iter()

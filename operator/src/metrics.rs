@@ -45,6 +45,8 @@ pub struct Metrics {
     pub ca_expiry: Gauge,
     /// 1 while a CA rotation waits for the consumer to pick up its Secret.
     pub consumer_reload_pending: Family<ConsumerLabel, Gauge>,
+    /// The revision waiting for an approved restart of a lone voter (0: none).
+    pub lone_voter_restart_pending: Gauge,
     pub is_leader: Gauge,
     pub condition: Family<ConditionLabels, Gauge>,
     pub member_db_size: Family<MemberLabel, Gauge>,
@@ -109,6 +111,7 @@ impl Metrics {
             certificate_expiry: Family::default(),
             ca_expiry: Gauge::default(),
             consumer_reload_pending: Family::default(),
+            lone_voter_restart_pending: Gauge::default(),
             is_leader: Gauge::default(),
             condition: Family::default(),
             member_db_size: Family::default(),

@@ -159,6 +159,8 @@ pub struct Pass<'a> {
     /// The kube-apiservers among the consumers' pods, as the certificate signer listed them
     /// this pass (the gate's rule 10; empty until then).
     pub api_servers: Vec<::membership::ApiServer>,
+    /// `spec.controlPlanePods` as listed this pass (rule 10's preflight).
+    pub control_plane: ::membership::ControlPlanePods,
     pub etcd_version: Option<EtcdVersionStatus>,
     pub quorum_guard: Option<crate::api::QuorumGuardStatus>,
     pub versions: Vec<crate::api::OperandVersion>,
@@ -230,6 +232,7 @@ async fn run(
         conds: Vec::new(),
         busy: false,
         api_servers: Vec::new(),
+        control_plane: ::membership::ControlPlanePods::NotListed,
         o,
         ctx,
         st,
@@ -318,6 +321,8 @@ async fn controllers(p: &mut Pass<'_>) -> Result<(), ControllerError> {
         return Ok(());
     }
     let tls = cert_signer::reconcile(p).await?;
+    p.control_plane =
+        membership::control_plane::observe(&p.ctx.client, &p.o.spec.control_plane_pods).await;
     if etcd_observer::reconcile(p, &tls).await == Flow::Stop {
         return Ok(());
     }

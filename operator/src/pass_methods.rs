@@ -17,6 +17,8 @@ impl Pass<'_> {
     pub fn cluster_view(&self) -> membership::ClusterView {
         let mut view = self.o.etcd.cluster_view();
         view.api_servers = self.api_servers.clone();
+        view.control_plane = self.control_plane.clone();
+        view.outage_approved = self.o.spec.lone_voter_restart.approves(self.latest);
         view
     }
 

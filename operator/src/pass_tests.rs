@@ -30,6 +30,7 @@ fn pass_at<'a>(
         },
         busy: true,
         api_servers: Vec::new(),
+        control_plane: ::membership::ControlPlanePods::NotListed,
         latest: 0,
         node_statuses: Vec::new(),
         remediations: Vec::new(),

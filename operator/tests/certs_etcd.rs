@@ -287,6 +287,13 @@ async fn certs_serve_real_etcd_with_mutual_tls() {
         refused.to_string().contains("GET /version"),
         "the stranger read /version: {refused}"
     );
+    assert!(
+        matches!(
+            &refused,
+            membership::ClientError::Endpoint(f) if f.kind == membership::FailureKind::Tls
+        ),
+        "a refused client certificate is a TLS failure, not a down member: {refused:?}"
+    );
 
     // The secret's certificates still plan as "keep" against the running cluster's CA.
     let again = certs::plan_node_certs(&ca, &policy, &secret, &desired, now);

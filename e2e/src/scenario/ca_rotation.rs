@@ -10,7 +10,9 @@
 //! is created through the API every 100 ms throughout; the API must answer after the rotation
 //! (a kube-apiserver that kept the old CA file would never reach etcd again), no acknowledged
 //! ConfigMap may be lost, and the kube-apiserver operator stand-in must have restarted the
-//! kube-apiservers one at a time; the longest API write gap goes into the step log.
+//! kube-apiservers one at a time; the longest API write gap goes into the step log. Before the
+//! rotation, the gate's control-plane preflight is shown holding a rollout while n2's
+//! kube-scheduler is missing ([`super::control_plane_preflight`]).
 
 use std::time::{Duration, Instant};
 
@@ -55,6 +57,9 @@ pub async fn ca_rotation(h: &mut Harness) -> Result<(), ControlPlaneError> {
         Some(_) => Some(ApiProbe::start(h.cp.client()).await?),
         None => None,
     };
+    if probe.is_some() {
+        super::control_plane_preflight::held_while_a_scheduler_is_missing(h).await?;
+    }
     let started = Instant::now();
     rotate(h).await?;
     if let Some(probe) = probe {

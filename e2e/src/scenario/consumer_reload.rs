@@ -261,23 +261,13 @@ async fn setup(h: &mut Harness) -> Result<(), ControlPlaneError> {
 
 /// `etcd-operator plan` names the consumer and the pod the phase waits for.
 async fn plan_names_the_pod(h: &mut Harness) -> Result<(), ControlPlaneError> {
-    let io = |e: std::io::Error| ControlPlaneError::Io("running etcd-operator plan".into(), e);
-    let bin = crate::binaries::binary("etcd-operator").map_err(io)?;
-    let out = tokio::process::Command::new(bin)
-        .arg("plan")
-        .env("KUBECONFIG", h.cp.admin_kubeconfig())
-        .output()
-        .await
-        .map_err(io)?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = h.plan().await?;
     let line = stdout
         .lines()
         .find(|l| l.contains("TrustBoth") && l.contains(CONSUMER) && l.contains(POD));
     let Some(line) = line else {
         return Err(failed(format!(
-            "plan does not name {CONSUMER} and {POD} in TrustBoth: {}\nstdout: {stdout}\nstderr: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
+            "plan does not name {CONSUMER} and {POD} in TrustBoth:\n{stdout}"
         )));
     };
     h.step(format!("plan: {}", line.trim()));

@@ -265,6 +265,28 @@ impl Harness {
         .await
     }
 
+    /// `etcd-operator plan` against the cluster, as an admin runs it: its stdout, and its
+    /// stderr in the error when it exits non-zero.
+    pub async fn plan(&self) -> Result<String, ControlPlaneError> {
+        let io = |e: std::io::Error| ControlPlaneError::Io("running etcd-operator plan".into(), e);
+        let bin = crate::binaries::binary("etcd-operator").map_err(io)?;
+        let out = tokio::process::Command::new(bin)
+            .arg("plan")
+            .env("KUBECONFIG", self.cp.admin_kubeconfig())
+            .output()
+            .await
+            .map_err(io)?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() {
+            return Err(ControlPlaneError::Failed(format!(
+                "etcd-operator plan: {}\nstdout: {stdout}\nstderr: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(stdout)
+    }
+
     /// Secret `ns/name`'s data, if it exists.
     pub async fn secret_data(
         &self,

@@ -32,6 +32,7 @@
 //! | `unmanaged` | `managementState: Unmanaged`, then a forced redeployment and a fourth node: for 15 s no revision, no member, and every ConfigMap, Secret, budget and operator-made pod of the operator's and static-pod namespaces keeps its resourceVersion; `Managed` again, the held redeployment rolls one new revision to every node and n4 joins as the standby, the voters keeping their ids |
 //! | `dangling-learner` | an admin adds a learner at an address no node has and never starts it (it would hold etcd 3.4's one learner slot): the operator removes it (`MemberOfGoneNodeRemoved`; counted in `etcd_operator_members_without_node`, alert `EtcdMemberWithoutNode`), and n4, added meanwhile, joins as the standby, the voters keeping their ids |
 //! | `consumer-reload` | a consumer declared `reload: Restart` (`deadlineSeconds: 10`) selects a pod created through the API in its own namespace, with the mirror-pod annotation on the stand-in (kube-apiserver requires `spec.nodeName` with it; no node: never run; the test plays its kubelet by writing `status.containerStatuses[].state.running.startedAt` through the status subresource); a CA rotation rolls `TrustBoth` to every node and then waits for the pod: `caRotation.waitingFor`, `etcd-operator plan` and Event `CaRotationWaitingForConsumers` name the consumer and the pod, and past the deadline `CertSignerDegraded` says `ConsumerNotReloaded` while the rotation still waits; the pod "restarts" (`startedAt` now) and the rotation goes on, waits again in `ReissueLeaves` and `DropOld` until the pod restarts, and completes with the consumer current |
+//! | `lone-voter-restart` | a one-node control plane: the quorum gate's rule 11 holds n1's first revision (restarting its only voter stops etcd); `NodeInstallerProgressing` and `etcd-operator plan` name the revision and `spec.loneVoterRestart.approvedRevision`; approved, n1 restarts into it (writes fail for the outage, none acknowledged lost); n2 and n3 join and a forced redeployment rolls all three with no approval |
 
 mod api_probe;
 mod backups;
@@ -39,6 +40,7 @@ mod ca_rotation;
 pub mod consistency;
 mod consumer_reload;
 mod consumers;
+mod control_plane_preflight;
 mod corruption;
 mod dangling_learner;
 mod drain;
@@ -49,6 +51,7 @@ mod failover_instances;
 pub mod harness;
 mod leader_probe;
 pub mod load;
+mod lone_voter;
 mod maintenance;
 mod metrics_port;
 mod node_address;
@@ -69,7 +72,7 @@ use std::time::Instant;
 pub use harness::{Harness, Recovery, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 29] = [
+pub const NAMES: [&str; 30] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -99,6 +102,7 @@ pub const NAMES: [&str; 29] = [
     "unmanaged",
     "dangling-learner",
     "consumer-reload",
+    "lone-voter-restart",
 ];
 
 /// The scenarios whose API is served from the managed etcd, as in a real control plane (their

@@ -25,16 +25,20 @@ pub(super) async fn prepare(name: &str) -> Result<Harness, (ControlPlaneError, O
     }
     let stacked =
         super::STACKED_ON_KAS.contains(&name) && std::env::var("TEST_API").as_deref() == Ok("kas");
+    // The lone voter's story starts on a one-node control plane, which never settles on its
+    // own (its only voter keeps the bootstrap manifest until an admin approves a restart).
+    let nodes = if name == "lone-voter-restart" { 1 } else { 3 };
     let built = if super::ON_MANAGED_ETCD.contains(&name) || stacked {
-        Harness::bootstrapped_on_managed_etcd(3).await
+        Harness::bootstrapped_on_managed_etcd(nodes).await
     } else {
-        Harness::bootstrapped(3).await
+        Harness::bootstrapped(nodes).await
     };
     let mut h = built.map_err(|e| (e, None))?;
     if let Err(e) = h.start_load().await {
         return Err((e, Some(h)));
     }
     if name != "operator-crash"
+        && nodes == 3
         && let Err(e) = h.wait_settled(3, SETTLE).await
     {
         return Err((e, Some(h)));
@@ -74,6 +78,7 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "unmanaged" => super::unmanaged::unmanaged(&mut h).await,
         "dangling-learner" => super::dangling_learner::dangling_learner(&mut h).await,
         "consumer-reload" => super::consumer_reload::consumer_reload(&mut h).await,
+        "lone-voter-restart" => super::lone_voter::lone_voter_restart(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
         ))),

@@ -31,21 +31,28 @@ mod defaults {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Backup {
-    /// A cron schedule in UTC (five fields: minute hour day-of-month month day-of-week).
+    /// When backups are taken: a cron schedule in UTC, five fields (minute hour day-of-month
+    /// month day-of-week) or, as a CronJob takes them, `@hourly`, `@daily` (`@midnight`),
+    /// `@weekly`, `@monthly`, `@yearly` (`@annually`). Default `0 * * * *` (hourly). A change
+    /// applies from the next scheduled time; the `EtcdBackupTooOld` alert allows twice the
+    /// schedule's longest gap.
     #[serde(default = "defaults::schedule")]
     #[x_kube(validation = Rule::new("self.size() > 0").message("schedule must not be empty"))]
     pub schedule: String,
-    /// Which backups are kept.
+    /// Which backups are kept (default: the newest 24, no age limit). Applied after every
+    /// attempt.
     #[serde(default)]
     pub retention: BackupRetention,
     /// Where backups go. Unset: the directory the operator's `--backup-dir` names (a hostPath
     /// on the control-plane node it runs on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<S3Destination>,
-    /// Restore every backup into a throwaway etcd and read a known key back from it.
+    /// Restore every backup into a throwaway etcd and read a known key back from it before it
+    /// counts as good. Default true.
     #[serde(default = "defaults::verify")]
     pub verify: bool,
-    /// A backup (with its verification) not done after this long has failed.
+    /// Seconds: a backup (with its verification) not done after this long has failed (reason
+    /// `Timeout`). Default 900, 30 to 86400.
     #[serde(default = "defaults::timeout_seconds")]
     #[x_kube(validation = Rule::new("self >= 30 && self <= 86400").message("timeoutSeconds must be between 30 and 86400"))]
     pub timeout_seconds: u32,
@@ -73,10 +80,11 @@ impl Default for Backup {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupRetention {
+    /// How many backups to keep, newest first. Default 24, 1 to 1000.
     #[serde(default = "defaults::count")]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 1000").message("count must be between 1 and 1000"))]
     pub count: u32,
-    /// 0: no age limit.
+    /// Hours: backups older than this are deleted. Default 0: no age limit.
     #[serde(default)]
     #[x_kube(validation = Rule::new("self >= 0 && self <= 87600").message("maxAgeHours must be between 0 and 87600"))]
     pub max_age_hours: u32,
@@ -98,11 +106,13 @@ pub struct S3Destination {
     /// `https://host[:port]` (`http://` only for a server on the same host).
     #[x_kube(validation = Rule::new("self.startsWith('https://') || self.startsWith('http://')").message("endpoint must start with https:// or http://"))]
     pub endpoint: String,
+    /// The bucket's name (it must exist; the operator does not create it).
     #[x_kube(validation = Rule::new("self.size() >= 3 && self.size() <= 63").message("bucket must be 3 to 63 characters"))]
     pub bucket: String,
-    /// Objects go below this prefix.
+    /// Objects go below this prefix. Default empty: the bucket's top.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub prefix: String,
+    /// The region requests are signed for. Default `us-east-1`.
     #[serde(default = "defaults::region")]
     pub region: String,
     /// A Secret in the operator's namespace with the keys `accessKeyId` and `secretAccessKey`.
@@ -134,7 +144,7 @@ pub struct BackupStatus {
     /// The backup being taken now.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub in_progress: String,
-    /// The backups the destination holds, oldest first.
+    /// The names of the backups the destination holds, oldest first.
     #[serde(default)]
     pub stored: Vec<String>,
     /// Disruptive operations waiting for a backup taken for them, one per operation.
@@ -147,6 +157,7 @@ pub struct BackupStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PreOperationNeed {
+    /// `EtcdUpgrade`, `CaRotation`, `PlannedShrink` or `Defrag`.
     pub operation: String,
     /// RFC 3339: when the operation became due.
     pub since: String,
@@ -156,14 +167,19 @@ pub struct PreOperationNeed {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupRecord {
+    /// The backup's name, as `stored` lists it.
     pub name: String,
     /// Where it is: `directory …` or `s3://bucket/prefix at endpoint`.
     pub destination: String,
     /// RFC 3339.
     pub taken_at: String,
+    /// The etcd revision the snapshot holds.
     pub revision: i64,
+    /// The snapshot's size in bytes.
     pub size_bytes: u64,
+    /// Milliseconds from the start of streaming to stored (and verified).
     pub duration_ms: u64,
+    /// SHA-256 of the snapshot file, lowercase hex.
     pub sha256: String,
     /// `<id hex>=<name>` of the member it was streamed from.
     pub source_member: String,
@@ -173,12 +189,14 @@ pub struct BackupRecord {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupFailure {
+    /// The name the attempt's backup would have had.
     pub name: String,
     /// RFC 3339.
     pub time: String,
     /// A category: `Credentials`, `Destination`, `Snapshot`, `NoSource`, `Verification`,
     /// `Timeout`, `Interrupted`.
     pub reason: String,
+    /// What failed, in words.
     pub message: String,
 }
 
@@ -186,8 +204,10 @@ pub struct BackupFailure {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupVerification {
+    /// The backup that was restored.
     pub name: String,
     /// RFC 3339.
     pub time: String,
+    /// What the restore read back.
     pub message: String,
 }

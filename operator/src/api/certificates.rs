@@ -22,11 +22,13 @@ mod defaults {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Certificates {
-    /// Lifetime of a newly issued leaf certificate (capped at the CA's expiry).
+    /// Days a newly issued leaf certificate is valid (capped at the CA's expiry). Default 1095
+    /// (three years), 1 to 3650. A change applies to certificates issued from then on.
     #[serde(default = "defaults::leaf_validity_days")]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 3650").message("leafValidityDays must be between 1 and 3650"))]
     pub leaf_validity_days: u32,
-    /// A certificate is renewed once this share of its lifetime has passed.
+    /// Percent: a certificate is renewed once this share of its lifetime has passed. Default 67,
+    /// 50 to 90. A renewal reaches the nodes as a new revision.
     #[serde(default = "defaults::renew_at_percent")]
     #[x_kube(validation = Rule::new("self >= 50 && self <= 90").message("renewAtPercent must be between 50 and 90"))]
     pub renew_at_percent: u32,
@@ -126,6 +128,7 @@ pub struct CaRotationStatus {
     pub phase: String,
     /// RFC 3339.
     pub started_at: String,
+    /// When the current phase began (RFC 3339).
     pub phase_started_at: String,
     /// The new CA's expiry.
     #[serde(default, skip_serializing_if = "String::is_empty")]

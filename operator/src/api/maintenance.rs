@@ -33,24 +33,26 @@ mod defaults {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Defragmentation {
-    /// Defragment by the thresholds below; `false`: only on request and under `NOSPACE`.
+    /// Defragment by the thresholds below (default); `false`: only on request and under
+    /// `NOSPACE`.
     #[serde(default = "defaults::automatic")]
     pub automatic: bool,
     /// A member is defragmented by threshold only when its database file is at least this
-    /// large (MiB) ...
+    /// large, in MiB (default 100, 1 to 32768) ...
     #[serde(default = "defaults::min_db_size_mib")]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 32768").message("minDbSizeMib must be between 1 and 32768"))]
     pub min_db_size_mib: u32,
-    /// ... and at least this percentage of the file is free pages.
+    /// ... and at least this percentage of the file is free pages (default 45, 1 to 99).
     #[serde(default = "defaults::min_fragmented_percent")]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 99").message("minFragmentedPercent must be between 1 and 99"))]
     pub min_fragmented_percent: u32,
     /// A defragmentation not done after this many seconds is reported as timed out (etcd may
-    /// still finish it).
+    /// still finish it). Default 300, 10 to 3600.
     #[serde(default = "defaults::timeout_seconds")]
     #[x_kube(validation = Rule::new("self >= 10 && self <= 3600").message("timeoutSeconds must be between 10 and 3600"))]
     pub timeout_seconds: u32,
-    /// After a failed or timed-out defragmentation the member is not tried again for this long.
+    /// Seconds: after a failed or timed-out defragmentation the member is not tried again for
+    /// this long. Default 3600, 60 to 86400.
     #[serde(default = "defaults::retry_after_seconds")]
     #[x_kube(validation = Rule::new("self >= 60 && self <= 86400").message("retryAfterSeconds must be between 60 and 86400"))]
     pub retry_after_seconds: u32,
@@ -93,6 +95,7 @@ pub struct DefragmentationStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DefragRecord {
+    /// The member's name (its node's).
     pub member_name: String,
     /// etcd member id, lowercase hex.
     pub member_id: String,
@@ -110,15 +113,18 @@ pub struct DefragRecord {
     /// ran); empty while it runs.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub result: String,
+    /// What etcd answered, or why it failed.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
     /// The member's store revision when it started.
     #[serde(default)]
     pub revision: i64,
-    /// The database file's size before and after.
+    /// The database file's size in bytes before ...
     pub db_size_before: i64,
+    /// ... and after (0 while it runs).
     #[serde(default)]
     pub db_size_after: i64,
+    /// How long it took, in milliseconds (0 while it runs).
     #[serde(default)]
     pub duration_ms: u64,
 }
@@ -129,13 +135,14 @@ pub struct DefragRecord {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CorruptionCheck {
-    /// Seconds between two checks; 0 turns the check off.
+    /// Seconds between two checks; 0 turns the check off. Default 300, else 10 to 86400.
     #[serde(default = "defaults::check_interval_seconds")]
     #[x_kube(validation = Rule::new("self == 0 || (self >= 10 && self <= 86400)").message("intervalSeconds must be 0 or between 10 and 86400"))]
     pub interval_seconds: u32,
     /// Replace a member whose data the majority outvotes: removed through the quorum gate, its
     /// data dir archived on its node, joined again as a learner that copies the majority's data.
-    /// Off: the member is only reported (`EtcdMembersDegraded`, alert `EtcdMembersDivergent`).
+    /// Off (default): the member is only reported (`EtcdMembersDegraded`, alert
+    /// `EtcdMembersDivergent`).
     #[serde(default)]
     pub replace_minority: bool,
 }
@@ -168,6 +175,7 @@ pub struct CorruptionCheckStatus {
     /// The members the majority outvoted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub divergent_members: Vec<DivergentMember>,
+    /// What the check found, in words (what was inconclusive and why).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
 }
@@ -176,6 +184,7 @@ pub struct CorruptionCheckStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DivergentMember {
+    /// The member's name (its node's).
     pub name: String,
     /// etcd member id, lowercase hex.
     pub id: String,

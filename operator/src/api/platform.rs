@@ -23,16 +23,22 @@ pub struct QuorumGuardStatus {
 /// One reported version (ClusterOperator `status.versions[]`).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
 pub struct OperandVersion {
+    /// `operator` or `etcd`.
     pub name: String,
+    /// The version every instance of it runs.
     pub version: String,
 }
 
 /// An object related to the cluster (ClusterOperator `status.relatedObjects[]`).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
 pub struct RelatedObject {
+    /// Its API group (empty: the core group).
     pub group: String,
+    /// Its resource, plural (`namespaces`, `etcdclusters`).
     pub resource: String,
+    /// Its namespace (empty: cluster-scoped).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub namespace: String,
+    /// Its name.
     pub name: String,
 }

@@ -14,6 +14,7 @@ use super::{
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RemediationStatus {
+    /// The node whose member was replaced.
     pub node_name: String,
     /// Attempts since the node's member was last healthy for `minHealthySeconds`.
     pub attempts: u32,
@@ -21,6 +22,7 @@ pub struct RemediationStatus {
     pub last_attempt_time: String,
     /// The member the last attempt removed.
     pub last_member_id: String,
+    /// Why the last attempt replaced it (how long it had been unhealthy, what etcd said).
     pub last_reason: String,
     /// Why the node's unhealthy member is not replaced now because of what an admin did to the
     /// node ("held by the admin": cordoned, NotReady, or annotated
@@ -37,15 +39,22 @@ pub struct RemediationStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdClusterStatus {
+    /// The `metadata.generation` of the spec this status was computed from: lower than the
+    /// object's generation while the operator has not acted on the newest spec yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// `Available`, `Progressing` and `Degraded` sum up the cluster; the others say what each
+    /// part of the operator sees (`EtcdMembersAvailable`, `BackupReady`, `<Controller>Degraded`,
+    /// ...). `Degraded` turns True only after a detail condition has been True for 60 s.
     #[serde(default)]
     pub conditions: Vec<Condition>,
     /// The newest revision; nodes move to it one at a time.
     #[serde(default)]
     pub latest_available_revision: i64,
+    /// Every selected control-plane node's place in the rollout, by node name.
     #[serde(default)]
     pub node_statuses: Vec<NodeStatus>,
+    /// Every etcd member as etcd lists it, with its role and health.
     #[serde(default)]
     pub members: Vec<MemberStatus>,
     /// Per node: replacements of a member that stayed unhealthy.
@@ -129,11 +138,14 @@ pub struct EtcdVersionStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
+    /// What the condition is about (`Available`, `EtcdMembersDegraded`, ...).
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`, `False` or `Unknown`.
     pub status: String,
+    /// One CamelCase word saying why (`AsExpected`, `UnhealthyMembers`, ...).
     pub reason: String,
+    /// What is happening, and when waiting, what for.
     #[serde(default)]
     pub message: String,
     /// RFC 3339.
@@ -144,6 +156,7 @@ pub struct Condition {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeStatus {
+    /// The node's name.
     pub node_name: String,
     /// The revision running Ready on the node (0: none yet).
     #[serde(default)]
@@ -151,8 +164,10 @@ pub struct NodeStatus {
     /// The revision being installed, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_revision: Option<i64>,
+    /// The last revision whose installer pod failed on this node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failed_revision: Option<i64>,
+    /// What that installer pod reported.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_failed_reason: String,
     /// RFC 3339.
@@ -178,10 +193,13 @@ pub struct MemberStatus {
     pub name: String,
     /// etcd member id, lowercase hex.
     pub id: String,
+    /// The URL its peers reach it on (`https://<node-ip>:2380`).
     pub peer_url: String,
     /// `Voter` or `Learner`.
     pub role: String,
+    /// It has started: etcd lists it with a name (a learner added but not started has none).
     pub started: bool,
+    /// It answered the operator's last look at etcd as healthy.
     pub healthy: bool,
     /// This member is the raft leader.
     #[serde(default)]
@@ -195,6 +213,7 @@ pub struct MemberStatus {
     /// For a learner: its raft index and the leader's, while it catches up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learner_raft_index: Option<u64>,
+    /// ... and the leader's raft index at the same time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader_raft_index: Option<u64>,
 }

@@ -106,6 +106,28 @@ fn a_bad_schedule_names_itself() {
     }
 }
 
+/// The macros a Kubernetes CronJob accepts mean what they mean there; anything else that is
+/// not five fields is refused, a misspelt macro included.
+#[test]
+fn cronjob_macros_are_schedules() {
+    let at = t("2026-11-26T04:10:00Z");
+    let next = |s: &str| format_time(next_scheduled(&parse_schedule(s).unwrap(), at).unwrap());
+    assert_eq!(next("@hourly"), "2026-11-26T05:00:00Z");
+    assert_eq!(next("@daily"), "2026-11-27T00:00:00Z");
+    assert_eq!(next("@midnight"), "2026-11-27T00:00:00Z");
+    assert_eq!(next("@weekly"), "2026-11-29T00:00:00Z", "the next Sunday");
+    assert_eq!(next("@monthly"), "2026-12-01T00:00:00Z");
+    assert_eq!(next("@yearly"), "2027-01-01T00:00:00Z");
+    assert_eq!(next("@annually"), "2027-01-01T00:00:00Z");
+    assert_eq!(next(" @daily "), "2026-11-27T00:00:00Z");
+    let daily = parse_schedule("@daily").unwrap();
+    assert_eq!(max_interval(&daily, at), Some(Duration::from_secs(86400)));
+    for bad in ["@Daily", "@fortnightly", "@every 1h", "@daily 0"] {
+        let e = parse_schedule(bad).unwrap_err();
+        assert!(e.contains(bad) && e.contains("@daily"), "{e}");
+    }
+}
+
 #[test]
 fn the_longest_gap_of_a_schedule() {
     let at = t("2026-11-26T04:10:00Z");

@@ -19,6 +19,8 @@ fn url(i: u64) -> MemberUrl {
 fn cluster(healthy: &[bool]) -> ClusterView {
     ClusterView {
         api_servers: Vec::new(),
+        control_plane: Default::default(),
+        outage_approved: false,
         members: healthy
             .iter()
             .enumerate()
@@ -401,10 +403,19 @@ fn the_gate_can_hold_the_rollout() {
     match d.action {
         RolloutAction::Denied { node, denial } => {
             assert_eq!(node, "n1");
-            assert_eq!(denial.rule, DenyRule::QuorumAfterAction);
+            assert_eq!(denial.rule, DenyRule::LoneVoter);
         }
         other => panic!("{other:?}"),
     }
+    // An admin approved the outage: n1 restarts, and only one node at a time.
+    let mut approved = cluster(&[true, true]);
+    approved.outage_approved = true;
+    let d = decide(&nodes, 2, &approved, None, t(0), GRACE);
+    assert!(
+        matches!(&d.action, RolloutAction::Install { node, revision: 2, .. } if node == "n1"),
+        "{:?}",
+        d.action
+    );
 }
 
 #[test]

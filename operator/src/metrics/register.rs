@@ -125,6 +125,11 @@ impl Metrics {
             "1 while a CA rotation waits for the consumer (spec.clients) to pick up its Secret: a reload Restart consumer's pods not all started since the Secret was written",
             self.consumer_reload_pending.clone(),
         );
+        registry.register(
+            "lone_voter_restart_pending_revision",
+            "The revision waiting to be installed on a lone voter's node (a control plane of one or two voters) until an admin approves the outage of its restart (spec.loneVoterRestart.approvedRevision); 0 when none waits",
+            self.lone_voter_restart_pending.clone(),
+        );
     }
 
     /// Registers the status metrics: leadership and the EtcdCluster conditions.

@@ -1,4 +1,5 @@
-//! When backups are due: the cron schedule (five fields, UTC), the retry after a failure, a new
+//! When backups are due: the cron schedule (five fields or a CronJob macro such as `@daily`,
+//! UTC), the retry after a failure, a new
 //! request, and the UTC stamps that name backups (pure).
 
 use std::time::Duration;
@@ -45,14 +46,31 @@ fn from_chrono(t: chrono::NaiveDateTime) -> OffsetDateTime {
         .unwrap_or(OffsetDateTime::UNIX_EPOCH)
 }
 
-/// The schedule, parsed (five fields, UTC).
+/// The macros a Kubernetes CronJob's schedule accepts (robfig/cron's descriptors, as the
+/// CronJob documentation lists them), each with the five fields it stands for.
+pub const MACROS: [(&str, &str); 7] = [
+    ("@yearly", "0 0 1 1 *"),
+    ("@annually", "0 0 1 1 *"),
+    ("@monthly", "0 0 1 * *"),
+    ("@weekly", "0 0 * * 0"),
+    ("@daily", "0 0 * * *"),
+    ("@midnight", "0 0 * * *"),
+    ("@hourly", "0 * * * *"),
+];
+
+/// The schedule, parsed (five fields, or one of [`MACROS`]; UTC).
 pub fn parse_schedule(schedule: &str) -> Result<croner::Cron, String> {
-    if schedule.split_whitespace().count() != 5 {
+    let trimmed = schedule.trim();
+    let fields = MACROS
+        .iter()
+        .find(|(name, _)| *name == trimmed)
+        .map_or(trimmed, |(_, fields)| fields);
+    if fields.split_whitespace().count() != 5 {
         return Err(format!(
-            "spec.backup.schedule {schedule:?}: expected five fields (minute hour day-of-month month day-of-week)"
+            "spec.backup.schedule {schedule:?}: expected five fields (minute hour day-of-month month day-of-week) or one of @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly"
         ));
     }
-    schedule
+    fields
         .parse::<croner::Cron>()
         .map_err(|e| format!("spec.backup.schedule {schedule:?}: {e}"))
 }

@@ -25,7 +25,7 @@ mod pods;
 pub mod reload;
 pub mod report;
 
-pub use pods::observe as observe_pods;
+pub use pods::{Refused, list_selected, observe as observe_pods};
 use reload::ReloadPolicy;
 
 use super::cert_signer::{client_data, secret_bytes};

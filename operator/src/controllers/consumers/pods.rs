@@ -37,23 +37,41 @@ async fn list(
     namespace: &str,
     labels: &BTreeMap<String, String>,
 ) -> PodsSeen {
+    match list_selected(client, namespace, labels).await {
+        Ok(listed) => {
+            let mut pods: Vec<PodStart> = listed.iter().filter_map(PodStart::of).collect();
+            pods.sort_by(|a, b| a.name.cmp(&b.name));
+            PodsSeen::Listed(pods)
+        }
+        Err(Refused { forbidden, message }) => PodsSeen::Unreadable { forbidden, message },
+    }
+}
+
+/// A pod list the API refused; `message` names the namespace, the selector and what to bind.
+#[derive(Debug)]
+pub struct Refused {
+    pub forbidden: bool,
+    pub message: String,
+}
+
+/// The pods in `namespace` carrying every one of `labels`.
+pub async fn list_selected(
+    client: &kube::Client,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<Vec<Pod>, Refused> {
     let selector = label_selector(labels);
     let lp = ListParams::default().labels(&selector);
     match Api::<Pod>::namespaced(client.clone(), namespace)
         .list(&lp)
         .await
     {
-        Ok(list) => {
-            let mut pods: Vec<PodStart> = list
-                .items
-                .iter()
-                // The selector again: a server that ignored it must not widen the wait.
-                .filter(|p| selects(p, labels))
-                .filter_map(PodStart::of)
-                .collect();
-            pods.sort_by(|a, b| a.name.cmp(&b.name));
-            PodsSeen::Listed(pods)
-        }
+        // The selector again: a server that ignored it must not widen the wait.
+        Ok(list) => Ok(list
+            .items
+            .into_iter()
+            .filter(|p| selects(p, labels))
+            .collect()),
         Err(e) => {
             let forbidden = matches!(&e, kube::Error::Api(s) if s.code == 403);
             let mut message = format!(
@@ -65,7 +83,7 @@ async fn list(
                     " (bind ClusterRole {CONSUMER_ROLE} to the operator's ServiceAccount with a RoleBinding in namespace {namespace})"
                 ));
             }
-            PodsSeen::Unreadable { forbidden, message }
+            Err(Refused { forbidden, message })
         }
     }
 }

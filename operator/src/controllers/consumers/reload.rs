@@ -137,21 +137,43 @@ pub fn api_server(pod: &Pod) -> Option<membership::ApiServer> {
                 })
         })
     })?;
-    let ready = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
     Some(membership::ApiServer {
         pod: pod_key(pod),
         node: spec.node_name.clone(),
-        ready,
+        ready: is_ready(pod),
         etcd_servers: servers
             .split(',')
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty())
             .collect(),
     })
+}
+
+/// `pod` as the gate's control-plane preflight sees it; `None` for a pod that ended (a
+/// finished installer-like pod holds nothing up).
+pub fn control_plane_pod(pod: &Pod) -> Option<membership::ControlPlanePod> {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Succeeded" | "Failed")) {
+        return None;
+    }
+    Some(membership::ControlPlanePod {
+        pod: pod_key(pod),
+        node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        ready: is_ready(pod),
+        component: pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("component").cloned()),
+    })
+}
+
+/// Its `Ready` condition is True.
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// `<namespace>/<name>`.

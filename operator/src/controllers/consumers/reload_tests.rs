@@ -333,3 +333,27 @@ fn a_pod_taking_etcd_servers_is_a_kube_apiserver_for_the_gate() {
     other.spec.as_mut().unwrap().containers.remove(1);
     assert_eq!(super::api_server(&other), None);
 }
+
+#[test]
+fn a_control_plane_pod_carries_its_node_readiness_and_component_and_an_ended_one_is_left_out() {
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kube-scheduler-n3", "namespace": "kube-system",
+                     "labels": {"component": "kube-scheduler", "tier": "control-plane"}},
+        "spec": {"nodeName": "n3", "containers": [{"name": "kube-scheduler"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}
+    }))
+    .unwrap();
+    let seen = super::control_plane_pod(&pod).unwrap();
+    assert_eq!(
+        seen,
+        membership::ControlPlanePod {
+            pod: "kube-system/kube-scheduler-n3".into(),
+            node: Some("n3".into()),
+            ready: false,
+            component: Some("kube-scheduler".into()),
+        }
+    );
+    let mut ended = pod;
+    ended.status.as_mut().unwrap().phase = Some("Succeeded".into());
+    assert_eq!(super::control_plane_pod(&ended), None);
+}

@@ -4,6 +4,7 @@
 //! that node restarts.
 
 use k8s_openapi::api::core::v1::Pod;
+use membership::DenyRule;
 
 use super::{NAME, RolloutAction, with_target};
 use crate::certs::format_time;
@@ -32,12 +33,21 @@ pub fn describe(action: &RolloutAction) -> String {
             "backing off: {node}: {reason}; next try after {}",
             format_time(*until)
         ),
+        RolloutAction::Denied { denial, .. } if denial.rule == DenyRule::LoneVoter => format!(
+            "{} (approve with spec.loneVoterRestart.approvedRevision)",
+            crate::pass::denied_line(denial)
+        ),
         RolloutAction::Denied { denial, .. } => crate::pass::denied_line(denial),
     }
 }
 
 pub(super) async fn act(p: &mut Pass<'_>, action: &RolloutAction) -> Result<(), ControllerError> {
     let progressing = C::NodeInstallerProgressing;
+    let lone = matches!(action, RolloutAction::Denied { denial, .. } if denial.rule == DenyRule::LoneVoter);
+    p.ctx
+        .metrics
+        .lone_voter_restart_pending
+        .set(if lone { p.latest } else { 0 });
     match action {
         RolloutAction::Done => {
             let missing: Vec<&str> = p
@@ -100,6 +110,13 @@ pub(super) async fn act(p: &mut Pass<'_>, action: &RolloutAction) -> Result<(), 
             let message = format!("{node}: {reason}; retrying after {}", format_time(*until));
             p.cond(progressing, true, Reason::BackingOff, message);
             p.note(format!("{node}: backing off: {reason}"));
+        }
+        RolloutAction::Denied { node, denial } if lone => {
+            let what = format!(
+                "{node}: revision {} waits (approve with spec.loneVoterRestart.approvedRevision: {})",
+                p.latest, p.latest
+            );
+            p.denied(progressing, what, denial);
         }
         RolloutAction::Denied { node, denial } => p.denied(progressing, node.clone(), denial),
     }

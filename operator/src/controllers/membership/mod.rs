@@ -49,6 +49,7 @@ use crate::status::{ConditionType as C, Reason};
 
 const NAME: ControllerName = ControllerName::Membership;
 
+pub mod control_plane;
 mod decide;
 
 pub use super::address_move::{AddressMove, pending_moves};

@@ -78,6 +78,8 @@ fn step_full(
 ) -> MembershipStep {
     let cluster = ClusterView {
         api_servers: Vec::new(),
+        control_plane: Default::default(),
+        outage_approved: false,
         members,
         rolling_node: None,
         preflight: Default::default(),
@@ -558,6 +560,8 @@ fn a_divergent_voter_is_replaced_through_the_gate() {
     let nodes = [node(1, true), node(2, true), node(3, true)];
     let cluster = ClusterView {
         api_servers: Vec::new(),
+        control_plane: Default::default(),
+        outage_approved: false,
         members: vec![voter(1, true), voter(2, true), voter(3, true)],
         rolling_node: None,
         preflight: Default::default(),

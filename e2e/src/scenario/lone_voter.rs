@@ -1,0 +1,81 @@
+//! The `lone-voter-restart` scenario (issue 31, item 3): a one-node control plane. Its only voter
+//! cannot restart without stopping etcd, so the quorum gate (rule 11) holds the first revision on
+//! n1, which keeps its bootstrap manifest: `NodeInstallerProgressing` names the revision and the
+//! field that approves it, `etcd-operator plan` prints the same. The admin approves the outage
+//! (`spec.loneVoterRestart.approvedRevision`); n1 restarts into the revision, writes fail for
+//! the outage and none acknowledged is lost. Then n2 and n3 join, and a forced redeployment rolls
+//! all three without any approval: with three voters every restart keeps quorum.
+
+use std::time::Duration;
+
+use etcd_operator::api::EtcdClusterStatus;
+
+use super::harness::Harness;
+use crate::controlplane::ControlPlaneError;
+
+const DEADLINE: Duration = Duration::from_secs(240);
+
+fn failed(msg: impl Into<String>) -> ControlPlaneError {
+    ControlPlaneError::Failed(msg.into())
+}
+
+/// The installer's condition while the gate holds a lone voter's restart.
+fn held(s: &EtcdClusterStatus) -> Option<String> {
+    s.conditions
+        .iter()
+        .find(|c| {
+            c.type_ == "NodeInstallerProgressing"
+                && c.reason == "WaitingForQuorumGate"
+                && c.message.contains("spec.loneVoterRestart.approvedRevision")
+        })
+        .map(|c| c.message.clone())
+}
+
+fn n1_revision(s: &EtcdClusterStatus) -> i64 {
+    s.node_statuses
+        .iter()
+        .find(|n| n.node_name == "n1")
+        .map_or(0, |n| n.current_revision)
+}
+
+pub async fn lone_voter_restart(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    let s = h
+        .wait_status("n1's restart held for an approval", DEADLINE, |s| {
+            held(s).is_some() && s.latest_available_revision > 0
+        })
+        .await?;
+    let latest = s.latest_available_revision;
+    if n1_revision(&s) >= latest {
+        return Err(failed(format!(
+            "n1 already runs revision {latest} unapproved"
+        )));
+    }
+    h.step(format!("held: {}", held(&s).unwrap_or_default()));
+    let plan = h.plan().await?;
+    let line = plan.lines().find(|l| l.contains("[lone_voter]"));
+    h.step(format!("plan: {}", line.unwrap_or("no lone_voter line")));
+    if line.is_none() {
+        return Err(failed(format!(
+            "plan does not name the lone voter:\n{plan}"
+        )));
+    }
+    h.patch_spec(serde_json::json!({"loneVoterRestart": {"approvedRevision": latest}}))
+        .await?;
+    h.wait_settled(1, DEADLINE).await?;
+    h.step(format!("n1 restarted into revision {latest} once approved"));
+    for n in ["n2", "n3"] {
+        h.cp.add_node(n).await?;
+    }
+    h.wait_settled(3, DEADLINE).await?;
+    let before = h.status().await.latest_available_revision;
+    h.patch_spec(serde_json::json!({"forceRedeploymentReason": "three voters need no approval"}))
+        .await?;
+    h.wait_status(
+        "a forced redeployment rolled to all three nodes unapproved",
+        DEADLINE,
+        |s| s.latest_available_revision > before && crate::view::settled(s, 3),
+    )
+    .await?;
+    h.step("n2 and n3 joined; a forced redeployment rolled all three without approval");
+    Ok(())
+}

@@ -12,11 +12,13 @@
 //! restarts until the spec (or, for an unfinished upgrade, the cluster version) changes. The rollout of an allowed version is the normal one: node by node
 //! through the quorum gate, the leader last.
 //!
-//! Before any of that, the target must be a release whose flags the operator knows ([`Minor`]:
-//! 3.4, 3.5, 3.6, 3.7; `podspec::flags` renders each): a tag that reads as another minor (3.3,
-//! 3.8, 4.0) is [`VersionError::UnknownMinor`], and a tag that starts like a version but is not
-//! `major.minor.patch` (`3.5`, `3.x`, `v3`) is [`VersionError::UnreadableTag`]. Both are refused
-//! like the policy's other refusals. A tag that is not a version at all (`latest`, a digest
+//! The target must also be a release whose flags the operator knows ([`Minor`]: 3.4, 3.5, 3.6,
+//! 3.7; `podspec::flags` renders each): a tag that starts like a version but is not
+//! `major.minor.patch` (`3.5`, `3.x`, `v3`) is [`VersionError::UnreadableTag`] before anything
+//! else; a version of another minor (3.3, 3.8, 4.0) that the checks against the cluster let
+//! through (they name a downgrade or a skipped minor first, the more precise reason) is
+//! [`VersionError::UnknownMinor`]. Both are refused like the policy's other refusals, and
+//! rendering refuses an unknown minor on its own as well. A tag that is not a version at all (`latest`, a digest
 //! only) names no release: nothing is checked and the flags every known minor up to 3.6 accepts
 //! are rendered (see `podspec::flags`).
 
@@ -124,17 +126,30 @@ fn looks_like_version(tag: &str) -> bool {
 /// a digest only, `latest`); an error when the tag starts like a version but cannot be read, or
 /// reads as a minor the operator has no flags for.
 pub fn image_release(image: &str) -> Result<Option<Release>, VersionError> {
+    let Some(version) = image_target(image)? else {
+        return Ok(None);
+    };
+    known_minor(image, version).map(|minor| Some(Release { minor, version }))
+}
+
+/// The version an image's tag names, whatever its minor: `Ok(None)` when the tag names none,
+/// [`VersionError::UnreadableTag`] when it starts like a version but cannot be read.
+fn image_target(image: &str) -> Result<Option<Version>, VersionError> {
     let Some(tag) = image_tag(image).filter(|t| looks_like_version(t)) else {
         return Ok(None);
     };
-    let Some(version) = Version::parse(tag) else {
-        return Err(VersionError::UnreadableTag {
+    Version::parse(tag)
+        .map(Some)
+        .ok_or_else(|| VersionError::UnreadableTag {
             image: image.to_owned(),
             tag: tag.to_owned(),
-        });
-    };
+        })
+}
+
+/// The minor of `version`, or [`VersionError::UnknownMinor`].
+fn known_minor(image: &str, version: Version) -> Result<Minor, VersionError> {
     match Minor::of(version) {
-        Some(minor) => Ok(Some(Release { minor, version })),
+        Some(minor) => Ok(minor),
         None => Err(VersionError::UnknownMinor {
             image: image.to_owned(),
             target: version,
@@ -231,10 +246,7 @@ pub fn check(
     running: &[(String, Version)],
     accepted_bad: &str,
 ) -> Result<Option<Version>, VersionError> {
-    let Some(Release {
-        version: target, ..
-    }) = image_release(image)?
-    else {
+    let Some(target) = image_target(image)? else {
         return Ok(None);
     };
     if let Some(((major, minor), source_)) = cluster_line(cluster, running) {
@@ -272,6 +284,7 @@ pub fn check(
             });
         }
     }
+    known_minor(image, target)?;
     let bad = KNOWN_BAD.iter().find(|(from, to, _)| {
         let (from, to) = (Version::parse(from), Version::parse(to));
         from.is_some_and(|f| target >= f) && to.is_some_and(|t| target <= t)
@@ -399,8 +412,9 @@ pub(crate) mod tests {
     #[test]
     fn minors_without_known_flags_and_unreadable_tags_are_refused() {
         let r = running(&["3.4.23", "3.4.23", "3.4.23"]);
+        // Nothing answering: only the minor itself can be judged.
         for image in ["etcd:3.3.27", "etcd:3.8.0", "etcd:4.0.0", "etcd:v2.3.8"] {
-            let e = check(image, None, &r, "").unwrap_err();
+            let e = check(image, None, &[], "").unwrap_err();
             assert!(
                 matches!(e, VersionError::UnknownMinor { .. }),
                 "{image}: {e}"
@@ -414,8 +428,14 @@ pub(crate) mod tests {
                 "{image}: {e}"
             );
         }
-        // Refused before the policy looks at the cluster: also with nothing answering.
-        let e = check("etcd:3.3.27", None, &[], "").unwrap_err();
+        // Against a cluster, the more precise reason comes first; the next minor after 3.7
+        // passes those checks and is refused for its flags.
+        let e = check("etcd:3.3.27", None, &r, "").unwrap_err();
+        assert!(matches!(e, VersionError::BelowCluster { .. }), "{e}");
+        let e = check("etcd:3.8.0", None, &r, "").unwrap_err();
+        assert!(matches!(e, VersionError::SkipsMinor { .. }), "{e}");
+        let on37 = running(&["3.7.0", "3.7.0", "3.7.0"]);
+        let e = check("etcd:3.8.0", Some(v("3.7.0")), &on37, "").unwrap_err();
         assert!(matches!(e, VersionError::UnknownMinor { .. }), "{e}");
         // Tags that are no version at all are not refused here (nothing to check).
         for image in ["etcd:latest", "etcd@sha256:0123", "registry.example/etcd"] {

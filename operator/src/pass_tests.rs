@@ -276,3 +276,50 @@ fn held_conditions_set_spec_degraded_and_keep_the_rest() {
     let again = unreadable::held_conditions(&held, u, "2026-03-03T00:00:00Z");
     assert_eq!(again, held);
 }
+
+#[tokio::test]
+async fn an_etcd_minor_without_known_flags_is_refused_before_anything_is_rendered() {
+    let ctx = Context::for_tests();
+    let inputs = Inputs::default();
+    let mut st = PassState::default();
+    for (image, named) in [
+        (
+            "registry.example/etcd:3.8.0",
+            "a minor version the operator does not know",
+        ),
+        (
+            "registry.example/etcd:3.3.27",
+            "a minor version the operator does not know",
+        ),
+        ("registry.example/etcd:3.5", "starts like a version"),
+    ] {
+        let mut p = pass_at(&ctx, &mut st, &inputs, at(0));
+        p.o.spec.etcd_image = Some(image.into());
+        let e = crate::controllers::target_config::reconcile(&mut p)
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            (e.controller, e.kind, e.category),
+            (
+                ControllerName::TargetConfig,
+                ErrorKind::Permanent,
+                "etcd-version"
+            ),
+            "{image}"
+        );
+        assert!(
+            e.message.contains(image) && e.message.contains(named),
+            "{e:?}"
+        );
+        failed(&mut p, e);
+        let c = p
+            .conds
+            .iter()
+            .find(|c| c.type_ == C::TargetConfigControllerDegraded)
+            .unwrap();
+        assert!(
+            c.status && c.reason == Reason::Failed("etcd-version"),
+            "{image}: {c:?}"
+        );
+    }
+}

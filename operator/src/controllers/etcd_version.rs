@@ -11,6 +11,16 @@
 //! permanent error of target-config, so nothing is rendered, no revision is created and no etcd
 //! restarts until the spec (or, for an unfinished upgrade, the cluster version) changes. The rollout of an allowed version is the normal one: node by node
 //! through the quorum gate, the leader last.
+//!
+//! The target must also be a release whose flags the operator knows ([`Minor`]: 3.4, 3.5, 3.6,
+//! 3.7; `podspec::flags` renders each): a tag that starts like a version but is not
+//! `major.minor.patch` (`3.5`, `3.x`, `v3`) is [`VersionError::UnreadableTag`] before anything
+//! else; a version of another minor (3.3, 3.8, 4.0) that the checks against the cluster let
+//! through (they name a downgrade or a skipped minor first, the more precise reason) is
+//! [`VersionError::UnknownMinor`]. Both are refused like the policy's other refusals, and
+//! rendering refuses an unknown minor on its own as well. A tag that is not a version at all (`latest`, a digest
+//! only) names no release: nothing is checked and the flags every known minor up to 3.6 accepts
+//! are rendered (see `podspec::flags`).
 
 use std::fmt;
 
@@ -50,12 +60,101 @@ impl Version {
     }
 }
 
-/// The version in an image reference's tag, if it has one.
-pub fn image_version(image: &str) -> Option<Version> {
+/// The tag of an image reference (`registry:5000/etcd:3.5.16@sha256:…` → `3.5.16`), if any.
+fn image_tag(image: &str) -> Option<&str> {
     let name = image.split('@').next()?;
     let last = name.rsplit('/').next()?;
     let (_, tag) = last.split_once(':')?;
+    Some(tag)
+}
+
+/// The version in an image reference's tag, if it has one.
+pub fn image_version(image: &str) -> Option<Version> {
+    Version::parse(image_tag(image)?)
+}
+
+/// The etcd minor versions the operator knows the flags of (`podspec::flags`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Minor {
+    V3_4,
+    V3_5,
+    V3_6,
+    V3_7,
+}
+
+impl Minor {
+    /// Every known minor, oldest first.
+    pub const ALL: [Self; 4] = [Self::V3_4, Self::V3_5, Self::V3_6, Self::V3_7];
+
+    /// The minor of `v`, if the operator knows it.
+    pub fn of(v: Version) -> Option<Self> {
+        match (v.major, v.minor) {
+            (3, 4) => Some(Self::V3_4),
+            (3, 5) => Some(Self::V3_5),
+            (3, 6) => Some(Self::V3_6),
+            (3, 7) => Some(Self::V3_7),
+            _ => None,
+        }
+    }
+
+    /// `3.4`, `3.5`, …
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::V3_4 => "3.4",
+            Self::V3_5 => "3.5",
+            Self::V3_6 => "3.6",
+            Self::V3_7 => "3.7",
+        }
+    }
+}
+
+/// An etcd release the operator knows the flags of: its minor and its exact version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Release {
+    pub minor: Minor,
+    pub version: Version,
+}
+
+/// Whether a tag starts like a version (`3…`, `v3…`) rather than naming something else
+/// (`latest`, `test`).
+fn looks_like_version(tag: &str) -> bool {
+    let digits = tag.strip_prefix('v').unwrap_or(tag);
+    digits.starts_with(|c: char| c.is_ascii_digit())
+}
+
+/// The release an image runs, as its tag says: `Ok(None)` when the tag names no version (no tag,
+/// a digest only, `latest`); an error when the tag starts like a version but cannot be read, or
+/// reads as a minor the operator has no flags for.
+pub fn image_release(image: &str) -> Result<Option<Release>, VersionError> {
+    let Some(version) = image_target(image)? else {
+        return Ok(None);
+    };
+    known_minor(image, version).map(|minor| Some(Release { minor, version }))
+}
+
+/// The version an image's tag names, whatever its minor: `Ok(None)` when the tag names none,
+/// [`VersionError::UnreadableTag`] when it starts like a version but cannot be read.
+fn image_target(image: &str) -> Result<Option<Version>, VersionError> {
+    let Some(tag) = image_tag(image).filter(|t| looks_like_version(t)) else {
+        return Ok(None);
+    };
     Version::parse(tag)
+        .map(Some)
+        .ok_or_else(|| VersionError::UnreadableTag {
+            image: image.to_owned(),
+            tag: tag.to_owned(),
+        })
+}
+
+/// The minor of `version`, or [`VersionError::UnknownMinor`].
+fn known_minor(image: &str, version: Version) -> Result<Minor, VersionError> {
+    match Minor::of(version) {
+        Some(minor) => Ok(minor),
+        None => Err(VersionError::UnknownMinor {
+            image: image.to_owned(),
+            target: version,
+        }),
+    }
 }
 
 /// Releases refused unless accepted by name, with why.
@@ -105,6 +204,14 @@ pub enum VersionError {
         target: Version,
         why: &'static str,
     },
+    #[error(
+        "etcd image {image} is etcd {target}, a minor version the operator does not know the flags of (it renders etcd 3.4, 3.5, 3.6 and 3.7)"
+    )]
+    UnknownMinor { image: String, target: Version },
+    #[error(
+        "etcd image {image} has the tag {tag:?}, which starts like a version but is not one the operator can read (major.minor.patch, e.g. 3.5.16, v3.5.16 or 3.5.16-0), so it cannot tell which flags etcd takes"
+    )]
+    UnreadableTag { image: String, tag: String },
 }
 
 /// The minor line the cluster runs at: etcd's own cluster version when it was read, else the
@@ -120,9 +227,6 @@ fn cluster_line(
     Some((v.minor_line(), format!("member {name} runs {v}")))
 }
 
-/// Checks a move to `image` given the cluster version etcd reports (`None`: not read) and each
-/// member's running version (`(name, version)`). `Ok(None)`: the image names no version,
-/// nothing could be checked.
 /// Whether moving to `target` is an upgrade still to do (some member runs below it): `None`
 /// when not, else whether it is under way (some member runs `target` or above already).
 pub fn upgrade_state(target: Option<Version>, running: &[Version]) -> Option<bool> {
@@ -133,13 +237,16 @@ pub fn upgrade_state(target: Option<Version>, running: &[Version]) -> Option<boo
         .then(|| running.iter().any(|v| *v >= target))
 }
 
+/// Checks a move to `image` given the cluster version etcd reports (`None`: not read) and each
+/// member's running version (`(name, version)`). `Ok(None)`: the image names no version,
+/// nothing could be checked.
 pub fn check(
     image: &str,
     cluster: Option<Version>,
     running: &[(String, Version)],
     accepted_bad: &str,
 ) -> Result<Option<Version>, VersionError> {
-    let Some(target) = image_version(image) else {
+    let Some(target) = image_target(image)? else {
         return Ok(None);
     };
     if let Some(((major, minor), source_)) = cluster_line(cluster, running) {
@@ -177,6 +284,7 @@ pub fn check(
             });
         }
     }
+    known_minor(image, target)?;
     let bad = KNOWN_BAD.iter().find(|(from, to, _)| {
         let (from, to) = (Version::parse(from), Version::parse(to));
         from.is_some_and(|f| target >= f) && to.is_some_and(|t| target <= t)
@@ -252,7 +360,7 @@ pub(crate) mod tests {
         let e = check("etcd:3.6.0", Some(v("3.4.0")), &r, "").unwrap_err();
         assert!(matches!(e, VersionError::SkipsMinor { .. }), "{e}");
         assert!(e.to_string().contains("upgrade to 3.5.x first"), "{e}");
-        let e = check("etcd:4.0.0", None, &r, "").unwrap_err();
+        let e = check("etcd:3.7.0", Some(v("3.5.0")), &r, "").unwrap_err();
         assert!(matches!(e, VersionError::SkipsMinor { .. }), "{e}");
         let upgraded = running(&["3.5.9", "3.5.9", "3.5.9"]);
         let e = check("etcd:3.4.23", Some(v("3.5.0")), &upgraded, "").unwrap_err();
@@ -299,5 +407,54 @@ pub(crate) mod tests {
         assert!(check("etcd:3.5.1", None, &r, "3.5.2").is_err());
         assert_eq!(check("etcd:3.5.1", None, &r, "3.5.1"), Ok(Some(v("3.5.1"))));
         assert_eq!(check("etcd:3.5.3", None, &r, ""), Ok(Some(v("3.5.3"))));
+    }
+
+    #[test]
+    fn minors_without_known_flags_and_unreadable_tags_are_refused() {
+        let r = running(&["3.4.23", "3.4.23", "3.4.23"]);
+        // Nothing answering: only the minor itself can be judged.
+        for image in ["etcd:3.3.27", "etcd:3.8.0", "etcd:4.0.0", "etcd:v2.3.8"] {
+            let e = check(image, None, &[], "").unwrap_err();
+            assert!(
+                matches!(e, VersionError::UnknownMinor { .. }),
+                "{image}: {e}"
+            );
+            assert!(e.to_string().contains("3.4, 3.5, 3.6 and 3.7"), "{e}");
+        }
+        for image in ["etcd:3.5", "etcd:3.x.1", "etcd:v3", "etcd:3.5.x"] {
+            let e = check(image, None, &r, "").unwrap_err();
+            assert!(
+                matches!(e, VersionError::UnreadableTag { .. }),
+                "{image}: {e}"
+            );
+        }
+        // Against a cluster, the more precise reason comes first; the next minor after 3.7
+        // passes those checks and is refused for its flags.
+        let e = check("etcd:3.3.27", None, &r, "").unwrap_err();
+        assert!(matches!(e, VersionError::BelowCluster { .. }), "{e}");
+        let e = check("etcd:3.8.0", None, &r, "").unwrap_err();
+        assert!(matches!(e, VersionError::SkipsMinor { .. }), "{e}");
+        let on37 = running(&["3.7.0", "3.7.0", "3.7.0"]);
+        let e = check("etcd:3.8.0", Some(v("3.7.0")), &on37, "").unwrap_err();
+        assert!(matches!(e, VersionError::UnknownMinor { .. }), "{e}");
+        // Tags that are no version at all are not refused here (nothing to check).
+        for image in ["etcd:latest", "etcd@sha256:0123", "registry.example/etcd"] {
+            assert_eq!(check(image, None, &r, ""), Ok(None), "{image}");
+        }
+    }
+
+    #[test]
+    fn releases_name_their_minor() {
+        let rel = |s: &str| image_release(s).unwrap().map(|r| (r.minor, r.version));
+        assert_eq!(rel("etcd:3.4.23"), Some((Minor::V3_4, v("3.4.23"))));
+        assert_eq!(
+            rel("registry.k8s.io/etcd:3.5.16-0"),
+            Some((Minor::V3_5, v("3.5.16")))
+        );
+        assert_eq!(rel("etcd:v3.6.6"), Some((Minor::V3_6, v("3.6.6"))));
+        assert_eq!(rel("etcd:3.7.0@sha256:ab"), Some((Minor::V3_7, v("3.7.0"))));
+        assert_eq!(rel("etcd:latest"), None);
+        let names: Vec<&str> = Minor::ALL.iter().map(|m| m.as_str()).collect();
+        assert_eq!(names, ["3.4", "3.5", "3.6", "3.7"]);
     }
 }

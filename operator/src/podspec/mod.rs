@@ -3,9 +3,12 @@
 //! error) without HTML escaping; every value that lands in YAML goes through the `json` helper, so
 //! any string is quoted safely. The env is a sorted map, so identical inputs give byte-identical
 //! manifests and a revision is created only when something really changed. The output is parsed
-//! back into a `Pod` before it is returned, so a broken render never leaves this module.
+//! back into a `Pod` before it is returned, so a broken render never leaves this module. The
+//! etcd flags that differ between minor versions come from [`flags`], chosen by the etcd image's
+//! tag; an image of a minor the operator does not know is not rendered at all.
 
 mod env;
+pub mod flags;
 pub mod paths;
 
 use std::net::IpAddr;
@@ -15,6 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use membership::{Member, MemberUrl};
 
 use crate::api::EtcdClusterSpec;
+use crate::controllers::etcd_version::{VersionError, image_release};
 pub use env::{EnvInput, contract_env, member_client_urls, voter_endpoints};
 use paths::CertPaths;
 
@@ -114,6 +118,8 @@ pub enum RenderError {
     Template(String),
     #[error("rendered manifest is not a valid Pod: {0}")]
     NotAPod(String),
+    #[error(transparent)]
+    EtcdVersion(#[from] VersionError),
 }
 
 #[derive(serde::Serialize)]
@@ -137,6 +143,8 @@ struct TemplateData<'a> {
     election_ms: u32,
     quota_bytes: u64,
     auto_compaction_retention: &'static str,
+    /// The flags that depend on etcd's minor version ([`flags::version_args`]).
+    version_args: Vec<&'static str>,
     certs: &'a CertPaths,
     env: &'a std::collections::BTreeMap<String, String>,
     resource_host_dir: String,
@@ -179,6 +187,11 @@ pub fn render_pod(input: &PodInput<'_>) -> Result<String, RenderError> {
         cluster_token: input.cluster_token,
         certs: &certs,
     })?;
+    let etcd_image = input
+        .spec
+        .etcd_image
+        .as_deref()
+        .unwrap_or(&input.images.etcd);
     let data = TemplateData {
         namespace: STATIC_POD_NAMESPACE,
         node_name: &input.node.name,
@@ -190,17 +203,14 @@ pub fn render_pod(input: &PodInput<'_>) -> Result<String, RenderError> {
         health_probe_host: health_host(input.node, input.spec.local_client_listener).1,
         revision: revision.clone(),
         operator_image: &input.images.operator,
-        etcd_image: input
-            .spec
-            .etcd_image
-            .as_deref()
-            .unwrap_or(&input.images.etcd),
+        etcd_image,
         log_level: input.spec.log_level.etcd_level(),
         verify_timeout: VERIFY_TIMEOUT,
         heartbeat_ms: input.spec.timing.heartbeat_interval_ms,
         election_ms: input.spec.timing.election_timeout_ms,
         quota_bytes: input.spec.quota_bytes(),
         auto_compaction_retention: AUTO_COMPACTION_RETENTION,
+        version_args: flags::version_args(image_release(etcd_image)?),
         certs: &certs,
         env: &env,
         resource_host_dir: input

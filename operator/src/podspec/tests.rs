@@ -47,6 +47,14 @@ fn scale_up_members() -> Vec<Member> {
 }
 
 fn render_for(n: u8, members: &[Member], spec: &EtcdClusterSpec) -> String {
+    try_render_for(n, members, spec).unwrap()
+}
+
+fn try_render_for(
+    n: u8,
+    members: &[Member],
+    spec: &EtcdClusterSpec,
+) -> Result<String, RenderError> {
     let nodes = [node(1), node(2), node(3)];
     let imgs = images();
     render_pod(&PodInput {
@@ -60,7 +68,6 @@ fn render_for(n: u8, members: &[Member], spec: &EtcdClusterSpec) -> String {
         images: &imgs,
         resource_host_dir: None,
     })
-    .unwrap()
 }
 
 fn check_golden(name: &str, actual: &str) {
@@ -272,15 +279,59 @@ fn the_local_client_listener_serves_both_loopbacks_once() {
 #[test]
 fn hostile_values_stay_quoted() {
     let spec = EtcdClusterSpec {
-        etcd_image: Some("etcd:3.4\"\n  injected: yes #".into()),
+        etcd_image: Some("etcd:latest\"\n  injected: yes #".into()),
         ..Default::default()
     };
     let text = render_for(1, &scale_up_members(), &spec);
     let pod = parse_pod(&text).unwrap();
     assert_eq!(
         pod.spec.unwrap().containers[0].image.as_deref(),
-        Some("etcd:3.4\"\n  injected: yes #")
+        Some("etcd:latest\"\n  injected: yes #")
     );
+    // A tag that starts like a version but is not one is not rendered at all.
+    let spec = EtcdClusterSpec {
+        etcd_image: Some("etcd:3.4\"\n  injected: yes #".into()),
+        ..Default::default()
+    };
+    let e = try_render_for(1, &scale_up_members(), &spec).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            RenderError::EtcdVersion(VersionError::UnreadableTag { .. })
+        ),
+        "{e}"
+    );
+}
+
+fn with_image(image: &str) -> EtcdClusterSpec {
+    EtcdClusterSpec {
+        etcd_image: Some(image.into()),
+        ..Default::default()
+    }
+}
+
+/// One golden file per etcd minor: 3.4 is `etcd-pod-master-1.yaml` (the default image, 3.4.23);
+/// 3.6 and 3.7 are rendered here only (no binary of them runs on this machine).
+#[test]
+fn golden_voter_node_per_minor() {
+    for (minor, image) in [
+        ("3.5", "registry.example/etcd:3.5.16"),
+        ("3.6", "registry.example/etcd:3.6.6"),
+        ("3.7", "registry.example/etcd:3.7.0"),
+    ] {
+        check_golden(
+            &format!("etcd-pod-master-1-etcd{minor}.yaml"),
+            &render_for(1, &scale_up_members(), &with_image(image)),
+        );
+    }
+}
+
+#[test]
+fn minors_without_known_flags_are_not_rendered() {
+    for image in ["etcd:3.3.27", "etcd:3.8.0", "etcd:3.5"] {
+        let e = try_render_for(1, &scale_up_members(), &with_image(image)).unwrap_err();
+        assert!(matches!(e, RenderError::EtcdVersion(_)), "{image}: {e}");
+    }
 }
 
 #[test]

@@ -59,6 +59,16 @@ pub enum ControlPlanePods {
     Unreadable(String),
 }
 
+impl ControlPlanePods {
+    /// The pods listed (none when not listed or unreadable).
+    pub fn listed(&self) -> &[ControlPlanePod] {
+        match self {
+            ControlPlanePods::Listed(pods) => pods,
+            _ => &[],
+        }
+    }
+}
+
 /// Rule 10 for `action`, which takes voter `id` down; `None` when it allows it.
 pub(crate) fn keeps_api(view: &ClusterView, action: &Action, id: MemberId) -> Option<Verdict> {
     let going = view.find(id)?;
@@ -75,26 +85,8 @@ pub(crate) fn keeps_api(view: &ClusterView, action: &Action, id: MemberId) -> Op
             ),
         )
     };
-    if let ControlPlanePods::Unreadable(why) = &view.control_plane {
-        return Some(short(format!(
-            "control-plane pods cannot be listed ({why})"
-        )));
-    }
-    let not_ready = not_ready_elsewhere(view, node);
-    let missing = match &view.control_plane {
-        ControlPlanePods::Listed(pods) => missing_elsewhere(pods, node),
-        _ => Vec::new(),
-    };
-    let mut short_of = Vec::new();
-    if !not_ready.is_empty() {
-        let names: Vec<&str> = not_ready.iter().map(String::as_str).collect();
-        short_of.push(format!("not Ready: {}", names.join(", ")));
-    }
-    if !missing.is_empty() {
-        short_of.push(format!("missing: {}", missing.join(", ")));
-    }
-    if !short_of.is_empty() {
-        return Some(short(short_of.join("; ")));
+    if let Some(what) = short_elsewhere(view, node) {
+        return Some(short(what));
     }
     let elsewhere = || {
         view.api_servers
@@ -118,6 +110,22 @@ pub(crate) fn keeps_api(view: &ClusterView, action: &Action, id: MemberId) -> Op
     ))
 }
 
+/// What the control plane on nodes other than `node` is short of (the pods cannot be listed,
+/// pods not Ready, components missing); `None` when nothing.
+fn short_elsewhere(view: &ClusterView, node: &str) -> Option<String> {
+    if let ControlPlanePods::Unreadable(why) = &view.control_plane {
+        return Some(format!("control-plane pods cannot be listed ({why})"));
+    }
+    let not_ready: Vec<String> = not_ready_elsewhere(view, node).into_iter().collect();
+    let missing = missing_elsewhere(view.control_plane.listed(), node);
+    let parts: Vec<String> = [("not Ready", not_ready), ("missing", missing)]
+        .into_iter()
+        .filter(|(_, names)| !names.is_empty())
+        .map(|(what, names)| format!("{what}: {}", names.join(", ")))
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
 /// The kube-apiservers and other control-plane pods on nodes other than `node` that are not
 /// Ready, sorted, each once.
 fn not_ready_elsewhere(view: &ClusterView, node: &str) -> BTreeSet<String> {
@@ -127,10 +135,7 @@ fn not_ready_elsewhere(view: &ClusterView, node: &str) -> BTreeSet<String> {
         .iter()
         .filter(|a| other(&a.node) && !a.ready)
         .map(|a| format!("kube-apiserver {}", a.pod));
-    let listed = match &view.control_plane {
-        ControlPlanePods::Listed(pods) => pods.as_slice(),
-        _ => &[],
-    };
+    let listed = view.control_plane.listed();
     let api_pods: BTreeSet<&str> = view.api_servers.iter().map(|a| a.pod.as_str()).collect();
     let others = listed
         .iter()

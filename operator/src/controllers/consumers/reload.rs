@@ -93,11 +93,10 @@ pub struct PodStart {
 impl PodStart {
     /// `pod` as the decision sees it; `None` for a pod that ended.
     pub fn of(pod: &Pod) -> Option<Self> {
-        let status = pod.status.as_ref();
-        let phase = status.and_then(|s| s.phase.as_deref());
-        if matches!(phase, Some("Succeeded" | "Failed")) {
+        if has_ended(pod) {
             return None;
         }
+        let status = pod.status.as_ref();
         let containers = status
             .and_then(|s| s.container_statuses.as_deref())
             .unwrap_or_default();
@@ -152,8 +151,7 @@ pub fn api_server(pod: &Pod) -> Option<membership::ApiServer> {
 /// `pod` as the gate's control-plane preflight sees it; `None` for a pod that ended (a
 /// finished installer-like pod holds nothing up).
 pub fn control_plane_pod(pod: &Pod) -> Option<membership::ControlPlanePod> {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    if matches!(phase, Some("Succeeded" | "Failed")) {
+    if has_ended(pod) {
         return None;
     }
     Some(membership::ControlPlanePod {
@@ -166,6 +164,12 @@ pub fn control_plane_pod(pod: &Pod) -> Option<membership::ControlPlanePod> {
             .as_ref()
             .and_then(|l| l.get("component").cloned()),
     })
+}
+
+/// Its phase is `Succeeded` or `Failed`: it holds no connection and runs nothing.
+fn has_ended(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    matches!(phase, Some("Succeeded" | "Failed"))
 }
 
 /// Its `Ready` condition is True.

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 mod backup;
 mod certificates;
+mod control_plane;
 mod maintenance;
 mod platform;
 mod reload;
@@ -25,6 +26,7 @@ pub use backup::{
 pub use certificates::{
     CaRotationStatus, CertificateExpiry, Certificates, CertificatesStatus, EtcdConsumer,
 };
+pub use control_plane::{ControlPlanePodSelector, LoneVoterRestart};
 pub use maintenance::{
     CorruptionCheck, CorruptionCheckStatus, DefragRecord, Defragmentation, DefragmentationStatus,
     DivergentMember,
@@ -166,56 +168,6 @@ pub struct EtcdClusterSpec {
     pub lone_voter_restart: LoneVoterRestart,
 }
 
-/// `spec.loneVoterRestart`.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct LoneVoterRestart {
-    /// Revisions up to this one may be installed on a lone voter's node, each restart an
-    /// outage for as long as etcd takes to start. The waiting revision is named in
-    /// `NodeInstallerProgressing`, `plan`, metric
-    /// `etcd_operator_lone_voter_restart_pending_revision` and alert
-    /// `EtcdLoneVoterRestartPending`. Unset: never.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self >= 1").message("approvedRevision must be at least 1"))]
-    pub approved_revision: Option<i64>,
-}
-
-impl LoneVoterRestart {
-    pub fn is_unset(&self) -> bool {
-        self.approved_revision.is_none()
-    }
-
-    /// The restart into `revision` is approved.
-    pub fn approves(&self, revision: i64) -> bool {
-        self.approved_revision.is_some_and(|a| a >= revision)
-    }
-}
-
-/// `spec.controlPlanePods`: kubeadm's static pods by default.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ControlPlanePodSelector {
-    /// Their namespace (default `kube-system`). The operator needs `list` on pods there (Role
-    /// `etcd-operator-kube-apiserver-pods` in the shipped manifests grants it in kube-system).
-    #[serde(default = "defaults::kube_system")]
-    #[schemars(length(max = 63))]
-    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("namespace must be a DNS label"))]
-    pub namespace: String,
-    /// Labels every such pod carries (default `tier: control-plane`). Empty: no pod is
-    /// checked. Pods that cannot be listed hold every voter's removal and restart.
-    #[serde(default = "defaults::control_plane_labels")]
-    pub match_labels: BTreeMap<String, String>,
-}
-
-impl Default for ControlPlanePodSelector {
-    fn default() -> Self {
-        Self {
-            namespace: defaults::kube_system(),
-            match_labels: defaults::control_plane_labels(),
-        }
-    }
-}
-
 fn default_true() -> bool {
     true
 }
@@ -318,14 +270,6 @@ impl LogLevel {
 /// Per-field defaults of the spec's small structs: each field defaults on its own, so setting one
 /// field keeps the others' defaults (without them the API refused a partial object).
 mod defaults {
-    use std::collections::BTreeMap;
-
-    pub fn kube_system() -> String {
-        "kube-system".to_owned()
-    }
-    pub fn control_plane_labels() -> BTreeMap<String, String> {
-        BTreeMap::from([("tier".to_owned(), "control-plane".to_owned())])
-    }
     pub fn heartbeat_interval_ms() -> u32 {
         100
     }

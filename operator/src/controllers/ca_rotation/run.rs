@@ -1,0 +1,286 @@
+//! The I/O half of the CA rotation: reads the CAs and the last rollout, carries out the step
+//! [`super::decide`] returns (the next CA generated and kept, the swap into `etcd-signer`, the
+//! next CA's Secret deleted at the end), and says what the rotation waits for.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Secret;
+
+use super::*;
+fn failed(message: String) -> ControllerError {
+    ControllerError::new(NAME, ErrorKind::Permanent, "ca-rotation", message)
+}
+
+/// What the last pass's rollout shows about `old` and `next` (see [`RolloutView`]); `waiting`
+/// names the consumers that have not picked up their Secret's material.
+fn rollout_view(
+    p: &Pass<'_>,
+    old: &EtcdCa,
+    next: Option<&EtcdCa>,
+    swapped: bool,
+    waiting: &[String],
+) -> RolloutView {
+    let latest = p.latest;
+    let settled = latest > 0
+        && !p.node_statuses.is_empty()
+        && p.node_statuses.iter().all(|n| n.current_revision == latest);
+    let bundle = find(
+        &p.inputs.configmaps,
+        NS,
+        &format!("{ALL_BUNDLES_CONFIGMAP}-{latest}"),
+    )
+    .and_then(|c| c.data.as_ref())
+    .and_then(|d| d.get(certs::SERVER_CA_BUNDLE_KEY))
+    .map(|b| pem_blocks(b))
+    .unwrap_or_default();
+    let next_pem = next.map(|n| n.cert_pem().trim().to_owned());
+    let has_new = next_pem.as_ref().is_some_and(|n| bundle.contains(n));
+    let has_old = if swapped {
+        bundle.iter().any(|b| Some(b) != next_pem.as_ref())
+    } else {
+        bundle.contains(&old.cert_pem().trim().to_owned())
+    };
+    let leaves_new = next.is_some_and(|n| {
+        find(
+            &p.inputs.secrets,
+            NS,
+            &format!("{ALL_CERTS_SECRET}-{latest}"),
+        )
+        .map(crate::controllers::cert_signer::secret_bytes)
+        .is_some_and(|data| {
+            let infos = certs::inspect_certs(n, &data);
+            !infos.is_empty() && infos.iter().all(|i| i.issued_by_ca)
+        })
+    });
+    RolloutView {
+        settled,
+        bundle_has_old: has_old,
+        bundle_has_new: has_new,
+        leaves_new,
+        consumers_current: !p.st.consumers_behind && waiting.is_empty(),
+    }
+}
+
+/// Decides and carries out this pass's rotation step; `ca` is `etcd-signer` as adopted;
+/// `waiting` names each consumer that has not picked up its Secret's material, one line each.
+pub async fn run(
+    p: &mut Pass<'_>,
+    ca: EtcdCa,
+    policy: &CertPolicy,
+    waiting: &[String],
+) -> Result<Trust, ControllerError> {
+    let op_ns = p.ctx.config.operator_namespace.clone();
+    let now = p.o.now;
+    let next_secret = find(&p.inputs.operator_secrets, &op_ns, NEXT_SECRET);
+    let next = next_secret
+        .map(crate::controllers::cert_signer::secret_bytes)
+        .map(|d| EtcdCa::from_secret_data(&d))
+        .transpose()
+        .map_err(|e| failed(format!("Secret {op_ns}/{NEXT_SECRET}: {e}")))?
+        .map(Arc::new);
+    let ca = Arc::new(ca);
+    let swapped = next.as_ref().is_some_and(|n| n.cert_pem() == ca.cert_pem());
+    let previous: CertificatesStatus = p.certificates.clone().unwrap_or_default();
+    let cas = Cas {
+        next_exists: next.is_some(),
+        swapped,
+        ca_due: now >= policy.renew_after(ca.not_before(), ca.not_after()),
+    };
+    let view = rollout_view(p, &ca, next.as_deref(), swapped, waiting);
+    let step = decide(
+        &p.o.spec.certificates.ca_rotation_request,
+        &previous.handled_ca_rotation,
+        previous.ca_rotation.as_ref(),
+        cas,
+        &view,
+    );
+    let mut trust = Trust {
+        signing: Arc::clone(&ca),
+        trusted: vec![Arc::clone(&ca)],
+        rotation: None,
+        handled: previous.handled_ca_rotation.clone(),
+        last: previous.last_ca_rotation.clone(),
+    };
+    let entering = |phase: Phase, trigger: &str, new: &EtcdCa| {
+        let same = previous
+            .ca_rotation
+            .as_ref()
+            .filter(|r| r.phase == phase.as_str() && r.trigger == trigger);
+        CaRotationStatus {
+            trigger: trigger.to_owned(),
+            phase: phase.as_str().to_owned(),
+            started_at: previous
+                .ca_rotation
+                .as_ref()
+                .map_or_else(|| format_time(now), |r| r.started_at.clone()),
+            phase_started_at: same.map_or_else(|| format_time(now), |r| r.phase_started_at.clone()),
+            new_ca_not_after: format_time(new.not_after()),
+            message: match phase {
+                Phase::TrustBoth => {
+                    "waiting for every node to run the bundle that trusts both CAs".into()
+                }
+                Phase::ReissueLeaves => "waiting for every node to run leaves of the new CA".into(),
+                Phase::DropOld => {
+                    "waiting for every node to run the bundle of the new CA alone".into()
+                }
+            },
+            waiting_for: Vec::new(),
+        }
+    };
+    match step {
+        Step::Idle => crate::controllers::backup::preop::done(
+            p,
+            crate::controllers::backup::preop::Operation::CaRotation,
+        ),
+        Step::Broken { reason } => return Err(failed(reason)),
+        Step::Start { trigger } => {
+            use crate::controllers::backup::preop::{Operation, gate};
+            if !gate(
+                p,
+                NAME,
+                Operation::CaRotation,
+                previous.ca_rotation.is_some(),
+            )
+            .await
+            {
+                return Ok(trust);
+            }
+            let new = match next {
+                Some(n) => n,
+                None => {
+                    let n = EtcdCa::generate_with(policy, now)
+                        .map_err(|e| failed(format!("generating the next CA: {e}")))?;
+                    let n = Arc::new(n);
+                    if p.o.managed {
+                        p.w.secret(
+                            &op_ns,
+                            NEXT_SECRET,
+                            None,
+                            &n.to_secret_data(),
+                            None,
+                            crate::writer::NO_LABELS,
+                        )
+                        .await
+                        .map_err(|e| ControllerError::write(NAME, &e))?;
+                    }
+                    n
+                }
+            };
+            p.next(
+                NAME,
+                format!("CA rotation ({trigger}): trust both CAs on every node"),
+            );
+            p.event(
+                false,
+                "CaRotationStarted",
+                format!(
+                    "CA rotation ({trigger}) started: phase TrustBoth, the new CA expires {}",
+                    format_time(new.not_after())
+                ),
+            )
+            .await;
+            trust.trusted = vec![Arc::clone(&ca), Arc::clone(&new)];
+            trust.rotation = Some(entering(Phase::TrustBoth, &trigger, &new));
+        }
+        Step::Run { phase, trigger } => {
+            let Some(new) = next else {
+                return Err(failed(format!("Secret {op_ns}/{NEXT_SECRET} is missing")));
+            };
+            let mut status = entering(phase, &trigger, &new);
+            let rolled = rolled_out(phase, &view);
+            let before = previous.ca_rotation.as_ref();
+            waits_for_consumers(p, &mut status, before, waiting, rolled).await;
+            if previous
+                .ca_rotation
+                .as_ref()
+                .is_none_or(|r| r.phase != status.phase)
+            {
+                p.event(
+                    false,
+                    "CaRotationPhase",
+                    format!("CA rotation ({trigger}): phase {}", phase.as_str()),
+                )
+                .await;
+            }
+            p.next(
+                NAME,
+                format!(
+                    "CA rotation ({trigger}), phase {}: {}",
+                    phase.as_str(),
+                    status.message
+                ),
+            );
+            match phase {
+                Phase::TrustBoth => trust.trusted = vec![Arc::clone(&ca), Arc::clone(&new)],
+                Phase::ReissueLeaves => {
+                    trust.signing = Arc::clone(&new);
+                    trust.trusted = vec![Arc::clone(&ca), Arc::clone(&new)];
+                }
+                Phase::DropOld => {
+                    if !swapped && p.o.managed {
+                        let current = find(&p.inputs.operator_secrets, &op_ns, certs::CA_SECRET);
+                        p.w.secret(
+                            &op_ns,
+                            certs::CA_SECRET,
+                            current,
+                            &new.to_secret_data(),
+                            None,
+                            crate::writer::NO_LABELS,
+                        )
+                        .await
+                        .map_err(|e| ControllerError::write(NAME, &e))?;
+                    }
+                    trust.signing = Arc::clone(&new);
+                    trust.trusted = vec![Arc::clone(&new)];
+                }
+            }
+            trust.rotation = Some(status);
+        }
+        Step::Finish { trigger } => {
+            if p.o.managed {
+                p.w.delete::<Secret>(&op_ns, NEXT_SECRET)
+                    .await
+                    .map_err(|e| ControllerError::write(NAME, &e))?;
+            }
+            p.event(false, "CaRotationCompleted", format!("CA rotation ({trigger}) completed: every node trusts and runs leaves of the new CA alone")).await;
+            trust.handled = trigger;
+            trust.last = format_time(now);
+        }
+    }
+    Ok(trust)
+}
+
+/// A phase whose consumers have not picked up its material says so (`rolled`: only they are
+/// waited for): in the status message and
+/// `waitingFor` (so the plan names them), and in Event `CaRotationWaitingForConsumers` whenever
+/// the list changes.
+async fn waits_for_consumers(
+    p: &mut Pass<'_>,
+    status: &mut CaRotationStatus,
+    previous: Option<&CaRotationStatus>,
+    waiting: &[String],
+    rolled: bool,
+) {
+    if waiting.is_empty() {
+        return;
+    }
+    if rolled {
+        status.message = "every node runs the phase's material".to_owned();
+    }
+    status.message = format!(
+        "{}; waiting for {} consumer(s) to pick up the phase's material: {}",
+        status.message,
+        waiting.len(),
+        waiting.join("; ")
+    );
+    status.waiting_for = waiting.to_vec();
+    if previous.is_none_or(|r| r.phase != status.phase || r.waiting_for != status.waiting_for) {
+        let note = format!(
+            "CA rotation ({}), phase {}: waiting for {}",
+            status.trigger,
+            status.phase,
+            waiting.join("; ")
+        );
+        p.event(false, "CaRotationWaitingForConsumers", note).await;
+    }
+}

@@ -101,6 +101,9 @@ pub struct LocalControlPlane {
     /// The stacked control plane's endpoint and kube-apiserver operator stand-in, when the API
     /// is kube-apiservers run as static pods on the nodes ([`stacked`]).
     stacked: Option<stacked::Stacked>,
+    /// The etcd image `render` and the operator (its `ETCD_IMAGE`) start with; `None`: the
+    /// operator's default ([`LocalControlPlane::starting_etcd_image`]).
+    etcd_image: Option<String>,
 }
 
 impl std::fmt::Debug for LocalControlPlane {
@@ -152,6 +155,12 @@ impl LocalControlPlane {
         self.api.client()
     }
 
+    /// Starts the cluster on `image` instead of the operator's default etcd image: `render`
+    /// and every operator started afterwards use it (as a platform shipping that etcd would).
+    pub fn starting_etcd_image(&mut self, image: &str) {
+        self.etcd_image = Some(image.to_owned());
+    }
+
     /// A control plane of these parts, no operator started yet.
     fn assemble(
         api: TestApi,
@@ -168,6 +177,7 @@ impl LocalControlPlane {
             operator_kubeconfig: None,
             _api_addr: None,
             stacked: None,
+            etcd_image: None,
         }
     }
 
@@ -326,7 +336,7 @@ impl LocalControlPlane {
     /// certificates applied for the operator to adopt.
     pub async fn bootstrap(&self, name: &str) -> Result<(), ControlPlaneError> {
         let node = self.node(name)?;
-        let out_dir = render::render(&self.bin_dir, node)?;
+        let out_dir = render::render(&self.bin_dir, node, self.etcd_image.as_deref())?;
         self.apply_bootstrap_objects(&out_dir).await?;
         render::place_manifest(node, &out_dir)
     }

@@ -493,10 +493,10 @@ async fn etcd_versions_etcd_cannot_take_are_refused() {
     let settled = h.wait_settled(3, Duration::from_secs(240)).await.unwrap();
     let revision = settled.latest_available_revision;
     for (image, says) in [
-        ("etcd-static-operator/etcd:3.6.0", "upgrade to 3.5.x first"),
+        ("etcd-static-operator/etcd:3.7.0", "upgrade to 3.6.x first"),
         (
-            "etcd-static-operator/etcd:3.3.25",
-            "below the cluster version 3.4",
+            "etcd-static-operator/etcd:3.4.23",
+            "below the cluster version 3.5",
         ),
         ("etcd-static-operator/etcd:3.5.1", "known-bad release"),
     ] {

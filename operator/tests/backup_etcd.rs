@@ -1,4 +1,4 @@
-//! Backups against real etcd 3.4: a snapshot streamed from a follower into a directory, checked,
+//! Backups against real etcd (the fixture's, 3.5.16 by default): a snapshot streamed from a follower into a directory, checked,
 //! stored with its record and resources, verified by a restore into a throwaway etcd that
 //! answers the marker, and kept by retention; a full backup disk fails with a named error and
 //! leaves no partial file; a verification that cannot run fails the backup and never counts as
@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use etcd_fixture::{ClusterSpec, EtcdCluster};
@@ -16,8 +16,35 @@ use etcd_operator::controllers::backup::{FailReason, pick_source, run};
 use etcd_operator::etcd::observe;
 use etcd_snapshot::store::{BackupName, Destination, Store};
 
-/// Debian's etcd 3.4 and its etcdctl.
-const IMAGE: &str = "quay.io/coreos/etcd:v3.4.23";
+/// The etcd version the fixture runs (`ETCD_FIXTURE_VERSION`, else its default).
+fn version() -> String {
+    std::env::var("ETCD_FIXTURE_VERSION")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| etcd_fixture::DEFAULT_ETCD_VERSION.to_owned())
+}
+
+/// The image of that version, as the operator's spec would name it.
+fn image() -> String {
+    format!("quay.io/coreos/etcd:v{}", version())
+}
+
+/// Its restore tool: `etcdctl` for 3.4, `etcdutl` for 3.5.
+fn restore_tool() -> &'static str {
+    if version().starts_with("3.4.") {
+        "etcdctl"
+    } else {
+        "etcdutl"
+    }
+}
+
+/// The directory of the fixture's etcd, which holds that version's tools.
+fn tools() -> PathBuf {
+    etcd_fixture::etcd_binary()
+        .parent()
+        .expect("the etcd binary's directory")
+        .to_path_buf()
+}
 
 async fn inputs(
     cluster: &EtcdCluster,
@@ -41,7 +68,7 @@ async fn inputs(
             .collect(),
         cluster_id: obs.cluster_id.map(|c| format!("{c:x}")).unwrap_or_default(),
         etcd_version: "3.4.0".into(),
-        image: IMAGE.into(),
+        image: image(),
         resources: serde_json::json!({"revision": 3}),
         paths: BackupPaths {
             dir: "/nonexistent".into(),
@@ -81,13 +108,13 @@ async fn a_backup_is_stored_verified_by_restore_and_retained() {
     let mut names = Vec::new();
     for stamp in ["20261126T040000Z", "20261126T050000Z", "20261126T060000Z"] {
         let name = BackupName::new(stamp).unwrap();
-        let i = inputs(&cluster, dest.clone(), dir.path(), Path::new("/usr/bin")).await;
+        let i = inputs(&cluster, dest.clone(), dir.path(), &tools()).await;
         let out = run::take(name.clone(), spec.clone(), Ok(i)).await;
         let good = out.result.unwrap_or_else(|f| panic!("{stamp}: {f:?}"));
         assert!(good.record.revision > 50, "{:?}", good.record);
         let v = good.verified.expect("verified");
         assert!(
-            v.message.contains(&format!("= {name}")) && v.message.contains("etcdctl"),
+            v.message.contains(&format!("= {name}")) && v.message.contains(restore_tool()),
             "{}",
             v.message
         );
@@ -146,7 +173,7 @@ async fn a_full_backup_disk_or_missing_tools_fail_by_name_and_store_nothing_good
         .unwrap_or(false);
     if mounted {
         let dest = Destination::Local { dir: small.clone() };
-        let i = inputs(&cluster, dest.clone(), dir.path(), Path::new("/usr/bin")).await;
+        let i = inputs(&cluster, dest.clone(), dir.path(), &tools()).await;
         let name = BackupName::new("20261126T040000Z").unwrap();
         let out = run::take(name, Backup::default(), Ok(i)).await;
         let f = out.result.unwrap_err();
@@ -181,7 +208,8 @@ async fn a_full_backup_disk_or_missing_tools_fail_by_name_and_store_nothing_good
     let f = out.result.unwrap_err();
     assert_eq!(f.reason, FailReason::Verification);
     assert!(
-        f.message.contains("/nonexistent-tools/etcdctl not found"),
+        f.message
+            .contains(&format!("/nonexistent-tools/{} not found", restore_tool())),
         "{}",
         f.message
     );
@@ -221,13 +249,7 @@ async fn a_backup_to_s3_is_verified_and_a_wrong_key_is_refused_by_name() {
         })
     };
 
-    let wrong = inputs(
-        &cluster,
-        config("not-the-secret"),
-        dir.path(),
-        Path::new("/usr/bin"),
-    )
-    .await;
+    let wrong = inputs(&cluster, config("not-the-secret"), dir.path(), &tools()).await;
     let name = BackupName::new("20261126T040000Z").unwrap();
     let f = run::take(name, Backup::default(), Ok(wrong))
         .await
@@ -245,7 +267,7 @@ async fn a_backup_to_s3_is_verified_and_a_wrong_key_is_refused_by_name() {
         &cluster,
         config(&key.secret_access_key),
         dir.path(),
-        Path::new("/usr/bin"),
+        &tools(),
     )
     .await;
     let name = BackupName::new("20261126T050000Z").unwrap();

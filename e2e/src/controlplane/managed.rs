@@ -82,7 +82,7 @@ impl LocalControlPlane {
             .iter()
             .find(|n| n.name == *first)
             .ok_or_else(|| ControlPlaneError::Failed(format!("no node {first}")))?;
-        let out_dir = render::render(&bin_dir, n1)?;
+        let out_dir = render::render(&bin_dir, n1, None)?;
         let tls = api_client_files(&out_dir);
         render::place_manifest(n1, &out_dir)?;
         wait_etcd(&client_url(n1)?, &tls).await?;

@@ -4,11 +4,12 @@
 //! identity (log `<dir>/operator-<identity>.log`) makes a standby that competes for the Lease.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use etcd_fixture::LoopbackAddr;
+use node_agent::images::ImageTable;
 
 use super::{ControlPlaneError, LocalControlPlane, io};
 
@@ -108,7 +109,11 @@ impl LocalControlPlane {
             .open(&log_path)
             .map_err(io(format!("opening {}", log_path.display())))?;
         let err = log.try_clone().map_err(io("operator log"))?;
-        let child = Command::new(self.bin_dir.join("etcd-operator"))
+        let mut command = Command::new(self.bin_dir.join("etcd-operator"));
+        if let Some(image) = &self.etcd_image {
+            command.env("ETCD_IMAGE", image);
+        }
+        let child = command
             .arg("run")
             .arg("--listen")
             .arg(listen.to_string())
@@ -124,9 +129,9 @@ impl LocalControlPlane {
             .env("ETCD_OPERATOR_LOG", "info")
             // The local backup destination: on a real node a hostPath of the node the operator
             // runs on; here one directory of the control plane's. Verification restores with
-            // Debian's etcd 3.4 and its etcdctl.
+            // the tools of the etcd build the starting image runs (the image table's).
             .env("ETCD_OPERATOR_BACKUP_DIR", self.backup_dir())
-            .env("ETCD_OPERATOR_ETCD_TOOLS", "/usr/bin")
+            .env("ETCD_OPERATOR_ETCD_TOOLS", self.etcd_tools()?)
             .env(
                 "ETCD_OPERATOR_SCRATCH_DIR",
                 self.dir.path().join("backup-scratch"),
@@ -151,6 +156,19 @@ impl LocalControlPlane {
         // The address reservation only guards against parallel tests; the port is ours now.
         drop(addr);
         Ok(listen)
+    }
+
+    /// The directory of the etcd build the starting etcd image runs (an untagged image: the
+    /// default build), as the node agents' image table maps it.
+    fn etcd_tools(&self) -> Result<PathBuf, ControlPlaneError> {
+        let image = self.etcd_image.as_deref().unwrap_or("etcd");
+        let etcd = ImageTable::standard(&self.bin_dir)
+            .resolve(image, &["etcd".to_owned()], &[])
+            .map_err(|e| ControlPlaneError::Failed(format!("the operator's etcd tools: {e}")))?
+            .program;
+        etcd.parent().map(Path::to_path_buf).ok_or_else(|| {
+            ControlPlaneError::Failed(format!("{} has no directory", etcd.display()))
+        })
     }
 
     /// Stops the [`DEFAULT_OPERATOR`]: SIGTERM, then SIGKILL after `grace`. With `grace` zero:

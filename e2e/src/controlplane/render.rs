@@ -6,10 +6,19 @@ use std::process::Command;
 
 use super::{ControlPlaneError, SimNode, io};
 
-/// `etcd-operator render` for `node`; returns its output dir.
-pub(super) fn render(bin_dir: &Path, node: &SimNode) -> Result<PathBuf, ControlPlaneError> {
+/// `etcd-operator render` for `node`, with `etcd_image` when given (else the operator's
+/// default); returns its output dir.
+pub(super) fn render(
+    bin_dir: &Path,
+    node: &SimNode,
+    etcd_image: Option<&str>,
+) -> Result<PathBuf, ControlPlaneError> {
     let out_dir = node.root.join("etc/kubernetes/bootstrap");
-    let output = Command::new(bin_dir.join("etcd-operator"))
+    let mut command = Command::new(bin_dir.join("etcd-operator"));
+    if let Some(image) = etcd_image {
+        command.env("ETCD_IMAGE", image);
+    }
+    let output = command
         .args([
             "render",
             "--node-name",

@@ -114,7 +114,7 @@ impl LocalControlPlane {
             .iter()
             .find(|n| n.name == first)
             .ok_or_else(|| ControlPlaneError::Failed(format!("no node {first}")))?;
-        let out_dir = render::render(&bin_dir, n1)?;
+        let out_dir = render::render(&bin_dir, n1, None)?;
         render::place_manifest(n1, &out_dir)?;
         let apiservers = ApiServerOperator::start(
             api.client(),

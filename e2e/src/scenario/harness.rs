@@ -52,7 +52,20 @@ impl std::fmt::Debug for Harness {
 impl Harness {
     /// `nodes` simulated nodes, n1 bootstrapped with `etcd-operator render`, the operator running.
     pub async fn bootstrapped(nodes: usize) -> Result<Self, ControlPlaneError> {
-        let mut h = Self::around(LocalControlPlane::start().await?);
+        Self::bootstrapped_on_etcd(nodes, None).await
+    }
+
+    /// Like [`Harness::bootstrapped`], the cluster starting on `etcd_image` when given (else the
+    /// operator's default etcd image).
+    pub async fn bootstrapped_on_etcd(
+        nodes: usize,
+        etcd_image: Option<&str>,
+    ) -> Result<Self, ControlPlaneError> {
+        let mut cp = LocalControlPlane::start().await?;
+        if let Some(image) = etcd_image {
+            cp.starting_etcd_image(image);
+        }
+        let mut h = Self::around(cp);
         for i in 1..=nodes {
             h.cp.add_node(&format!("n{i}")).await?;
         }

@@ -288,6 +288,19 @@ impl WriteLoad {
             .map(|(at, _)| *at)
     }
 
+    /// The store revision the first write acknowledged strictly after `since` was put at (none
+    /// yet: `None`).
+    pub async fn first_revision_after(&self, since: Instant) -> Option<i64> {
+        let prog = self.progress.lock().await;
+        let before = prog
+            .times
+            .iter()
+            .filter(|(at, acked)| *acked && *at <= since)
+            .count();
+        // Acknowledged writes are recorded in time order, `revisions` beside them.
+        prog.revisions.get(before).copied()
+    }
+
     /// Writes acknowledged in `(from, to]`.
     pub async fn acknowledged_between(&self, from: Instant, to: Instant) -> u64 {
         let prog = self.progress.lock().await;

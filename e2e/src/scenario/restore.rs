@@ -1,9 +1,10 @@
 //! The `restore-from-snapshot` scenario: every member's data is gone, and `etcd-recover
 //! from-snapshot` brings the cluster back from a snapshot an admin saved with `etcdctl`.
 //!
-//! 1. Under write load, a snapshot is saved with Debian's `etcdctl snapshot save` through n1's
-//!    client URL (the operator's client certificate), outside every node root; its store
-//!    revision (`etcdctl snapshot status`) becomes the load's cut-off: a write acknowledged at or
+//! 1. Under write load, a snapshot is saved with `etcdctl snapshot save` (the default etcd
+//!    build's, 3.5.16) through n1's client URL (the operator's client certificate), outside
+//!    every node root; its store revision (`etcdutl snapshot status`) becomes the load's
+//!    cut-off: a write acknowledged at or
 //!    below it must survive, one above it (until the wipe) is the expected loss (`rpo_writes`);
 //!    every write acknowledged after the wipe must survive too.
 //! 2. Bad input while quorum is healthy: a copy with one flipped byte is invalid (exit 2, the
@@ -12,9 +13,11 @@
 //!    every etcd down (no data), and the API, served from n1's etcd, is down with it.
 //! 4. Another cluster's snapshot (a throwaway one-member etcd's) is refused (exit 1, "not this
 //!    cluster's"). Each bad input leaves n1's manifest byte-identical and no recovery record.
-//! 5. `etcd-recover from-snapshot <snapshot> --accept-revisions-going-back` on n1 (etcd 3.4 cannot
-//!    bump revisions): a new one-member cluster; the operator adds n2 and n3 back, 3 voters, every
-//!    member id new.
+//! 5. `etcd-recover from-snapshot <snapshot>` on n1: etcd 3.5.16's `etcdutl snapshot restore
+//!    --bump-revision --mark-compacted` makes a new one-member cluster whose store revision is
+//!    above every revision a write was acknowledged at before the wipe (checked on etcd's header
+//!    revision, and on the first write acknowledged afterwards); the operator adds n2 and n3
+//!    back, 3 voters, every member id new.
 //!
 //! `rto_s` is the time from the wipe to the first write acknowledged afterwards.
 
@@ -22,13 +25,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use etcd_fixture::{ClusterSpec, EtcdCluster};
+use node_agent::images::DEFAULT_ETCD_BUILD;
 
 use super::harness::{Harness, Recovery, describe_members, member_of};
 use super::runbook::{RECORD_DIR, Ran, Untouched, excerpt, run};
 use crate::controlplane::{ControlPlaneError, OPERATOR_NS};
 
 const SETTLE: Duration = Duration::from_secs(240);
-/// One `etcdctl` call.
+/// One `etcdctl` or `etcdutl` call.
 const ETCDCTL_DEADLINE: Duration = Duration::from_secs(60);
 /// One `etcd-recover` run (`from-snapshot` bounds itself at 300 s by default).
 const RECOVER_DEADLINE: Duration = Duration::from_secs(360);
@@ -83,18 +87,20 @@ async fn write_tls(h: &Harness, dir: &Path) -> Result<Tls, ControlPlaneError> {
     })
 }
 
-/// `etcdctl` (API v3) with `args`; fails unless it exits 0.
-async fn etcdctl(args: &[&str]) -> Result<Ran, ControlPlaneError> {
+/// `tool` (`etcdctl`, `etcdutl`) of the default etcd build with `args`; fails unless it exits 0.
+async fn etcd_tool(tool: &str, args: &[&str]) -> Result<Ran, ControlPlaneError> {
+    let binary = Path::new(DEFAULT_ETCD_BUILD.dir).join(tool);
     let ran = run(
         ETCDCTL_DEADLINE,
-        Path::new("etcdctl"),
+        &binary,
         args,
         &[("ETCDCTL_API", "3".to_owned())],
     )
     .await?;
     if ran.code != Some(0) {
         return Err(failed(format!(
-            "etcdctl {} exited {:?}:\n{}",
+            "{} {} exited {:?}:\n{}",
+            binary.display(),
             args.join(" "),
             ran.code,
             ran.said()
@@ -118,16 +124,16 @@ async fn save_snapshot(
     }
     args.extend(["snapshot".into(), "save".into(), file.display().to_string()]);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    etcdctl(&refs).await
+    etcd_tool("etcdctl", &refs).await
 }
 
-/// The store revision of the snapshot `file` (`etcdctl snapshot status -w json`).
+/// The store revision of the snapshot `file` (`etcdutl snapshot status -w json`).
 async fn snapshot_revision(file: &Path) -> Result<i64, ControlPlaneError> {
     let path = file.display().to_string();
-    let ran = etcdctl(&["snapshot", "status", &path, "-w", "json"]).await?;
+    let ran = etcd_tool("etcdutl", &["snapshot", "status", &path, "-w", "json"]).await?;
     let json: serde_json::Value = serde_json::from_str(ran.stdout.trim()).map_err(|e| {
         failed(format!(
-            "etcdctl snapshot status {path}: not JSON ({e}):\n{}",
+            "etcdutl snapshot status {path}: not JSON ({e}):\n{}",
             ran.said()
         ))
     })?;
@@ -135,13 +141,14 @@ async fn snapshot_revision(file: &Path) -> Result<i64, ControlPlaneError> {
         .and_then(serde_json::Value::as_i64)
         .ok_or_else(|| {
             failed(format!(
-                "etcdctl snapshot status {path}: no revision in {json}"
+                "etcdutl snapshot status {path}: no revision in {json}"
             ))
         })
 }
 
-/// `etcd-recover from-snapshot <snapshot> --accept-revisions-going-back` on [`TARGET`]
-/// (`snapshot`: a file or an `s3://` URL; `env`: the bucket's settings).
+/// `etcd-recover from-snapshot <snapshot>` on [`TARGET`] (`snapshot`: a file or an `s3://`
+/// URL; `env`: the bucket's settings). No `--accept-revisions-going-back`: the image's
+/// `etcdutl` bumps the revision.
 async fn from_snapshot(
     h: &Harness,
     snapshot: &str,
@@ -155,7 +162,7 @@ async fn from_snapshot(
     run(
         RECOVER_DEADLINE,
         &binary,
-        &["from-snapshot", snapshot, "--accept-revisions-going-back"],
+        &["from-snapshot", snapshot],
         &env,
     )
     .await
@@ -301,7 +308,7 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
     let dir = h.cp.path().join("restore-from-snapshot");
     std::fs::create_dir_all(&dir)
         .map_err(|e| failed(format!("creating {}: {e}", dir.display())))?;
-    let acquired = acquire(h, source, &dir).await?;
+    let acquired = Box::pin(acquire(h, source, &dir)).await?;
     let (snapshot, revision) = (acquired.local.clone(), acquired.revision);
     let load = h
         .load
@@ -324,24 +331,24 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
     let flipped = dir.join("snapshot-flipped.db");
     std::fs::write(&flipped, &flipped_bytes)
         .map_err(|e| failed(format!("writing {}: {e}", flipped.display())))?;
-    must_refuse(
+    Box::pin(must_refuse(
         h,
         &format!("a copy with byte {at} flipped"),
         &flipped,
         EXIT_INVALID,
         "integrity hash",
-    )
+    ))
     .await?;
-    must_refuse(
+    Box::pin(must_refuse(
         h,
         "the snapshot, quorum healthy",
         &snapshot,
         EXIT_REFUSED,
         "quorum is healthy",
-    )
+    ))
     .await?;
     let other = dir.join("other-cluster.db");
-    let other_member = other_cluster_snapshot(&other).await?;
+    let other_member = Box::pin(other_cluster_snapshot(&other)).await?;
     h.step(format!(
         "another cluster's snapshot saved from a throwaway etcd ({other_member}): {}",
         other.display()
@@ -366,7 +373,7 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
         None => (0, 0),
     };
     h.step(format!(
-        "every data dir wiped; {acked_above} write(s) had been acknowledged above the snapshot's revision {revision} (the highest at revision {highest}: the restore takes the store revision back by at least {})",
+        "every data dir wiped; {acked_above} write(s) had been acknowledged above the snapshot's revision {revision} (the highest at revision {highest}: without a revision bump the restore would take the store revision back by at least {})",
         highest - revision
     ));
     for n in NODES {
@@ -375,22 +382,22 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
     h.step("node agents restarted with no data (etcd-verify keeps every etcd down)");
 
     // 4. Another cluster's snapshot, with quorum lost.
-    must_refuse(
+    Box::pin(must_refuse(
         h,
         "another cluster's snapshot",
         &other,
         EXIT_REFUSED,
         "not this cluster's",
-    )
+    ))
     .await?;
 
     // 5. The restore.
     let restoring = Instant::now();
-    let ran = from_snapshot(h, &acquired.arg, &acquired.env).await?;
+    let ran = Box::pin(from_snapshot(h, &acquired.arg, &acquired.env)).await?;
     let restored_at = Instant::now();
     if ran.code != Some(EXIT_OK) {
         return Err(failed(format!(
-            "etcd-recover from-snapshot {} --accept-revisions-going-back on {TARGET} exited {:?} after {:.1}s:\n{}",
+            "etcd-recover from-snapshot {} on {TARGET} exited {:?} after {:.1}s:\n{}",
             acquired.arg,
             ran.code,
             ran.took.as_secs_f64(),
@@ -398,7 +405,7 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
         )));
     }
     h.step(format!(
-        "etcd-recover from-snapshot {} --accept-revisions-going-back on {TARGET} (exit 0, {:.1}s):\n{}{}",
+        "etcd-recover from-snapshot {} on {TARGET} (exit 0, {:.1}s):\n{}{}",
         acquired.arg,
         ran.took.as_secs_f64(),
         ran.stdout.trim_end(),
@@ -427,6 +434,8 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
         .await?;
     let api_back_at = Instant::now();
     h.step(format!("status members: {}", describe_members(&s)));
+    // Boxed: this future is large in a debug build, and restore's own must stay small.
+    Box::pin(revision_went_forward(h, highest, wiped_at)).await?;
     // The operator adopts the new cluster and adds the other nodes back.
     let old_ids: Vec<String> = ids_before.iter().map(|(_, id)| id.clone()).collect();
     let s = h
@@ -499,7 +508,7 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
             .join(", ")
     ));
 
-    // etcd 3.4 could not bump the revision: the operator must have seen the new cluster id and
+    // The restore made a new cluster: the operator must have seen the new cluster id and
     // listed its caches anew (not waited for resourceVersions of the lost cluster).
     let log = h.cp.operator_log();
     let relisted = log
@@ -532,6 +541,42 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
         since(adopted_at),
         since(settled_at),
         settled_at.duration_since(restored_at).as_secs_f64(),
+    ));
+    Ok(())
+}
+
+/// The restored cluster's store revision is above `highest`, every revision a write was
+/// acknowledged at before the wipe: etcd's header revision on [`TARGET`] now, and the revision
+/// of the first write acknowledged after the wipe (without a bump it would reuse the lost
+/// revisions above the snapshot's).
+async fn revision_went_forward(
+    h: &mut Harness,
+    highest: i64,
+    wiped_at: Instant,
+) -> Result<(), ControlPlaneError> {
+    let endpoint = format!("https://{}:2379", h.cp.node(TARGET)?.ip())
+        .parse()
+        .map_err(|e| failed(format!("{TARGET}'s client URL: {e}")))?;
+    let header = h
+        .etcd()
+        .await?
+        .status_of(&endpoint)
+        .await
+        .map_err(|e| failed(format!("status of {TARGET} after the restore: {e}")))?
+        .revision;
+    h.first_write_after(wiped_at, FIRST_WRITE_DEADLINE).await?;
+    let load = h
+        .load
+        .as_ref()
+        .ok_or_else(|| failed("the write load is not running"))?;
+    let first = load.first_revision_after(wiped_at).await.unwrap_or(0);
+    if header <= highest || first <= highest {
+        return Err(failed(format!(
+            "the restore took the store revision back: {TARGET}'s header revision {header}, the first write acknowledged after the restore at {first}, but a write was acknowledged at {highest} before the wipe"
+        )));
+    }
+    h.step(format!(
+        "the restored store revision went forward: {TARGET}'s header revision {header}, the first write acknowledged after the restore at {first}, above {highest} (the highest acknowledged before the wipe)"
     ));
     Ok(())
 }

@@ -31,7 +31,7 @@ pub(super) async fn prepare(name: &str) -> Result<Harness, (ControlPlaneError, O
     let built = if super::ON_MANAGED_ETCD.contains(&name) || stacked {
         Harness::bootstrapped_on_managed_etcd(nodes).await
     } else {
-        Harness::bootstrapped(nodes).await
+        Harness::bootstrapped_on_etcd(nodes, super::starting_etcd_image(name)).await
     };
     let mut h = built.map_err(|e| (e, None))?;
     if let Err(e) = h.start_load().await {

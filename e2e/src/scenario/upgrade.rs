@@ -1,20 +1,32 @@
-//! The `upgrade` scenario: etcd 3.4 → 3.5 across three nodes under write load. The image first
-//! names 3.5.1, a known-bad release: refused until the spec accepts it by name. Then the new
-//! revision rolls node by node (never two at once, each member caught up before the next, the
-//! leader's node last), every member comes back on 3.5.1, and etcd moves the cluster version to
-//! 3.5, which the operator reports in `status.etcdVersion`. Going back to 3.4 is then refused
-//! before anything restarts: etcd cannot run a 3.5 cluster on a 3.4 binary.
+//! The `upgrade` scenario: etcd 3.4 → 3.5 across three nodes under write load. The cluster
+//! starts on 3.4.23 ([`FROM`], given to `render` and the operator as their etcd image); the
+//! image moves to 3.5.16 and the new revision rolls node by node (never two at once, each member
+//! caught up before the next, the leader's node last), every member comes back on 3.5.16, and
+//! etcd moves the cluster version to 3.5, which the operator reports in `status.etcdVersion`.
+//! Then a patch upgrade to 3.5.30 rolls the same way when that optional build is installed
+//! (skipped, loudly, when not). 3.5.1 is refused as a known-bad release (it is also below the
+//! running patch; the known-bad policy is the reason the operator gives), and going back to 3.4
+//! is refused as below the cluster version: etcd cannot run a 3.5 cluster on a 3.4 binary. No
+//! refusal makes a revision.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use etcd_operator::api::EtcdClusterStatus;
+use node_agent::images::ImageTable;
 
 use super::harness::Harness;
 use crate::controlplane::ControlPlaneError;
 
-const FROM: &str = "etcd-static-operator/etcd:3.4.23";
-const TO: &str = "etcd-static-operator/etcd:3.5.1";
+/// The etcd image the scenario's cluster starts on.
+pub const FROM: &str = "etcd-static-operator/etcd:3.4.23";
+const TO: &str = "etcd-static-operator/etcd:3.5.16";
+/// The patch upgrade, when `scripts/install-deps` installed that optional build.
+const PATCH: &str = "etcd-static-operator/etcd:3.5.30";
+/// A known-bad release, below the running patch as well.
+const KNOWN_BAD: &str = "etcd-static-operator/etcd:3.5.1";
+/// The condition reason of every refusal of the version policy (its error category).
+const VERSION_REFUSED: &str = "etcd-version";
 const SETTLE: Duration = Duration::from_secs(300);
 
 fn failed(msg: impl Into<String>) -> ControlPlaneError {
@@ -25,6 +37,7 @@ fn refused_with(s: &EtcdClusterStatus, image: &str, says: &str) -> bool {
     s.conditions.iter().any(|c| {
         c.type_ == "TargetConfigControllerDegraded"
             && c.status == "True"
+            && c.reason == VERSION_REFUSED
             && c.message.contains(image)
             && c.message.contains(says)
     })
@@ -43,27 +56,21 @@ fn cluster_version(s: &EtcdClusterStatus) -> &str {
         .map_or("", |v| v.cluster_version.as_str())
 }
 
+/// The version an image's tag names (`…/etcd:3.5.16` → `3.5.16`).
+fn version_of(image: &str) -> &str {
+    image.rsplit(':').next().unwrap_or(image)
+}
+
 pub async fn upgrade(h: &mut Harness) -> Result<(), ControlPlaneError> {
     let before = h.status().await;
-    let revision = before.latest_available_revision;
+    let mut revision = before.latest_available_revision;
     if cluster_version(&before) != "3.4.0" {
         return Err(failed(format!(
             "before the upgrade status.etcdVersion is {:?}, expected cluster version 3.4.0",
             before.etcd_version
         )));
     }
-    h.patch_spec(serde_json::json!({ "etcdImage": TO })).await?;
-    let s = h
-        .wait_status("3.5.1 refused as a known-bad release", SETTLE, |s| {
-            refused_with(s, TO, "acceptKnownBadEtcdRelease is \"3.5.1\"")
-        })
-        .await?;
-    if s.latest_available_revision != revision {
-        return Err(failed("a revision was created for a refused image"));
-    }
-    h.patch_spec(serde_json::json!({ "acceptKnownBadEtcdRelease": "3.5.1" }))
-        .await?;
-    let rolled = watch_rollout(h, revision + 1).await?;
+    revision = roll_to(h, TO, revision).await?;
     let upgraded_at = Instant::now();
     let s = h
         .wait_status("etcd moved the cluster version to 3.5", SETTLE, |s| {
@@ -75,48 +82,89 @@ pub async fn upgrade(h: &mut Harness) -> Result<(), ControlPlaneError> {
         .await?;
     let v = s.etcd_version.clone().unwrap_or_default();
     h.step(format!(
-        "cluster version {} (was {}), reported {:.1}s after the last member ran 3.5.1: {}",
+        "cluster version {} (was {}), reported {:.1}s after the last member ran 3.5.16: {}",
         v.cluster_version,
         v.previous_cluster_version,
         upgraded_at.elapsed().as_secs_f64(),
         v.message
     ));
-    if rolled.len() != 3 {
-        return Err(failed(format!("expected 3 nodes rolled, saw {rolled:?}")));
+    let mut running = TO;
+    match ImageTable::standard(&h.cp.bin_dir).lookup(PATCH) {
+        Ok(_) => {
+            revision = roll_to(h, PATCH, revision).await?;
+            running = PATCH;
+        }
+        Err(e) => {
+            let why = format!("SKIPPED the patch upgrade to {PATCH}: {e}");
+            eprintln!("upgrade: {why}");
+            h.step(why);
+        }
     }
-    h.patch_spec(serde_json::json!({ "etcdImage": FROM }))
+    for (image, says) in [
+        (KNOWN_BAD, "a known-bad release"),
+        (FROM, "below the cluster version 3.5"),
+    ] {
+        h.patch_spec(serde_json::json!({ "etcdImage": image }))
+            .await?;
+        let s = h
+            .wait_status(&format!("{image} refused: {says}"), SETTLE, |s| {
+                refused_with(s, image, says)
+            })
+            .await?;
+        if s.latest_available_revision != revision {
+            return Err(failed(format!(
+                "the refused {image} changed the revision: {} (expected {revision})",
+                s.latest_available_revision
+            )));
+        }
+        let still = versions(&s);
+        if still.values().any(|v| v != version_of(running)) {
+            return Err(failed(format!(
+                "a member left {}: {still:?}",
+                version_of(running)
+            )));
+        }
+    }
+    h.patch_spec(serde_json::json!({ "etcdImage": running }))
         .await?;
-    let s = h
-        .wait_status("the downgrade to 3.4 refused", SETTLE, |s| {
-            refused_with(s, FROM, "below the cluster version 3.5")
-        })
-        .await?;
-    if s.latest_available_revision != revision + 1 {
-        return Err(failed(format!(
-            "the refused downgrade changed the revision: {} (expected {})",
-            s.latest_available_revision,
-            revision + 1
-        )));
-    }
-    let still = versions(&s);
-    if still.values().any(|v| v != "3.5.1") {
-        return Err(failed(format!("a member left 3.5.1: {still:?}")));
-    }
-    h.patch_spec(serde_json::json!({ "etcdImage": TO })).await?;
-    h.wait_status("the refusal cleared, back on 3.5.1", SETTLE, |s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == "TargetConfigControllerDegraded" && c.status == "False")
-            && crate::view::settled(s, 3)
-    })
+    h.wait_status(
+        &format!("the refusal cleared, back on {running}"),
+        SETTLE,
+        |s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "TargetConfigControllerDegraded" && c.status == "False")
+                && crate::view::settled(s, 3)
+        },
+    )
     .await?;
     Ok(())
 }
 
-/// Follows the rollout to `revision` until every node runs it and every member reports 3.5.1:
+/// Moves the spec to `image` and follows its rollout (one new revision after `revision`, which
+/// it returns) to every node.
+async fn roll_to(h: &mut Harness, image: &str, revision: i64) -> Result<i64, ControlPlaneError> {
+    h.patch_spec(serde_json::json!({ "etcdImage": image }))
+        .await?;
+    let next = revision + 1;
+    let rolled = watch_rollout(h, next, version_of(image)).await?;
+    if rolled.len() != 3 {
+        return Err(failed(format!(
+            "{image}: expected 3 nodes rolled, saw {rolled:?}"
+        )));
+    }
+    h.step(format!("every member runs {image}, rolled {rolled:?}"));
+    Ok(next)
+}
+
+/// Follows the rollout to `revision` until every node runs it and every member reports `version`:
 /// never two nodes moving at once, and the node that starts moving is never the leader's while
 /// another node still waits (the leader goes last). Returns the nodes in the order they moved.
-async fn watch_rollout(h: &mut Harness, revision: i64) -> Result<Vec<String>, ControlPlaneError> {
+async fn watch_rollout(
+    h: &mut Harness,
+    revision: i64,
+    version: &str,
+) -> Result<Vec<String>, ControlPlaneError> {
     let started = Instant::now();
     let mut order: Vec<String> = Vec::new();
     let mut seen_versions = BTreeMap::new();
@@ -164,7 +212,7 @@ async fn watch_rollout(h: &mut Harness, revision: i64) -> Result<Vec<String>, Co
         }
         let done = crate::view::settled(&s, 3)
             && s.latest_available_revision == revision
-            && now.values().all(|v| v == "3.5.1");
+            && now.values().all(|v| v == version);
         if done {
             for n in &s.node_statuses {
                 if !order.contains(&n.node_name) {

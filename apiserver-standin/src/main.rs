@@ -11,7 +11,7 @@ use clap::Parser;
 
 /// Kubernetes API stand-in backed by a real etcd.
 #[derive(Debug, Parser)]
-#[command(name = "apiserver-standin", version)]
+#[command(name = "apiserver-standin", version = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT_REVISION"), ")"))]
 struct Args {
     /// Address to serve plain HTTP on (a loopback address; port 0 picks one).
     #[arg(long, env = "STANDIN_LISTEN", default_value = "127.0.0.1:0")]

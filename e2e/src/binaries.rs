@@ -41,3 +41,61 @@ pub fn binary(name: &str) -> std::io::Result<PathBuf> {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    /// Every binary of the workspace, as an admin or a platform runs it.
+    const BINARIES: [&str; 7] = [
+        "etcd-operator",
+        "etcd-installer",
+        "etcd-verify",
+        "etcd-recover",
+        "node-agent",
+        "apiserver-standin",
+        "sandbox",
+    ];
+
+    /// What `--version` must name: the commit this checkout is on (what `build/git-revision.rs`
+    /// read when the binaries were built from it), or the revision a source-archive build was
+    /// given; `unknown` outside a git checkout.
+    fn expected_revision() -> String {
+        if let Ok(r) = std::env::var("ETCD_STATIC_OPERATOR_REVISION") {
+            return r.trim().to_owned();
+        }
+        match std::process::Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .output()
+        {
+            Ok(out) if out.status.success() => {
+                String::from_utf8(out.stdout).unwrap().trim().to_owned()
+            }
+            other => {
+                eprintln!("not a git checkout ({other:?}): the binaries must say `unknown`");
+                "unknown".to_owned()
+            }
+        }
+    }
+
+    #[test]
+    fn every_binary_names_its_version_and_git_revision() {
+        let want_revision = expected_revision();
+        for name in BINARIES {
+            let path = super::binary(name).expect("the workspace's binaries are built");
+            let out = std::process::Command::new(&path)
+                .arg("--version")
+                .output()
+                .expect("running --version");
+            let text = String::from_utf8_lossy(&out.stdout);
+            let want = format!("{name} {} (git {want_revision})", env!("CARGO_PKG_VERSION"));
+            assert!(out.status.success(), "{name} --version: {out:?}");
+            assert_eq!(
+                text.trim(),
+                want,
+                "{} --version (rebuild the binaries at this commit)",
+                path.display()
+            );
+        }
+    }
+}

@@ -22,6 +22,7 @@ use kube::api::ListParams;
 #[derive(Parser, Debug)]
 #[command(
     name = "sandbox",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT_REVISION"), ")"),
     about = "The local control plane of etcd-static-operator"
 )]
 struct Cli {

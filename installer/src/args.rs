@@ -11,7 +11,7 @@ use crate::plan::Kind;
 /// Lays one static-pod revision down on this node: the revision's ConfigMaps and Secrets under
 /// `<resource-dir>/<pod>-<revision>/`, then this node's manifest as `<pod-manifest-dir>/<pod>.yaml`.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "etcd-installer", version)]
+#[command(name = "etcd-installer", version = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT_REVISION"), ")"))]
 pub struct Args {
     /// The revision to install (>= 1).
     #[arg(long)]

@@ -18,6 +18,7 @@ use node_agent::{NodeAgent, NodeConfig};
 #[derive(Debug, Parser)]
 #[command(
     name = "node-agent",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT_REVISION"), ")"),
     about = "kubelet stand-in: runs a simulated node's pods as local processes"
 )]
 struct Args {

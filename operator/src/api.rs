@@ -81,6 +81,12 @@ pub struct EtcdClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.size() > 0").message("etcdImage must not be empty when set"))]
     pub etcd_image: Option<String>,
+    /// The etcd version the image runs (e.g. `3.5.16`), for an image whose tag names none (a
+    /// digest only, `latest`). Default empty: the version comes from the tag; an image without
+    /// one is then refused, since the version policy could not check it. When both are given
+    /// they must agree.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub etcd_image_version: String,
     /// A known-bad etcd release (see the version policy) to run anyway, by its exact number,
     /// e.g. `3.5.1`: it applies to that release only.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -190,6 +196,7 @@ impl Default for EtcdClusterSpec {
             management_state: ManagementState::default(),
             log_level: LogLevel::default(),
             etcd_image: None,
+            etcd_image_version: String::new(),
             accept_known_bad_etcd_release: String::new(),
             force_redeployment_reason: String::new(),
             timing: Timing::default(),

@@ -94,7 +94,7 @@ impl Context {
         let client = Client::try_from(kube::Config::new(url)).unwrap();
         let config = OperatorConfig {
             images: Images {
-                etcd: "etcd:test".into(),
+                etcd: "etcd:3.4.23".into(),
                 operator: "etcd-operator:test".into(),
             },
             operator_namespace: "etcd-operator".into(),

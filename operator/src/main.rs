@@ -21,7 +21,7 @@ const DEFAULT_OPERATOR_IMAGE: &str = "etcd-static-operator/etcd-static-operator:
 #[derive(Parser, Debug)]
 #[command(
     name = "etcd-operator",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT_REVISION"), ")"),
     about = "Runs etcd as static pods and changes membership safely"
 )]
 struct Cli {

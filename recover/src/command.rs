@@ -258,7 +258,7 @@ pub async fn from_snapshot(
             .ok_or_else(|| "the etcd container has no image".to_owned())
             .and_then(|image| snapshot::restore_tool(&image))
             .map_err(|e| invalid(out, e))?;
-        let decided = plan::decide_from_snapshot(&survey, &origin, &tool, accept)
+        let decided = plan::decide_from_snapshot(&survey, &origin, &tool, c, accept)
             .map_err(|r| refused(out, &r))?;
         if let DataDir::Present(wal) = &survey.data_dir {
             out(format!(
@@ -273,18 +273,22 @@ pub async fn from_snapshot(
                 "WARNING (--force-other-cluster): the snapshot is another cluster's ({why})"
             )),
         }
-        if !decided.bump {
+        if decided.bump.is_none() {
             out(format!(
                 "WARNING (--accept-revisions-going-back): {} cannot bump the revision; once etcd serves, restart every kube-apiserver so no watch cache keeps revisions of the lost cluster (the operator relists its own caches when it sees the new cluster id)",
                 tool.binary
             ));
         }
         out(format!(
-            "plan: {} becomes a one-member cluster on the snapshot's data:\n  1. stop etcd (its manifest moves to {})\n  2. copy the snapshot there and check the copy\n  3. move {}/member aside to member-before-restore-{stamp}\n  4. restore with the etcd image's {} and start once on the restored data\n  5. move the restored data into place and start etcd normally\nthen the operator adds the other nodes back as learners once the API is back.",
+            "plan: {} becomes a one-member cluster on the snapshot's data:\n  1. stop etcd (its manifest moves to {})\n  2. copy the snapshot there and check the copy\n  3. move {}/member aside to member-before-restore-{stamp}\n  4. restore with the etcd image's {}{} and start once on the restored data\n  5. move the restored data into place and start etcd normally\nthen the operator adds the other nodes back as learners once the API is back.",
             pod.name,
             layout.record_dir(&stamp).display(),
             pod.data_dir.display(),
             tool.binary,
+            decided.bump.map_or(String::new(), |b| format!(
+                ", the revision bumped by {b} (max(10^9, 1.2 x raft index {}))",
+                plan::observed_raft_index(&survey, c)
+            )),
         ));
         if dry_run {
             out("dry run: nothing was changed.".into());

@@ -12,6 +12,7 @@ use etcd_recover::plan::Accept;
 #[derive(Parser, Debug)]
 #[command(
     name = "etcd-recover",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT_REVISION"), ")"),
     about = "Node-local etcd recovery, with the Kubernetes API down"
 )]
 struct Cli {

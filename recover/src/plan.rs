@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 use etcd_verify::decide::DataDir;
 use membership::{EndpointStatus, Member, MemberId, MemberUrl};
 
-use crate::snapshot::{Origin, Tool};
+use crate::snapshot::{Contents, Origin, Tool, revision_bump};
 
 /// One member endpoint as recovery reached it.
 #[derive(Clone, Debug)]
@@ -127,11 +127,13 @@ fn quorum_is_lost(s: &Survey) -> Result<(), Refusal> {
 }
 
 /// Decides `from-snapshot`: quorum must be lost (as for `from-member`), the snapshot must be
-/// this cluster's and the tool must keep revisions from going back, each unless waived.
+/// this cluster's and the tool must keep revisions from going back, each unless waived. The
+/// revision moves by [`revision_bump`] of [`observed_raft_index`].
 pub fn decide_from_snapshot(
     s: &Survey,
     origin: &Origin,
     tool: &Tool,
+    snapshot: &Contents,
     accept: Accept,
 ) -> Result<SnapshotPlan, Refusal> {
     quorum_is_lost(s)?;
@@ -147,15 +149,35 @@ pub fn decide_from_snapshot(
         });
     }
     Ok(SnapshotPlan {
-        bump: tool.bumps_revision,
+        bump: tool
+            .bumps_revision
+            .then(|| revision_bump(observed_raft_index(s, snapshot))),
     })
+}
+
+/// The most writes after the snapshot recovery can see evidence of: the highest of the
+/// snapshot's raft index, every answering member's raft index, and how far an answering member's
+/// revision is past the snapshot's (a member restored before may have a raft index below its
+/// revision).
+pub fn observed_raft_index(s: &Survey, snapshot: &Contents) -> u64 {
+    std::iter::once(&s.own)
+        .chain(&s.others)
+        .filter_map(|r| r.status.as_ref().ok())
+        .flat_map(|st| {
+            let ahead = st.revision.saturating_sub(snapshot.revision);
+            [st.raft_index, u64::try_from(ahead).unwrap_or(0)]
+        })
+        .chain([snapshot.consistent_index])
+        .max()
+        .unwrap_or(snapshot.consistent_index)
 }
 
 /// What `from-snapshot` will do beyond the fixed steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SnapshotPlan {
-    /// Bump the revision and mark the old ones compacted.
-    pub bump: bool,
+    /// How far to bump the revision (older revisions are marked compacted); `None`: the tool
+    /// cannot, and going back was accepted.
+    pub bump: Option<u64>,
 }
 
 /// Decides `from-member` (see the module table).

@@ -195,9 +195,43 @@ fn the_table_lists_every_endpoint_and_the_quorum_verdict() {
 }
 
 mod from_snapshot {
-    use super::{losing, survey, url};
-    use crate::plan::{Accept, Refusal, decide_from_snapshot};
-    use crate::snapshot::{Origin, restore_tool};
+    use super::{losing, survey, up, url};
+    use crate::plan::{Accept, Refusal, decide_from_snapshot, observed_raft_index};
+    use crate::snapshot::{Contents, Origin, REVISION_BUMP, restore_tool};
+
+    /// A snapshot at revision 5 and raft index 50.
+    fn snap() -> Contents {
+        Contents {
+            members: Vec::new(),
+            revision: 5,
+            consistent_index: 50,
+        }
+    }
+
+    #[test]
+    fn the_bump_covers_the_highest_raft_index_or_revision_seen() {
+        let mut s = survey();
+        // The survivor (raft index 100, revision 10) and the snapshot (index 50).
+        assert_eq!(observed_raft_index(&s, &snap()), 100);
+        let big = Contents {
+            consistent_index: 2_000_000_000,
+            ..snap()
+        };
+        assert_eq!(observed_raft_index(&s, &big), 2_000_000_000);
+        // A member restored before: its raft index is below how far its revision moved.
+        let mut ahead = up(2, 7);
+        if let Ok(st) = ahead.status.as_mut() {
+            st.revision = 3_000_000_005;
+        }
+        s.others[0] = ahead;
+        assert_eq!(observed_raft_index(&s, &snap()), 3_000_000_000);
+        let tool = restore_tool("etcd:3.5.16").unwrap();
+        let ours = Origin::ThisCluster("shares n1".into());
+        let plan = decide_from_snapshot(&s, &ours, &tool, &snap(), Accept::default()).unwrap();
+        assert_eq!(plan.bump, Some(3_600_000_000));
+        let plan = decide_from_snapshot(&survey(), &ours, &tool, &snap(), Accept::default());
+        assert_eq!(plan.map(|p| p.bump), Ok(Some(REVISION_BUMP)));
+    }
 
     #[test]
     fn a_snapshot_is_restored_only_where_quorum_is_lost() {
@@ -205,8 +239,8 @@ mod from_snapshot {
         let tool = restore_tool("etcd:3.5.10").unwrap();
         let ours = Origin::ThisCluster("shares n1".into());
         assert_eq!(
-            decide_from_snapshot(&s, &ours, &tool, Accept::default()).map(|p| p.bump),
-            Ok(true)
+            decide_from_snapshot(&s, &ours, &tool, &snap(), Accept::default()).map(|p| p.bump),
+            Ok(Some(REVISION_BUMP))
         );
         s.quorum_read = Ok(url(1));
         let every_flag = Accept {
@@ -215,7 +249,7 @@ mod from_snapshot {
             ..losing()
         };
         assert!(matches!(
-            decide_from_snapshot(&s, &ours, &tool, every_flag),
+            decide_from_snapshot(&s, &ours, &tool, &snap(), every_flag),
             Err(Refusal::QuorumHealthy(_))
         ));
     }
@@ -226,18 +260,19 @@ mod from_snapshot {
         let bumping = restore_tool("etcd:3.6.0").unwrap();
         let other = Origin::OtherCluster("no shared member".into());
         assert!(matches!(
-            decide_from_snapshot(&s, &other, &bumping, Accept::default()),
+            decide_from_snapshot(&s, &other, &bumping, &snap(), Accept::default()),
             Err(Refusal::OtherCluster(_))
         ));
         let forced = Accept {
             other_cluster: true,
             ..Accept::default()
         };
-        assert!(decide_from_snapshot(&s, &other, &bumping, forced).is_ok());
+        assert!(decide_from_snapshot(&s, &other, &bumping, &snap(), forced).is_ok());
 
         let old = restore_tool("etcd:3.4.23").unwrap();
         let ours = Origin::ThisCluster("shares n1".into());
-        let refusal = decide_from_snapshot(&s, &ours, &old, Accept::default()).unwrap_err();
+        let refusal =
+            decide_from_snapshot(&s, &ours, &old, &snap(), Accept::default()).unwrap_err();
         assert_eq!(
             refusal,
             Refusal::CannotBumpRevision {
@@ -254,8 +289,8 @@ mod from_snapshot {
             ..Accept::default()
         };
         assert_eq!(
-            decide_from_snapshot(&s, &ours, &old, waived).map(|p| p.bump),
-            Ok(false)
+            decide_from_snapshot(&s, &ours, &old, &snap(), waived).map(|p| p.bump),
+            Ok(None)
         );
     }
 }

@@ -171,7 +171,7 @@ mod restore_phase {
     use crate::restore::{self, RESTORE_CONTAINER, RestoreSpec, SNAPSHOT_MOUNT};
     use crate::snapshot::restore_tool;
 
-    fn spec(bump: bool) -> RestoreSpec {
+    fn spec(bump: Option<u64>) -> RestoreSpec {
         RestoreSpec {
             stamp: "20261126T010203Z".into(),
             tool: restore_tool("registry.example/etcd:3.4.23").unwrap(),
@@ -186,7 +186,7 @@ mod restore_phase {
     #[test]
     fn the_restore_runs_first_with_the_etcd_image_and_etcd_starts_on_its_output() {
         let current = read(GOLDEN).unwrap();
-        let p = restore::restore_phase(&current, Path::new("/var/lib/etcd"), &spec(false));
+        let p = restore::restore_phase(&current, Path::new("/var/lib/etcd"), &spec(None));
         let s = p.spec.as_ref().unwrap();
         let inits: Vec<&str> = s
             .init_containers
@@ -245,7 +245,7 @@ mod restore_phase {
             None
         );
         let id = restore::member_id_for(&current, stamp).unwrap();
-        let phase = restore::restore_phase(&current, Path::new("/var/lib/etcd"), &spec(false));
+        let phase = restore::restore_phase(&current, Path::new("/var/lib/etcd"), &spec(None));
         let normal = restore::restored_member_pod(&current, id, stamp, "normal start");
         for p in [&phase, &normal] {
             for c in ["etcd-verify", "etcd"] {
@@ -273,7 +273,7 @@ mod restore_phase {
     #[test]
     fn a_bumping_tool_gets_the_bump_flags() {
         let current = read(GOLDEN).unwrap();
-        let mut s = spec(true);
+        let mut s = spec(Some(1_234_567_890));
         s.tool = restore_tool("registry.k8s.io/etcd:3.5.16-0").unwrap();
         let p = restore::restore_phase(&current, Path::new("/var/lib/etcd"), &s);
         let command = p.spec.unwrap().init_containers.unwrap()[0]
@@ -281,7 +281,7 @@ mod restore_phase {
             .clone()
             .unwrap();
         assert_eq!(command[0], "etcdutl");
-        assert!(command.contains(&"--bump-revision=1000000000".to_owned()));
+        assert!(command.contains(&"--bump-revision=1234567890".to_owned()));
         assert!(command.contains(&"--mark-compacted".to_owned()));
     }
 

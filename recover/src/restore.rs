@@ -3,7 +3,8 @@
 //!
 //! The tool runs where etcd runs: in the static pod, as an init container `etcd-restore` ahead
 //! of `etcd-verify`, with the etcd container's image (`etcdctl snapshot restore` for 3.4,
-//! `etcdutl` for 3.5 and later, with `--bump-revision --mark-compacted` where the tool has them).
+//! `etcdutl` for 3.5 and later, with `--bump-revision --mark-compacted` where the tool has them;
+//! the command line is [`restore_command`], and the margin is decided in [`crate::plan`]).
 //! It restores into `<data-dir>/restore-<stamp>` (etcd 3.4 refuses a data dir that exists), and
 //! etcd starts there once: when it answers as its own leader, the restore is complete. Then the
 //! restored `member` dir takes the place of the data dir's (the old one was moved aside first)
@@ -22,7 +23,7 @@ use k8s_openapi::api::core::v1::{Container, HostPathVolumeSource, Pod, Volume, V
 use membership::MemberId;
 
 use crate::pod::{self, ETCD_CONTAINER, EtcdPod};
-use crate::snapshot::{REVISION_BUMP, Tool};
+use crate::snapshot::Tool;
 
 /// The init container that restores the snapshot.
 pub const RESTORE_CONTAINER: &str = "etcd-restore";
@@ -56,8 +57,8 @@ pub fn restored_member_pod(current: &EtcdPod, member_id: MemberId, stamp: &str, 
 pub struct RestoreSpec {
     pub stamp: String,
     pub tool: Tool,
-    /// Bump the revision (the tool can, and it was not waived).
-    pub bump: bool,
+    /// How far to bump the revision (`None`: the tool cannot, and that was waived).
+    pub bump: Option<u64>,
     /// The copied snapshot's path on the node (absolute, as the kubelet sees it).
     pub snapshot_node_path: PathBuf,
     pub member_id: MemberId,
@@ -99,22 +100,13 @@ pub fn restore_phase(current: &EtcdPod, container_data_dir: &Path, spec: &Restor
             .max_by_key(|m| m.mount_path.len())
             .cloned()
     });
-    let peer = current.peer_url.to_string();
-    let mut command = vec![
-        spec.tool.binary.to_owned(),
-        "snapshot".into(),
-        "restore".into(),
-        SNAPSHOT_MOUNT.into(),
-        format!("--data-dir={data_text}"),
-        format!("--name={}", current.name),
-        format!("--initial-cluster={}={peer}", current.name),
-        format!("--initial-advertise-peer-urls={peer}"),
-        format!("--initial-cluster-token={}", token(&spec.stamp)),
-    ];
-    if spec.bump {
-        command.push(format!("--bump-revision={REVISION_BUMP}"));
-        command.push("--mark-compacted".into());
-    }
+    let command = restore_command(
+        spec,
+        &current.name,
+        current.peer_url.as_str(),
+        &data,
+        Path::new(SNAPSHOT_MOUNT),
+    );
     let restore = Container {
         name: RESTORE_CONTAINER.into(),
         image,
@@ -162,6 +154,34 @@ pub fn restore_phase(current: &EtcdPod, container_data_dir: &Path, spec: &Restor
         }
     }
     p
+}
+
+/// The restore tool's command line: restore `snapshot` into `data_dir` as the only member `name`
+/// (peer URL `peer`) of a new cluster with the restore's token, bumping the revision by
+/// `spec.bump` and marking the older revisions compacted when it is set.
+pub fn restore_command(
+    spec: &RestoreSpec,
+    name: &str,
+    peer: &str,
+    data_dir: &Path,
+    snapshot: &Path,
+) -> Vec<String> {
+    let mut command = vec![
+        spec.tool.binary.to_owned(),
+        "snapshot".into(),
+        "restore".into(),
+        snapshot.display().to_string(),
+        format!("--data-dir={}", data_dir.display()),
+        format!("--name={name}"),
+        format!("--initial-cluster={name}={peer}"),
+        format!("--initial-advertise-peer-urls={peer}"),
+        format!("--initial-cluster-token={}", token(&spec.stamp)),
+    ];
+    if let Some(bump) = spec.bump {
+        command.push(format!("--bump-revision={bump}"));
+        command.push("--mark-compacted".into());
+    }
+    command
 }
 
 /// The restored member's id for this node at `stamp`.

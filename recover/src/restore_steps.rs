@@ -39,7 +39,8 @@ pub struct Inputs<'a> {
     pub layout: &'a Layout,
     pub client: &'a EtcdClient,
     pub tool: snapshot::Tool,
-    pub bump: bool,
+    /// How far to bump the revision (`None`: not bumped, as accepted).
+    pub bump: Option<u64>,
     pub stamp: &'a str,
 }
 
@@ -106,13 +107,9 @@ pub async fn from_snapshot(
     say(format!(
         "4/5 restoring with the etcd image's {}{} into {}, then starting member {member_id} alone on it",
         i.tool.binary,
-        if i.bump {
-            format!(
-                " (revision bumped by {}, older revisions marked compacted)",
-                snapshot::REVISION_BUMP
-            )
-        } else {
-            " (revision NOT bumped)".into()
+        match i.bump {
+            Some(bump) => format!(" (revision bumped by {bump}, older revisions marked compacted)"),
+            None => " (revision NOT bumped)".into(),
         },
         restore::restore_dir(&current.data_dir, stamp).display()
     ));

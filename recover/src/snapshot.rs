@@ -17,12 +17,23 @@
 //!   3.6 can bump the store revision and mark the old ones compacted, so watchers (the API
 //!   server's watch cache, every informer) never see revisions go back; with an older image
 //!   recovery refuses unless `--accept-revisions-going-back`.
+//! * **Margin** ([`revision_bump`], pure; what it is bumped by is decided in
+//!   [`crate::plan::observed_raft_index`]). The restored revision must be above every revision a
+//!   client or watcher saw of the lost cluster, including writes acknowledged after the snapshot.
+//!   Each such write is one raft entry, so the writes after the snapshot are at most the lost
+//!   cluster's last raft index. Recovery bumps by the larger of a billion and 1.2 × the highest
+//!   raft index it sees (the snapshot's, every member that answers, and how far an answering
+//!   member's revision is past the snapshot's): the rule of cluster-etcd-operator's restore
+//!   (`bindata/etcd/restore-pod.yaml`: 1.2 × the `maxRaftIndex` its `etcd-rev` sidecar records
+//!   every 10 s, a billion without that record). It holds unless more than a billion writes were
+//!   made after the snapshot *and* the highest index seen is more than a sixth behind the lost
+//!   cluster's last one.
 
 use std::collections::BTreeSet;
 
 pub use etcd_snapshot::bolt::{self, Contents};
 pub use etcd_snapshot::file::{Record, SnapshotError, Verified, hex, record_path, verify};
-pub use etcd_snapshot::tool::{REVISION_BUMP, Tool, restore_tool};
+pub use etcd_snapshot::tool::{REVISION_BUMP, Tool, restore_tool, revision_bump};
 
 /// What this node knows of its own cluster.
 #[derive(Clone, Debug, Default)]

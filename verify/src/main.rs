@@ -22,7 +22,7 @@ const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 #[derive(Parser, Debug)]
 #[command(
     name = "etcd-verify",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT_REVISION"), ")"),
     about = "Node-side checks for etcd static pods"
 )]
 struct Cli {

@@ -1,28 +1,37 @@
 //! The etcd version policy: whether the cluster may move to the etcd image the spec names.
 //!
-//! Inputs: the image (`spec.etcdImage`, else the operator's `ETCD_IMAGE`), the version each
-//! member reports, `spec.acceptKnownBadEtcdRelease`. Decision ([`check`], pure): the version is
-//! read from the image tag (`etcd:3.5.9`, `v3.5.9`; a digest-only image has none and is not
-//! checked); it may not be below the cluster version (etcd's own, read from `/version`; else the
-//! lowest minor the members run: etcd cannot run a cluster whose version is above its own), may
-//! not be more than one minor above it (etcd upgrades one minor at a time, and the next minor
-//! waits until etcd has moved the cluster version to the one just rolled out), and may not be a
-//! release in [`KNOWN_BAD`] unless that exact release is accepted in the spec. A refusal is a
-//! permanent error of target-config, so nothing is rendered, no revision is created and no etcd
-//! restarts until the spec (or, for an unfinished upgrade, the cluster version) changes. The rollout of an allowed version is the normal one: node by node
-//! through the quorum gate, the leader last.
+//! Inputs: the image (`spec.etcdImage`, else the operator's `ETCD_IMAGE`), `spec.etcdImageVersion`,
+//! the version each member reports, `spec.acceptKnownBadEtcdRelease`. Decision ([`check`], pure):
 //!
-//! The target must also be a release whose flags the operator knows ([`Minor`]: 3.4, 3.5, 3.6,
-//! 3.7; `podspec::flags` renders each): a tag that starts like a version but is not
-//! `major.minor.patch` (`3.5`, `3.x`, `v3`) is [`VersionError::UnreadableTag`] before anything
-//! else; a version of another minor (3.3, 3.8, 4.0) that the checks against the cluster let
-//! through (they name a downgrade or a skipped minor first, the more precise reason) is
-//! [`VersionError::UnknownMinor`]. Both are refused like the policy's other refusals, and
-//! rendering refuses an unknown minor on its own as well. A tag that is not a version at all (`latest`, a digest
-//! only) names no release: nothing is checked and the flags every known minor up to 3.6 accepts
-//! are rendered (see `podspec::flags`).
+//! 1. The version ([`resolve`]) is read from the image tag (`etcd:3.5.9`, `v3.5.9`), else from
+//!    `spec.etcdImageVersion`. An image whose tag names none (a digest only, `latest`) and no
+//!    declared version is [`VersionError::VersionUnknown`]: refused, saying how to declare it,
+//!    never let through unchecked. A declared version that disagrees with the tag is refused too.
+//! 2. It may not be below the cluster version (etcd's own, read from `/version`; else the lowest
+//!    minor the members run: etcd cannot run a cluster whose version is above its own), nor more
+//!    than one minor above it (etcd upgrades one minor at a time, and the next minor waits until
+//!    etcd has moved the cluster version to the one just rolled out).
+//! 3. It must be a minor whose flags the operator knows ([`Minor`]: 3.4 to 3.7; `podspec::flags`
+//!    renders each): a tag that starts like a version but is not `major.minor.patch` is
+//!    [`VersionError::UnreadableTag`] first; another minor (3.3, 3.8) that step 2 let through is
+//!    [`VersionError::UnknownMinor`].
+//! 4. Patch floors ([`releases::PATCH_FLOORS`]): a move to the next minor is refused while a
+//!    member of the old minor runs below the patch etcd's upgrade guide requires (3.5.32 before
+//!    3.6, 3.6.11 before 3.7), naming the member, the floor and the guide.
+//! 5. Known-bad releases ([`releases::KNOWN_BAD`], each with its source) are refused unless that
+//!    exact release is accepted in the spec.
+//!
+//! A refusal is a permanent error of target-config, so nothing is rendered, no revision is
+//! created and no etcd restarts until the spec (or, for an unfinished upgrade, the cluster
+//! version) changes. The rollout of an allowed version is the normal one: node by node through
+//! the quorum gate, the leader last. Rendering picks the flags by the same version
+//! ([`image_release`]), and refuses an unknown minor on its own as well.
 
 use std::fmt;
+
+pub mod releases;
+
+use releases::{below_floor, known_bad};
 
 /// An etcd release number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -39,6 +48,14 @@ impl fmt::Display for Version {
 }
 
 impl Version {
+    pub const fn new(major: u32, minor: u32, patch: u32) -> Self {
+        Self {
+            major,
+            minor,
+            patch,
+        }
+    }
+
     /// `3.5.9`, `v3.5.9`, `3.5.9-0` (a suffix after the patch number is ignored).
     pub fn parse(s: &str) -> Option<Self> {
         let s = s.strip_prefix('v').unwrap_or(s);
@@ -122,12 +139,17 @@ fn looks_like_version(tag: &str) -> bool {
     digits.starts_with(|c: char| c.is_ascii_digit())
 }
 
-/// The release an image runs, as its tag says: `Ok(None)` when the tag names no version (no tag,
-/// a digest only, `latest`); an error when the tag starts like a version but cannot be read, or
-/// reads as a minor the operator has no flags for.
-pub fn image_release(image: &str) -> Result<Option<Release>, VersionError> {
-    let Some(version) = image_target(image)? else {
-        return Ok(None);
+/// The release an image runs, as its tag says, else as `declared` (`spec.etcdImageVersion`)
+/// says: `Ok(None)` when neither names one (no tag, a digest only, `latest`; the version policy
+/// refuses such an image before anything renders); an error when the tag starts like a version
+/// but cannot be read, or reads as a minor the operator has no flags for.
+pub fn image_release(image: &str, declared: &str) -> Result<Option<Release>, VersionError> {
+    let version = match image_target(image)? {
+        Some(v) => v,
+        None => match Version::parse(declared.trim()) {
+            Some(v) => v,
+            None => return Ok(None),
+        },
     };
     known_minor(image, version).map(|minor| Some(Release { minor, version }))
 }
@@ -156,13 +178,6 @@ fn known_minor(image: &str, version: Version) -> Result<Minor, VersionError> {
         }),
     }
 }
-
-/// Releases refused unless accepted by name, with why.
-pub const KNOWN_BAD: &[(&str, &str, &str)] = &[(
-    "3.5.0",
-    "3.5.2",
-    "a member that crashes while applying can come back with data inconsistent with its peers (fixed in 3.5.3)",
-)];
 
 /// Why a version is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -197,12 +212,40 @@ pub enum VersionError {
         running_minor: String,
     },
     #[error(
-        "etcd image {image} is etcd {target}, a known-bad release: {why}; refused unless spec.acceptKnownBadEtcdRelease is \"{target}\""
+        "etcd image {image} is etcd {target}, a known-bad release: {why} ({source_}); refused unless spec.acceptKnownBadEtcdRelease is \"{target}\""
     )]
     KnownBad {
         image: String,
         target: Version,
         why: &'static str,
+        source_: &'static str,
+    },
+    #[error(
+        "etcd image {image} is etcd {target}, but member {member} runs {running}, below {}: {} ({}); move every member to {} or later first",
+        .floor.floor, .floor.why, .floor.source, .floor.floor
+    )]
+    BelowUpgradeFloor {
+        image: String,
+        target: Version,
+        member: String,
+        running: Version,
+        floor: &'static releases::PatchFloor,
+    },
+    #[error(
+        "etcd image {image} names no etcd version (no version tag, e.g. a digest only), so the version policy cannot check it: set spec.etcdImageVersion to the version the image runs (etcd --version), e.g. \"3.5.16\""
+    )]
+    VersionUnknown { image: String },
+    #[error(
+        "spec.etcdImageVersion {declared:?} is not an etcd version major.minor.patch (e.g. 3.5.16)"
+    )]
+    UnreadableDeclaredVersion { declared: String },
+    #[error(
+        "etcd image {image} is etcd {tagged} by its tag, but spec.etcdImageVersion says {declared}: remove one or make them agree"
+    )]
+    DeclaredVersionDiffers {
+        image: String,
+        tagged: Version,
+        declared: Version,
     },
     #[error(
         "etcd image {image} is etcd {target}, a minor version the operator does not know the flags of (it renders etcd 3.4, 3.5, 3.6 and 3.7)"
@@ -237,224 +280,113 @@ pub fn upgrade_state(target: Option<Version>, running: &[Version]) -> Option<boo
         .then(|| running.iter().any(|v| *v >= target))
 }
 
-/// Checks a move to `image` given the cluster version etcd reports (`None`: not read) and each
-/// member's running version (`(name, version)`). `Ok(None)`: the image names no version,
-/// nothing could be checked.
+/// The version `image` runs: its tag's, else `declared` (`spec.etcdImageVersion`); both given
+/// must agree, and neither is [`VersionError::VersionUnknown`].
+pub fn resolve(image: &str, declared: &str) -> Result<Version, VersionError> {
+    let declared_version =
+        match declared.trim() {
+            "" => None,
+            text => Some(Version::parse(text).ok_or_else(|| {
+                VersionError::UnreadableDeclaredVersion {
+                    declared: text.to_owned(),
+                }
+            })?),
+        };
+    match (image_target(image)?, declared_version) {
+        (Some(tagged), Some(declared)) if tagged != declared => {
+            Err(VersionError::DeclaredVersionDiffers {
+                image: image.to_owned(),
+                tagged,
+                declared,
+            })
+        }
+        (Some(v), _) | (None, Some(v)) => Ok(v),
+        (None, None) => Err(VersionError::VersionUnknown {
+            image: image.to_owned(),
+        }),
+    }
+}
+
+/// Checks a move to `image` (running `declared` when its tag names no version) given the
+/// cluster version etcd reports (`None`: not read) and each member's running version
+/// (`(name, version)`); the version moved to when allowed.
 pub fn check(
     image: &str,
+    declared: &str,
     cluster: Option<Version>,
     running: &[(String, Version)],
     accepted_bad: &str,
-) -> Result<Option<Version>, VersionError> {
-    let Some(target) = image_target(image)? else {
-        return Ok(None);
-    };
+) -> Result<Version, VersionError> {
+    let target = resolve(image, declared)?;
     if let Some(((major, minor), source_)) = cluster_line(cluster, running) {
-        let line = format!("{major}.{minor}");
-        if target.minor_line() < (major, minor) {
-            return Err(VersionError::BelowCluster {
-                image: image.to_owned(),
-                target,
-                cluster: line,
-                source_,
-            });
-        }
-        if target.major != major || target.minor > minor + 1 {
-            let ahead = running
-                .iter()
-                .filter(|(_, v)| v.minor_line() > (major, minor))
-                .max_by_key(|(_, v)| v.minor_line());
-            return Err(match ahead {
-                Some((member, v)) if v.minor_line() < target.minor_line() => {
-                    VersionError::UpgradeUnfinished {
-                        image: image.to_owned(),
-                        target,
-                        cluster: line,
-                        member: member.clone(),
-                        running: *v,
-                        running_minor: format!("{}.{}", v.major, v.minor),
-                    }
-                }
-                _ => VersionError::SkipsMinor {
-                    image: image.to_owned(),
-                    target,
-                    cluster: line,
-                    next: format!("{major}.{}", minor + 1),
-                },
-            });
-        }
+        check_line(image, target, (major, minor), source_, running)?;
     }
     known_minor(image, target)?;
-    let bad = KNOWN_BAD.iter().find(|(from, to, _)| {
-        let (from, to) = (Version::parse(from), Version::parse(to));
-        from.is_some_and(|f| target >= f) && to.is_some_and(|t| target <= t)
-    });
-    if let Some((_, _, why)) = bad
+    if let Some((member, floor)) = below_floor(target, running) {
+        return Err(VersionError::BelowUpgradeFloor {
+            image: image.to_owned(),
+            target,
+            member: member.0.clone(),
+            running: member.1,
+            floor,
+        });
+    }
+    if let Some(bad) = known_bad(target)
         && accepted_bad != target.to_string()
     {
         return Err(VersionError::KnownBad {
             image: image.to_owned(),
             target,
-            why,
+            why: bad.why,
+            source_: bad.source,
         });
     }
-    Ok(Some(target))
+    Ok(target)
+}
+
+/// Refuses a target below the cluster's minor line, or more than one minor above it.
+fn check_line(
+    image: &str,
+    target: Version,
+    (major, minor): (u32, u32),
+    source_: String,
+    running: &[(String, Version)],
+) -> Result<(), VersionError> {
+    let line = format!("{major}.{minor}");
+    if target.minor_line() < (major, minor) {
+        return Err(VersionError::BelowCluster {
+            image: image.to_owned(),
+            target,
+            cluster: line,
+            source_,
+        });
+    }
+    if target.major == major && target.minor <= minor + 1 {
+        return Ok(());
+    }
+    let ahead = running
+        .iter()
+        .filter(|(_, v)| v.minor_line() > (major, minor))
+        .max_by_key(|(_, v)| v.minor_line());
+    Err(match ahead {
+        Some((member, v)) if v.minor_line() < target.minor_line() => {
+            VersionError::UpgradeUnfinished {
+                image: image.to_owned(),
+                target,
+                cluster: line,
+                member: member.clone(),
+                running: *v,
+                running_minor: format!("{}.{}", v.major, v.minor),
+            }
+        }
+        _ => VersionError::SkipsMinor {
+            image: image.to_owned(),
+            target,
+            cluster: line,
+            next: format!("{major}.{}", minor + 1),
+        },
+    })
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
-    pub(crate) fn v(s: &str) -> Version {
-        Version::parse(s).unwrap()
-    }
-
-    /// `n1`, `n2`, … running these versions.
-    pub(crate) fn running(vs: &[&str]) -> Vec<(String, Version)> {
-        vs.iter()
-            .enumerate()
-            .map(|(i, s)| (format!("n{}", i + 1), v(s)))
-            .collect()
-    }
-
-    #[test]
-    fn versions_come_from_the_image_tag() {
-        assert_eq!(
-            image_version("registry.k8s.io/etcd:3.5.9-0"),
-            Some(v("3.5.9"))
-        );
-        assert_eq!(
-            image_version("quay.io/coreos/etcd:v3.4.23"),
-            Some(v("3.4.23"))
-        );
-        assert_eq!(
-            image_version("localhost:5000/etcd:3.4.23"),
-            Some(v("3.4.23"))
-        );
-        assert_eq!(image_version("localhost:5000/etcd"), None);
-        assert_eq!(image_version("etcd@sha256:0123abcd"), None);
-        assert_eq!(image_version("etcd:latest"), None);
-    }
-
-    #[test]
-    fn patch_and_next_minor_moves_are_allowed() {
-        let r = running(&["3.4.23", "3.4.23", "3.4.23"]);
-        let c34 = Some(v("3.4.0"));
-        assert_eq!(check("etcd:3.4.27", c34, &r, ""), Ok(Some(v("3.4.27"))));
-        assert_eq!(check("etcd:3.4.20", None, &r, ""), Ok(Some(v("3.4.20"))));
-        assert_eq!(check("etcd:3.5.9", c34, &r, ""), Ok(Some(v("3.5.9"))));
-        // Mid-upgrade, and after it until etcd moves the cluster version: going back is
-        // allowed.
-        let mid = running(&["3.5.9", "3.4.23", "3.5.9"]);
-        assert_eq!(check("etcd:3.4.23", None, &mid, ""), Ok(Some(v("3.4.23"))));
-        let all = running(&["3.5.9", "3.5.9", "3.5.9"]);
-        assert_eq!(check("etcd:3.4.23", c34, &all, ""), Ok(Some(v("3.4.23"))));
-        assert_eq!(check("etcd@sha256:0123", c34, &r, ""), Ok(None));
-        // Nothing answered: only the known-bad table applies.
-        assert_eq!(check("etcd:3.7.0", None, &[], ""), Ok(Some(v("3.7.0"))));
-    }
-
-    #[test]
-    fn skipping_a_minor_and_going_below_the_cluster_version_are_refused() {
-        let r = running(&["3.4.23", "3.4.23", "3.4.23"]);
-        let e = check("etcd:3.6.0", Some(v("3.4.0")), &r, "").unwrap_err();
-        assert!(matches!(e, VersionError::SkipsMinor { .. }), "{e}");
-        assert!(e.to_string().contains("upgrade to 3.5.x first"), "{e}");
-        let e = check("etcd:3.7.0", Some(v("3.5.0")), &r, "").unwrap_err();
-        assert!(matches!(e, VersionError::SkipsMinor { .. }), "{e}");
-        let upgraded = running(&["3.5.9", "3.5.9", "3.5.9"]);
-        let e = check("etcd:3.4.23", Some(v("3.5.0")), &upgraded, "").unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("below the cluster version 3.5 (as etcd reports it)"),
-            "{e}"
-        );
-        let e = check("etcd:3.4.23", None, &upgraded, "").unwrap_err();
-        assert!(e.to_string().contains("member n1 runs 3.5.9"), "{e}");
-    }
-
-    #[test]
-    fn the_next_minor_waits_for_the_cluster_version_to_move() {
-        // Every member runs 3.5 but etcd still says 3.4: 3.6 would join a 3.4 cluster.
-        let all = running(&["3.5.9", "3.5.9", "3.5.9"]);
-        let e = check("etcd:3.6.0", Some(v("3.4.0")), &all, "").unwrap_err();
-        assert!(matches!(e, VersionError::UpgradeUnfinished { .. }), "{e}");
-        assert!(
-            e.to_string()
-                .contains("wait until etcd moves the cluster version to 3.5"),
-            "{e}"
-        );
-        // Half way through the 3.5 rollout, the same.
-        let mid = running(&["3.5.9", "3.4.23", "3.4.23"]);
-        let e = check("etcd:3.6.0", None, &mid, "").unwrap_err();
-        assert!(matches!(e, VersionError::UpgradeUnfinished { .. }), "{e}");
-        assert_eq!(
-            check("etcd:3.6.0", Some(v("3.5.0")), &all, ""),
-            Ok(Some(v("3.6.0")))
-        );
-    }
-
-    #[test]
-    fn known_bad_releases_need_their_exact_name_accepted() {
-        let r = running(&["3.4.23"]);
-        let e = check("etcd:3.5.1", None, &r, "").unwrap_err();
-        assert!(matches!(e, VersionError::KnownBad { .. }), "{e}");
-        assert!(
-            e.to_string()
-                .contains("acceptKnownBadEtcdRelease is \"3.5.1\""),
-            "{e}"
-        );
-        assert!(check("etcd:3.5.1", None, &r, "3.5.2").is_err());
-        assert_eq!(check("etcd:3.5.1", None, &r, "3.5.1"), Ok(Some(v("3.5.1"))));
-        assert_eq!(check("etcd:3.5.3", None, &r, ""), Ok(Some(v("3.5.3"))));
-    }
-
-    #[test]
-    fn minors_without_known_flags_and_unreadable_tags_are_refused() {
-        let r = running(&["3.4.23", "3.4.23", "3.4.23"]);
-        // Nothing answering: only the minor itself can be judged.
-        for image in ["etcd:3.3.27", "etcd:3.8.0", "etcd:4.0.0", "etcd:v2.3.8"] {
-            let e = check(image, None, &[], "").unwrap_err();
-            assert!(
-                matches!(e, VersionError::UnknownMinor { .. }),
-                "{image}: {e}"
-            );
-            assert!(e.to_string().contains("3.4, 3.5, 3.6 and 3.7"), "{e}");
-        }
-        for image in ["etcd:3.5", "etcd:3.x.1", "etcd:v3", "etcd:3.5.x"] {
-            let e = check(image, None, &r, "").unwrap_err();
-            assert!(
-                matches!(e, VersionError::UnreadableTag { .. }),
-                "{image}: {e}"
-            );
-        }
-        // Against a cluster, the more precise reason comes first; the next minor after 3.7
-        // passes those checks and is refused for its flags.
-        let e = check("etcd:3.3.27", None, &r, "").unwrap_err();
-        assert!(matches!(e, VersionError::BelowCluster { .. }), "{e}");
-        let e = check("etcd:3.8.0", None, &r, "").unwrap_err();
-        assert!(matches!(e, VersionError::SkipsMinor { .. }), "{e}");
-        let on37 = running(&["3.7.0", "3.7.0", "3.7.0"]);
-        let e = check("etcd:3.8.0", Some(v("3.7.0")), &on37, "").unwrap_err();
-        assert!(matches!(e, VersionError::UnknownMinor { .. }), "{e}");
-        // Tags that are no version at all are not refused here (nothing to check).
-        for image in ["etcd:latest", "etcd@sha256:0123", "registry.example/etcd"] {
-            assert_eq!(check(image, None, &r, ""), Ok(None), "{image}");
-        }
-    }
-
-    #[test]
-    fn releases_name_their_minor() {
-        let rel = |s: &str| image_release(s).unwrap().map(|r| (r.minor, r.version));
-        assert_eq!(rel("etcd:3.4.23"), Some((Minor::V3_4, v("3.4.23"))));
-        assert_eq!(
-            rel("registry.k8s.io/etcd:3.5.16-0"),
-            Some((Minor::V3_5, v("3.5.16")))
-        );
-        assert_eq!(rel("etcd:v3.6.6"), Some((Minor::V3_6, v("3.6.6"))));
-        assert_eq!(rel("etcd:3.7.0@sha256:ab"), Some((Minor::V3_7, v("3.7.0"))));
-        assert_eq!(rel("etcd:latest"), None);
-        let names: Vec<&str> = Minor::ALL.iter().map(|m| m.as_str()).collect();
-        assert_eq!(names, ["3.4", "3.5", "3.6", "3.7"]);
-    }
-}
+pub(crate) mod tests;

@@ -7,8 +7,9 @@
 //! never makes a new revision. Writes: ConfigMap `etcd-pod` (one key per node). A node without
 //! a member gets no manifest: it first joins as a learner. Nothing else follows while no node
 //! has a member. An etcd image the version policy refuses ([`super::etcd_version`]: below the
-//! cluster version, skipping a minor, a known-bad release) is a permanent error before anything
-//! is rendered, so no revision is made and no etcd restarts.
+//! cluster version, skipping a minor, below the patch floor of an upgrade, a known-bad release,
+//! no version known) is a permanent error before anything is rendered, so no revision is made
+//! and no etcd restarts.
 
 use std::collections::BTreeMap;
 
@@ -59,7 +60,7 @@ pub fn render_all(
 /// good backup taken for it exists ([`super::backup::preop`]); one under way never waits.
 pub async fn upgrade_may_start(p: &mut Pass<'_>) -> bool {
     use super::backup::preop::{self, Operation};
-    let target = etcd_version::image_version(&p.etcd_image());
+    let target = etcd_version::resolve(&p.etcd_image(), &p.o.spec.etcd_image_version).ok();
     let running: Vec<etcd_version::Version> =
         p.o.etcd
             .member_versions()
@@ -84,17 +85,14 @@ pub async fn reconcile(
     let cluster = p.o.etcd.cluster_version();
     match etcd_version::check(
         &image,
+        &p.o.spec.etcd_image_version,
         cluster,
         &running,
         &p.o.spec.accept_known_bad_etcd_release,
     ) {
-        Ok(Some(v)) => p.next(
+        Ok(v) => p.next(
             NAME,
             format!("etcd image {image} (etcd {v}) passes the version policy"),
-        ),
-        Ok(None) => p.next(
-            NAME,
-            format!("etcd image {image} names no version: the version policy cannot check it"),
         ),
         Err(e) => {
             return Err(ControllerError::new(

@@ -69,7 +69,7 @@ mod tests {
     use crate::controllers::etcd_version::image_release;
 
     fn args(image: &str) -> Vec<&'static str> {
-        version_args(image_release(image).unwrap())
+        version_args(image_release(image, "").unwrap())
     }
 
     #[test]

@@ -210,7 +210,10 @@ pub fn render_pod(input: &PodInput<'_>) -> Result<String, RenderError> {
         election_ms: input.spec.timing.election_timeout_ms,
         quota_bytes: input.spec.quota_bytes(),
         auto_compaction_retention: AUTO_COMPACTION_RETENTION,
-        version_args: flags::version_args(image_release(etcd_image)?),
+        version_args: flags::version_args(image_release(
+            etcd_image,
+            &input.spec.etcd_image_version,
+        )?),
         certs: &certs,
         env: &env,
         resource_host_dir: input

@@ -89,6 +89,25 @@ pub const IDLE_REQUEUE: Duration = Duration::from_secs(5);
 /// renewal), even when no watched object changed and etcd looks the same.
 pub const RESYNC: Duration = Duration::from_secs(60);
 
+/// How soon a pass waiting for its caches looks again.
+pub const CACHES_POLL: Duration = Duration::from_millis(100);
+
+/// The report of a pass that waits for its caches (`line` says for what): a whole pass again
+/// within [`CACHES_POLL`]. The awaited write is often one that wakes nothing (the operator's own
+/// status write, see `run::stores`) while etcd looks the same, so without asking for the whole
+/// pass the idle check would skip every look until the resync, a minute later.
+pub fn caches_lag(line: String) -> PassReport {
+    PassReport {
+        requeue_after: CACHES_POLL,
+        full_pass_within: Some(CACHES_POLL),
+        plan: vec![PlanEntry {
+            controller: "caches".into(),
+            next: line,
+        }],
+        ..PassReport::default()
+    }
+}
+
 /// Runs one pass.
 pub async fn pass(ctx: &Context, inputs: &Inputs, now: OffsetDateTime) -> PassReport {
     let mut state = ctx.state.lock().await;
@@ -119,14 +138,7 @@ pub async fn pass(ctx: &Context, inputs: &Inputs, now: OffsetDateTime) -> PassRe
         }
     }
     if let Some(line) = lag.or_else(|| inputs.nodes_lag()) {
-        let mut report = PassReport {
-            requeue_after: Duration::from_millis(100),
-            plan: vec![PlanEntry {
-                controller: "caches".into(),
-                next: line.clone(),
-            }],
-            ..PassReport::default()
-        };
+        let mut report = caches_lag(line.clone());
         report.say(ctx, line);
         return report;
     }

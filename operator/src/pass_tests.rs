@@ -323,3 +323,24 @@ async fn an_etcd_minor_without_known_flags_is_refused_before_anything_is_rendere
         );
     }
 }
+
+#[tokio::test]
+async fn a_pass_waiting_for_its_own_write_comes_back_as_a_whole_pass() {
+    let ctx = Context::for_tests();
+    let inputs = Inputs::default();
+    ctx.state.lock().await.awaited.push(Awaited {
+        kind: "EtcdCluster",
+        namespace: String::new(),
+        name: crate::api::SINGLETON.into(),
+        resource_version: Some("7".into()),
+    });
+    let report = pass(&ctx, &inputs, at(0)).await;
+    assert_eq!(
+        report.plan[0].next,
+        "waiting for the caches to show 1 write(s), e.g. EtcdCluster /cluster"
+    );
+    // A status write wakes no watch and etcd may look the same: the idle check must not hold
+    // the next look back until the resync.
+    assert_eq!(report.full_pass_within, Some(CACHES_POLL));
+    assert_eq!(report.requeue_after, CACHES_POLL);
+}

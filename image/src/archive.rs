@@ -5,6 +5,7 @@
 use std::fs::File;
 use std::path::Path;
 
+use crate::layer::regular_files;
 use crate::{ImageError, io};
 
 /// Packs the layout at `layout` into the tar file `archive`.
@@ -13,11 +14,10 @@ pub fn write_archive(layout: &Path, archive: &Path, epoch: u64) -> Result<(), Im
     let file = File::create(&tmp).map_err(io(&tmp))?;
     let mut tar = tar::Builder::new(file);
     tar.mode(tar::HeaderMode::Deterministic);
-    for rel in files(layout, "")? {
-        let path = layout.join(&rel);
+    for (rel, path, len) in regular_files(layout)? {
         let mut h = tar::Header::new_gnu();
         let f = File::open(&path).map_err(io(&path))?;
-        h.set_size(f.metadata().map_err(io(&path))?.len());
+        h.set_size(len);
         h.set_mode(0o644);
         h.set_mtime(epoch);
         h.set_entry_type(tar::EntryType::Regular);
@@ -27,29 +27,4 @@ pub fn write_archive(layout: &Path, archive: &Path, epoch: u64) -> Result<(), Im
         .and_then(|f| f.sync_all())
         .map_err(io(&tmp))?;
     std::fs::rename(&tmp, archive).map_err(io(archive))
-}
-
-/// The regular files under `dir`, relative, in byte order.
-fn files(dir: &Path, rel: &str) -> Result<Vec<String>, ImageError> {
-    let mut names = Vec::new();
-    for e in std::fs::read_dir(dir).map_err(io(dir))? {
-        names.push(e.map_err(io(dir))?.file_name());
-    }
-    names.sort();
-    let mut out = Vec::new();
-    for name in names {
-        let name = name.to_string_lossy().into_owned();
-        let child = if rel.is_empty() {
-            name.clone()
-        } else {
-            format!("{rel}/{name}")
-        };
-        let path = dir.join(&name);
-        if path.is_dir() {
-            out.extend(files(&path, &child)?);
-        } else {
-            out.push(child);
-        }
-    }
-    Ok(out)
 }

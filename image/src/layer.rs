@@ -43,6 +43,18 @@ fn entries(root: &Path) -> Result<Vec<(String, PathBuf, Kind)>, ImageError> {
     Ok(out)
 }
 
+/// The regular files under `root`, as (path relative to `root`, path, length), in the order
+/// of [`entries`] (what an `oci-archive` of a layout holds).
+pub(crate) fn regular_files(root: &Path) -> Result<Vec<(String, PathBuf, u64)>, ImageError> {
+    Ok(entries(root)?
+        .into_iter()
+        .filter_map(|(rel, path, kind)| match kind {
+            Kind::File { len, .. } => Some((rel, path, len)),
+            Kind::Dir | Kind::Symlink(_) => None,
+        })
+        .collect())
+}
+
 fn walk(dir: &Path, rel: &str, out: &mut Vec<(String, PathBuf, Kind)>) -> Result<(), ImageError> {
     let mut names = Vec::new();
     for e in std::fs::read_dir(dir).map_err(io(dir))? {

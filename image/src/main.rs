@@ -50,14 +50,28 @@ struct Args {
     archive: Option<PathBuf>,
 }
 
-fn key_values(what: &str, items: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+/// `kv` split at its first `=`, refused (naming the option `what`) without one or a key.
+fn key_value<'a>(what: &str, kv: &'a str) -> anyhow::Result<(&'a str, &'a str)> {
+    match kv.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k, v)),
+        _ => bail!("{what} {kv:?} is not KEY=value"),
+    }
+}
+
+/// The `--label`s as a map (sorted, so the config's bytes do not depend on their order).
+fn labels(items: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
     items
         .iter()
-        .map(|kv| match kv.split_once('=') {
-            Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
-            _ => bail!("{what} {kv:?} is not KEY=value"),
-        })
+        .map(|kv| key_value("--label", kv).map(|(k, v)| (k.to_owned(), v.to_owned())))
         .collect()
+}
+
+/// The `--env`s, each checked, in the order given (the config keeps a list).
+fn env(items: Vec<String>) -> anyhow::Result<Vec<String>> {
+    for kv in &items {
+        key_value("--env", kv)?;
+    }
+    Ok(items)
 }
 
 fn sibling(out: &Path, suffix: &str) -> PathBuf {
@@ -68,7 +82,6 @@ fn sibling(out: &Path, suffix: &str) -> PathBuf {
 
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
-    key_values("--env", &a.env)?;
     for l in &a.layers {
         if !l.is_dir() {
             bail!("--layer {}: not a directory", l.display());
@@ -79,10 +92,10 @@ fn main() -> anyhow::Result<()> {
         layers: a.layers.clone(),
         entrypoint: a.entrypoint,
         cmd: a.cmd,
-        env: a.env,
+        env: env(a.env)?,
         user: a.user,
         working_dir: a.workdir,
-        labels: key_values("--label", &a.label)?,
+        labels: labels(&a.label)?,
         epoch: a.epoch,
     };
     let tmp = sibling(&a.out, ".building");

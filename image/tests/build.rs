@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use oci_image::archive::write_archive;
-use oci_image::{ImageSpec, write_layout};
+use oci_image::{ImageSpec, Written, write_layout};
 
 /// A small root filesystem: files in nested dirs, an executable, a symlink. `reversed` reverses
 /// the creation order and `mode` is the non-executable files' mode, so two calls can differ in
@@ -110,14 +110,21 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// A one-layer image of [`tree`] (files written with `mode`) in a fresh directory: the
+/// directory, the layout's path and what was written.
+fn one_layer_image(mode: u32) -> (tempfile::TempDir, PathBuf, Written) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    tree(&root, false, mode);
+    let layout = tmp.path().join("layout");
+    let written = write_layout(&spec(vec![root]), &layout).unwrap();
+    (tmp, layout, written)
+}
+
 #[test]
 fn skopeo_reads_the_layout_and_the_archive() {
     let Some(skopeo) = tool("skopeo") else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("root");
-    tree(&root, false, 0o644);
-    let layout = tmp.path().join("layout");
-    let written = write_layout(&spec(vec![root]), &layout).unwrap();
+    let (tmp, layout, written) = one_layer_image(0o644);
     let archive = tmp.path().join("image.tar");
     write_archive(&layout, &archive, 0).unwrap();
     let image = format!("oci:{}:1.0", layout.display());
@@ -138,11 +145,7 @@ fn skopeo_reads_the_layout_and_the_archive() {
 #[test]
 fn umoci_unpacks_the_image_as_it_was_given() {
     let Some(umoci) = tool("umoci") else { return };
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("root");
-    tree(&root, false, 0o600);
-    let layout = tmp.path().join("layout");
-    write_layout(&spec(vec![root]), &layout).unwrap();
+    let (tmp, layout, _) = one_layer_image(0o600);
     let bundle = tmp.path().join("bundle");
     let image = format!("{}:1.0", layout.display());
     run(Command::new(umoci)

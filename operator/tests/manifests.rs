@@ -46,6 +46,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+#[path = "support/kubectl.rs"]
+mod support;
+
 // ---------------------------------------------------------------------------------------------
 // The files
 // ---------------------------------------------------------------------------------------------
@@ -75,6 +78,8 @@ const FILES: &[(&str, &[&str])] = &[
 
 const CRD_FILE: &str = "01-crd.yaml";
 const KUSTOMIZATION: &str = "kustomization.yaml";
+/// kustomize's image transformer configuration: where else than `image:` images are named.
+const KUSTOMIZE_IMAGES: &str = "kustomize-images.yaml";
 /// Left out of the kustomization: a custom resource cannot be created in the apply that creates
 /// its CRD, and the operator creates the singleton with these defaults itself.
 const SAMPLE_FILE: &str = "05-sample-etcdcluster.yaml";
@@ -273,6 +278,14 @@ fn deployed_images(docs: &[Doc]) -> Images {
     }
 }
 
+/// The container image of the Deployment's pod template.
+fn container_image(d: &Deployment) -> String {
+    d.spec.template.spec.as_ref().unwrap().containers[0]
+        .image
+        .clone()
+        .unwrap()
+}
+
 /// True when the manifests create ServiceAccount `namespace/name`.
 fn has_service_account(docs: &[Doc], namespace: &str, name: &str) -> bool {
     docs.iter().any(|d| match &d.object {
@@ -368,6 +381,91 @@ fn the_crd_explains_itself() {
     assert_eq!(age["jsonPath"], ".metadata.creationTimestamp");
 }
 
+/// The path of `to` relative to the directory `from` (kustomize takes no absolute resource).
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let from: Vec<_> = from.components().collect();
+    let to: Vec<_> = to.components().collect();
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let up = std::iter::repeat_n(std::path::Component::ParentDir, from.len() - common);
+    up.chain(to[common..].iter().copied()).collect()
+}
+
+/// Every image a pod's containers and init containers name.
+fn pod_images(pod: &Pod) -> BTreeSet<String> {
+    let spec = pod.spec.as_ref().unwrap();
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .map(|c| c.image.clone().unwrap())
+        .collect()
+}
+
+/// `kustomize edit set image` (an overlay's `images:`, the way a platform pins what it pushed)
+/// names both images by digest: the Deployment's container, `OPERATOR_IMAGE` and `ETCD_IMAGE`
+/// change together and nothing else does, and everything the operator renders from that env
+/// (the etcd static pod's etcd and etcd-verify, installer pods, quorum guards) runs the pinned
+/// images.
+#[test]
+fn kustomize_images_pin_the_deployment_and_what_the_operator_renders() {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let overlay = tmp.path().join("overlay");
+    std::fs::create_dir(&overlay).unwrap();
+    let base = relative(&overlay, &manifests_dir().canonicalize().unwrap());
+    let (operator_digest, etcd_digest) = (
+        format!("sha256:{}", "1".repeat(64)),
+        format!("sha256:{}", "2".repeat(64)),
+    );
+    let kustomization = format!(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\n\
+         images:\n  - name: etcd-static-operator/etcd-static-operator\n    \
+         newName: registry.example/platform/etcd-static-operator\n    digest: {operator_digest}\n  \
+         - name: etcd-static-operator/etcd\n    newName: registry.example/platform/etcd\n    \
+         newTag: 3.5.30\n    digest: {etcd_digest}\n",
+        base.display()
+    );
+    std::fs::write(overlay.join(KUSTOMIZATION), &kustomization).unwrap();
+    let Some(built) = support::kustomize(&overlay, tmp.path()) else {
+        return;
+    };
+    let text = built.unwrap_or_else(|e| panic!("{e}\n{kustomization}"));
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let found: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Deployment").collect();
+    assert_eq!(found.len(), 1, "{text}");
+    let pinned: Deployment = serde_json::from_value(found[0].clone()).unwrap();
+    let operator = format!("registry.example/platform/etcd-static-operator@{operator_digest}");
+    let etcd = format!("registry.example/platform/etcd:3.5.30@{etcd_digest}");
+    assert_eq!(container_image(&pinned), operator);
+    assert_eq!(env_value(&pinned, "OPERATOR_IMAGE"), operator);
+    assert_eq!(env_value(&pinned, "ETCD_IMAGE"), etcd);
+    let other_env = |d: &Deployment| {
+        let c = &d.spec.template.spec.as_ref().unwrap().containers[0];
+        let env = c.env.clone().unwrap();
+        env.into_iter()
+            .filter(|e| !e.name.ends_with("_IMAGE"))
+            .collect::<Vec<_>>()
+    };
+    let shipped = deployment(&all_docs());
+    assert_eq!(
+        other_env(&pinned),
+        other_env(&shipped),
+        "only the images change"
+    );
+    let images = Images {
+        etcd: etcd.clone(),
+        operator: operator.clone(),
+    };
+    assert_eq!(
+        pod_images(&mirror_pod(&images)),
+        BTreeSet::from([etcd, operator.clone()]),
+        "the etcd static pod runs etcd and etcd-verify from the pinned images"
+    );
+    let installer = render_installer("n1", 1, 1, &images).unwrap();
+    assert_eq!(pod_images(&installer), BTreeSet::from([operator.clone()]));
+    let target = NodeTarget::new("n1", "10.0.0.1".parse().unwrap());
+    let guard = etcd_operator::podspec::render_guard(&target, &images, true).unwrap();
+    assert_eq!(pod_images(&guard), BTreeSet::from([operator]));
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. Types, and agreement with the code
 // ---------------------------------------------------------------------------------------------
@@ -394,9 +492,10 @@ fn kustomization_applies_every_object_file() {
     let keys: BTreeSet<&str> = k.as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(
         keys,
-        BTreeSet::from(["apiVersion", "kind", "resources"]),
+        BTreeSet::from(["apiVersion", "kind", "resources", "configurations"]),
         "{KUSTOMIZATION} transforms nothing: the objects apply as checked here"
     );
+    assert_eq!(k["configurations"], serde_json::json!([KUSTOMIZE_IMAGES]));
 }
 
 #[test]
@@ -408,7 +507,9 @@ fn every_manifest_reads_as_its_api_type() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
         let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
         assert!(
-            !yaml || name == KUSTOMIZATION || known.contains(name.as_str()),
+            !yaml
+                || [KUSTOMIZATION, KUSTOMIZE_IMAGES].contains(&name.as_str())
+                || known.contains(name.as_str()),
             "manifests/{name} is not checked by operator/tests/manifests.rs: add it to FILES"
         );
     }

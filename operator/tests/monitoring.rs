@@ -13,6 +13,9 @@ use std::process::Command;
 use etcd_fixture::{ClusterSpec, EtcdCluster};
 use serde_json::Value;
 
+#[path = "support/kubectl.rs"]
+mod support;
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -312,48 +315,14 @@ fn operator_metrics() -> BTreeSet<String> {
     exported(&text)
 }
 
-/// kubectl for `kubectl kustomize`: on PATH, or the kas control plane's (xz-compressed beside
-/// this checkout, as `scripts/test` finds it).
-fn kubectl(dir: &Path) -> Option<PathBuf> {
-    if let Ok(k) = which("kubectl") {
-        return Some(k);
-    }
-    let kas_dir = std::env::var_os("KAS")
-        .map(PathBuf::from)
-        .and_then(|k| k.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| repo().join("../shared/kas"));
-    let xz = kas_dir.join("bin/kubectl.xz");
-    let out = Command::new("xz").arg("-dc").arg(&xz).output().ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let path = dir.join("kubectl");
-    std::fs::write(&path, out.stdout).ok()?;
-    let mut perms = std::fs::metadata(&path).ok()?.permissions();
-    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
-    std::fs::set_permissions(&path, perms).ok()?;
-    Some(path)
-}
-
 /// `kubectl kustomize monitoring/` builds, into exactly the objects a platform expects.
 #[test]
 fn the_monitoring_kustomization_builds() {
     let tmp = tempfile::tempdir().unwrap();
-    let Some(kubectl) = kubectl(tmp.path()) else {
-        eprintln!("SKIPPED: no kubectl on PATH and no ../shared/kas/bin/kubectl.xz");
+    let Some(built) = support::kustomize(&repo().join("monitoring"), tmp.path()) else {
         return;
     };
-    let out = Command::new(&kubectl)
-        .arg("kustomize")
-        .arg(repo().join("monitoring"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "kubectl kustomize monitoring/: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = built.unwrap_or_else(|e| panic!("{e}"));
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
         .unwrap_or_else(|e| panic!("kustomize output is not YAML: {e}\n{text}"));
     let mut objects: Vec<String> = docs

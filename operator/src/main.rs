@@ -101,8 +101,10 @@ struct BackupArgs {
         default_value = "/var/lib/etcd-backup"
     )]
     backup_dir: PathBuf,
-    /// A directory holding `etcd` and `etcdctl` (etcd 3.4) or `etcdutl` (3.5+) of the cluster's
-    /// etcd version: verification restores each backup with them.
+    /// A directory holding `etcd` and `etcdctl` (etcd 3.4) or `etcdutl` (3.5+): verification
+    /// restores each backup with them. When `<dir>/../lib/etcd/<version>/` holds the build of the
+    /// cluster image's version (or `spec.etcdImageVersion`), as the operator image lays every
+    /// supported build out, that one is used instead.
     #[arg(
         long,
         env = "ETCD_OPERATOR_ETCD_TOOLS",

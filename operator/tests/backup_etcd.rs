@@ -69,6 +69,7 @@ async fn inputs(
         cluster_id: obs.cluster_id.map(|c| format!("{c:x}")).unwrap_or_default(),
         etcd_version: "3.4.0".into(),
         image: image(),
+        image_version: String::new(),
         resources: serde_json::json!({"revision": 3}),
         paths: BackupPaths {
             dir: "/nonexistent".into(),
@@ -290,4 +291,39 @@ async fn a_backup_to_s3_is_verified_and_a_wrong_key_is_refused_by_name() {
     store.download(&name.snapshot(), &back).await.unwrap();
     let checked = etcd_snapshot::file::verify(&back).unwrap();
     assert_eq!(checked.sha256, good.record.sha256);
+}
+
+/// The operator image's layout (`scripts/build-images`): `/usr/local/bin` links the Deployment's
+/// etcd build, every supported build lives in `/usr/local/lib/etcd/<version>/`. A cluster whose
+/// image names no version (a digest) but declares it in `spec.etcdImageVersion` is verified with
+/// the tools of that version, not with whatever `/usr/local/bin` holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_digest_only_image_verifies_with_the_tools_of_its_declared_version() {
+    let mut cluster = EtcdCluster::start(ClusterSpec::plain(3)).await.unwrap();
+    cluster.wait_writable().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("image/usr/local");
+    let bin = root.join("bin");
+    let versioned = root.join("lib/etcd").join(version());
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&versioned).unwrap();
+    for tool in ["etcd", restore_tool()] {
+        std::os::unix::fs::symlink(tools().join(tool), versioned.join(tool)).unwrap();
+        // What /usr/local/bin would hold for another default: tools that cannot restore.
+        std::fs::write(bin.join(tool), "#!/bin/sh\nexit 3\n").unwrap();
+        let mut perms = std::fs::metadata(bin.join(tool)).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+        std::fs::set_permissions(bin.join(tool), perms).unwrap();
+    }
+    let dest = Destination::Local {
+        dir: dir.path().join("backups"),
+    };
+    let mut i = inputs(&cluster, dest, dir.path(), &bin).await;
+    i.image = format!("registry.example/etcd@sha256:{}", "a".repeat(64));
+    i.image_version = version();
+    let name = BackupName::new("20261127T040000Z").unwrap();
+    let out = run::take(name.clone(), Backup::default(), Ok(i)).await;
+    let good = out.result.unwrap_or_else(|f| panic!("{f:?}"));
+    let v = good.verified.expect("verified");
+    assert!(v.message.contains(&format!("= {name}")), "{}", v.message);
 }

@@ -126,7 +126,12 @@ impl LocalControlPlane {
                     .as_deref()
                     .unwrap_or(self.api.kubeconfig()),
             )
-            .env("ETCD_OPERATOR_LOG", "info")
+            // The scenarios' operators log at info; ETCD_OPERATOR_LOG in the test's environment
+            // (e.g. `etcd_operator=debug,kube_client=debug`) raises it to chase a failure.
+            .env(
+                "ETCD_OPERATOR_LOG",
+                std::env::var("ETCD_OPERATOR_LOG").unwrap_or_else(|_| "info".into()),
+            )
             // The local backup destination: on a real node a hostPath of the node the operator
             // runs on; here one directory of the control plane's. Verification restores with
             // the tools of the etcd build the starting image runs (the image table's).

@@ -445,6 +445,7 @@ fn prepare(p: &Pass<'_>, spec: &Backup) -> Result<run::Inputs, Failure> {
             .unwrap_or_default(),
         etcd_version: p.o.etcd.cluster_version.clone().unwrap_or_default(),
         image,
+        image_version: p.o.spec.etcd_image_version.clone(),
         resources: run::resources(&p.inputs.configmaps, &p.inputs.secrets, p.latest),
         paths: p.ctx.config.backup.clone(),
     })

@@ -34,6 +34,8 @@ pub struct Inputs {
     pub etcd_version: String,
     /// The etcd image of the cluster (which restore tool verification uses).
     pub image: String,
+    /// `spec.etcdImageVersion`: the image's version when its tag names none.
+    pub image_version: String,
     /// The static-pod resources of the current revision, as stored beside the snapshot.
     pub resources: serde_json::Value,
     pub paths: BackupPaths,
@@ -184,9 +186,15 @@ async fn steps(
         .map_err(dest)?;
     let verified = if spec.verify {
         let work = scratch.join("verify");
-        let checked =
-            super::verify::restore_and_read(&i.paths.etcd_tools, &i.image, &file, &work, &marker)
-                .await;
+        let checked = super::verify::restore_and_read(
+            &i.paths.etcd_tools,
+            &i.image,
+            &i.image_version,
+            &file,
+            &work,
+            &marker,
+        )
+        .await;
         match checked {
             Ok(message) => {
                 record.verified_at = format_time(OffsetDateTime::now_utc());

@@ -1,11 +1,12 @@
 //! Verification by restore: a backup counts only once it restored into a throwaway data dir
 //! (with the restore tool of the cluster's etcd image: `etcdctl` for 3.4, `etcdutl` for 3.5+,
-//! taken from the operator's `--etcd-tools` directory), a throwaway one-member etcd started on
+//! of that image's version, from the operator image's `/usr/local/lib/etcd/<version>/` when it
+//! carries that build, else from the `--etcd-tools` directory itself), a throwaway one-member etcd started on
 //! it (plain HTTP on two free loopback ports, nothing else reaches it), and that etcd answered
 //! the marker key with the value written just before the snapshot. The etcd is stopped and the
 //! directory removed by the caller whatever the result.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -23,15 +24,30 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("no free loopback port: {e}"))
 }
 
+/// The directory holding the etcd tools of `version`: the operator image keeps every supported
+/// build in `<tools>/../lib/etcd/<version>/` (`scripts/build-images`), with `tools` itself
+/// (`/usr/local/bin`) linking the Deployment's default one; another directory is used as it is.
+pub fn tools_dir(tools: &Path, version: (u64, u64, u64)) -> PathBuf {
+    let (a, b, c) = version;
+    let versioned = tools.join(format!("../lib/etcd/{a}.{b}.{c}"));
+    if versioned.join("etcd").is_file() {
+        versioned
+    } else {
+        tools.to_path_buf()
+    }
+}
+
 /// Restores `snapshot` under `work` and reads [`MARKER_KEY`] back; `Ok` says what proved it.
 pub async fn restore_and_read(
     tools: &Path,
     image: &str,
+    declared_version: &str,
     snapshot: &Path,
     work: &Path,
     marker: &str,
 ) -> Result<String, String> {
-    let tool = etcd_snapshot::tool::restore_tool(image)?;
+    let tool = etcd_snapshot::tool::restore_tool_declared(image, declared_version)?;
+    let tools = tools_dir(tools, tool.version);
     let restore_bin = tools.join(tool.binary);
     let etcd_bin = tools.join("etcd");
     for b in [&restore_bin, &etcd_bin] {

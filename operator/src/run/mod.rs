@@ -128,18 +128,28 @@ async fn renew_lease(
     was: bool,
     seen: &mut Option<leader::Observed>,
 ) -> bool {
-    let leading = match leader::try_lead(
+    // Bounded: an API that accepts the request and never answers (its etcd in trouble) must not
+    // hold the loop; a renewal not answered by the time it would stop letting this instance act
+    // is a lost one.
+    let limit = leader::renew_deadline(opts.lease_duration);
+    let attempt = leader::try_lead(
         client,
         &opts.config.operator_namespace,
         &opts.identity,
         opts.lease_duration,
         seen,
-    )
-    .await
-    {
-        Ok(l) => l,
-        Err(e) => {
+    );
+    let leading = match tokio::time::timeout(limit, attempt).await {
+        Ok(Ok(l)) => l,
+        Ok(Err(e)) => {
             tracing::warn!(error = %e, "lease renewal failed");
+            false
+        }
+        Err(_) => {
+            tracing::warn!(
+                limit_s = limit.as_secs_f64(),
+                "lease renewal failed: the API did not answer in time"
+            );
             false
         }
     };
@@ -282,5 +292,42 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         resync = report
             .full_pass_within
             .map_or(pass::RESYNC, |d| d.min(pass::RESYNC));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An API server that accepts connections and never answers (what kube-apiserver does while
+    /// its etcd has no quorum) costs the loop one renew deadline, then the renewal counts as
+    /// lost: the loop goes on (and stops acting) instead of waiting for the client's own read
+    /// timeout, minutes later.
+    #[tokio::test]
+    async fn an_api_that_never_answers_loses_the_lease_within_the_renew_deadline() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                open.push(socket);
+            }
+        });
+        let client = Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let opts = RunOptions {
+            config: Context::for_tests().config.clone(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            identity: "op-a".into(),
+            lease_duration: Duration::from_secs(3),
+        };
+        let started = Instant::now();
+        let leading = renew_lease(&client, &opts, true, &mut None).await;
+        let took = started.elapsed();
+        held.abort();
+        assert!(!leading, "an unanswered renewal must not count as leading");
+        assert!(
+            took < Duration::from_secs(4),
+            "the renewal waited {took:?}, past the renew deadline of 2s"
+        );
     }
 }

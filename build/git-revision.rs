@@ -31,7 +31,10 @@ fn watch_head() {
     if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
         files.push(Path::new(&common).join(branch));
     }
-    for f in files {
+    // Only files that exist: cargo counts a missing one as changed on every build (a clone
+    // whose refs are all loose has no packed-refs), which would relink every binary each time.
+    // A ref that moves into packed-refs later removes its loose file, which cargo notices.
+    for f in files.into_iter().filter(|f| f.exists()) {
         println!("cargo:rerun-if-changed={}", f.display());
     }
 }

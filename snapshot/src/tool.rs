@@ -60,57 +60,29 @@ pub fn restore_tool(image: &str) -> Result<Tool, String> {
             ));
         }
     };
-    Ok(match version {
-        (3, 4, _) => Tool {
-            binary: "etcdctl",
-            bumps_revision: false,
-            version,
-        },
-        (3, 5, patch) => Tool {
-            binary: "etcdutl",
-            bumps_revision: patch >= 10,
-            version,
-        },
-        (3, minor, _) if minor >= 6 => Tool {
-            binary: "etcdutl",
-            bumps_revision: true,
-            version,
-        },
-        _ => {
-            return Err(format!(
-                "image {image:?}: etcd {core} is not a version recovery knows (3.4 and later)"
-            ));
-        }
+    tool_of_version(version).ok_or_else(|| {
+        format!("image {image:?}: etcd {core} is not a version recovery knows (3.4 and later)")
     })
 }
 
-/// Like [`restore_tool`], for an image whose tag may name no version (a digest only, `latest`):
-/// then `declared` (the cluster's `spec.etcdImageVersion`) says which etcd it runs.
-pub fn restore_tool_declared(image: &str, declared: &str) -> Result<Tool, String> {
-    let declared = declared.trim();
-    match restore_tool(image) {
-        Err(e) if declared.is_empty() => Err(e),
-        Err(_) => restore_tool(&format!("etcd:{declared}"))
-            .map_err(|e| format!("spec.etcdImageVersion of image {image:?}: {e}")),
-        tool => tool,
-    }
+/// The restore tool of etcd `version` (major, minor, patch); `None` before 3.4.
+pub fn tool_of_version(version: (u64, u64, u64)) -> Option<Tool> {
+    let (binary, bumps_revision) = match version {
+        (3, 4, _) => ("etcdctl", false),
+        (3, 5, patch) => ("etcdutl", patch >= 10),
+        (3, minor, _) if minor >= 6 => ("etcdutl", true),
+        _ => return None,
+    };
+    Some(Tool {
+        binary,
+        bumps_revision,
+        version,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_declared_version_names_the_tool_of_an_image_without_one() {
-        let digest = "registry.example/etcd@sha256:0123";
-        assert!(restore_tool_declared(digest, "").is_err());
-        let t = restore_tool_declared(digest, "3.5.16").unwrap();
-        assert_eq!((t.binary, t.version), ("etcdutl", (3, 5, 16)));
-        let t = restore_tool_declared("etcd:3.4.23", "").unwrap();
-        assert_eq!(t.binary, "etcdctl");
-        let e = restore_tool_declared("etcd:latest", "three").unwrap_err();
-        assert!(e.contains("spec.etcdImageVersion"), "{e}");
-    }
 
     #[test]
     fn the_bump_is_a_billion_or_a_fifth_above_the_raft_index_seen() {

@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 use tokio::process::Command;
 
+use etcd_snapshot::tool::{Tool, tool_of_version};
+
 use super::run::MARKER_KEY;
+use crate::controllers::etcd_version::image_release;
 
 /// How long the restore, and then the start until the marker reads back, may each take.
 const STEP_LIMIT: Duration = Duration::from_secs(120);
@@ -37,6 +40,23 @@ pub fn tools_dir(tools: &Path, version: (u64, u64, u64)) -> PathBuf {
     }
 }
 
+/// The restore tool of the cluster's etcd image: the version its tag names, else `declared`
+/// (`spec.etcdImageVersion`, for a digest-only image), read as the version policy reads them.
+pub fn restore_tool(image: &str, declared: &str) -> Result<Tool, String> {
+    let release = image_release(image, declared)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!(
+                "etcd image {image} names no version and spec.etcdImageVersion is empty: cannot tell which tool restores its snapshots"
+            )
+        })?;
+    let v = release.version;
+    let version = (u64::from(v.major), u64::from(v.minor), u64::from(v.patch));
+    tool_of_version(version).ok_or_else(|| {
+        format!("etcd image {image}: etcd {v} is not a version recovery knows (3.4 and later)")
+    })
+}
+
 /// Restores `snapshot` under `work` and reads [`MARKER_KEY`] back; `Ok` says what proved it.
 pub async fn restore_and_read(
     tools: &Path,
@@ -46,7 +66,7 @@ pub async fn restore_and_read(
     work: &Path,
     marker: &str,
 ) -> Result<String, String> {
-    let tool = etcd_snapshot::tool::restore_tool_declared(image, declared_version)?;
+    let tool = restore_tool(image, declared_version)?;
     let tools = tools_dir(tools, tool.version);
     let restore_bin = tools.join(tool.binary);
     let etcd_bin = tools.join("etcd");
@@ -179,5 +199,22 @@ async fn read_marker(
             ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_declared_version_names_the_tool_of_an_image_without_one() {
+        let digest = "registry.example/etcd@sha256:0123";
+        assert!(restore_tool(digest, "").is_err());
+        let t = restore_tool(digest, "3.5.16").unwrap();
+        assert_eq!((t.binary, t.version), ("etcdutl", (3, 5, 16)));
+        let t = restore_tool("etcd:3.4.23", "").unwrap();
+        assert_eq!(t.binary, "etcdctl");
+        let e = restore_tool("etcd:latest", "three").unwrap_err();
+        assert!(e.contains("spec.etcdImageVersion"), "{e}");
     }
 }

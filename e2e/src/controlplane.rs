@@ -328,6 +328,9 @@ impl LocalControlPlane {
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(e.into()),
         }
+        if let Some(node) = self.nodes.iter().find(|n| n.name == name) {
+            self.leave_stacked(node);
+        }
         self.nodes.retain(|n| n.name != name);
         Ok(())
     }

@@ -553,3 +553,22 @@ async fn lone_voter_restart() {
         );
     }
 }
+
+/// The API through every operation, on real kube-apiservers on the managed etcd (issue 33's
+/// `api-availability`). Needs `TEST_API=kas`; skipped loudly without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_availability() {
+    if std::env::var("TEST_API").as_deref() != Ok("kas") {
+        eprintln!(
+            "SKIPPED api_availability: it needs real kube-apiservers on the managed etcd (TEST_API=kas with ../shared/kas)"
+        );
+        return;
+    }
+    let report = scenario("api-availability").await;
+    let phases: Vec<&str> = report.api_phases.iter().map(|p| p.phase.as_str()).collect();
+    assert_eq!(phases.len(), 10, "{phases:?}");
+    for p in &report.api_phases {
+        assert!(p.writes_acknowledged > 0, "{p:?}");
+        assert_eq!(p.objects_lost, 0, "{p:?}");
+    }
+}

@@ -233,10 +233,21 @@ impl Pods {
         };
         stop_managed(m).await;
         if delete_mirror && let Some(client) = &self.client {
+            // In the background, bounded: the static-pod loop never waits on the API (it may be
+            // served from the very etcd whose next manifest is waiting to start).
             let api: Api<Pod> = Api::namespaced(client.clone(), &key.namespace);
-            if let Err(e) = delete_now(&api, &key.name).await {
-                tracing::warn!(pod = %key, error = %e, "deleting mirror pod failed");
-            }
+            let key = key.clone();
+            tokio::spawn(async move {
+                match tokio::time::timeout(MIRROR_DELETE_BOUND, delete_now(&api, &key.name)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(pod = %key, error = %e, "deleting mirror pod failed")
+                    }
+                    Err(_) => {
+                        tracing::warn!(pod = %key, bound = ?MIRROR_DELETE_BOUND, "deleting mirror pod: the API did not answer")
+                    }
+                }
+            });
         }
     }
 
@@ -291,6 +302,8 @@ async fn stop_or_kill(m: Managed, kill: bool) {
 
 /// How long a stopped pod's status publisher may take to finish its API call.
 const PUBLISHER_GRACE: Duration = Duration::from_secs(2);
+/// Bound on deleting the mirror pod of a static pod whose manifest went away.
+const MIRROR_DELETE_BOUND: Duration = Duration::from_secs(30);
 
 /// A started node agent.
 #[derive(Debug)]

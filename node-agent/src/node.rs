@@ -241,6 +241,71 @@ pub async fn post_status(
         .map(|_| ())
 }
 
+/// The heartbeat's state between rounds.
+struct Beat {
+    name: String,
+    ip: IpAddr,
+    since: Timestamp,
+    interval: Duration,
+    registered: bool,
+    use_lease: bool,
+}
+
+impl Beat {
+    /// One round: register if needed, post the status, renew the Lease. Returns the wait
+    /// before the next round.
+    async fn once(
+        &mut self,
+        api: &Api<Node>,
+        leases: &Api<Lease>,
+        uid: &watch::Sender<Option<String>>,
+    ) -> Duration {
+        let retry = self.interval.min(Duration::from_secs(1));
+        let name = self.name.as_str();
+        if !self.registered {
+            match register(api, name).await {
+                Ok(node) => {
+                    self.registered = true;
+                    uid.send_replace(node.metadata.uid.clone());
+                }
+                Err(e) => tracing::warn!(node = %name, error = %e, "registering node failed"),
+            }
+        }
+        if !self.registered {
+            return retry;
+        }
+        let mut wait = self.interval;
+        let st = node_status(
+            name,
+            self.ip,
+            Readiness::Ready,
+            self.since,
+            Timestamp::now(),
+        );
+        if let Err(e) = post_status(api, name, &st).await {
+            tracing::warn!(node = %name, error = %e, "node heartbeat failed");
+            if matches!(&e, kube::Error::Api(s) if s.is_not_found()) {
+                self.registered = false;
+            }
+            wait = retry;
+        }
+        let node_uid = uid.borrow().clone().unwrap_or_default();
+        if self.use_lease {
+            match renew_lease(leases, name, &node_uid).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::info!(node = %name, "no {LEASE_NAMESPACE} namespace; heartbeat is the Node's Ready condition only");
+                    self.use_lease = false;
+                }
+                Err(e) => {
+                    tracing::warn!(node = %name, error = %e, "renewing node lease failed")
+                }
+            }
+        }
+        wait
+    }
+}
+
 /// Registers the node, then heartbeats until cancelled; reports `Ready=Unknown` at the end
 /// unless `silent` is set by then (a simulated crash).
 /// The Node's UID is published on `uid` once known (mirror pods name the Node as owner).
@@ -255,46 +320,20 @@ pub async fn heartbeat_loop(
 ) {
     let api: Api<Node> = Api::all(client.clone());
     let leases: Api<Lease> = Api::namespaced(client, LEASE_NAMESPACE);
-    let since = Timestamp::now();
-    let retry = interval.min(Duration::from_secs(1));
-    let mut registered = false;
-    let mut use_lease = true;
+    let mut beat = Beat {
+        name: name.clone(),
+        ip,
+        since: Timestamp::now(),
+        interval,
+        registered: false,
+        use_lease: true,
+    };
     loop {
-        if !registered {
-            match register(&api, &name).await {
-                Ok(node) => {
-                    registered = true;
-                    uid.send_replace(node.metadata.uid.clone());
-                }
-                Err(e) => tracing::warn!(node = %name, error = %e, "registering node failed"),
-            }
-        }
-        let mut wait = interval;
-        if registered {
-            let st = node_status(&name, ip, Readiness::Ready, since, Timestamp::now());
-            if let Err(e) = post_status(&api, &name, &st).await {
-                tracing::warn!(node = %name, error = %e, "node heartbeat failed");
-                if matches!(&e, kube::Error::Api(s) if s.is_not_found()) {
-                    registered = false;
-                }
-                wait = retry;
-            }
-            let node_uid = uid.borrow().clone().unwrap_or_default();
-            if use_lease {
-                match renew_lease(&leases, &name, &node_uid).await {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        tracing::info!(node = %name, "no {LEASE_NAMESPACE} namespace; heartbeat is the Node's Ready condition only");
-                        use_lease = false;
-                    }
-                    Err(e) => {
-                        tracing::warn!(node = %name, error = %e, "renewing node lease failed")
-                    }
-                }
-            }
-        } else {
-            wait = retry;
-        }
+        // A call to an API that accepts and never answers must not hold the agent's stop.
+        let wait = tokio::select! {
+            w = beat.once(&api, &leases, &uid) => w,
+            _ = cancel.cancelled() => break,
+        };
         if cancelled_sleep(&cancel, wait).await {
             break;
         }

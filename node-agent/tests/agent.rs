@@ -1443,3 +1443,50 @@ async fn restart_policies_on_failure_and_always() {
     n.shutdown().await;
     assert_clean(&BTreeSet::new(), &[n.root.path()]);
 }
+
+fn sleeper(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox\n    command: [sleep, '1000']\n"
+    )
+}
+
+/// As the kubelet, the agent never waits on the API to act on its manifest directory: with an
+/// API that accepts connections and never answers (kube-apiserver while its etcd has no
+/// quorum), a manifest moved away and another placed (what `etcd-recover` does to restart etcd
+/// with `--force-new-cluster`) are acted on at once. Before, the mirror pod's deletion held the
+/// static-pod loop for the client's read timeout (295 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_pods_never_wait_on_an_api_that_does_not_answer() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            held.push(conn);
+        }
+    });
+    let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+    let mut n = TestNode::start("node-s", Some(client)).await;
+    n.install_manifest("one.yaml", &sleeper("one"));
+    let one = n.key("default", "one-node-s");
+    eventually("pod one running", DEADLINE, || async {
+        let (st, obs) = n.status(&one).await?;
+        running_pid(&obs, "c").ok_or_else(|| brief(&st))
+    })
+    .await;
+    std::fs::remove_file(n.path("/etc/kubernetes/manifests/one.yaml")).unwrap();
+    n.install_manifest("two.yaml", &sleeper("two"));
+    let two = n.key("default", "two-node-s");
+    eventually(
+        "pod two running while the API never answers",
+        Duration::from_secs(15),
+        || async {
+            let (st, obs) = n.status(&two).await?;
+            running_pid(&obs, "c").ok_or_else(|| brief(&st))
+        },
+    )
+    .await;
+    assert!(n.status(&one).await.is_err(), "pod one still runs");
+    n.shutdown().await;
+    hold.abort();
+}

@@ -226,6 +226,16 @@ impl ApiServerOperator {
         }
     }
 
+    /// Removes a node (its machine is gone): nothing is laid or waited for there any more, and
+    /// a restart of it still in flight leaves the history (it ended with the machine, not Ready).
+    pub fn remove_node(&self, name: &str) {
+        if let Ok(mut s) = self.state.lock() {
+            s.nodes.retain(|n| n.name != name);
+            s.laid.remove(name);
+            s.rolls.retain(|r| r.node != name || r.ready.is_some());
+        }
+    }
+
     /// Every roll so far, in order.
     pub fn rolls(&self) -> Vec<Roll> {
         self.state

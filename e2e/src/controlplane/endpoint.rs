@@ -81,6 +81,15 @@ impl ApiEndpoint {
     }
 }
 
+impl ApiEndpoint {
+    /// Removes a backend (its control-plane node is gone).
+    pub fn remove_backend(&self, addr: SocketAddr) {
+        if let Ok(mut b) = self.backends.lock() {
+            b.retain(|x| x.addr != addr);
+        }
+    }
+}
+
 /// The backends to try for connection number `n`: the Ready ones round robin from `n`, then
 /// the others.
 fn connect_order(backends: &Mutex<Vec<Backend>>, n: usize) -> Vec<SocketAddr> {

@@ -184,6 +184,16 @@ impl LocalControlPlane {
         Ok(())
     }
 
+    /// On the stacked control plane: `node`'s machine is gone; the endpoint and the
+    /// kube-apiserver operator stand-in forget it.
+    pub(super) fn leave_stacked(&self, node: &SimNode) {
+        if let Some(s) = &self.stacked {
+            s.endpoint
+                .remove_backend(SocketAddr::new(node.ip(), APISERVER_PORT));
+            s.apiservers.remove_node(&node.name);
+        }
+    }
+
     /// The node agent configuration of a node of this control plane.
     pub(super) fn stacked_node_config(&self, node: &SimNode) -> Option<NodeConfig> {
         let s = self.stacked.as_ref()?;
@@ -194,6 +204,24 @@ impl LocalControlPlane {
             &self.api,
             IpAddr::V4(s.endpoint_addr.ip()),
         ))
+    }
+
+    /// An admin's client of `node`'s own kube-apiserver (not through the endpoint): the
+    /// admin kubeconfig with the node's address as the server (its serving certificate names
+    /// it).
+    pub async fn apiserver_client(&self, node: &str) -> Result<kube::Client, ControlPlaneError> {
+        let ip = self.node(node)?.ip();
+        let path = self.api.kubeconfig();
+        let kubeconfig = kube::config::Kubeconfig::read_from(path)
+            .map_err(|e| ControlPlaneError::Failed(format!("{}: {e}", path.display())))?;
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .map_err(|e| ControlPlaneError::Failed(format!("{}: {e}", path.display())))?;
+        let url = format!("https://{ip}:{APISERVER_PORT}");
+        config.cluster_url = url
+            .parse()
+            .map_err(|e| ControlPlaneError::Failed(format!("{url}: {e}")))?;
+        Ok(kube::Client::try_from(config)?)
     }
 
     /// The stacked control plane's parts, when this is one.

@@ -5,14 +5,9 @@
 //! consumer that reloads its Secret would. At the end every leaf and client certificate is the
 //! new CA's, the bundles trust it alone, and the next CA's Secret is gone.
 //!
-//! On the stacked control plane (`TEST_API=kas`: real kube-apiservers as static pods on the
-//! managed etcd, a consumer with `reload: Restart`) it is also the story of issue 33: a ConfigMap
-//! is created through the API every 100 ms throughout; the API must answer after the rotation
-//! (a kube-apiserver that kept the old CA file would never reach etcd again), no acknowledged
-//! ConfigMap may be lost, and the kube-apiserver operator stand-in must have restarted the
-//! kube-apiservers one at a time; the longest API write gap goes into the step log. Before the
-//! rotation, the gate's control-plane preflight is shown holding a rollout while n2's
-//! kube-scheduler is missing ([`super::control_plane_preflight`]).
+//! On the stacked control plane (real kube-apiservers on the managed etcd, a consumer with
+//! `reload: Restart`) the same rotation is a phase of `api-availability`
+//! ([`super::api_availability`]), with the API's clients watched throughout.
 
 use std::time::{Duration, Instant};
 
@@ -21,16 +16,12 @@ use etcd_operator::certs::{inspect_certs, inspect_pem};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 
-use super::api_probe::ApiProbe;
 use super::harness::Harness;
-use crate::controlplane::apiserver_operator::Roll;
 use crate::controlplane::{ControlPlaneError, OPERATOR_NS, STATIC_NS};
 
 /// Three rollouts of three nodes each.
 const DEADLINE: Duration = Duration::from_secs(300);
 const TRIGGER: &str = "rotate-1";
-/// Bound on the API answering again once the rotation is done.
-const API_BACK: Duration = Duration::from_secs(60);
 const PHASES: [&str; 3] = ["TrustBoth", "ReissueLeaves", "DropOld"];
 
 fn failed(msg: impl Into<String>) -> ControlPlaneError {
@@ -53,83 +44,10 @@ fn progress(s: &EtcdClusterStatus) -> usize {
 }
 
 pub async fn ca_rotation(h: &mut Harness) -> Result<(), ControlPlaneError> {
-    let probe = match h.cp.stacked() {
-        Some(_) => Some(ApiProbe::start(h.cp.client()).await?),
-        None => None,
-    };
-    if probe.is_some() {
-        super::control_plane_preflight::held_while_a_scheduler_is_missing(h).await?;
-    }
-    let started = Instant::now();
-    rotate(h).await?;
-    if let Some(probe) = probe {
-        api_held(h, probe, started).await?;
-    }
-    Ok(())
+    rotate(h).await
 }
 
-/// The API answered after the rotation, lost nothing, and its servers restarted one at a time.
-async fn api_held(
-    h: &mut Harness,
-    probe: ApiProbe,
-    started: Instant,
-) -> Result<(), ControlPlaneError> {
-    let done = Instant::now();
-    let mut after = None;
-    let until = done + API_BACK;
-    while after.is_none() && Instant::now() < until {
-        after = probe.first_ack_after(done).await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let gap = probe.longest_gap_ms_between(started, done).await;
-    let report = probe.finish().await?;
-    if after.is_none() {
-        return Err(failed(format!(
-            "the API acknowledged no write within {API_BACK:?} after the CA rotation: {report:?}"
-        )));
-    }
-    if report.objects_lost > 0 {
-        return Err(failed(format!(
-            "ConfigMaps lost through the API: {report:?}"
-        )));
-    }
-    let rolls =
-        h.cp.stacked()
-            .map(|s| s.apiservers.rolls())
-            .unwrap_or_default();
-    let overlapping = overlapping_rolls(&rolls);
-    if !overlapping.is_empty() {
-        return Err(failed(format!(
-            "kube-apiservers restarted together: {overlapping:?}"
-        )));
-    }
-    let during: Vec<String> = rolls
-        .iter()
-        .filter(|r| r.started >= started)
-        .map(|r| format!("{}→{}", r.node, r.digest))
-        .collect();
-    h.step(format!(
-        "API through the CA rotation: {} ConfigMaps created, {} failed, 0 lost, longest write gap {gap} ms; kube-apiservers restarted one at a time: {}",
-        report.writes_acknowledged,
-        report.writes_failed,
-        during.join(", ")
-    ));
-    Ok(())
-}
-
-/// Pairs of successive restarts of two kube-apiservers where the later started before the
-/// earlier was Ready again (the first lay-down, all at once before any API, aside; a server
-/// given newer inputs while it restarts is still one server down).
-fn overlapping_rolls(rolls: &[Roll]) -> Vec<(String, String)> {
-    rolls
-        .windows(2)
-        .filter(|w| w[1].started != w[0].started && w[1].node != w[0].node)
-        .filter(|w| w[0].ready.is_none_or(|ready| w[1].started < ready))
-        .map(|w| (w[0].node.clone(), w[1].node.clone()))
-        .collect()
-}
-
-async fn rotate(h: &mut Harness) -> Result<(), ControlPlaneError> {
+pub(super) async fn rotate(h: &mut Harness) -> Result<(), ControlPlaneError> {
     let old = h.signer().await?;
     h.patch_spec(serde_json::json!({"certificates": {"caRotationRequest": TRIGGER}}))
         .await?;

@@ -1,5 +1,5 @@
-//! A phase of `ca-rotation` on the stacked control plane (issue 33, item 4): the quorum gate's
-//! control-plane preflight. n2's kube-scheduler manifest is moved out of its manifests
+//! The forced-rollout phase of `api-availability` on the stacked control plane (issue 33, item
+//! 4): the quorum gate's control-plane preflight. n2's kube-scheduler manifest is moved out of its manifests
 //! directory (its node agent stops the pod, the mirror pod goes), then a redeployment is
 //! forced. Restarting n2's own etcd is allowed; restarting n1's or n3's must wait, with the
 //! denial naming the missing scheduler on a condition, until the manifest is back; then the

@@ -139,7 +139,7 @@ fn guard_evicted(r: &DrainReport, node: &str) -> bool {
 }
 
 /// Drains, powers off, powers on and uncordons `node`, with no other drain running.
-async fn maintain(
+pub(super) async fn maintain(
     h: &mut Harness,
     node: &str,
     options: &DrainOptions,

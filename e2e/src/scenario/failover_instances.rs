@@ -108,12 +108,7 @@ impl OperatorInstances {
                     .and_then(|s| s.container_statuses.as_ref())
                     .and_then(|cs| cs.iter().find_map(|c| c.container_id.clone()))
                     .ok_or_else(|| failed(format!("pod {leader} reports no containerID")))?;
-                let pid = id
-                    .rsplit('/')
-                    .next()
-                    .and_then(|p| p.parse::<i32>().ok())
-                    .ok_or_else(|| failed(format!("no pid in containerID {id:?}")))?;
-                let killed = sigkill_group(pid);
+                let killed = sigkill_container(&id)?;
                 pods.delete(
                     leader,
                     &DeleteParams {
@@ -128,6 +123,17 @@ impl OperatorInstances {
             }
         }
     }
+}
+
+/// SIGKILL to the container a node agent reports as `containerID` (its shim's pid, see
+/// [`sigkill_group`]). Says which processes were signalled.
+pub(super) fn sigkill_container(id: &str) -> Result<String, ControlPlaneError> {
+    let pid = id
+        .rsplit('/')
+        .next()
+        .and_then(|p| p.parse::<i32>().ok())
+        .ok_or_else(|| failed(format!("no pid in containerID {id:?}")))?;
+    Ok(sigkill_group(pid))
 }
 
 /// SIGKILL to a node agent's container: the shim `pid` (a process group leader) and its child,

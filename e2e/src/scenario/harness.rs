@@ -31,6 +31,8 @@ pub struct Harness {
     pub watch: Option<StatusWatch>,
     /// Recovery figures a scenario measured for its report (`quorum-loss` only).
     pub recovery: Option<Recovery>,
+    /// What the API's clients saw, per phase (`api-availability` only).
+    pub api_phases: Vec<super::api_report::ApiPhase>,
 }
 
 /// What a disaster-recovery scenario measured ([`super::ScenarioReport::rto_s`]).
@@ -38,6 +40,9 @@ pub struct Harness {
 pub struct Recovery {
     /// Seconds from the loss to the first write acknowledged afterwards (`None`: none was).
     pub rto_s: Option<f64>,
+    /// The same, as the API's clients see it: to the first create acknowledged through
+    /// kube-apiserver (the stacked control plane only).
+    pub api_rto_s: Option<f64>,
 }
 
 impl std::fmt::Debug for Harness {
@@ -104,6 +109,7 @@ impl Harness {
             steps: Vec::new(),
             watch: None,
             recovery: None,
+            api_phases: Vec::new(),
         }
     }
 

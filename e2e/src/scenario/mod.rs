@@ -23,8 +23,8 @@
 //! | `drain` | n1 is drained (cordon, evictions through `pods/eviction`) and powered off; a drain of n2 started at once is refused by the quorum guard's PodDisruptionBudget until n1 is back, uncordoned and its member healthy, then goes through; n3 drains at once afterwards; never fewer than a quorum of healthy voters |
 //! | `unhealthy-member-replaced` | n2's WAL becomes unreadable, so etcd-verify keeps its etcd down: after `memberRemediation.unhealthySeconds` the member is replaced and `status.remediations` counts the attempt |
 //! | `operator-failover` | a second operator instance stands by; n4 and n5 join (3 → 5 voters) and the Lease holder is killed (SIGKILL) as soon as etcd lists the first new learner: the standby holds the Lease within 10 s (lease 6 s + 1 s rounding + renew period 2 s + 1 s), never before the lease expired, and completes the scale-up; each node keeps one member id throughout, each new node is added at most once and promoted exactly once (etcd's member list sampled, Events, both logs); the takeover time is in the step log |
-//! | `quorum-loss` | `etcd-recover from-member` on n1 while quorum is healthy is refused (exit 1, manifest untouched, no recovery record); with the API served from the managed etcd, leadership moves to n1 (the API's etcd endpoint), then n2 and n3 are stopped and their data dirs wiped: no leader is left and the API is down; the `sh scenario` blocks of `docs/runbooks/quorum-loss.md` run literally on n1 (the survivor): its member becomes a one-member cluster, the operator adds the other two back as new members, 3 voters; `rto_s` (quorum loss to the first write acknowledged again) and `rpo_writes` (acknowledged writes lost) in the report |
-//! | `restore-from-snapshot` | with the API served from the managed etcd, a snapshot is saved with `etcdctl snapshot save` under write load; `etcd-recover from-snapshot` refuses it while quorum is healthy (exit 1), refuses a copy with one flipped byte (exit 2, integrity hash) and, once every node is stopped and its data dir wiped, another cluster's snapshot (exit 1), each leaving n1's manifest byte-identical and no recovery record; then it restores the snapshot on n1 as a new one-member cluster (etcd 3.5.16's `etcdutl snapshot restore --bump-revision --mark-compacted`): n1's header revision and the first write acknowledged afterwards are above every revision acknowledged before the wipe; the operator sees the new cluster id, lists its caches anew (logged) and adds n2 and n3 back: 3 voters, every member id new; no write acknowledged at or below the snapshot's revision is lost, those above it are `rpo_writes`; `rto_s` from the wipe to the first write acknowledged again |
+//! | `quorum-loss` | `etcd-recover from-member` on n1 while quorum is healthy is refused (exit 1, manifest untouched, no recovery record); with the API served from the managed etcd, leadership moves to n1 (the API's etcd endpoint), then n2 and n3 are stopped and their data dirs wiped: no leader is left and the API is down; the `sh scenario` blocks of `docs/runbooks/quorum-loss.md` run literally on n1 (the survivor): its member becomes a one-member cluster, the operator adds the other two back as new members, 3 voters; `rto_s` (quorum loss to the first write acknowledged again) and `rpo_writes` (acknowledged writes lost) in the report; with `TEST_API=kas` the API is real kube-apiservers as static pods on the managed etcd: ConfigMaps created through the endpoint and a watch run across the outage, the API answers again without a kube-apiserver restarted by hand, the watcher is shown a create made afterwards and never a resourceVersion going back, no acknowledged ConfigMap is lost, and `api_rto_s` is the RTO as the API's clients see it |
+//! | `restore-from-snapshot` | with the API served from the managed etcd, a snapshot is saved with `etcdctl snapshot save` under write load; `etcd-recover from-snapshot` refuses it while quorum is healthy (exit 1), refuses a copy with one flipped byte (exit 2, integrity hash) and, once every node is stopped and its data dir wiped, another cluster's snapshot (exit 1), each leaving n1's manifest byte-identical and no recovery record; then it restores the snapshot on n1 as a new one-member cluster (etcd 3.5.16's `etcdutl snapshot restore --bump-revision --mark-compacted`): n1's header revision and the first write acknowledged afterwards are above every revision acknowledged before the wipe; the operator sees the new cluster id, lists its caches anew (logged) and adds n2 and n3 back: 3 voters, every member id new; no write acknowledged at or below the snapshot's revision is lost, those above it are `rpo_writes`; `rto_s` from the wipe to the first write acknowledged again; with `TEST_API=kas`, on real kube-apiservers, the API checks of `quorum-loss` (ConfigMaps acknowledged at or below the snapshot's revision, and every one after the restore, kept; the watcher relists on the restored cluster and never sees a resourceVersion go back) and `api_rto_s` |
 //! | `restore-from-backup` | as `restore-from-snapshot`, with the operator's backups: `spec.backup` set, the first backup lands in the operator's directory, verified by restore; then to an S3 bucket on a real S3 server (Garage on loopback): without the credentials Secret (`lastFailure` `Credentials`, naming it), with a wrong secret key (`Destination`, naming the bucket), then good and verified; every data dir wiped and `etcd-recover from-snapshot s3://…` restores the S3 backup (downloaded, its record checked); the bad inputs of `restore-from-snapshot` on the local backup; the same revision check and RPO/RTO figures |
 //! | `backups` | the backup half of `restore-from-backup` on its own, so that it also runs against a real kube-apiserver (`TEST_API=kas`): the spec patches, the credentials Secret created and changed, `status.backup` written and read back |
 //! | `ca-rotation` | under write load (a client that reloads its certificate and `ca.crt` from Secret `etcd-client` every second), `spec.certificates.caRotationRequest` rotates the CA in three phases, each rolled to every node before the next: trust both CAs, re-issue every leaf and client certificate from the new one, drop the old one; at the end etcd-signer holds the new CA, every leaf and the client certificate are its, every bundle trusts it alone, etcd-signer-next is deleted; the longest write gap is the report's |
@@ -35,8 +35,13 @@
 //! | `dangling-learner` | an admin adds a learner at an address no node has and never starts it (it would hold etcd's one learner slot): the operator removes it (`MemberOfGoneNodeRemoved`; counted in `etcd_operator_members_without_node`, alert `EtcdMemberWithoutNode`), and n4, added meanwhile, joins as the standby, the voters keeping their ids |
 //! | `consumer-reload` | a consumer declared `reload: Restart` (`deadlineSeconds: 10`) selects a pod created through the API in its own namespace, with the mirror-pod annotation on the stand-in (kube-apiserver requires `spec.nodeName` with it; no node: never run; the test plays its kubelet by writing `status.containerStatuses[].state.running.startedAt` through the status subresource); a CA rotation rolls `TrustBoth` to every node and then waits for the pod: `caRotation.waitingFor`, `etcd-operator plan` and Event `CaRotationWaitingForConsumers` name the consumer and the pod, and past the deadline `CertSignerDegraded` says `ConsumerNotReloaded` while the rotation still waits; the pod "restarts" (`startedAt` now) and the rotation goes on, waits again in `ReissueLeaves` and `DropOld` until the pod restarts, and completes with the consumer current |
 //! | `lone-voter-restart` | a one-node control plane: the quorum gate's rule 11 holds n1's first revision (restarting its only voter stops etcd); `NodeInstallerProgressing` and `etcd-operator plan` name the revision and `spec.loneVoterRestart.approvedRevision`; approved, n1 restarts into it (writes fail for the outage, none acknowledged lost); n2 and n3 join and a forced redeployment rolls all three with no approval |
+//! | `api-availability` | (the stacked control plane only: `TEST_API=kas`) ConfigMaps created through every kube-apiserver (one loop each, 2 s per create) and a watch through the endpoint that relists on 410 Gone, while the operator bootstraps 1→3, scales to 5 and back to 3, rolls a forced redeployment, defragments on request, renews kube-apiserver's client certificate (a certificate past its renewal point planted; every kube-apiserver restarted onto the renewed one), rotates the CA, replaces n2's member (data dir lost), drains n3 and loses the etcd leader to SIGKILL; per phase in the report (`api_phases`): API writes acknowledged and failed, longest API write gap, watch reconnects, relists and events missed, objects lost; nothing acknowledged may be lost, unseen, shown twice or out of order, and no resourceVersion may go backwards |
 
+mod api_availability;
 mod api_probe;
+mod api_recovery;
+pub mod api_report;
+mod api_watch;
 mod backups;
 mod ca_rotation;
 pub mod consistency;
@@ -74,7 +79,7 @@ use std::time::Instant;
 pub use harness::{Harness, Recovery, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 30] = [
+pub const NAMES: [&str; 31] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -105,6 +110,7 @@ pub const NAMES: [&str; 30] = [
     "dangling-learner",
     "consumer-reload",
     "lone-voter-restart",
+    "api-availability",
 ];
 
 /// The scenarios whose API is served from the managed etcd, as in a real control plane (their
@@ -130,7 +136,11 @@ pub fn starting_etcd_image(name: &str) -> Option<&'static str> {
 /// The scenarios that, with `TEST_API=kas`, run on the stacked control plane: real
 /// kube-apiservers as static pods on every node, on the managed etcd
 /// (`controlplane::stacked`). Elsewhere they run on the API stand-in on its own etcd.
-pub const STACKED_ON_KAS: [&str; 1] = ["ca-rotation"];
+pub const STACKED_ON_KAS: [&str; 1] = ["api-availability"];
+
+/// The scenarios that run only on the stacked control plane (`TEST_API=kas`): elsewhere they
+/// refuse to start.
+pub const ONLY_STACKED: [&str; 1] = ["api-availability"];
 
 /// The report of one scenario run (`report.json`).
 #[derive(Clone, Debug, serde::Serialize)]
@@ -153,11 +163,18 @@ pub struct ScenarioReport {
     /// dir) to the first write acknowledged afterwards (recovery scenarios only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rto_s: Option<f64>,
+    /// The recovery time as the API's clients see it: to the first create acknowledged through
+    /// kube-apiserver (recovery scenarios on the stacked control plane only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_rto_s: Option<f64>,
     /// Recovery point: acknowledged writes lost across the recovery (recovery scenarios only;
     /// `restore-from-snapshot`: those acknowledged above the snapshot's revision, which
     /// `writes_lost` leaves out).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rpo_writes: Option<u64>,
+    /// What the API's clients saw, per phase (`api-availability` only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub api_phases: Vec<api_report::ApiPhase>,
     pub failure: Option<String>,
     pub steps: Vec<Step>,
 }
@@ -171,17 +188,19 @@ pub async fn run(name: &str, out_dir: &Path) -> Result<(PathBuf, ScenarioReport)
         Ok(h) => Box::pin(scenarios::drive(name, h)).await,
         Err((e, h)) => (Err(e.to_string()), h),
     };
-    let (load, steps, check, recovery) = match harness {
-        Some(h) => {
+    let (load, steps, check, recovery, api_phases) = match harness {
+        Some(mut h) => {
             let recovery = h.recovery;
+            let api_phases = std::mem::take(&mut h.api_phases);
             let f = h.finish().await;
-            (f.load, f.steps, f.check, recovery)
+            (f.load, f.steps, f.check, recovery, api_phases)
         }
         None => (
             load::LoadReport::default(),
             Vec::new(),
             Err("the scenario lost its control plane: nothing was checked".into()),
             None,
+            Vec::new(),
         ),
     };
     let mut failure = outcome.err();
@@ -213,10 +232,12 @@ pub async fn run(name: &str, out_dir: &Path) -> Result<(PathBuf, ScenarioReport)
         last_write_error: load.last_write_error.clone(),
         hash_kv,
         rto_s: recovery.and_then(|r| r.rto_s),
+        api_rto_s: recovery.and_then(|r| r.api_rto_s),
         // Known only when the writes were read back.
         rpo_writes: recovery
             .filter(|_| load.writes_acknowledged > 0)
             .map(|_| load.writes_lost + load.writes_lost_past_cutoff),
+        api_phases,
         failure,
         steps,
     };

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use membership::{EtcdClient, MemberUrl};
 
+use super::api_recovery::ApiAcrossRecovery;
 use super::harness::{Harness, Recovery, describe_members, member_of};
 use super::runbook::{RECORD_DIR, SCENARIO_INFO, Untouched, excerpt, run, scenario_blocks};
 use crate::controlplane::ControlPlaneError;
@@ -46,7 +47,7 @@ fn failed(msg: impl Into<String>) -> ControlPlaneError {
     ControlPlaneError::Failed(msg.into())
 }
 
-fn client_url(h: &Harness, node: &str) -> Result<MemberUrl, ControlPlaneError> {
+pub(super) fn client_url(h: &Harness, node: &str) -> Result<MemberUrl, ControlPlaneError> {
     let ip = h.cp.node(node)?.ip();
     format!("https://{ip}:2379")
         .parse()
@@ -56,6 +57,7 @@ fn client_url(h: &Harness, node: &str) -> Result<MemberUrl, ControlPlaneError> {
 pub async fn quorum_loss(h: &mut Harness) -> Result<(), ControlPlaneError> {
     h.recovery = Some(Recovery::default());
     refused_while_healthy(h).await?;
+    let api = ApiAcrossRecovery::start(h).await?;
 
     let before = h.status().await;
     let mut ids_before = Vec::new();
@@ -164,8 +166,13 @@ pub async fn quorum_loss(h: &mut Harness) -> Result<(), ControlPlaneError> {
         None => 0,
     };
     let rto = first.duration_since(lost_at);
+    let api_rto_s = match api {
+        Some(api) => Some(Box::pin(api.after(h, lost_at, None)).await?),
+        None => None,
+    };
     h.recovery = Some(Recovery {
         rto_s: Some(rto.as_secs_f64()),
+        api_rto_s,
     });
     let since_loss = |at: Instant| at.duration_since(lost_at).as_secs_f64();
     h.step(format!(
@@ -234,15 +241,17 @@ async fn refused_while_healthy(h: &mut Harness) -> Result<(), ControlPlaneError>
     Ok(())
 }
 
-/// The node whose member leads now, its member id and term, asked of every node's etcd.
-async fn find_leader(
+/// The node of `nodes` whose member leads now, its member id and term, asked of each node's
+/// etcd.
+pub(super) async fn find_leader(
     h: &Harness,
     etcd: &EtcdClient,
+    nodes: &[&'static str],
 ) -> Result<(&'static str, u64, u64), ControlPlaneError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let mut seen = Vec::new();
-        for n in NODES {
+        for &n in nodes {
             let url = client_url(h, n)?;
             match etcd.status_of(&url).await {
                 Ok(st) if !st.is_learner && st.leader != 0 && st.leader == st.member_id => {
@@ -269,7 +278,7 @@ async fn find_leader(
 /// its term. The API stand-in serves from that member only, so it must be the one that
 /// survives.
 async fn lead_from_survivor(h: &mut Harness, etcd: &EtcdClient) -> Result<u64, ControlPlaneError> {
-    let (leader, leader_id, term) = find_leader(h, etcd).await?;
+    let (leader, leader_id, term) = find_leader(h, etcd, &NODES).await?;
     if leader == SURVIVOR {
         return Ok(term);
     }
@@ -287,7 +296,7 @@ async fn lead_from_survivor(h: &mut Harness, etcd: &EtcdClient) -> Result<u64, C
                 "moving leadership from {leader} ({leader_id:x}) to {SURVIVOR}: {e}"
             ))
         })?;
-    let (now, _, term) = find_leader(h, etcd).await?;
+    let (now, _, term) = find_leader(h, etcd, &NODES).await?;
     if now != SURVIVOR {
         return Err(failed(format!(
             "leadership moved from {leader} to {SURVIVOR}, but {now} leads"

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use etcd_fixture::{ClusterSpec, EtcdCluster};
 use node_agent::images::DEFAULT_ETCD_BUILD;
 
+use super::api_recovery::ApiAcrossRecovery;
 use super::harness::{Harness, Recovery, describe_members, member_of};
 use super::runbook::{RECORD_DIR, Ran, Untouched, excerpt, run};
 use crate::controlplane::{ControlPlaneError, OPERATOR_NS};
@@ -297,6 +298,7 @@ async fn acquire(
 
 async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneError> {
     h.recovery = Some(Recovery::default());
+    let api = ApiAcrossRecovery::start(h).await?;
     let before = h.status().await;
     let mut ids_before = Vec::new();
     for n in NODES {
@@ -527,8 +529,13 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
     // RTO: from the wipe to the first write acknowledged afterwards.
     let first = h.first_write_after(wiped_at, FIRST_WRITE_DEADLINE).await?;
     let rto = first.duration_since(wiped_at);
+    let api_rto_s = match api {
+        Some(api) => Some(Box::pin(api.after(h, wiped_at, Some(revision))).await?),
+        None => None,
+    };
     h.recovery = Some(Recovery {
         rto_s: Some(rto.as_secs_f64()),
+        api_rto_s,
     });
     let since = |at: Instant| at.saturating_duration_since(wiped_at).as_secs_f64();
     h.step(format!(

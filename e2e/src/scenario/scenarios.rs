@@ -23,8 +23,16 @@ pub(super) async fn prepare(name: &str) -> Result<Harness, (ControlPlaneError, O
             None,
         ));
     }
-    let stacked =
-        super::STACKED_ON_KAS.contains(&name) && std::env::var("TEST_API").as_deref() == Ok("kas");
+    let on_kas = std::env::var("TEST_API").as_deref() == Ok("kas");
+    if super::ONLY_STACKED.contains(&name) && !on_kas {
+        return Err((
+            ControlPlaneError::Failed(format!(
+                "scenario {name} needs real kube-apiservers on the managed etcd: run it with TEST_API=kas"
+            )),
+            None,
+        ));
+    }
+    let stacked = super::STACKED_ON_KAS.contains(&name) && on_kas;
     // The lone voter's story starts on a one-node control plane, which never settles on its
     // own (its only voter keeps the bootstrap manifest until an admin approves a restart).
     let nodes = if name == "lone-voter-restart" { 1 } else { 3 };
@@ -37,7 +45,8 @@ pub(super) async fn prepare(name: &str) -> Result<Harness, (ControlPlaneError, O
     if let Err(e) = h.start_load().await {
         return Err((e, Some(h)));
     }
-    if name != "operator-crash"
+    // These two watch the bootstrap itself.
+    if !["operator-crash", "api-availability"].contains(&name)
         && nodes == 3
         && let Err(e) = h.wait_settled(3, SETTLE).await
     {
@@ -79,6 +88,7 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "dangling-learner" => super::dangling_learner::dangling_learner(&mut h).await,
         "consumer-reload" => super::consumer_reload::consumer_reload(&mut h).await,
         "lone-voter-restart" => super::lone_voter::lone_voter_restart(&mut h).await,
+        "api-availability" => super::api_availability::api_availability(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
         ))),

@@ -177,15 +177,13 @@ impl ApiProbe {
             .filter_map(|cm| cm.metadata.name)
             .collect();
         let acked: Vec<&Create> = creates.iter().filter(|c| c.ok).collect();
+        let mut ends: Vec<Instant> = acked.iter().map(|c| c.ended).collect();
+        ends.sort();
         let report = ApiProbeReport {
             writes_acknowledged: acked.len() as u64,
             writes_failed: (creates.len() - acked.len()) as u64,
             objects_lost: acked.iter().filter(|c| !present.contains(&c.name)).count() as u64,
-            longest_write_gap_ms: longest_gap_ms(&ack_ends(
-                &creates,
-                Instant::now() - Duration::from_secs(365 * 24 * 3600),
-                Instant::now(),
-            )),
+            longest_write_gap_ms: longest_gap_ms(&ends),
         };
         Ok((report, creates, present))
     }
@@ -230,17 +228,6 @@ fn spawn_loop(server: Server, creates: Arc<Mutex<Vec<Create>>>) -> Loop {
         }
     });
     Loop { stop, task }
-}
-
-/// The ends of the acknowledged creates ended within `[from, to]`, in order.
-pub fn ack_ends(creates: &[Create], from: Instant, to: Instant) -> Vec<Instant> {
-    let mut ends: Vec<Instant> = creates
-        .iter()
-        .filter(|c| c.ok && c.ended >= from && c.ended <= to)
-        .map(|c| c.ended)
-        .collect();
-    ends.sort();
-    ends
 }
 
 /// The longest gap between successive instants, ms (0 for fewer than two).

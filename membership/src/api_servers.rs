@@ -12,14 +12,24 @@
 //!   down with its node's etcd in a kubeadm layout (`--etcd-servers=https://127.0.0.1:2379`) and
 //!   the load balancer routes around it.
 //!
+//! A learner is added only where no kube-apiserver would send it requests: a learner refuses
+//! every write and linearizable read (`etcdserver: rpc not supported for learner`, which etcd's
+//! client does not retry elsewhere for writes), so a kube-apiserver that still lists the
+//! learner's address, left from the member that served there before (a replacement on the
+//! same node), fails a share of its requests until the promotion. Seen on the stacked control
+//! plane: kube-controller-manager and kube-scheduler lost their leases on those errors, exited,
+//! and the restart back-off kept them not Ready for minutes. Exempt is a kube-apiserver on the
+//! learner's own node that lists nothing else (kubeadm's `--etcd-servers=https://127.0.0.1:2379`):
+//! it has no etcd until the promotion whatever happens, and the load balancer routes around it.
+//!
 //! Loopback addresses in `--etcd-servers` name the member of the pod's own node. With no
 //! kube-apiserver known (the operator sees none, or the platform's kube-apiserver is not a
 //! consumer with a pod selector) the rule has nothing to check.
 
 use std::collections::BTreeSet;
 
-use crate::MemberId;
 use crate::gate_view::{Action, ClusterView, DenyRule, MemberHealth, Verdict, deny, label};
+use crate::{MemberId, MemberUrl};
 
 /// A kube-apiserver pod as the gate sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -108,6 +118,51 @@ pub(crate) fn keeps_api(view: &ClusterView, action: &Action, id: MemberId) -> Op
             label(&going.member)
         ),
     ))
+}
+
+/// The learner rule for `action` (adding a learner for `node` at `peer_url`); `None` when no
+/// kube-apiserver would send the learner requests.
+pub(crate) fn learner_unlisted(
+    view: &ClusterView,
+    action: &Action,
+    node: &str,
+    peer_url: &MemberUrl,
+) -> Option<Verdict> {
+    let host = peer_url.host();
+    let at_learner = |a: &ApiServer, s: &str| {
+        url_host(s) == Some(host) || (a.node.as_deref() == Some(node) && is_loopback(s))
+    };
+    let listing: Vec<String> = view
+        .api_servers
+        .iter()
+        .filter(|a| {
+            let (there, elsewhere): (Vec<&String>, Vec<&String>) =
+                a.etcd_servers.iter().partition(|s| at_learner(a, s));
+            let own_node_only = a.node.as_deref() == Some(node) && elsewhere.is_empty();
+            !there.is_empty() && !own_node_only
+        })
+        .map(|a| format!("{} (--etcd-servers={})", a.pod, a.etcd_servers.join(",")))
+        .collect();
+    if listing.is_empty() {
+        return None;
+    }
+    Some(deny(
+        DenyRule::LearnerAddressListed,
+        format!(
+            "{action}: kube-apiserver {} still lists {host}, where the learner would serve; a learner refuses writes, so it would fail requests until the promotion (waiting for it to drop the address)",
+            listing.join("; ")
+        ),
+    ))
+}
+
+/// The host of `url` (`https://10.0.0.2:2379` → `10.0.0.2`, `https://[::1]:2379` → `[::1]`).
+fn url_host(url: &str) -> Option<&str> {
+    let rest = url.split("://").nth(1)?;
+    let authority = rest.split('/').next()?;
+    if authority.starts_with('[') {
+        return authority.split_inclusive(']').next();
+    }
+    authority.split(':').next()
 }
 
 /// What the control plane on nodes other than `node` is short of (the pods cannot be listed,
@@ -300,6 +355,60 @@ mod tests {
         v.members.push(voter(4, true));
         assert_ne!(rule(gate(&v, &roll(1))), Some(DenyRule::ApiServerCutOff));
         assert_eq!(rule(gate(&view(Vec::new()), &roll(1))), None);
+    }
+
+    fn add_learner(i: u64) -> Action {
+        Action::AddLearner {
+            node: format!("n{i}"),
+            peer_url: format!("https://10.0.0.{i}:2380").parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_learner_is_added_only_where_no_api_server_would_send_it_requests() {
+        // n2's member was removed (its data dir lost); every kube-apiserver still lists n2.
+        let mut v = view(vec![
+            api(1, true, &[1, 2, 3]),
+            api(2, true, &[2, 1, 3]),
+            api(3, true, &[3, 1, 2]),
+        ]);
+        v.members.remove(1);
+        let denied = gate(&v, &add_learner(2));
+        assert_eq!(rule(denied.clone()), Some(DenyRule::LearnerAddressListed));
+        assert!(message(denied).contains("kube-apiserver-n1"));
+        // n1 and n3 dropped it; n2's own still lists it among others: it would spread to it.
+        v.api_servers[0] = api(1, true, &[1, 3]);
+        v.api_servers[2] = api(3, true, &[3, 1]);
+        let denied = gate(&v, &add_learner(2));
+        assert!(message(denied).contains("kube-apiserver-n2"));
+        v.api_servers[1] = api(2, true, &[1, 3]);
+        assert_eq!(rule(gate(&v, &add_learner(2))), None);
+        // A new node's address is listed nowhere.
+        assert_eq!(rule(gate(&v, &add_learner(4))), None);
+    }
+
+    #[test]
+    fn a_kube_apiserver_on_the_learners_node_with_only_its_own_member_is_exempt() {
+        let mut local = api(2, true, &[]);
+        local.etcd_servers = vec!["https://127.0.0.1:2379".into()];
+        let mut v = view(vec![local.clone()]);
+        v.members.remove(1);
+        assert_eq!(rule(gate(&v, &add_learner(2))), None);
+        // Loopback plus the others: it would send the learner a share of its requests.
+        local.etcd_servers.push("https://10.0.0.1:2379".into());
+        v.api_servers = vec![local];
+        assert_eq!(
+            rule(gate(&v, &add_learner(2))),
+            Some(DenyRule::LearnerAddressListed)
+        );
+    }
+
+    #[test]
+    fn hosts_are_read_from_urls() {
+        assert_eq!(url_host("https://10.0.0.2:2379"), Some("10.0.0.2"));
+        assert_eq!(url_host("https://[::1]:2379"), Some("[::1]"));
+        assert_eq!(url_host("https://etcd-0/"), Some("etcd-0"));
+        assert_eq!(url_host("no-scheme"), None);
     }
 
     fn cp(node: u64, component: &str, ready: bool) -> ControlPlanePod {

@@ -36,7 +36,9 @@
 //!    until its node restarts on the new address, so it is moved only as rule 6 would restart it.
 //! 10. **The Kubernetes API keeps its etcd** ([`crate::api_servers`]): a healthy voter is removed
 //!     or restarted only while every kube-apiserver on another node is Ready and lists another
-//!     healthy voter in `--etcd-servers`.
+//!     healthy voter in `--etcd-servers`; a learner is added only where no kube-apiserver
+//!     would send it requests (none lists its address, but one on its own node that lists nothing
+//!     else).
 //! 11. **A lone voter restarts only with an admin's approval**: with one or two voters, all
 //!     healthy, restarting one always stops etcd until it is back; waiting cannot help unless
 //!     voters join, so the restart waits for the outage to be approved (`outage_approved`), and
@@ -45,7 +47,7 @@
 //! Every denial names the rule and the members involved, so it can go to status, a metric label
 //! ([`DenyRule::category`]) and `etcd-operator plan`.
 
-use crate::api_servers::keeps_api;
+use crate::api_servers::{keeps_api, learner_unlisted};
 pub use crate::gate_view::{Action, ClusterView, Denial, DenyRule, MemberHealth, Verdict};
 use crate::gate_view::{deny, label};
 use crate::{MemberId, MemberUrl, quorum};
@@ -88,6 +90,9 @@ pub fn gate(view: &ClusterView, action: &Action) -> Verdict {
                 );
             }
             if let Some(denied) = learner_pending(view, action) {
+                return denied;
+            }
+            if let Some(denied) = learner_unlisted(view, action, node, peer_url) {
                 return denied;
             }
             if healthy < voters {

@@ -89,6 +89,7 @@ pub enum DenyRule {
     Preflight,
     ControlPlaneNotReady,
     ApiServerCutOff,
+    LearnerAddressListed,
     LoneVoter,
 }
 
@@ -111,6 +112,7 @@ impl DenyRule {
             DenyRule::Preflight => "preflight",
             DenyRule::ControlPlaneNotReady => "control_plane_not_ready",
             DenyRule::ApiServerCutOff => "api_server_cut_off",
+            DenyRule::LearnerAddressListed => "learner_address_listed",
             DenyRule::LoneVoter => "lone_voter",
         }
     }

@@ -333,8 +333,10 @@ async fn controllers(p: &mut Pass<'_>) -> Result<(), ControllerError> {
         return Ok(());
     }
     let tls = cert_signer::reconcile(p).await?;
+    let known: std::collections::BTreeSet<String> = p.o.node_names().into_iter().collect();
     p.control_plane =
-        membership::control_plane::observe(&p.ctx.client, &p.o.spec.control_plane_pods).await;
+        membership::control_plane::observe(&p.ctx.client, &p.o.spec.control_plane_pods, &known)
+            .await;
     if etcd_observer::reconcile(p, &tls).await == Flow::Stop {
         return Ok(());
     }

@@ -101,7 +101,7 @@ impl QuorumSampler {
 }
 
 /// Waits until the budget's status (the disruption controller's) allows `allowed` evictions.
-async fn wait_budget(h: &mut Harness, allowed: i32) -> Result<(), ControlPlaneError> {
+pub(super) async fn wait_budget(h: &mut Harness, allowed: i32) -> Result<(), ControlPlaneError> {
     let api: Api<PodDisruptionBudget> = Api::namespaced(h.cp.client(), STATIC_NS);
     let started = Instant::now();
     wait_for(

@@ -107,7 +107,9 @@ pub struct ConsumerStatus {
     /// Those that have not started since the write.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waiting_for: Vec<String>,
-    /// A CA rotation has waited for it longer than `reload.deadlineSeconds`.
+    /// It has not picked up its Secret's material for longer than `reload.deadlineSeconds`
+    /// (a CA rotation waits for it meanwhile; after a renewal its pods still present the
+    /// certificate of before).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub overdue: bool,
     /// What it waits for, or why the operator cannot tell.

@@ -71,7 +71,8 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
     let policy = CertPolicy::from_spec(&p.o.spec.certificates);
     let adopted = ca(p, &policy).await?;
     let decided = consumers::decided(p);
-    let pods = consumers::observe_pods(&p.ctx.client, &decided.maintain).await;
+    let known: BTreeSet<String> = p.o.node_names().into_iter().collect();
+    let pods = consumers::observe_pods(&p.ctx.client, &decided.maintain, &known).await;
     p.api_servers = reload::api_servers(&pods);
     let records = p
         .certificates

@@ -122,7 +122,7 @@ impl Metrics {
         );
         registry.register(
             "consumer_reload_pending",
-            "1 while a CA rotation waits for the consumer (spec.clients) to pick up its Secret: a reload Restart consumer's pods not all started since the Secret was written",
+            "1 while the consumer (spec.clients) has not picked up its Secret: a reload Restart consumer's pods not all started since the Secret was written (a CA rotation waits for it; after a renewal it still presents the certificate of before)",
             self.consumer_reload_pending.clone(),
         );
         registry.register(

@@ -8,15 +8,18 @@ use crate::api::ControlPlanePodSelector;
 use crate::controllers::consumers::{self, Refused, reload};
 use membership::ControlPlanePods;
 
-/// The pods `selector` picks, as the gate sees them (sorted by `<namespace>/<name>`).
+/// The pods `selector` picks, as the gate sees them (sorted by `<namespace>/<name>`), less
+/// those of a deleted Node (`known`: Nodes that exist).
 pub async fn observe(
     client: &kube::Client,
     selector: &ControlPlanePodSelector,
+    known: &std::collections::BTreeSet<String>,
 ) -> ControlPlanePods {
     if selector.match_labels.is_empty() {
         return ControlPlanePods::NotListed;
     }
-    match consumers::list_selected(client, &selector.namespace, &selector.match_labels).await {
+    match consumers::list_selected(client, &selector.namespace, &selector.match_labels, known).await
+    {
         Ok(pods) => {
             let mut seen: Vec<_> = pods.iter().filter_map(reload::control_plane_pod).collect();
             seen.sort_by(|a, b| a.pod.cmp(&b.pod));

@@ -369,7 +369,7 @@ fn admin(pki: &Pki) -> Result<etcd_fixture::CertFiles, ControlPlaneError> {
 }
 
 /// A kubeconfig for `https://<server>:6443` with the CA and the client certificate embedded.
-fn write_kubeconfig(
+pub fn write_kubeconfig(
     path: &Path,
     server: IpAddr,
     pki: &Pki,

@@ -118,7 +118,9 @@ pub enum Step {
 
 /// The next step over `views` (one per node, sorted by node): first lays down what was never
 /// laid; then waits for a restart in flight (a node laid with its wanted inputs, not Ready
-/// with them); then rolls one outdated node, a not-Ready one first (it serves nothing now).
+/// with them); then rolls one outdated node, first one that is not Ready with what it was
+/// laid last (down, or a restart still in flight whose inputs are outdated again: it serves
+/// nothing now, and rolling another node would take two down at once).
 pub fn next_step(views: &[NodeView]) -> Step {
     let unlaid: Vec<String> = views
         .iter()
@@ -136,7 +138,7 @@ pub fn next_step(views: &[NodeView]) -> Step {
     }
     let outdated = views.iter().filter(|v| v.laid.as_ref() != Some(&v.want));
     let (not_ready, ready): (Vec<&NodeView>, Vec<&NodeView>) =
-        outdated.partition(|v| v.ready.is_none());
+        outdated.partition(|v| v.ready != v.laid);
     match not_ready.first().or(ready.first()) {
         Some(v) => Step::Roll(v.node.clone()),
         None => Step::Idle,
@@ -523,6 +525,17 @@ mod tests {
         let views = [
             view("n1", Some("a"), Some("a"), "b"),
             view("n2", Some("a"), None, "b"),
+        ];
+        assert_eq!(next_step(&views), Step::Roll("n2".into()));
+    }
+
+    #[test]
+    fn a_restart_in_flight_whose_inputs_changed_again_is_rolled_before_another_node() {
+        // n2 was laid "b" and is still Ready with its old "a" (or shows it) when the wanted
+        // inputs move on to "c": n2 again, not n1, or two would be down at once.
+        let views = [
+            view("n1", Some("b"), Some("b"), "c"),
+            view("n2", Some("b"), Some("a"), "c"),
         ];
         assert_eq!(next_step(&views), Step::Roll("n2".into()));
     }

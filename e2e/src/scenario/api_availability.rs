@@ -20,9 +20,15 @@
 //! 7. a drain of n3 (its quorum guard evicted, the node powered off and on, uncordoned);
 //! 8. a SIGKILL of the etcd leader's process.
 //!
+//! Each phase starts once every control-plane pod is Ready: a kube-controller-manager or
+//! kube-scheduler that exited while its node's kube-apiserver restarted may sit in the kubelet's
+//! back-off, which the quorum gate waits out, so bounds allow one full back-off
+//! ([`super::control_plane_pods`]).
+//!
 //! The report (`api_phases`, and a table in the step log) gives per phase the API writes
 //! acknowledged and failed, the longest API write gap, watch reconnects and relists, watch
-//! events missed, and objects lost. Gaps are figures, not assertions (issue 33's goal table); no
+//! events missed, objects lost, the wait for the control plane at its start and the
+//! control-plane container restarts during it. Gaps are figures, not assertions (issue 33's goal table); no
 //! acknowledged object may be lost or unseen by the watcher, shown twice or out of order, no
 //! resourceVersion may go backwards, and the kube-apiserver operator stand-in must never have
 //! restarted two kube-apiservers at once.
@@ -37,12 +43,15 @@ use kube::api::{ListParams, Patch, PatchParams};
 use super::api_probe::{ApiProbe, NAMESPACE, Server};
 use super::api_report::{self, ApiPhase, Mark};
 use super::api_watch::ApiWatch;
+use super::control_plane_pods::{self, KUBELET_MAX_BACKOFF, Restarts};
 use super::harness::{Harness, member_of};
 use crate::controlplane::apiserver_operator::{CONSUMER_SECRET, Roll};
 use crate::controlplane::{ControlPlaneError, OPERATOR_NS, STATIC_NS, wait_for};
 
-/// Bound on each phase's operation.
-const SETTLE: Duration = Duration::from_secs(300);
+/// Bound on each phase's operation: 300 s, plus one full kubelet back-off of a
+/// kube-controller-manager or kube-scheduler that the quorum gate's control-plane preflight
+/// waits out ([`control_plane_pods`]).
+const SETTLE: Duration = Duration::from_secs(300 + KUBELET_MAX_BACKOFF.as_secs());
 /// Bound on the watcher being shown the last creates once they stop.
 const CATCH_UP: Duration = Duration::from_secs(30);
 /// The lifetime left to the certificate the renewal phase plants.
@@ -52,20 +61,46 @@ fn failed(msg: impl Into<String>) -> ControlPlaneError {
     ControlPlaneError::Failed(msg.into())
 }
 
-/// The load and the phases marked so far.
+/// The load, the phases marked so far and, per phase, how long its start waited for the
+/// control plane and the control-plane container restarts seen then.
 struct Run {
     probe: ApiProbe,
     watch: ApiWatch,
     marks: Vec<Mark>,
+    control_plane: Vec<(Duration, Restarts)>,
 }
 
 impl Run {
-    fn mark(&mut self, h: &mut Harness, phase: &str) {
+    /// Starts a phase once every control-plane pod is Ready: a kube-controller-manager or
+    /// kube-scheduler that exited in the phase before may be in the kubelet's back-off, and the
+    /// quorum gate waits for it ([`control_plane_pods`]).
+    async fn mark(&mut self, h: &mut Harness, phase: &str) -> Result<(), ControlPlaneError> {
+        let started = Instant::now();
+        let (waited, restarts) = control_plane_pods::wait_ready(&h.cp.client()).await?;
         self.marks.push(Mark {
             phase: phase.to_owned(),
-            started: Instant::now(),
+            started,
         });
-        h.step(format!("phase: {phase}"));
+        self.control_plane.push((waited, restarts));
+        h.step(format!(
+            "phase: {phase} (after {:.1}s waiting for the control-plane pods)",
+            waited.as_secs_f64()
+        ));
+        Ok(())
+    }
+}
+
+/// Fills in each phase's control-plane figures from the looks at its start (`seen`, one per
+/// phase) and `last`, the restarts seen at the end.
+fn control_plane_figures(phases: &mut [ApiPhase], seen: &[(Duration, Restarts)], last: &Restarts) {
+    let nexts = seen
+        .iter()
+        .skip(1)
+        .map(|(_, r)| r)
+        .chain(std::iter::once(last));
+    for ((p, (waited, before)), after) in phases.iter_mut().zip(seen).zip(nexts) {
+        p.control_plane_wait_ds = (waited.as_millis() / 100) as u64;
+        p.control_plane_restarts = control_plane_pods::restarts_between(before, after);
     }
 }
 
@@ -81,15 +116,21 @@ pub async fn api_availability(h: &mut Harness) -> Result<(), ControlPlaneError> 
         probe,
         watch,
         marks: Vec::new(),
+        control_plane: Vec::new(),
     };
     // Every kube-apiserver was laid down at the start, on n1's member.
     serve(h, &mut run, &["n1", "n2", "n3"]).await?;
     let result = Box::pin(phases(h, &mut run)).await;
     let end = Instant::now();
+    let last_restarts = control_plane_pods::observe(&h.cp.client())
+        .await
+        .map(|c| c.restarts)
+        .unwrap_or_default();
     let Run {
         probe,
         watch,
         marks,
+        control_plane,
     } = run;
     let (_, creates, present) = probe.finish().await?;
     let acked: Vec<&str> = creates
@@ -115,6 +156,7 @@ pub async fn api_availability(h: &mut Harness) -> Result<(), ControlPlaneError> 
     .await;
     let log = watch.finish().await;
     h.api_phases = api_report::phases(&marks, end, &creates, &log, &present);
+    control_plane_figures(&mut h.api_phases, &control_plane, &last_restarts);
     h.step(format!(
         "the API per phase:\n{}",
         api_report::table(&h.api_phases)
@@ -133,8 +175,25 @@ fn one_at_a_time(h: &mut Harness) -> Result<(), ControlPlaneError> {
             .unwrap_or_default();
     let overlapping = overlapping_rolls(&rolls);
     if !overlapping.is_empty() {
+        let t0 = rolls.first().map(|r| r.started);
+        let at = |t: std::time::Instant| t0.map_or(0.0, |t0| t.duration_since(t0).as_secs_f64());
+        let all: Vec<String> = rolls
+            .iter()
+            .map(|r| {
+                let ready = r
+                    .ready
+                    .map_or("never".to_owned(), |t| format!("{:.1}s", at(t)));
+                format!(
+                    "{} {} at {:.1}s, Ready {ready}",
+                    r.node,
+                    r.digest,
+                    at(r.started)
+                )
+            })
+            .collect();
         return Err(failed(format!(
-            "kube-apiservers restarted together: {overlapping:?}"
+            "kube-apiservers restarted together: {overlapping:?}; every roll: {}",
+            all.join("; ")
         )));
     }
     h.step(format!(
@@ -186,35 +245,35 @@ fn held(phases: &[ApiPhase], last_watch_error: Option<&str>) -> Result<(), Contr
 }
 
 async fn phases(h: &mut Harness, run: &mut Run) -> Result<(), ControlPlaneError> {
-    run.mark(h, "bootstrap 1→3");
+    run.mark(h, "bootstrap 1→3").await?;
     h.wait_settled(3, SETTLE).await?;
     serve(h, run, &["n1", "n2", "n3"]).await?;
-    run.mark(h, "scale-up 3→5");
+    run.mark(h, "scale-up 3→5").await?;
     for n in ["n4", "n5"] {
         h.cp.add_node(n).await?;
     }
     h.wait_settled(5, SETTLE).await?;
     serve(h, run, &["n1", "n2", "n3", "n4", "n5"]).await?;
-    run.mark(h, "scale-down 5→3");
+    run.mark(h, "scale-down 5→3").await?;
     serve(h, run, &["n1", "n2", "n3"]).await?;
     for n in ["n5", "n4"] {
         h.cp.delete_node(n).await?;
     }
     h.wait_settled(3, SETTLE).await?;
-    run.mark(h, "forced rollout");
+    run.mark(h, "forced rollout").await?;
     super::control_plane_preflight::held_while_a_scheduler_is_missing(h).await?;
     h.wait_settled(3, SETTLE).await?;
-    run.mark(h, "defrag");
+    run.mark(h, "defrag").await?;
     defrag(h).await?;
-    run.mark(h, "consumer certificate renewal");
+    run.mark(h, "consumer certificate renewal").await?;
     renewal(h).await?;
-    run.mark(h, "CA rotation");
+    run.mark(h, "CA rotation").await?;
     super::ca_rotation::rotate(h).await?;
-    run.mark(h, "member replacement");
+    run.mark(h, "member replacement").await?;
     replacement(h, run).await?;
-    run.mark(h, "drain");
+    run.mark(h, "drain").await?;
     drain(h, run).await?;
-    run.mark(h, "leader SIGKILL");
+    run.mark(h, "leader SIGKILL").await?;
     leader_kill(h).await
 }
 

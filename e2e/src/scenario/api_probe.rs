@@ -31,6 +31,9 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 pub struct Create {
     /// The server its loop sends to.
     pub server: String,
+    /// The loop's number in the probe: a server given back after a pause gets a new loop, whose
+    /// creates have names and counts of their own.
+    pub run: u64,
     /// The loop's count: creates of one loop are made one after another.
     pub seq: u64,
     pub name: String,
@@ -69,6 +72,8 @@ pub struct ApiProbe {
     client: Client,
     creates: Arc<Mutex<Vec<Create>>>,
     loops: BTreeMap<String, Loop>,
+    /// Loops started so far.
+    runs: u64,
 }
 
 impl std::fmt::Debug for ApiProbe {
@@ -106,6 +111,7 @@ impl ApiProbe {
             client,
             creates: Arc::new(Mutex::new(Vec::new())),
             loops: BTreeMap::new(),
+            runs: 0,
         };
         probe.set_servers(servers);
         Ok(probe)
@@ -127,7 +133,8 @@ impl ApiProbe {
         }
         for s in servers {
             if !self.loops.contains_key(&s.name) {
-                let l = spawn_loop(s.clone(), self.creates.clone());
+                self.runs += 1;
+                let l = spawn_loop(s.clone(), self.runs, self.creates.clone());
                 self.loops.insert(s.name, l);
             }
         }
@@ -189,14 +196,14 @@ impl ApiProbe {
     }
 }
 
-fn spawn_loop(server: Server, creates: Arc<Mutex<Vec<Create>>>) -> Loop {
+fn spawn_loop(server: Server, run: u64, creates: Arc<Mutex<Vec<Create>>>) -> Loop {
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     let api: Api<ConfigMap> = Api::namespaced(server.client, NAMESPACE);
     let task = tokio::spawn(async move {
         let mut seq = 0u64;
         while !s.load(Ordering::SeqCst) {
-            let name = format!("probe-{}-{seq:07}", server.name);
+            let name = format!("probe-{}-{run}-{seq:07}", server.name);
             let started = Instant::now();
             let cm = ConfigMap {
                 metadata: ObjectMeta {
@@ -216,6 +223,7 @@ fn spawn_loop(server: Server, creates: Arc<Mutex<Vec<Create>>>) -> Loop {
             };
             creates.lock().await.push(Create {
                 server: server.name.clone(),
+                run,
                 seq,
                 name,
                 started,

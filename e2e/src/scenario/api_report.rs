@@ -39,6 +39,11 @@ pub struct ApiPhase {
     pub resource_version_backwards: u64,
     /// Acknowledged creates missing when read back.
     pub objects_lost: u64,
+    /// Tenths of a second, at the phase's start, spent waiting for every control-plane pod to
+    /// be Ready (part of `deciseconds`; filled in by the scenario).
+    pub control_plane_wait_ds: u64,
+    /// Restarts of control-plane containers during the phase (filled in by the scenario).
+    pub control_plane_restarts: u64,
 }
 
 /// A phase as the scenario marked it.
@@ -104,6 +109,8 @@ pub fn phases(
                     .filter(|(_, _, t)| within(t))
                     .count() as u64,
                 objects_lost: acked.iter().filter(|c| !present.contains(&c.name)).count() as u64,
+                control_plane_wait_ds: 0,
+                control_plane_restarts: 0,
             }
         })
         .collect()
@@ -145,18 +152,18 @@ fn out_of_order<'a>(creates: &'a [Create], log: &WatchLog) -> BTreeSet<&'a str> 
         .filter(|c| c.ok)
         .map(|c| (c.name.as_str(), c))
         .collect();
-    let mut last: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut last: BTreeMap<(&str, u64), u64> = BTreeMap::new();
     let mut out = BTreeSet::new();
     for s in log.seen.iter().filter(|s| s.via == Via::Event) {
         let Some(c) = by_name.get(s.name.as_str()) else {
             continue;
         };
-        match last.get(c.server.as_str()) {
+        match last.get(&(c.server.as_str(), c.run)) {
             Some(seq) if *seq > c.seq => {
                 out.insert(c.name.as_str());
             }
             _ => {
-                last.insert(c.server.as_str(), c.seq);
+                last.insert((c.server.as_str(), c.run), c.seq);
             }
         }
     }
@@ -166,11 +173,11 @@ fn out_of_order<'a>(creates: &'a [Create], log: &WatchLog) -> BTreeSet<&'a str> 
 /// The phases as a Markdown table.
 pub fn table(phases: &[ApiPhase]) -> String {
     let mut out = String::from(
-        "| phase | s | writes acked | failed | longest write gap ms | watch reconnects | relists | watch events missed | unseen | duplicates | out of order | rv backwards | objects lost |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| phase | s | writes acked | failed | longest write gap ms | watch reconnects | relists | watch events missed | unseen | duplicates | out of order | rv backwards | objects lost | control-plane wait s | control-plane restarts |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for p in phases {
         out.push_str(&format!(
-            "| {} | {}.{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {}.{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}.{} | {} |\n",
             p.phase,
             p.deciseconds / 10,
             p.deciseconds % 10,
@@ -184,7 +191,10 @@ pub fn table(phases: &[ApiPhase]) -> String {
             p.watch_duplicates,
             p.watch_out_of_order,
             p.resource_version_backwards,
-            p.objects_lost
+            p.objects_lost,
+            p.control_plane_wait_ds / 10,
+            p.control_plane_wait_ds % 10,
+            p.control_plane_restarts
         ));
     }
     out
@@ -200,8 +210,9 @@ mod tests {
     fn create(t0: Instant, server: &str, seq: u64, start_ms: u64, ok: bool) -> Create {
         Create {
             server: server.into(),
+            run: 1,
             seq,
-            name: format!("probe-{server}-{seq:07}"),
+            name: format!("probe-{server}-1-{seq:07}"),
             started: t0 + Duration::from_millis(start_ms),
             ended: t0 + Duration::from_millis(start_ms + 10),
             ok,
@@ -281,6 +292,31 @@ mod tests {
         );
         assert!(
             table(&got).contains("| two | 1.0 | 3 | 0 | 2400 | 1 | 1 | 1 | 0 | 0 | 1 | 1 | 1 |")
+        );
+    }
+    #[test]
+    fn a_servers_second_loop_counts_from_zero_without_being_out_of_order() {
+        let t0 = Instant::now();
+        let mut second = create(t0, "n3", 0, 500, true);
+        second.run = 2;
+        second.name = "probe-n3-2-0000000".into();
+        let first = [create(t0, "n3", 7, 0, true), create(t0, "n3", 8, 100, true)];
+        let log = WatchLog {
+            seen: vec![
+                seen(&first[0], Via::Event, 10),
+                seen(&first[1], Via::Event, 11),
+                seen(&second, Via::Event, 12),
+            ],
+            ..Default::default()
+        };
+        let creates = [first[0].clone(), first[1].clone(), second];
+        assert!(out_of_order(&creates, &log).is_empty());
+        // The same counts in one loop are out of order.
+        let mut same = creates.clone();
+        same[2].run = 1;
+        assert_eq!(
+            out_of_order(&same, &log).into_iter().collect::<Vec<_>>(),
+            ["probe-n3-2-0000000"]
         );
     }
 }

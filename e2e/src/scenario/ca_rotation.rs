@@ -53,11 +53,12 @@ pub(super) async fn rotate(h: &mut Harness) -> Result<(), ControlPlaneError> {
         .await?;
     let started = Instant::now();
     let mut at = Vec::new();
+    let deadline = DEADLINE + h.control_plane_slack();
     for (i, phase) in PHASES.iter().enumerate() {
         let s = h
             .wait_status(
                 &format!("CA rotation at phase {phase} or later"),
-                DEADLINE,
+                deadline,
                 |s| progress(s) > i,
             )
             .await?;
@@ -69,10 +70,10 @@ pub(super) async fn rotate(h: &mut Harness) -> Result<(), ControlPlaneError> {
             ));
         }
     }
-    h.wait_status("the CA rotation completed", DEADLINE, |s| progress(s) == 4)
+    h.wait_status("the CA rotation completed", deadline, |s| progress(s) == 4)
         .await?;
     let took = started.elapsed();
-    h.wait_settled(3, DEADLINE).await?;
+    h.wait_settled(3, deadline).await?;
 
     // Everything is the new CA's.
     let new = h.signer().await?;

@@ -12,7 +12,9 @@ use etcd_operator::api::EtcdClusterStatus;
 use super::harness::Harness;
 use crate::controlplane::ControlPlaneError;
 
-const DEADLINE: Duration = Duration::from_secs(240);
+/// 240 s, plus one full kubelet back-off (it runs only on the stacked control plane).
+const DEADLINE: Duration =
+    Duration::from_secs(240 + super::control_plane_pods::KUBELET_MAX_BACKOFF.as_secs());
 const MANIFEST: &str = "kube-scheduler.json";
 const NAMED: &str = "missing: kube-scheduler on n2";
 

@@ -193,6 +193,17 @@ impl Harness {
     }
 
     /// The EtcdCluster status now (default when absent).
+    /// What a bound on the operator's work adds on the stacked control plane: one full kubelet
+    /// back-off of a kube-controller-manager or kube-scheduler, which the quorum gate's
+    /// control-plane preflight waits out (`control_plane_pods`); nothing elsewhere.
+    pub fn control_plane_slack(&self) -> Duration {
+        if self.cp.stacked().is_some() {
+            super::control_plane_pods::KUBELET_MAX_BACKOFF
+        } else {
+            Duration::ZERO
+        }
+    }
+
     pub async fn status(&self) -> EtcdClusterStatus {
         self.cp
             .cluster_status()

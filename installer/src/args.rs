@@ -109,7 +109,8 @@ pub enum ArgsError {
 }
 
 /// Checks a DNS-1123 subdomain (a Kubernetes object or node name): lowercase alphanumerics,
-/// `-` and `.`, starting and ending alphanumeric, at most 253 bytes.
+/// `-` and `.`, every dot-separated part starting and ending alphanumeric (so `a-.b` and `a..b`
+/// are refused, as kube-apiserver refuses them), at most `max` bytes.
 fn check_name(flag: &'static str, value: &str, max: usize) -> Result<(), ArgsError> {
     let bad = |why| ArgsError::BadName {
         flag,
@@ -129,11 +130,13 @@ fn check_name(flag: &'static str, value: &str, max: usize) -> Result<(), ArgsErr
         return Err(bad("may hold only a-z, 0-9, '-' and '.'"));
     }
     let alnum = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
-    if !alnum(value.bytes().next()) || !alnum(value.bytes().last()) {
-        return Err(bad("must start and end with a letter or digit"));
-    }
-    if value.contains("..") {
-        return Err(bad("must not contain '..'"));
+    if value
+        .split('.')
+        .any(|part| !alnum(part.bytes().next()) || !alnum(part.bytes().last()))
+    {
+        return Err(bad(
+            "each dot-separated part must start and end with a letter or digit",
+        ));
     }
     Ok(())
 }
@@ -313,6 +316,16 @@ mod tests {
             parse(&["--configmaps", "a/b"]),
             Err(ArgsError::BadName { .. })
         ));
+        for name in ["a-.b", "a.-b", "a..b", ".a", "a.", "-a"] {
+            assert!(
+                matches!(
+                    parse(&["--node-name", name]),
+                    Err(ArgsError::BadName { .. })
+                ),
+                "{name}"
+            );
+        }
+        assert!(parse(&["--node-name", "n1.example-1.com"]).is_ok());
         assert!(matches!(
             parse(&["--secrets", "x", "--optional-secrets", "x"]),
             Err(ArgsError::Duplicate { .. })

@@ -77,10 +77,6 @@ pub fn apiserver_pod(ip: IpAddr, inputs: &ApiServerInputs) -> Pod {
         format!("--etcd-certfile={}", etcd("client.crt")),
         format!("--etcd-keyfile={}", etcd("client.key")),
         "--allow-privileged=true".to_owned(),
-        // Close watches at SIGTERM (rate-limited, within 2 s) instead of waiting for them until
-        // the 60 s request timeout, as k0s and OpenShift configure it: without it, a restarted
-        // kube-apiserver stops listening at once but exits only when its grace period ends.
-        "--shutdown-watch-termination-grace-period=2s".to_owned(),
         "--authorization-mode=Node,RBAC".to_owned(),
         format!("--client-ca-file={PKI_DIR}/ca.crt"),
         format!("--tls-cert-file={PKI_DIR}/apiserver.crt"),

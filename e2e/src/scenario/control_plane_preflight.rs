@@ -12,9 +12,8 @@ use etcd_operator::api::EtcdClusterStatus;
 use super::harness::Harness;
 use crate::controlplane::ControlPlaneError;
 
-/// 240 s, plus one full kubelet back-off (it runs only on the stacked control plane).
-const DEADLINE: Duration =
-    Duration::from_secs(240 + super::control_plane_pods::KUBELET_MAX_BACKOFF.as_secs());
+/// Plus [`Harness::control_plane_slack`] (it runs only on the stacked control plane).
+const DEADLINE: Duration = Duration::from_secs(240);
 const MANIFEST: &str = "kube-scheduler.json";
 const NAMED: &str = "missing: kube-scheduler on n2";
 
@@ -46,11 +45,12 @@ pub async fn held_while_a_scheduler_is_missing(h: &mut Harness) -> Result<(), Co
     std::fs::rename(&manifest, &aside)
         .map_err(|e| failed(format!("moving {}: {e}", manifest.display())))?;
     h.step("n2's kube-scheduler manifest moved out of its manifests directory");
+    let deadline = DEADLINE + h.control_plane_slack();
     let revision = h.status().await.latest_available_revision + 1;
     h.patch_spec(serde_json::json!({"forceRedeploymentReason": "control-plane preflight"}))
         .await?;
     let held = h
-        .wait_status("a restart held for n2's kube-scheduler", DEADLINE, |s| {
+        .wait_status("a restart held for n2's kube-scheduler", deadline, |s| {
             held_for_scheduler(s).is_some()
         })
         .await?;
@@ -64,7 +64,7 @@ pub async fn held_while_a_scheduler_is_missing(h: &mut Harness) -> Result<(), Co
     std::fs::rename(&aside, &manifest)
         .map_err(|e| failed(format!("restoring {}: {e}", manifest.display())))?;
     h.step("n2's kube-scheduler manifest restored");
-    h.wait_status("the forced rollout finished on every node", DEADLINE, |s| {
+    h.wait_status("the forced rollout finished on every node", deadline, |s| {
         rolled_out(s, revision)
     })
     .await?;

@@ -192,7 +192,6 @@ impl Harness {
         Ok(())
     }
 
-    /// The EtcdCluster status now (default when absent).
     /// What a bound on the operator's work adds on the stacked control plane: one full kubelet
     /// back-off of a kube-controller-manager or kube-scheduler, which the quorum gate's
     /// control-plane preflight waits out (`control_plane_pods`); nothing elsewhere.
@@ -204,6 +203,7 @@ impl Harness {
         }
     }
 
+    /// The EtcdCluster status now (default when absent).
     pub async fn status(&self) -> EtcdClusterStatus {
         self.cp
             .cluster_status()

@@ -21,8 +21,41 @@ mod error;
 pub use barrier::{Awaited, satisfied};
 pub use error::{WriteError, describe};
 
-/// No labels to set (see [`Writer::secret`]).
-pub const NO_LABELS: &BTreeMap<String, String> = &BTreeMap::new();
+/// Labels and annotations a written Secret must carry, set among its own (see
+/// [`Writer::secret`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Marks<'a> {
+    pub labels: &'a BTreeMap<String, String>,
+    pub annotations: &'a BTreeMap<String, String>,
+}
+
+/// No labels or annotations to set.
+pub const NO_MARKS: Marks<'static> = Marks {
+    labels: &BTreeMap::new(),
+    annotations: &BTreeMap::new(),
+};
+
+impl Marks<'_> {
+    /// `meta` carries every one of them.
+    pub fn carried_by(&self, meta: &ObjectMeta) -> bool {
+        let has = |want: &BTreeMap<String, String>, have: Option<&BTreeMap<String, String>>| {
+            want.iter()
+                .all(|(k, v)| have.and_then(|h| h.get(k)) == Some(v))
+        };
+        has(self.labels, meta.labels.as_ref()) && has(self.annotations, meta.annotations.as_ref())
+    }
+
+    /// Sets them on `meta`, keeping the others it has.
+    fn set_on(&self, meta: &mut ObjectMeta) {
+        let add = |want: &BTreeMap<String, String>, have: &mut Option<BTreeMap<String, String>>| {
+            if !want.is_empty() {
+                have.get_or_insert_with(BTreeMap::new).extend(want.clone());
+            }
+        };
+        add(self.labels, &mut meta.labels);
+        add(self.annotations, &mut meta.annotations);
+    }
+}
 
 /// Writes the pass makes, collecting what the caches must show next.
 pub struct Writer {
@@ -258,8 +291,8 @@ impl Writer {
         Ok(owner)
     }
 
-    /// Makes Secret `name` hold exactly `data`, with `labels` set among its own
-    /// ([`NO_LABELS`]: none).
+    /// Makes Secret `name` hold exactly `data`, with `marks` set among its own labels and
+    /// annotations ([`NO_MARKS`]: none).
     pub async fn secret(
         &mut self,
         ns: &str,
@@ -267,28 +300,21 @@ impl Writer {
         current: Option<&Secret>,
         data: &BTreeMap<String, Vec<u8>>,
         owner: Option<&OwnerReference>,
-        labels: &BTreeMap<String, String>,
+        marks: Marks<'_>,
     ) -> Result<bool, WriteError> {
         let wanted: BTreeMap<String, ByteString> = data
             .iter()
             .map(|(k, v)| (k.clone(), ByteString(v.clone())))
             .collect();
-        let has_labels = |s: &Secret| {
-            let have = s.metadata.labels.clone().unwrap_or_default();
-            labels.iter().all(|(k, v)| have.get(k) == Some(v))
-        };
-        let same = current.is_some_and(|s| s.data.as_ref() == Some(&wanted) && has_labels(s));
+        let same = current
+            .is_some_and(|s| s.data.as_ref() == Some(&wanted) && marks.carried_by(&s.metadata));
         self.ensure(ns, name, current, same, owner, |s: &mut Secret| {
             s.data = Some(wanted.clone());
             s.string_data = None;
             if s.type_.is_none() {
                 s.type_ = Some("Opaque".to_owned());
             }
-            if !labels.is_empty() {
-                let mut have = s.metadata.labels.clone().unwrap_or_default();
-                have.extend(labels.clone());
-                s.metadata.labels = Some(have);
-            }
+            marks.set_on(&mut s.metadata);
         })
         .await
     }

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use etcd_operator::controllers::consumers::MATERIAL_DIGEST_ANNOTATION;
 use etcd_operator::controllers::endpoints::{ENDPOINTS_CONFIGMAP, EndpointNode, read_nodes};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::ListParams;
@@ -47,6 +48,9 @@ pub struct EtcdMaterial {
     pub ca: Vec<u8>,
     pub cert: Vec<u8>,
     pub key: Vec<u8>,
+    /// The Secret's material digest (annotation [`MATERIAL_DIGEST_ANNOTATION`]), copied onto
+    /// the pods laid down from it so the operator can tell which material each one runs.
+    pub digest: Option<String>,
 }
 
 impl EtcdMaterial {
@@ -58,8 +62,15 @@ impl EtcdMaterial {
             ca: get("ca.crt")?,
             cert: get("tls.crt")?,
             key: get("tls.key")?,
+            digest: material_digest(secret),
         })
     }
+}
+
+/// A Secret's [`MATERIAL_DIGEST_ANNOTATION`].
+pub fn material_digest(secret: &Secret) -> Option<String> {
+    let annotations = secret.metadata.annotations.as_ref()?;
+    annotations.get(MATERIAL_DIGEST_ANNOTATION).cloned()
 }
 
 /// `--etcd-servers` for `node`: its own voter first, then every other voter by node name.
@@ -85,6 +96,7 @@ pub fn inputs(material: &EtcdMaterial, servers: Vec<String>) -> ApiServerInputs 
         .map(|b| format!("{b:02x}"))
         .collect();
     ApiServerInputs {
+        material_digest: material.digest.clone(),
         etcd_servers: servers,
         etcd_dir: format!("{RESOURCES_DIR}/kube-apiserver-etcd-{digest}"),
         digest,
@@ -473,6 +485,7 @@ mod tests {
             ca: b"ca".to_vec(),
             cert: b"c".to_vec(),
             key: b"k".to_vec(),
+            digest: Some("0123".into()),
         };
         let a = inputs(&m, vec!["https://n1:2379".into()]);
         assert_eq!(a, inputs(&m, vec!["https://n1:2379".into()]));

@@ -34,7 +34,9 @@ use kube_testapi::TestApi;
 use node_agent::images::ImageTable;
 use node_agent::{NodeAgent, NodeConfig};
 
-use super::apiserver_operator::{ApiServerNode, ApiServerOperator, EtcdMaterial, place_pod};
+use super::apiserver_operator::{
+    ApiServerNode, ApiServerOperator, CONSUMER_SECRET, EtcdMaterial, material_digest, place_pod,
+};
 use super::endpoint::ApiEndpoint;
 use super::kube_pods::{
     APISERVER_PORT, PKI_DIR, RESOURCES_DIR, controller_manager_pod, kube_images, scheduler_pod,
@@ -269,16 +271,21 @@ fn bootstrap_member(node: &SimNode) -> EndpointNode {
     }
 }
 
-/// The material `render` laid down for the first kube-apiserver.
+/// The material `render` laid down for the first kube-apiserver, with the material digest of
+/// the consumer Secret it rendered alongside.
 fn rendered_material(out_dir: &Path) -> Result<EtcdMaterial, ControlPlaneError> {
     let read = |f: &str| {
         let p = out_dir.join(f);
         std::fs::read(&p).map_err(io(format!("reading {}", p.display())))
     };
+    let secret_file = format!("manifests/{CONSUMER_SECRET}.json");
+    let secret: Secret = serde_json::from_slice(&read(&secret_file)?)
+        .map_err(|e| ControlPlaneError::Failed(format!("{secret_file}: {e}")))?;
     Ok(EtcdMaterial {
         ca: read(apiserver::CA_FILE)?,
         cert: read(apiserver::CERT_FILE)?,
         key: read(apiserver::KEY_FILE)?,
+        digest: material_digest(&secret),
     })
 }
 

@@ -5,18 +5,24 @@
 //! consumer that reloads its Secret would. At the end every leaf and client certificate is the
 //! new CA's, the bundles trust it alone, and the next CA's Secret is gone.
 //!
-//! On the stacked control plane (real kube-apiservers on the managed etcd, a consumer with
-//! `reload: Restart`) the same rotation is a phase of `api-availability`
-//! ([`super::api_availability`]), with the API's clients watched throughout.
+//! With `TEST_API=kas` it runs on the stacked control plane (real kube-apiservers on the
+//! managed etcd, a consumer with `reload: Restart` whose pods the kube-apiserver operator
+//! stand-in restarts onto each phase's material): there it also checks that the operator saw
+//! every kube-apiserver pick the final material up by the digest its pods carry. The same
+//! rotation is a phase of `api-availability` ([`super::api_availability`]), with the API's
+//! clients watched throughout.
 
 use std::time::{Duration, Instant};
 
 use etcd_operator::api::EtcdClusterStatus;
 use etcd_operator::certs::{inspect_certs, inspect_pem};
-use k8s_openapi::api::core::v1::ConfigMap;
+use etcd_operator::controllers::consumers::MATERIAL_DIGEST_ANNOTATION;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::Api;
+use kube::api::ListParams;
 
 use super::harness::Harness;
+use crate::controlplane::apiserver_operator::CONSUMER_SECRET;
 use crate::controlplane::{ControlPlaneError, OPERATOR_NS, STATIC_NS};
 
 /// Three rollouts of three nodes each.
@@ -118,6 +124,10 @@ pub(super) async fn rotate(h: &mut Harness) -> Result<(), ControlPlaneError> {
             "bundles still trusting the old CA or not the new: {still_old:?}"
         )));
     }
+    if h.cp.stacked().is_some() {
+        let line = kube_apiservers_on_material(h).await?;
+        h.step(line);
+    }
     h.step(format!(
         "CA rotated in {:.1}s ({}): {} leaves and the operator's client certificate issued by the new CA (expires {}), every bundle trusts it alone, etcd-signer-next deleted",
         took.as_secs_f64(),
@@ -126,4 +136,55 @@ pub(super) async fn rotate(h: &mut Harness) -> Result<(), ControlPlaneError> {
         etcd_operator::certs::format_time(new.not_after())
     ));
     Ok(())
+}
+
+/// On the stacked control plane: kube-apiserver's consumer is current in status, and every
+/// kube-apiserver mirror pod carries the material digest the operator recorded (and annotated
+/// its Secret with), as laid down by the kube-apiserver operator stand-in.
+async fn kube_apiservers_on_material(h: &Harness) -> Result<String, ControlPlaneError> {
+    let status = h.status().await;
+    let consumer = status
+        .certificates
+        .iter()
+        .flat_map(|c| c.consumers.iter())
+        .find(|c| c.name == "kube-apiserver")
+        .ok_or_else(|| failed("status names no consumer kube-apiserver"))?;
+    let secret: Api<Secret> = Api::namespaced(h.cp.client(), OPERATOR_NS);
+    let annotated = secret
+        .get(CONSUMER_SECRET)
+        .await
+        .map_err(|e| failed(format!("{CONSUMER_SECRET}: {e}")))?
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .remove(MATERIAL_DIGEST_ANNOTATION);
+    let pods: Api<Pod> = Api::namespaced(h.cp.client(), "kube-system");
+    let listed = pods
+        .list(&ListParams::default().labels("component=kube-apiserver"))
+        .await
+        .map_err(|e| failed(format!("listing kube-apiserver pods: {e}")))?;
+    let on: Vec<(String, Option<String>)> = listed
+        .items
+        .iter()
+        .map(|p| {
+            let digest = p.metadata.annotations.as_ref();
+            (
+                p.metadata.name.clone().unwrap_or_default(),
+                digest.and_then(|a| a.get(MATERIAL_DIGEST_ANNOTATION).cloned()),
+            )
+        })
+        .collect();
+    let want = Some(consumer.material_digest.clone());
+    if !consumer.current || annotated != want || on.is_empty() || on.iter().any(|(_, d)| *d != want)
+    {
+        return Err(failed(format!(
+            "kube-apiserver's material: status {:?} (current {}), Secret annotation {annotated:?}, pods {on:?}",
+            consumer.material_digest, consumer.current
+        )));
+    }
+    Ok(format!(
+        "consumer kube-apiserver current on material {}: its Secret and all {} kube-apiserver pods carry that digest",
+        consumer.material_digest,
+        on.len()
+    ))
 }

@@ -137,7 +137,7 @@ pub fn starting_etcd_image(name: &str) -> Option<&'static str> {
 /// The scenarios that, with `TEST_API=kas`, run on the stacked control plane: real
 /// kube-apiservers as static pods on every node, on the managed etcd
 /// (`controlplane::stacked`). Elsewhere they run on the API stand-in on its own etcd.
-pub const STACKED_ON_KAS: [&str; 1] = ["api-availability"];
+pub const STACKED_ON_KAS: [&str; 2] = ["api-availability", "ca-rotation"];
 
 /// The scenarios that run only on the stacked control plane (`TEST_API=kas`): elsewhere they
 /// refuse to start.

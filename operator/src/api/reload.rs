@@ -4,8 +4,10 @@
 //! A consumer that re-reads its files on each new connection (`Files`, the default) has the
 //! new material once its Secret is written. One that reads them only at start (`Restart`:
 //! kube-apiserver reads its etcd CA file only at start) has it only once every pod its
-//! selector picks has started since the Secret last changed; a CA rotation waits for that
-//! before each step that would cut an unrestarted pod off.
+//! selector picks runs with it: the pod carries the Secret's annotation
+//! `etcd.static-operator.io/material-digest` with the current digest, or, without it, started
+//! since the Secret last changed; a CA rotation waits for that before each step that would cut
+//! an unrestarted pod off.
 
 use std::collections::BTreeMap;
 
@@ -27,7 +29,9 @@ pub enum ReloadMode {
     #[default]
     Files,
     /// It reads its files only at start: every pod `pods` selects (mirror pods included) must
-    /// have started since the Secret last changed.
+    /// run with the Secret's material: annotated `etcd.static-operator.io/material-digest` with
+    /// the Secret's own value of it (copied by the platform that lays the pods down), or,
+    /// without that annotation, started since the Secret last changed.
     Restart,
 }
 
@@ -96,7 +100,9 @@ pub struct ConsumerStatus {
     /// after the write: a pod started within that second is not taken to have its files).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub material_written_time: String,
-    /// A digest of the Secret's data: material that differs from it was written since.
+    /// A digest of the Secret's data (also its annotation
+    /// `etcd.static-operator.io/material-digest`): material that differs from it was written
+    /// since, and a pod carrying it in the same annotation has this material.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub material_digest: String,
     /// The consumer has picked up the current material.
@@ -104,7 +110,8 @@ pub struct ConsumerStatus {
     /// Every pod the selector picks (`<namespace>/<name>`, sorted; `Restart` only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pods: Vec<String>,
-    /// Those that have not started since the write.
+    /// Those that do not have the material (not running, another digest, or not started since
+    /// the write); `message` says which.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waiting_for: Vec<String>,
     /// It has not picked up its Secret's material for longer than `reload.deadlineSeconds`

@@ -111,6 +111,7 @@ pub fn files(
     let get = |key: &str| data.get(key).cloned().unwrap_or_default();
     let mut s = secret(&t.name, &t.namespace, &data, false);
     s.metadata.labels = Some(consumers::labels(CONSUMER));
+    s.metadata.annotations = Some(consumers::annotations(&data));
     let file = |path: &str, bytes: Vec<u8>, mode: u32| OutFile {
         path: PathBuf::from(path),
         bytes,
@@ -174,12 +175,23 @@ mod tests {
         let s: k8s_openapi::api::core::v1::Secret =
             serde_json::from_slice(&secret_file.bytes).unwrap();
         assert_eq!(s.metadata.namespace.as_deref(), Some(OPERATOR_NAMESPACE));
-        assert_eq!(
-            s.metadata.labels.unwrap()[consumers::CONSUMER_LABEL],
-            CONSUMER
+        let data: BTreeMap<String, Vec<u8>> = s
+            .data
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        let (labels, annotations) = (consumers::labels(CONSUMER), consumers::annotations(&data));
+        let marks = crate::writer::Marks {
+            labels: &labels,
+            annotations: &annotations,
+        };
+        assert!(
+            marks.carried_by(&s.metadata),
+            "the operator would rewrite render's Secret for its label or digest: {:?}",
+            s.metadata
         );
-        let data: BTreeMap<String, Vec<u8>> =
-            s.data.unwrap().into_iter().map(|(k, v)| (k, v.0)).collect();
         assert_eq!(data["tls.crt"], f[CERT_FILE].bytes);
         assert_eq!(data["tls.key"], f[KEY_FILE].bytes);
         assert_eq!(data["ca.crt"], f[CA_FILE].bytes);

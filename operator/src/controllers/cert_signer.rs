@@ -26,7 +26,7 @@ use crate::podspec::STATIC_POD_NAMESPACE as NS;
 use crate::podspec::paths::{ALL_BUNDLES_CONFIGMAP, ALL_CERTS_SECRET};
 use crate::retry::ErrorKind;
 use crate::status::{ConditionType as C, Reason};
-use crate::writer::NO_LABELS;
+use crate::writer::NO_MARKS;
 
 const NAME: ControllerName = ControllerName::CertSigner;
 /// How soon a consumer Secret that could not be written is tried again.
@@ -175,7 +175,7 @@ async fn ca(p: &mut Pass<'_>, policy: &CertPolicy) -> Result<EtcdCa, ControllerE
             None,
             &ca.to_secret_data(),
             None,
-            NO_LABELS,
+            NO_MARKS,
         )
         .await
         .map_err(write_err)?;
@@ -227,7 +227,7 @@ async fn node_certs(
                 current_secret,
                 &all_certs,
                 None,
-                NO_LABELS,
+                NO_MARKS,
             )
             .await
             .map_err(write_err)?;
@@ -293,7 +293,7 @@ async fn client_secret(
     let current = secret.map(secret_bytes);
     let (data, changed) = client_data(ca, bundle, policy, spec, current.as_ref(), p.o.now)?;
     if changed.is_some() && p.o.managed {
-        p.w.secret(&op_ns, name, secret, &data, None, NO_LABELS)
+        p.w.secret(&op_ns, name, secret, &data, None, NO_MARKS)
             .await
             .map_err(write_err)?;
     }

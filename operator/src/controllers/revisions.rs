@@ -438,7 +438,7 @@ async fn create(
         None,
         &certs,
         Some(&owner),
-        crate::writer::NO_LABELS,
+        crate::writer::NO_MARKS,
     )
     .await?;
     Ok(())

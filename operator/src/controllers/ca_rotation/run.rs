@@ -158,7 +158,7 @@ pub async fn run(
                             None,
                             &n.to_secret_data(),
                             None,
-                            crate::writer::NO_LABELS,
+                            crate::writer::NO_MARKS,
                         )
                         .await
                         .map_err(|e| ControllerError::write(NAME, &e))?;
@@ -225,7 +225,7 @@ pub async fn run(
                             current,
                             &new.to_secret_data(),
                             None,
-                            crate::writer::NO_LABELS,
+                            crate::writer::NO_MARKS,
                         )
                         .await
                         .map_err(|e| ControllerError::write(NAME, &e))?;

@@ -34,11 +34,16 @@ use crate::certs::{self, CertPolicy, EtcdCa};
 use crate::observed::find;
 use crate::pass::Pass;
 use crate::podspec::STATIC_POD_NAMESPACE;
+use crate::writer::Marks;
 
 /// The default Secret name's prefix; in the operator's namespace, the only one allowed.
 pub const CONSUMER_PREFIX: &str = "etcd-consumer-";
 /// The label on every consumer Secret: the consumer's name.
 pub const CONSUMER_LABEL: &str = "etcd.static-operator.io/consumer";
+/// The annotation on every consumer Secret: the digest of its data ([`reload::digest`], also
+/// `status.certificates.consumers[].materialDigest`). A platform that lays a consumer's pods down
+/// from the Secret copies it onto them; a pod carrying it is judged by it, not by its start time.
+pub const MATERIAL_DIGEST_ANNOTATION: &str = "etcd.static-operator.io/material-digest";
 /// The ClusterRole to bind in a consumer's namespace.
 pub const CONSUMER_ROLE: &str = "etcd-static-operator-consumer-secrets";
 
@@ -82,6 +87,11 @@ pub fn leaf_spec(c: &EtcdConsumer) -> certs::LeafSpec {
 /// The labels of consumer `name`'s Secret.
 pub fn labels(consumer: &str) -> BTreeMap<String, String> {
     BTreeMap::from([(CONSUMER_LABEL.to_owned(), consumer.to_owned())])
+}
+
+/// The annotations of a consumer Secret holding `data`.
+pub fn annotations(data: &BTreeMap<String, Vec<u8>>) -> BTreeMap<String, String> {
+    BTreeMap::from([(MATERIAL_DIGEST_ANNOTATION.to_owned(), reload::digest(data))])
 }
 
 /// Decides where each consumer's Secret goes and what to delete. `recorded` is
@@ -293,15 +303,19 @@ async fn one(
     let data_now = found.as_ref().map(secret_bytes);
     let (data, changed) = client_data(ca, bundle, policy, &t.spec, data_now.as_ref(), p.o.now)
         .map_err(|e| format!("consumer {}: {}", t.consumer, e.message))?;
-    let labels = labels(&t.consumer);
-    let relabel = found
+    let (labels, annotations) = (labels(&t.consumer), annotations(&data));
+    let marks = Marks {
+        labels: &labels,
+        annotations: &annotations,
+    };
+    let remark = found
         .as_ref()
-        .is_some_and(|s| label_of(s) != Some(t.consumer.as_str()));
-    if (changed.is_some() || relabel) && p.o.managed {
+        .is_some_and(|s| !marks.carried_by(&s.metadata));
+    if (changed.is_some() || remark) && p.o.managed {
         if let Some(reason) = &changed {
             p.next(super::ControllerName::CertSigner, format!("{at}: {reason}"));
         }
-        p.w.secret(&t.namespace, &t.name, found.as_ref(), &data, None, &labels)
+        p.w.secret(&t.namespace, &t.name, found.as_ref(), &data, None, marks)
             .await
             .map_err(|e| {
                 let m = format!("consumer {}: {e}", t.consumer);

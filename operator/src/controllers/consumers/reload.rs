@@ -4,8 +4,15 @@
 //!
 //! A `Files` consumer has the material once its Secret is written. A `Restart` consumer has it
 //! once every pod its selector picks (mirror pods of static pods included: they carry the
-//! manifest's labels) has every container running since the whole second at or after the write.
-//! A selector that picks no pod leaves nothing to wait for (said in status: "no pod selected").
+//! manifest's labels) has every container running, and either carries the annotation
+//! [`MATERIAL_DIGEST_ANNOTATION`] with the digest of the Secret's data (its platform laid it
+//! down from that material: sound even where files are laid per revision, so a container that
+//! restarts from the revision before does not count) or, without the annotation, has every
+//! container running since the whole second at or after the write. The kubelet reports start
+//! times in whole seconds, so a pod without the annotation that restarted within the second of
+//! the write cannot be told from one that restarted just before it: it is waited for, and the
+//! status says why. A selector that picks no pod leaves nothing to wait for (said in status:
+//! "no pod selected").
 //! Pods that ended (`Succeeded`, `Failed`) hold no connection and are not waited for. A CA
 //! rotation waits on [`waiting`] before each step; [`settle`] gives the status after this
 //! pass's writes. The operator's clock and the kubelets' are taken to agree to the second.
@@ -16,7 +23,7 @@ use k8s_openapi::api::core::v1::Pod;
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
-use super::Target;
+use super::{MATERIAL_DIGEST_ANNOTATION, Target};
 use crate::api::{ConsumerStatus, EtcdConsumer, ReloadMode};
 use crate::certs::{format_time, parse_time};
 
@@ -88,6 +95,8 @@ pub struct PodStart {
     /// (which is how a kubelet restarts a crashed or killed kube-apiserver), so it cannot
     /// show that the process read its files again.
     pub started: Option<OffsetDateTime>,
+    /// Its [`MATERIAL_DIGEST_ANNOTATION`]: the digest of the material it was laid down with.
+    pub material: Option<String>,
 }
 
 impl PodStart {
@@ -108,13 +117,11 @@ impl PodStart {
             })
             .collect();
         let started = starts.and_then(|s| s.into_iter().max());
-        let meta = &pod.metadata;
+        let annotations = pod.metadata.annotations.as_ref();
         Some(Self {
             name: pod_key(pod),
-            mirror: meta
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION)),
+            mirror: annotations.is_some_and(|a| a.contains_key(MIRROR_ANNOTATION)),
+            material: annotations.and_then(|a| a.get(MATERIAL_DIGEST_ANNOTATION).cloned()),
             started,
             api_server: api_server(pod),
         })
@@ -224,14 +231,42 @@ pub enum Verdict {
     Current,
     /// `Restart`, and the selector picks no pod: nothing to wait for.
     NoPods,
-    /// These pods (sorted) have not started since the write.
-    Waiting(Vec<String>),
+    /// These pods (sorted by name) do not have the material, and why.
+    Waiting(Vec<(String, Behind)>),
     /// When the material was written is not on record (status lost, or a new consumer).
     WriteUnknown,
     /// `Restart` without pods named.
     NoSelector,
     /// The pods could not be listed.
     Unreadable { forbidden: bool, message: String },
+}
+
+/// Why a selected pod is taken not to have its consumer's material.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Behind {
+    /// Not every container of it runs.
+    NotRunning,
+    /// It carries no digest, and its containers started before the second of the write.
+    StartedBefore,
+    /// It carries no digest, and its containers started within the second of the write.
+    SameSecond,
+    /// Its digest annotation names other material (this digest).
+    OtherMaterial(String),
+}
+
+impl Behind {
+    fn words(&self) -> String {
+        match self {
+            Self::NotRunning => "not every container runs".to_owned(),
+            Self::StartedBefore => "not restarted since the write".to_owned(),
+            Self::SameSecond => format!(
+                "restarted within the second of the write (start times are whole seconds: whether before or after cannot be told; restart it again, or have its platform set annotation {MATERIAL_DIGEST_ANNOTATION} on it)"
+            ),
+            Self::OtherMaterial(d) => {
+                format!("laid down with other material ({MATERIAL_DIGEST_ANNOTATION}={d})")
+            }
+        }
+    }
 }
 
 impl Verdict {
@@ -283,8 +318,13 @@ pub fn digest(data: &BTreeMap<String, Vec<u8>>) -> String {
         .collect()
 }
 
-/// Judges one consumer whose material was written at `written`.
-pub fn judge(policy: &ReloadPolicy, written: Option<OffsetDateTime>, pods: &PodsSeen) -> Verdict {
+/// Judges one consumer whose material, of digest `digest`, was written at `written`.
+pub fn judge(
+    policy: &ReloadPolicy,
+    written: Option<OffsetDateTime>,
+    digest: &str,
+    pods: &PodsSeen,
+) -> Verdict {
     match policy {
         ReloadPolicy::Files => return Verdict::Current,
         ReloadPolicy::RestartWithoutPods => return Verdict::NoSelector,
@@ -303,18 +343,37 @@ pub fn judge(policy: &ReloadPolicy, written: Option<OffsetDateTime>, pods: &Pods
     if listed.is_empty() {
         return Verdict::NoPods;
     }
-    let Some(written) = written else {
+    if written.is_none() && listed.iter().any(|p| p.material.is_none()) {
         return Verdict::WriteUnknown;
-    };
-    let behind: Vec<String> = listed
+    }
+    let behind: Vec<(String, Behind)> = listed
         .iter()
-        .filter(|p| p.started.is_none_or(|s| s < written))
-        .map(|p| p.name.clone())
+        .filter_map(|p| Some((p.name.clone(), behind(p, written, digest)?)))
         .collect();
     if behind.is_empty() {
         Verdict::Current
     } else {
         Verdict::Waiting(behind)
+    }
+}
+
+/// Why pod `p` lacks the material of `digest` written at `written` (`None`: it has it). A pod
+/// without the digest annotation is judged by `written`, which the caller has.
+fn behind(p: &PodStart, written: Option<OffsetDateTime>, digest: &str) -> Option<Behind> {
+    let started = match p.started {
+        None => return Some(Behind::NotRunning),
+        Some(s) => s,
+    };
+    if let Some(m) = &p.material {
+        return (m != digest).then(|| Behind::OtherMaterial(m.clone()));
+    }
+    let written = written?;
+    if started >= written {
+        None
+    } else if started + time::Duration::SECOND >= written {
+        Some(Behind::SameSecond)
+    } else {
+        Some(Behind::StartedBefore)
     }
 }
 
@@ -326,7 +385,7 @@ fn pickup(
     now: OffsetDateTime,
 ) -> Pickup {
     let seen = pods.get(&t.consumer).unwrap_or(&PodsSeen::NotNeeded);
-    let verdict = judge(&t.reload, written, seen);
+    let verdict = judge(&t.reload, written, &digest, seen);
     let overdue = match (&t.reload, &verdict, written) {
         (ReloadPolicy::Restart { deadline, .. }, Verdict::Waiting(_), Some(w)) => {
             now - w >= *deadline
@@ -410,23 +469,11 @@ impl Pickup {
         let since = self.written.map(format_time).unwrap_or_default();
         match &self.verdict {
             Verdict::Current | Verdict::NoPods => None,
-            Verdict::Waiting(behind) => {
-                let names: Vec<String> = behind
-                    .iter()
-                    .map(|n| {
-                        let mirror = self.pods.iter().any(|p| &p.name == n && p.mirror);
-                        if mirror {
-                            format!("{n} (static pod)")
-                        } else {
-                            n.clone()
-                        }
-                    })
-                    .collect();
-                Some(format!(
-                    "{who}: pods not restarted since its Secret was written at {since}: {}",
-                    names.join(", ")
-                ))
-            }
+            Verdict::Waiting(behind) => Some(format!(
+                "{who}, material {} written at {since}: {}",
+                self.digest,
+                self.behind_groups(behind).join("; ")
+            )),
             Verdict::WriteUnknown => Some(format!(
                 "{who}: when its Secret was written is not on record yet"
             )),
@@ -437,6 +484,24 @@ impl Pickup {
                 Some(format!("{who}: its pods cannot be listed: {message}"))
             }
         }
+    }
+
+    /// `<why>: <pod>, <pod> (static pod)`, one per reason (sorted).
+    fn behind_groups(&self, behind: &[(String, Behind)]) -> Vec<String> {
+        let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (name, why) in behind {
+            let mirror = self.pods.iter().any(|p| &p.name == name && p.mirror);
+            let shown = if mirror {
+                format!("{name} (static pod)")
+            } else {
+                name.clone()
+            };
+            groups.entry(why.words()).or_default().push(shown);
+        }
+        groups
+            .into_iter()
+            .map(|(why, names)| format!("{why}: {}", names.join(", ")))
+            .collect()
     }
 
     /// The consumer's entry in `status.certificates.consumers`.
@@ -452,7 +517,7 @@ impl Pickup {
             current: self.verdict.is_current(),
             pods,
             waiting_for: match &self.verdict {
-                Verdict::Waiting(b) => b.clone(),
+                Verdict::Waiting(b) => b.iter().map(|(name, _)| name.clone()).collect(),
                 _ => Vec::new(),
             },
             overdue: self.overdue,

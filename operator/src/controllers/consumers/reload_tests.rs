@@ -40,6 +40,15 @@ fn pod(name: &str, started: Option<&str>) -> PodStart {
         name: format!("kube-system/{name}"),
         mirror: false,
         started: started.map(t),
+        material: None,
+    }
+}
+
+/// `pod` annotated with the digest of the material it was laid down with.
+fn laid(name: &str, started: Option<&str>, digest: &str) -> PodStart {
+    PodStart {
+        material: Some(digest.into()),
+        ..pod(name, started)
     }
 }
 
@@ -69,35 +78,132 @@ fn a_restart_consumer_is_current_only_once_every_pod_started_since_the_write() {
         judge(
             &p,
             written,
+            "aa",
             &seen(vec![
                 pod("kas-n1", Some("2026-11-26T10:00:01Z")),
                 pod("kas-n2", Some("2026-11-26T10:00:00Z")),
                 pod("kas-n3", None),
+                pod("kas-n4", Some("2026-11-26T09:59:59Z")),
             ])
         ),
         Verdict::Waiting(vec![
-            "kube-system/kas-n2".into(),
-            "kube-system/kas-n3".into()
+            ("kube-system/kas-n2".into(), Behind::SameSecond),
+            ("kube-system/kas-n3".into(), Behind::NotRunning),
+            ("kube-system/kas-n4".into(), Behind::StartedBefore),
         ]),
-        "started a second before the write, or not running: not picked up"
+        "started within the second before the recorded write, before it, or not running: not picked up"
     );
     assert_eq!(
         judge(
             &p,
             written,
+            "aa",
             &seen(vec![pod("kas-n1", Some("2026-11-26T10:00:01Z"))])
         ),
         Verdict::Current,
         "started in the whole second at or after the write"
     );
-    assert_eq!(judge(&p, written, &seen(vec![])), Verdict::NoPods);
+    assert_eq!(judge(&p, written, "aa", &seen(vec![])), Verdict::NoPods);
     assert!(Verdict::NoPods.is_current(), "nothing to wait for");
     assert_eq!(
-        judge(&p, None, &seen(vec![pod("kas-n1", Some(WRITTEN))])),
+        judge(&p, None, "aa", &seen(vec![pod("kas-n1", Some(WRITTEN))])),
         Verdict::WriteUnknown,
         "no record of the write: never assumed picked up"
     );
     assert!(!Verdict::WriteUnknown.is_current());
+}
+
+#[test]
+fn a_pod_carrying_the_material_digest_is_judged_by_it_not_by_its_start() {
+    let written = Some(t(WRITTEN));
+    let p = restart(600);
+    let seen = |pods| PodsSeen::Listed(pods);
+    // Restarted within the second of the write, by a platform that laid the new material: the
+    // start time cannot tell, the digest can (the race a 1 s kube-apiserver restart exposed).
+    assert_eq!(
+        judge(
+            &p,
+            written,
+            "bb",
+            &seen(vec![laid("kas-n1", Some("2026-11-26T10:00:00Z"), "bb")])
+        ),
+        Verdict::Current
+    );
+    // Restarted after the write from the revision laid before it: its start time would count
+    // it, the digest does not.
+    assert_eq!(
+        judge(
+            &p,
+            written,
+            "bb",
+            &seen(vec![laid("kas-n1", Some("2026-11-26T10:00:09Z"), "aa")])
+        ),
+        Verdict::Waiting(vec![(
+            "kube-system/kas-n1".into(),
+            Behind::OtherMaterial("aa".into())
+        )])
+    );
+    assert_eq!(
+        judge(&p, written, "bb", &seen(vec![laid("kas-n1", None, "bb")])),
+        Verdict::Waiting(vec![("kube-system/kas-n1".into(), Behind::NotRunning)]),
+        "the right material, but not running"
+    );
+    assert_eq!(
+        judge(
+            &p,
+            None,
+            "bb",
+            &seen(vec![laid("kas-n1", Some("2026-11-26T08:00:00Z"), "bb")])
+        ),
+        Verdict::Current,
+        "every pod carries the digest: the write time is not needed"
+    );
+    assert_eq!(
+        judge(
+            &p,
+            None,
+            "bb",
+            &seen(vec![
+                laid("kas-n1", Some("2026-11-26T08:00:00Z"), "bb"),
+                pod("kas-n2", Some("2026-11-26T08:00:00Z")),
+            ])
+        ),
+        Verdict::WriteUnknown,
+        "a pod without the digest still needs the write time"
+    );
+}
+
+#[test]
+fn the_status_line_says_why_each_pod_is_waited_for() {
+    let targets = [target("kas", restart(600))];
+    let pods = listed(vec![
+        pod("kas-n1", Some("2026-11-26T10:00:00Z")),
+        PodStart {
+            mirror: true,
+            ..laid("kas-n2", Some("2026-11-26T10:00:05Z"), "old")
+        },
+    ]);
+    let p = before(&targets, &[record("aa")], &pods, t("2026-11-26T10:01:00Z"));
+    let line = p[0].line().unwrap();
+    assert!(
+        line.contains("material aa written at 2026-11-26T10:00:01Z"),
+        "{line}"
+    );
+    assert!(
+        line.contains("restarted within the second of the write")
+            && line.ends_with("material-digest on it): kube-system/kas-n1"),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!(
+            "laid down with other material ({MATERIAL_DIGEST_ANNOTATION}=old): kube-system/kas-n2 (static pod)"
+        )),
+        "{line}"
+    );
+    assert_eq!(
+        p[0].status().waiting_for,
+        vec!["kube-system/kas-n1", "kube-system/kas-n2"]
+    );
 }
 
 #[test]
@@ -107,10 +213,10 @@ fn files_needs_no_pods_and_a_refused_list_or_a_missing_selector_is_never_current
         message: "pods is forbidden".into(),
     };
     assert_eq!(
-        judge(&ReloadPolicy::Files, None, &refused),
+        judge(&ReloadPolicy::Files, None, "aa", &refused),
         Verdict::Current
     );
-    let v = judge(&restart(600), Some(t(WRITTEN)), &refused);
+    let v = judge(&restart(600), Some(t(WRITTEN)), "aa", &refused);
     assert!(
         matches!(
             v,
@@ -125,6 +231,7 @@ fn files_needs_no_pods_and_a_refused_list_or_a_missing_selector_is_never_current
     let v = judge(
         &ReloadPolicy::RestartWithoutPods,
         None,
+        "aa",
         &PodsSeen::NotNeeded,
     );
     assert_eq!(v, Verdict::NoSelector);
@@ -153,7 +260,7 @@ fn material_not_on_record_counts_as_written_now_and_a_kept_digest_keeps_its_time
     assert_eq!(changed[0].written, Some(t("2026-11-26T10:05:01Z")));
     assert_eq!(
         changed[0].verdict,
-        Verdict::Waiting(vec!["kube-system/kas-n1".into()])
+        Verdict::Waiting(vec![("kube-system/kas-n1".into(), Behind::StartedBefore)])
     );
     let unwritten = settle(&targets, &[record("aa")], &BTreeMap::new(), &pods, now);
     assert_eq!(
@@ -250,8 +357,23 @@ fn a_pod_started_when_its_last_container_did_and_never_by_its_start_time() {
     ))
     .unwrap();
     assert_eq!(
-        (p.name.as_str(), p.mirror, p.started),
-        ("kube-system/kas-n1", true, Some(t("2026-11-26T10:00:07Z")))
+        (p.name.as_str(), p.mirror, p.started, p.material),
+        (
+            "kube-system/kas-n1",
+            true,
+            Some(t("2026-11-26T10:00:07Z")),
+            None
+        )
+    );
+    let mut annotated = k8s_pod("Running", vec![Some("2026-11-26T10:00:00Z")], true);
+    annotated
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(MATERIAL_DIGEST_ANNOTATION.to_owned(), "0123abcd".to_owned());
+    assert_eq!(
+        PodStart::of(&annotated).unwrap().material.as_deref(),
+        Some("0123abcd")
     );
     let waiting = PodStart::of(&k8s_pod(
         "Running",

@@ -343,7 +343,10 @@ pub fn judge(
     if listed.is_empty() {
         return Verdict::NoPods;
     }
-    if written.is_none() && listed.iter().any(|p| p.material.is_none()) {
+    // No digest on record (status lost): annotated pods are judged by the write time too.
+    let digest = Some(digest).filter(|d| !d.is_empty());
+    let by_time = |p: &PodStart| p.material.is_none() || digest.is_none();
+    if written.is_none() && listed.iter().any(by_time) {
         return Verdict::WriteUnknown;
     }
     let behind: Vec<(String, Behind)> = listed
@@ -358,14 +361,15 @@ pub fn judge(
 }
 
 /// Why pod `p` lacks the material of `digest` written at `written` (`None`: it has it). A pod
-/// without the digest annotation is judged by `written`, which the caller has.
-fn behind(p: &PodStart, written: Option<OffsetDateTime>, digest: &str) -> Option<Behind> {
+/// without the digest annotation (or any pod, when no digest is on record) is judged by
+/// `written`, which the caller has.
+fn behind(p: &PodStart, written: Option<OffsetDateTime>, digest: Option<&str>) -> Option<Behind> {
     let started = match p.started {
         None => return Some(Behind::NotRunning),
         Some(s) => s,
     };
-    if let Some(m) = &p.material {
-        return (m != digest).then(|| Behind::OtherMaterial(m.clone()));
+    if let (Some(m), Some(d)) = (&p.material, digest) {
+        return (m != d).then(|| Behind::OtherMaterial(m.clone()));
     }
     let written = written?;
     if started >= written {

@@ -171,6 +171,17 @@ fn a_pod_carrying_the_material_digest_is_judged_by_it_not_by_its_start() {
         Verdict::WriteUnknown,
         "a pod without the digest still needs the write time"
     );
+    let annotated = seen(vec![laid("kas-n1", Some("2026-11-26T10:00:05Z"), "bb")]);
+    assert_eq!(
+        judge(&p, None, "", &annotated),
+        Verdict::WriteUnknown,
+        "no digest on record: nothing to compare the annotation with"
+    );
+    assert_eq!(
+        judge(&p, written, "", &annotated),
+        Verdict::Current,
+        "no digest on record: judged by the write time"
+    );
 }
 
 #[test]

@@ -46,18 +46,14 @@ struct Args {
     /// Delete pods bound to a node at once instead of gracefully.
     #[arg(long)]
     no_graceful_pod_deletion: bool,
+    #[command(flatten)]
+    log: etcd_cli::LogArgs,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let args = Args::parse();
+    args.log.init("RUST_LOG", "info");
     let mut own_etcd = None;
     let endpoints = if args.etcd.is_empty() {
         let cluster = etcd_fixture::EtcdCluster::start(etcd_fixture::ClusterSpec::plain(1))
@@ -112,3 +108,5 @@ async fn main() -> anyhow::Result<()> {
     drop(own_etcd);
     Ok(())
 }
+
+etcd_cli::command_line_tests!(Args);

@@ -26,6 +26,8 @@ use kube::api::ListParams;
     about = "The local control plane of etcd-static-operator"
 )]
 struct Cli {
+    #[command(flatten)]
+    log: etcd_cli::LogArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -64,6 +66,7 @@ enum Command {
     /// retrying while a disruption budget refuses), against the cluster in KUBECONFIG (what
     /// `up` prints).
     Drain {
+        /// The Node to drain.
         node: String,
         /// Also delete pods that declare no controller.
         #[arg(long)]
@@ -72,8 +75,13 @@ enum Command {
         #[arg(long, default_value = "10m", value_parser = membership::parse_duration)]
         timeout: Duration,
     },
+    /// Print the shell completion script (e.g. `source <(sandbox completions bash)`).
+    Completions(etcd_cli::CompletionsArgs),
     /// Make a drained node schedulable again (`kubectl uncordon`), against KUBECONFIG.
-    Uncordon { node: String },
+    Uncordon {
+        /// The Node to make schedulable again.
+        node: String,
+    },
     /// Show `etcd-verify membership` deciding on a throw-away 3-member TLS cluster.
     DemoVerify,
     /// Benchmarks: scale-up vs the etcd floor, write availability, operator cost; writes
@@ -82,6 +90,7 @@ enum Command {
         /// Database sizes, comma-separated: empty, <n>MB, <n>GB.
         #[arg(long, value_delimiter = ',', default_value = "empty,100MB,1GB")]
         sizes: Vec<e2e::bench::Size>,
+        /// Where bench.json, bench.md and the SVG go.
         #[arg(long, default_value = "bench-out")]
         out: std::path::PathBuf,
         /// Where the scale-up timeline SVG goes (also copied into <out>).
@@ -235,14 +244,9 @@ async fn up(
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
-    let command = Cli::parse().command;
+    let cli = Cli::parse();
+    cli.log.init("SANDBOX_LOG", "warn");
+    let command = cli.command;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -360,6 +364,7 @@ async fn execute(command: Command) -> anyhow::Result<()> {
             println!("node/{node} uncordoned");
         }
         Command::DemoVerify => e2e::verify_demo::run().await?,
+        Command::Completions(c) => c.print(<Cli as clap::CommandFactory>::command()),
         Command::Bench {
             sizes,
             out,
@@ -387,3 +392,5 @@ async fn execute(command: Command) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+etcd_cli::command_line_tests!(Cli);

@@ -24,8 +24,10 @@ struct Args {
     /// A directory tree that becomes one layer (bottom first; repeat).
     #[arg(long = "layer", required = true)]
     layers: Vec<PathBuf>,
+    /// The image's entrypoint, one word per flag (repeat, in order).
     #[arg(long)]
     entrypoint: Vec<String>,
+    /// The image's default arguments, one word per flag (repeat, in order).
     #[arg(long)]
     cmd: Vec<String>,
     /// KEY=value (repeat).
@@ -34,6 +36,7 @@ struct Args {
     /// uid:gid the container runs as (empty: root).
     #[arg(long, default_value = "")]
     user: String,
+    /// The working directory the container starts in.
     #[arg(long, default_value = "/")]
     workdir: String,
     /// KEY=value (repeat).
@@ -123,3 +126,5 @@ fn main() -> anyhow::Result<()> {
     println!("{report}");
     Ok(())
 }
+
+etcd_cli::command_line_tests!(Args);

@@ -58,6 +58,8 @@ pub struct Args {
     /// Where the one-line result is also written (default: /dev/termination-log when it exists).
     #[arg(long)]
     pub termination_log: Option<PathBuf>,
+    #[command(flatten)]
+    pub log: etcd_cli::LogArgs,
 }
 
 /// One ConfigMap or Secret of the revision to fetch.
@@ -341,3 +343,5 @@ mod tests {
         assert!(Args::try_parse_from(["etcd-installer", "--timeout", "soon"]).is_err());
     }
 }
+
+etcd_cli::command_line_tests!(Args);

@@ -3,7 +3,6 @@
 //!
 //! `Args` → `validate()` → run; logs go to stderr, the one-line JSON result alone to stdout.
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -21,14 +20,7 @@ const EVENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ETCD_INSTALLER_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    args.log.init("ETCD_INSTALLER_LOG", "info");
     let report = match args.validate() {
         Err(e) => Report {
             outcome: Outcome::Invalid,

@@ -1175,3 +1175,50 @@ fn an_overflowing_timeout_is_a_usage_error_not_a_panic() {
         "{stderr}"
     );
 }
+
+/// `--log-format json`: every stderr line is one JSON object (a log pipeline parses each), the
+/// refusal among them with its level and fields; stdout keeps only the one-line result.
+#[test]
+fn json_logs_are_one_object_per_stderr_line() {
+    let out = std::process::Command::new(BIN)
+        .args([
+            "--log-format",
+            "json",
+            "--revision",
+            "1",
+            "--namespace",
+            "etcd",
+            "--node-name",
+            "n1",
+            "--resource-dir",
+            "/nonexistent/r",
+            "--pod-manifest-dir",
+            "/nonexistent/m",
+            "--pod",
+            "a-.b",
+        ])
+        .env_remove("ETCD_INSTALLER_LOG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let refusal = lines
+        .iter()
+        .find(|l| l["fields"]["reason"] == "InvalidArgs")
+        .unwrap_or_else(|| panic!("no InvalidArgs line in {stderr}"));
+    assert_eq!(refusal["level"], "ERROR", "{refusal}");
+    assert!(refusal["timestamp"].is_string(), "{refusal}");
+    assert!(
+        refusal["fields"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("a-.b"),
+        "{refusal}"
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["reason"], "InvalidArgs");
+}

@@ -22,6 +22,8 @@ use node_agent::{NodeAgent, NodeConfig};
     about = "kubelet stand-in: runs a simulated node's pods as local processes"
 )]
 struct Args {
+    #[command(flatten)]
+    log: etcd_cli::LogArgs,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -30,10 +32,13 @@ struct Args {
 enum Cmd {
     /// Run one simulated control-plane node.
     Run {
+        /// The node's name (its Node object's and its pods' `spec.nodeName`).
         #[arg(long)]
         name: String,
+        /// The node's address: its pods (host network) bind to it.
         #[arg(long)]
         ip: IpAddr,
+        /// The node's root directory: its manifests, pod logs and host paths live below it.
         #[arg(long)]
         root: PathBuf,
         /// Directory with the project's binaries (etcd-operator, etcd-installer, etcd-verify).
@@ -49,11 +54,13 @@ enum Cmd {
     },
     /// Internal: start one container process in a private mount namespace.
     ExecContainer {
+        /// The container's staging directory (its root filesystem view is built there).
         #[arg(long)]
         staging: PathBuf,
         /// SRC:DST or SRC:DST:ro (SRC on the host, DST in the container's view).
         #[arg(long = "bind")]
         binds: Vec<String>,
+        /// The program's working directory, in the container's view.
         #[arg(long)]
         workdir: Option<PathBuf>,
         /// Host file to write the reason to when the program cannot be started.
@@ -65,14 +72,17 @@ enum Cmd {
         /// SIGKILL the container when the agent thread that spawned it dies.
         #[arg(long)]
         die_with_parent: bool,
+        /// The program and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
     /// Internal: PID 1 of a container (started by exec-container); execs the program.
     #[command(hide = true)]
     ExecInit {
+        /// Host file to write the reason to when the program cannot be started.
         #[arg(long)]
         error_file: Option<PathBuf>,
+        /// The program and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
@@ -142,13 +152,7 @@ fn main() -> anyhow::Result<()> {
             no_api,
             pod_kubeconfig,
         } => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| "info".into()),
-                )
-                .with_writer(std::io::stderr)
-                .init();
+            args.log.init("RUST_LOG", "info");
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
@@ -188,3 +192,5 @@ fn main() -> anyhow::Result<()> {
         }
     }
 }
+
+etcd_cli::command_line_tests!(Args);

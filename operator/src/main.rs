@@ -25,6 +25,8 @@ const DEFAULT_OPERATOR_IMAGE: &str = "etcd-static-operator/etcd-static-operator:
     about = "Runs etcd as static pods and changes membership safely"
 )]
 struct Cli {
+    #[command(flatten)]
+    log: etcd_cli::LogArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -66,6 +68,8 @@ enum Command {
     /// The quorum guard pod's container: idles until SIGTERM (its readiness probe, on the
     /// node's etcd, is what counts).
     Guard,
+    /// Print the shell completion script (e.g. `source <(etcd-operator completions bash)`).
+    Completions(etcd_cli::CompletionsArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -138,12 +142,14 @@ struct PlanArgs {
 /// How `plan` and `gather` read the cluster.
 #[derive(clap::Args, Debug)]
 struct ReadArgs {
+    /// Namespace the operator runs in: its CA and client certificate (to ask etcd) live there.
     #[arg(long, env = "POD_NAMESPACE", default_value = etcd_operator::bootstrap::OPERATOR_NAMESPACE)]
     namespace: String,
+    /// Bound on each etcd call.
     #[arg(long, default_value = "3s", value_parser = membership::parse_duration)]
     etcd_timeout: std::time::Duration,
-    /// Bound on the whole plan: reading the API and asking etcd. When etcd is in trouble the
-    /// API (served from it) may accept connections and never answer.
+    /// Bound on the whole command: reading the API and asking etcd. When etcd is in trouble
+    /// the API (served from it) may accept connections and never answer.
     #[arg(long, default_value = "30s", value_parser = membership::parse_duration)]
     timeout: std::time::Duration,
     #[command(flatten)]
@@ -213,8 +219,9 @@ enum PlanOutput {
 /// Parses the command line and runs the chosen subcommand.
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    init_tracing();
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    cli.log.init("ETCD_OPERATOR_LOG", "info");
+    match cli.command {
         Command::Run(args) => run(args).await,
         Command::Plan(args) => plan(args).await,
         Command::Gather(args) => gather(args).await,
@@ -224,21 +231,11 @@ async fn main() -> anyhow::Result<()> {
             etcd_operator::run::shutdown_signal().await;
             Ok(())
         }
+        Command::Completions(args) => {
+            args.print(<Cli as clap::CommandFactory>::command());
+            Ok(())
+        }
     }
-}
-
-/// Logs to stderr, filtered by `ETCD_OPERATOR_LOG` (default `info`).
-fn init_tracing() {
-    // Colours only on a terminal: `kubectl logs`, log files and the scenarios' step logs get
-    // plain text.
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ETCD_OPERATOR_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
 }
 
 /// `run`: runs the operator, identified by `identity` or else `<hostname>-<pid>`.
@@ -403,12 +400,4 @@ fn render(args: RenderArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use clap::CommandFactory;
-
-    #[test]
-    fn the_command_line_is_consistent() {
-        super::Cli::command().debug_assert();
-    }
-}
+etcd_cli::command_line_tests!(Cli);

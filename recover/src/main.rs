@@ -34,6 +34,8 @@ struct Cli {
     /// Bound on one call to one etcd member.
     #[arg(long, global = true, default_value = "3s", value_parser = duration)]
     call_timeout: Duration,
+    #[command(flatten)]
+    log: etcd_cli::LogArgs,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -78,6 +80,8 @@ enum Cmd {
         #[arg(long, default_value = "300s", value_parser = duration)]
         timeout: Duration,
     },
+    /// Print the shell completion script (e.g. `source <(etcd-recover completions bash)`).
+    Completions(etcd_cli::CompletionsArgs),
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -96,13 +100,11 @@ fn main() -> ExitCode {
             });
         }
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ETCD_RECOVER_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    cli.log.init("ETCD_RECOVER_LOG", "warn");
+    if let Cmd::Completions(c) = &cli.command {
+        c.print(<Cli as clap::CommandFactory>::command());
+        return ExitCode::SUCCESS;
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -122,6 +124,7 @@ fn main() -> ExitCode {
     let exit = runtime.block_on(async {
         match cli.command {
             Cmd::Status => command::status(&target, &mut out).await,
+            Cmd::Completions(_) => Exit::Ok,
             Cmd::FromMember {
                 dry_run,
                 accept_losing_newer_writes,
@@ -172,3 +175,5 @@ fn main() -> ExitCode {
     });
     ExitCode::from(exit as u8)
 }
+
+etcd_cli::command_line_tests!(Cli);

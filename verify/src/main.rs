@@ -26,6 +26,8 @@ const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
     about = "Node-side checks for etcd static pods"
 )]
 struct Cli {
+    #[command(flatten)]
+    log: etcd_cli::LogArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -34,6 +36,8 @@ struct Cli {
 enum Command {
     /// Decide whether etcd may start, from the pod's env, the data dir and the live membership.
     Membership(MembershipArgs),
+    /// Print the shell completion script (e.g. `source <(etcd-verify completions bash)`).
+    Completions(etcd_cli::CompletionsArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -74,14 +78,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ETCD_VERIFY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
-    let Command::Membership(args) = cli.command;
+    cli.log.init("ETCD_VERIFY_LOG", "info");
+    let args = match cli.command {
+        Command::Membership(args) => args,
+        Command::Completions(c) => {
+            c.print(<Cli as clap::CommandFactory>::command());
+            return ExitCode::SUCCESS;
+        }
+    };
     let (result, code) = match membership_gate(&args) {
         Ok(result) if result.may_start() => (result, ExitCode::SUCCESS),
         Ok(result) => (result, ExitCode::from(1)),
@@ -189,3 +193,5 @@ fn report(result: &VerifyResult, termination_log: Option<&PathBuf>) {
         }
     }
 }
+
+etcd_cli::command_line_tests!(Cli);

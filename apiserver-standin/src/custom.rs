@@ -3,10 +3,10 @@
 //! [`on_read`]), then validate ([`validate`]): the main resource's writes are checked against
 //! everything but `status` (which they cannot change), status writes against `status` only.
 //!
-//! CEL rules (`x-kubernetes-validations`) are not evaluated; like kube-apiserver, when schema
-//! validation found a blocking error in a schema that has rules, the stand-in adds the
-//! "some validation rules were not checked" cause, so its answer to such a write is the real
-//! server's word for word.
+//! CEL rules (`x-kubernetes-validations`) are evaluated after schema validation
+//! ([`crate::rules`]); like kube-apiserver, when schema validation found a blocking error in a
+//! schema that has rules, the stand-in adds the "some validation rules were not checked" cause
+//! instead, so its answer to such a write is the real server's word for word.
 
 use serde_json::Value;
 
@@ -91,12 +91,37 @@ pub fn validate(info: &ResourceInfo, obj: &Value, scope: Scope) -> Vec<Cause> {
             schema::validate(value, prop, &root.child(name), &mut causes);
         }
     }
-    if schema::has_rules(schema)
-        && let Some(c) = schema::rules_not_checked(&causes)
-    {
-        causes.push(c);
+    if !schema::has_rules(schema) {
+        return causes;
+    }
+    match schema::rules_not_checked(&causes) {
+        Some(c) => causes.push(c),
+        None => rules(obj, schema, scope, &mut causes),
     }
     causes
+}
+
+/// The CEL rules ([`crate::rules`]) for the part `scope` covers: the root's own rules (they see
+/// the whole object, metadata included) on main writes, then each top-level property's.
+fn rules(obj: &Value, schema: &Value, scope: Scope, causes: &mut Vec<Cause>) {
+    let root = Path::root();
+    if scope != Scope::Status {
+        let own = schema
+            .get("x-kubernetes-validations")
+            .map(|r| serde_json::json!({"x-kubernetes-validations": r}));
+        if let Some(own) = own {
+            crate::rules::check(obj, &own, &root, causes);
+        }
+    }
+    let properties = schema.get("properties").and_then(Value::as_object);
+    for (name, prop) in properties.into_iter().flatten() {
+        if matches!(name.as_str(), "apiVersion" | "kind") || !scope.covers(name) {
+            continue;
+        }
+        if let Some(value) = obj.get(name) {
+            crate::rules::check(value, prop, &root.child(name), causes);
+        }
+    }
 }
 
 #[cfg(test)]

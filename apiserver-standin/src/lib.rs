@@ -136,12 +136,16 @@
 //!   NamespaceLifecycle and the ServiceAccount existence check ([`admission`]): pods get no
 //!   `kube-api-access-*` token volume, so the node agent gives their containers its own
 //!   kubeconfig instead.
-//! - **CEL rules** (`x-kubernetes-validations`) of custom resources are not evaluated
-//!   (`testapi/tests/differential.rs` lists the cases as known differences and checks that they
-//!   still are); as on the real server, a write whose schema validation found a blocking error
-//!   (wrong type, required, enum, too long, too many) in a schema with rules gets the
-//!   `<nil>: ... some validation rules were not checked` cause, so those answers are the real
-//!   server's word for word. Not evaluated either: `anyOf`/`allOf`/`oneOf`/`not`, string
+//! - **CEL rules** (`x-kubernetes-validations`) of custom resources are evaluated only as far
+//!   as [`cel`] goes (literals, `self`, fields, `has`, arithmetic, comparisons, `in`, `&& || ?:`,
+//!   `size`, `matches`, `startsWith`, `endsWith`, `contains`, `all`, `exists`, `filter`,
+//!   `map`; every rule of the project's CRD): a CRD with a rule beyond that, a transition rule
+//!   (`oldSelf`), or a rule's `messageExpression`, `reason` or `fieldPath` is refused, never
+//!   stored with a rule left unchecked or answered differently. No cost limits.
+//!   `testapi/tests/differential.rs` holds the causes to the real server's; as there, a write
+//!   whose schema validation found a blocking error (wrong type, required, enum, too long, too
+//!   many) in a schema with rules gets the `<nil>: ... some validation rules were not checked`
+//!   cause instead, so those answers are the real server's word for word. Not evaluated either: `anyOf`/`allOf`/`oneOf`/`not`, string
 //!   `format`s, list-type/map-type invariants, embedded-resource metadata, validation
 //!   ratcheting (an unchanged invalid field fails an update here). A non-integer number for an
 //!   integer field lacks the real server's extra `Checked value must be of type integer` cause.
@@ -182,9 +186,9 @@
 //!   (no container defaults, no DNS policy, no token volume).
 //! - **Status writes** replace `.status` and keep everything else of the stored object (the
 //!   real pod status strategy lets some metadata through).
-//! - **Custom resources**: no CEL (see above); no conversion
+//! - **Custom resources**: CEL as far as [`cel`] goes (see above); no conversion
 //!   webhooks (versions are converted by rewriting `apiVersion`); no `scale` subresource; no
-//!   CEL; no 429 window after a CRD becomes Established. Deleting a CRD works as on the real
+//!   429 window after a CRD becomes Established. Deleting a CRD works as on the real
 //!   server: the first delete adds the `customresourcecleanup.apiextensions.k8s.io` finalizer
 //!   and the `Terminating` condition; the CRD then refuses new custom resources (405), has
 //!   its custom resources deleted (their finalizers respected) by the in-process collector,
@@ -243,6 +247,7 @@
 pub mod admission;
 pub mod apply;
 pub mod builtins;
+pub mod cel;
 pub mod crd;
 pub mod custom;
 pub mod delete;
@@ -263,6 +268,7 @@ pub mod patch;
 pub mod pdb;
 pub mod pdb_validation;
 pub mod resources;
+pub mod rules;
 pub mod schema;
 pub mod schema_prune;
 pub mod selectors;

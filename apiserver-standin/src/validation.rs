@@ -438,9 +438,24 @@ pub fn validate_crd(crd: &Value) -> Vec<Cause> {
                     DNS1123_LABEL_MSG,
                 ));
             }
+            crd_rules(v, i, &mut causes);
         }
     }
     causes
+}
+
+/// Version `i`'s CEL rules that the stand-in cannot evaluate ([`crate::rules::uncompilable`]):
+/// it refuses them rather than let values through unchecked.
+fn crd_rules(version: &Value, i: usize, causes: &mut Vec<Cause>) {
+    let Some(schema) = version.pointer("/schema/openAPIV3Schema") else {
+        return;
+    };
+    let mut bad = Vec::new();
+    let at = format!("spec.versions[{i}].schema.openAPIV3Schema");
+    crate::rules::uncompilable(schema, &at, &mut bad);
+    for (path, why) in bad {
+        causes.push(Cause::invalid(path, "", why));
+    }
 }
 
 /// Decodes a built-in kind as its Kubernetes type and encodes it back, as kube-apiserver does
@@ -569,5 +584,23 @@ mod tests {
         let causes = validate_crd(&crd);
         assert_eq!(causes.len(), 1);
         assert_eq!(causes[0].field, "metadata.name");
+    }
+
+    #[test]
+    fn a_crd_with_a_rule_the_stand_in_cannot_evaluate_is_refused() {
+        let crd = |rule: &str| {
+            json!({"metadata": {"name": "widgets.example.com"}, "spec": {"group": "example.com",
+                "scope": "Cluster", "names": {"plural": "widgets", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                    "type": "object", "properties": {"spec": {"type": "object",
+                        "x-kubernetes-validations": [{"rule": rule}]}}}}}]}})
+        };
+        assert_eq!(validate_crd(&crd("has(self.a) || self.b > 1")), Vec::new());
+        let causes = validate_crd(&crd("self.a.lowerAscii() == 'x'"));
+        assert_eq!(causes.len(), 1, "{causes:?}");
+        assert_eq!(
+            causes[0].field,
+            "spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule"
+        );
     }
 }

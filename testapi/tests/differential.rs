@@ -746,8 +746,6 @@ async fn the_stand_in_answers_as_the_real_api_server_does() {
 
 /// Where the stand-in is known to answer differently, and why; each entry must still differ.
 const KNOWN_DIFFERENCES: &[(&str, &str, &str)] = {
-    const NO_CEL: &str = "the stand-in does not evaluate CEL rules (x-kubernetes-validations); \
-                          it checks the structural schema only";
     &[
         (
             "expired resourceVersion",
@@ -763,8 +761,5 @@ const KNOWN_DIFFERENCES: &[(&str, &str, &str)] = {
              where kube-apiserver serves recent history from its cache for a while longer; \
              clients see the re-list path sooner on the stand-in, never later",
         ),
-        ("custom resource", "a name other than cluster", NO_CEL),
-        ("custom resource", "backendQuotaGib 0 (CEL)", NO_CEL),
-        ("custom resource", "unhealthySeconds 5", NO_CEL),
     ]
 };

@@ -155,9 +155,10 @@ enum Tok {
     Sym(&'static str),
 }
 
-const SYMBOLS: [&str; 23] = [
+/// Operators and punctuation, two-character ones first (`in` is read as a word).
+const SYMBOLS: [&str; 22] = [
     "&&", "||", "==", "!=", "<=", ">=", "<", ">", "!", "+", "-", "*", "/", "%", "?", ":", ".", ",",
-    "(", ")", "[", "]", "in",
+    "(", ")", "[", "]",
 ];
 
 fn lex(src: &str) -> Result<Vec<Tok>, CelError> {
@@ -192,11 +193,7 @@ fn lex(src: &str) -> Result<Vec<Tok>, CelError> {
             });
         } else {
             let rest: String = chars[i..chars.len().min(i + 2)].iter().collect();
-            let Some(sym) = SYMBOLS
-                .iter()
-                .filter(|s| **s != "in")
-                .find(|s| rest.starts_with(**s))
-            else {
+            let Some(sym) = SYMBOLS.iter().find(|s| rest.starts_with(**s)) else {
                 return err(format!("unexpected character {c:?}"));
             };
             out.push(Tok::Sym(sym));

@@ -106,12 +106,7 @@ pub fn validate(info: &ResourceInfo, obj: &Value, scope: Scope) -> Vec<Cause> {
 fn rules(obj: &Value, schema: &Value, scope: Scope, causes: &mut Vec<Cause>) {
     let root = Path::root();
     if scope != Scope::Status {
-        let own = schema
-            .get("x-kubernetes-validations")
-            .map(|r| serde_json::json!({"x-kubernetes-validations": r}));
-        if let Some(own) = own {
-            crate::rules::check(obj, &own, &root, causes);
-        }
+        crate::rules::own(obj, schema, &root, causes);
     }
     let properties = schema.get("properties").and_then(Value::as_object);
     for (name, prop) in properties.into_iter().flatten() {

@@ -22,16 +22,7 @@ pub fn check(value: &Value, schema: &Value, path: &Path, out: &mut Vec<Cause>) {
     if value.is_null() {
         return;
     }
-    for rule in schema
-        .get(RULES)
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        if let Some(c) = one(value, rule, path) {
-            out.push(c);
-        }
-    }
+    own(value, schema, path, out);
     match value {
         Value::Object(map) => {
             let props = schema.get("properties").and_then(Value::as_object);
@@ -52,6 +43,17 @@ pub fn check(value: &Value, schema: &Value, path: &Path, out: &mut Vec<Cause>) {
         }
         _ => {}
     }
+}
+
+/// Checks `value` against the rules of `schema` itself, not those of the schemas below it.
+pub fn own(value: &Value, schema: &Value, path: &Path, out: &mut Vec<Cause>) {
+    let rules = schema.get(RULES).and_then(Value::as_array);
+    out.extend(
+        rules
+            .into_iter()
+            .flatten()
+            .filter_map(|rule| one(value, rule, path)),
+    );
 }
 
 /// The cause one rule gives `value`, if any.

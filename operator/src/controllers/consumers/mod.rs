@@ -21,10 +21,12 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 
+mod gate_pods;
 mod pods;
 pub mod reload;
 pub mod report;
 
+pub use gate_pods::control_plane_pod;
 pub use pods::{Refused, list_selected, observe as observe_pods};
 use reload::ReloadPolicy;
 

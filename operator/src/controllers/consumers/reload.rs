@@ -23,6 +23,7 @@ use k8s_openapi::api::core::v1::Pod;
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
+use super::gate_pods::{api_server, has_ended, pod_key};
 use super::{MATERIAL_DIGEST_ANNOTATION, Target};
 use crate::api::{ConsumerStatus, EtcdConsumer, ReloadMode};
 use crate::certs::{format_time, parse_time};
@@ -126,75 +127,6 @@ impl PodStart {
             api_server: api_server(pod),
         })
     }
-}
-
-/// `pod` as a kube-apiserver: one of its containers takes `--etcd-servers` (in `command` or
-/// `args`, as `--etcd-servers=<urls>` or `--etcd-servers <urls>`).
-pub fn api_server(pod: &Pod) -> Option<membership::ApiServer> {
-    let spec = pod.spec.as_ref()?;
-    let servers = spec.containers.iter().find_map(|c| {
-        let words: Vec<&String> = c.command.iter().chain(c.args.iter()).flatten().collect();
-        words.iter().enumerate().find_map(|(i, w)| {
-            w.strip_prefix("--etcd-servers=")
-                .map(str::to_owned)
-                .or_else(|| {
-                    (w.as_str() == "--etcd-servers")
-                        .then(|| words.get(i + 1).map(|s| s.to_string()))?
-                })
-        })
-    })?;
-    Some(membership::ApiServer {
-        pod: pod_key(pod),
-        node: spec.node_name.clone(),
-        ready: is_ready(pod),
-        etcd_servers: servers
-            .split(',')
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .collect(),
-    })
-}
-
-/// `pod` as the gate's control-plane preflight sees it; `None` for a pod that ended (a
-/// finished installer-like pod holds nothing up).
-pub fn control_plane_pod(pod: &Pod) -> Option<membership::ControlPlanePod> {
-    if has_ended(pod) {
-        return None;
-    }
-    Some(membership::ControlPlanePod {
-        pod: pod_key(pod),
-        node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
-        ready: is_ready(pod),
-        component: pod
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get("component").cloned()),
-    })
-}
-
-/// Its phase is `Succeeded` or `Failed`: it holds no connection and runs nothing.
-fn has_ended(pod: &Pod) -> bool {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    matches!(phase, Some("Succeeded" | "Failed"))
-}
-
-/// Its `Ready` condition is True.
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// `<namespace>/<name>`.
-fn pod_key(pod: &Pod) -> String {
-    let meta = &pod.metadata;
-    format!(
-        "{}/{}",
-        meta.namespace.as_deref().unwrap_or_default(),
-        meta.name.as_deref().unwrap_or_default()
-    )
 }
 
 /// Every kube-apiserver among the consumers' pods, by pod name.

@@ -5,7 +5,7 @@
 //! instead of taking "no pods" for "all Ready".
 
 use crate::api::ControlPlanePodSelector;
-use crate::controllers::consumers::{self, Refused, reload};
+use crate::controllers::consumers::{self, Refused};
 use membership::ControlPlanePods;
 
 /// The pods `selector` picks, as the gate sees them (sorted by `<namespace>/<name>`), less
@@ -21,7 +21,10 @@ pub async fn observe(
     match consumers::list_selected(client, &selector.namespace, &selector.match_labels, known).await
     {
         Ok(pods) => {
-            let mut seen: Vec<_> = pods.iter().filter_map(reload::control_plane_pod).collect();
+            let mut seen: Vec<_> = pods
+                .iter()
+                .filter_map(consumers::control_plane_pod)
+                .collect();
             seen.sort_by(|a, b| a.pod.cmp(&b.pod));
             ControlPlanePods::Listed(seen)
         }

@@ -111,14 +111,17 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
         let live = match classify(asked, tls_seen.as_deref()) {
             Live::Answer(live) => live,
             Live::DeadlineCut => {
-                let why = format!(
-                    "timed out after {:?}: the member list did not finish within the remaining {remaining:?}{}",
-                    timing.timeout,
+                let cut = format!(
+                    "the member list did not finish within the remaining {remaining:?}{}",
                     tls_seen
                         .as_deref()
                         .map(|t| format!("; earlier: {t}"))
                         .unwrap_or_default()
                 );
+                let why = match &last_wait {
+                    Some(w) => format!("timed out after {:?}: {w} (then {cut})", timing.timeout),
+                    None => format!("timed out after {:?}: {cut}", timing.timeout),
+                };
                 return VerifyResult::block(why, None, archived);
             }
         };
@@ -168,7 +171,9 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
                 archive,
             } => {
                 if archive.is_some() {
-                    // The data dir changed: look again at once.
+                    // The data dir changed: look again at once (if the deadline cuts that look
+                    // short, the block still names what was awaited).
+                    last_wait = Some(reason);
                     continue;
                 }
                 if Instant::now() + timing.retry_interval >= deadline {

@@ -23,6 +23,7 @@
 //! * [`podspec`]: renders the per-node static-pod manifests from `bindata/` (deterministic).
 //! * [`bootstrap`]: `etcd-operator render`, the single-member bootstrap before the operator runs.
 //! * [`run`]: the control loop of `etcd-operator run` (caches, Lease, HTTP) and `plan`.
+//! * [`kubectl`]: `kubectl etcd`, the plugin the binary becomes when run as `kubectl-etcd`.
 //! * [`metrics`], [`manifests`]: the Prometheus metrics; the CRD as YAML.
 
 pub mod api;
@@ -34,6 +35,7 @@ pub mod etcd;
 pub mod events;
 pub mod gather;
 pub mod history;
+pub mod kubectl;
 pub mod manifests;
 pub mod metrics;
 pub mod observed;

@@ -3,7 +3,8 @@
 //! Subcommands: `run` (the operator), `plan` (print what the operator would do next), `gather`
 //! (one archive to debug an incident with), `crd` (print the CustomResourceDefinition), `render`
 //! (the bootstrap static pod for the first node, before any operator runs), `guard` (the quorum
-//! guard pod's idle container).
+//! guard pod's idle container). Run under the name `kubectl-etcd`, it is the kubectl plugin
+//! (`main_plugin.rs`).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -12,6 +13,9 @@ use clap::{Parser, Subcommand};
 use etcd_operator::api::EtcdCluster;
 use etcd_operator::podspec::Images;
 use kube::CustomResourceExt;
+
+#[path = "main_plugin.rs"]
+mod plugin;
 
 /// etcd image when neither the spec nor `ETCD_IMAGE` names one.
 const DEFAULT_ETCD_IMAGE: &str = "etcd-static-operator/etcd:3.5.16";
@@ -219,6 +223,10 @@ enum PlanOutput {
 /// Parses the command line and runs the chosen subcommand.
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let arg0 = std::env::args_os().next();
+    if etcd_operator::kubectl::invoked_as_plugin(arg0.as_deref()) {
+        return plugin::main().await;
+    }
     let cli = Cli::parse();
     cli.log.init("ETCD_OPERATOR_LOG", "info");
     match cli.command {

@@ -70,8 +70,9 @@ pub fn aggregated(reg: &Registry, core: bool) -> Value {
     json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
 }
 
-/// The Kubernetes minor version the stand-in claims (k8s-openapi's `latest`).
-pub const MINOR: &str = "37";
+/// The Kubernetes minor version the stand-in claims: the one k8s-openapi is built for (`v1_36`
+/// in the workspace manifest), the oldest the project supports and the one `../shared/kas` runs.
+pub const MINOR: &str = "36";
 
 /// `/version`.
 pub fn version() -> Value {

@@ -102,7 +102,6 @@ pub async fn fetch(
                     name: Some(facts.name.clone()),
                     uid: Some(facts.uid.clone()),
                 }),
-                ..Default::default()
             }),
             ..Default::default()
         };

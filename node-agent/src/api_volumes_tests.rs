@@ -13,7 +13,6 @@ fn kube_api_access() -> Volume {
         name: "kube-api-access-x1".into(),
         projected: Some(ProjectedVolumeSource {
             default_mode: Some(0o644),
-            default_user: None,
             sources: Some(vec![
                 VolumeProjection {
                     service_account_token: Some(ServiceAccountTokenProjection {

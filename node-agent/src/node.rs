@@ -135,7 +135,7 @@ pub fn node_status(
         node_info: Some(NodeSystemInfo {
             architecture: std::env::consts::ARCH.into(),
             operating_system: "linux".into(),
-            kubelet_version: "v1.37.0-node-agent-standin".into(),
+            kubelet_version: "v1.36.0-node-agent-standin".into(),
             kube_proxy_version: String::new(),
             container_runtime_version: "node-agent://processes".into(),
             os_image: "node-agent stand-in".into(),

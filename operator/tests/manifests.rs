@@ -259,7 +259,7 @@ fn deployment(docs: &[Doc]) -> Deployment {
 
 /// The value of env var `name` of the operator container.
 fn env_value(d: &Deployment, name: &str) -> String {
-    let c = &d.spec.template.spec.as_ref().unwrap().containers[0];
+    let c = &d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
     c.env
         .as_ref()
         .unwrap()
@@ -280,7 +280,7 @@ fn deployed_images(docs: &[Doc]) -> Images {
 
 /// The container image of the Deployment's pod template.
 fn container_image(d: &Deployment) -> String {
-    d.spec.template.spec.as_ref().unwrap().containers[0]
+    d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0]
         .image
         .clone()
         .unwrap()
@@ -438,7 +438,7 @@ fn kustomize_images_pin_the_deployment_and_what_the_operator_renders() {
     assert_eq!(env_value(&pinned, "OPERATOR_IMAGE"), operator);
     assert_eq!(env_value(&pinned, "ETCD_IMAGE"), etcd);
     let other_env = |d: &Deployment| {
-        let c = &d.spec.template.spec.as_ref().unwrap().containers[0];
+        let c = &d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
         let env = c.env.clone().unwrap();
         env.into_iter()
             .filter(|e| !e.name.ends_with("_IMAGE"))
@@ -556,7 +556,7 @@ fn the_deployment_runs_the_operator_as_designed() {
     let docs = all_docs();
     let d = deployment(&docs);
     assert_eq!(d.metadata.namespace.as_deref(), Some(OPERATOR_NAMESPACE));
-    let spec = d.spec.clone();
+    let spec = d.spec.clone().unwrap();
     assert_eq!(spec.replicas, Some(2), "two replicas, one leads");
     let pod = spec.template.spec.clone().unwrap();
     assert_eq!(pod.service_account_name.as_deref(), Some(OPERATOR_SA));
@@ -1412,7 +1412,7 @@ async fn validate(client: &Client, real: bool) {
     // The Deployment's pod as its ReplicaSet would create it: Pod Security is enforced on pods
     // (a Deployment only warns), and the stand-in checks pods but serves no Deployments.
     let d = deployment(&docs);
-    let template = d.spec.template.clone();
+    let template = d.spec.clone().unwrap().template;
     let operator_pod = Pod {
         metadata: kube::api::ObjectMeta {
             name: Some("etcd-operator-manifests-test".to_owned()),

@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use crate::error::Cause;
-use crate::validation::{is_qualified_name, is_qualified_name_part};
+use crate::validation::{is_label_value, is_qualified_name};
 
 const PERCENT_MSG: &str = "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')";
 const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
@@ -19,10 +19,6 @@ fn invalid(field: impl Into<String>, value: &Value, message: &str) -> Cause {
         field: field.into(),
         message: format!("Invalid value: {value}: {message}"),
     }
-}
-
-fn is_label_value(v: &str) -> bool {
-    v.is_empty() || is_qualified_name_part(v)
 }
 
 /// `ValidatePositiveIntOrPercent` and `IsNotMoreThan100Percent`.

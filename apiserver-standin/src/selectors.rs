@@ -78,16 +78,11 @@ fn split_top_level(s: &str) -> Vec<&str> {
 }
 
 fn valid_label_key(key: &str) -> bool {
-    let (prefix, name) = match key.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, key),
-    };
-    let prefix_ok = prefix.is_none_or(crate::validation::is_dns1123_subdomain);
-    prefix_ok && crate::validation::is_qualified_name_part(name)
+    crate::validation::is_qualified_name(key)
 }
 
 fn valid_label_value(v: &str) -> bool {
-    v.is_empty() || crate::validation::is_qualified_name_part(v)
+    crate::validation::is_label_value(v)
 }
 
 fn parse_set(selector: &str, rest: &str) -> Result<Vec<String>, ApiError> {

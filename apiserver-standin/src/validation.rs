@@ -12,44 +12,25 @@ use crate::error::Cause;
 use crate::objects;
 use crate::resources::{NameRule, ResourceInfo};
 
-const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
-const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
-const QUALIFIED_NAME_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
-
-/// RFC 1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.
+/// RFC 1123 label, as kube-apiserver checks it (`k8s_names`).
 pub fn is_dns1123_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b.first().is_some_and(u8::is_ascii_alphanumeric)
-        && b.last().is_some_and(u8::is_ascii_alphanumeric)
+    k8s_names::dns1123_label(s).is_ok()
 }
 
-/// RFC 1123 subdomain: dot-separated labels, at most 253 characters.
+/// RFC 1123 subdomain, as kube-apiserver checks it (`k8s_names`).
 pub fn is_dns1123_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns1123_label)
+    k8s_names::dns1123_subdomain(s).is_ok()
 }
 
-/// The name part of a qualified name (label keys, label values, finalizers):
-/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, at most 63 characters.
-pub fn is_qualified_name_part(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-        && b.first().is_some_and(u8::is_ascii_alphanumeric)
-        && b.last().is_some_and(u8::is_ascii_alphanumeric)
-}
-
-/// A qualified name: optional `<dns-subdomain>/` prefix and a name part.
+/// A qualified name (label and annotation keys, finalizers): optional `<dns-subdomain>/`
+/// prefix and a name part.
 pub fn is_qualified_name(s: &str) -> bool {
-    match s.split_once('/') {
-        Some((prefix, name)) => is_dns1123_subdomain(prefix) && is_qualified_name_part(name),
-        None => is_qualified_name_part(s),
-    }
+    k8s_names::qualified_name(s).is_ok()
+}
+
+/// A label value: empty, or a qualified name's name part.
+pub fn is_label_value(s: &str) -> bool {
+    k8s_names::label_value(s).is_ok()
 }
 
 /// Checks a name against the resource's rule.
@@ -57,15 +38,21 @@ pub fn check_name(rule: NameRule, name: &str) -> Option<Cause> {
     if name.is_empty() {
         return Some(Cause::required("metadata.name"));
     }
-    let (ok, msg) = match rule {
-        NameRule::Dns1123Subdomain => (is_dns1123_subdomain(name), DNS1123_SUBDOMAIN_MSG),
-        NameRule::Dns1123Label => (is_dns1123_label(name), DNS1123_LABEL_MSG),
-        NameRule::PathSegment => (
-            !name.contains('/') && !name.contains('%') && name != "." && name != "..",
-            "may not contain '/' or '%' and may not be '.' or '..'",
-        ),
+    let broken = match rule {
+        NameRule::Dns1123Subdomain => k8s_names::dns1123_subdomain(name).err(),
+        NameRule::Dns1123Label => k8s_names::dns1123_label(name).err(),
+        NameRule::PathSegment => {
+            let ok = !name.contains('/') && !name.contains('%') && name != "." && name != "..";
+            return (!ok).then(|| {
+                Cause::invalid(
+                    "metadata.name",
+                    name,
+                    "may not contain '/' or '%' and may not be '.' or '..'",
+                )
+            });
+        }
     };
-    (!ok).then(|| Cause::invalid("metadata.name", name, msg))
+    broken.map(|e| Cause::invalid("metadata.name", name, e.api_message()))
 }
 
 /// Validation shared by every kind: name, labels, annotations, finalizers, owner references.
@@ -78,15 +65,18 @@ pub fn validate_object_meta(info: &ResourceInfo, obj: &Value) -> Vec<Cause> {
     let meta = obj.get("metadata").cloned().unwrap_or(Value::Null);
     if let Some(labels) = meta.get("labels").and_then(Value::as_object) {
         for (k, v) in labels {
-            if !is_qualified_name(k) {
-                causes.push(Cause::invalid("metadata.labels", k, QUALIFIED_NAME_MSG));
+            if let Err(e) = k8s_names::qualified_name(k) {
+                causes.push(Cause::invalid("metadata.labels", k, e.api_message()));
             }
-            match v.as_str() {
-                Some(v) if v.is_empty() || is_qualified_name_part(v) => {}
-                _ => causes.push(Cause::invalid(
+            let value = v.as_str().ok_or(None).and_then(|v| {
+                k8s_names::label_value(v).map_err(|e| Some(k8s_names::label_value_message(&e)))
+            });
+            match value {
+                Ok(()) => {}
+                Err(why) => causes.push(Cause::invalid(
                     "metadata.labels",
                     &v.to_string(),
-                    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+                    why.unwrap_or_else(|| "label values must be strings".into()),
                 )),
             }
         }
@@ -94,12 +84,8 @@ pub fn validate_object_meta(info: &ResourceInfo, obj: &Value) -> Vec<Cause> {
     if let Some(annotations) = meta.get("annotations").and_then(Value::as_object) {
         let mut total = 0usize;
         for (k, v) in annotations {
-            if !is_qualified_name(&k.to_ascii_lowercase()) {
-                causes.push(Cause::invalid(
-                    "metadata.annotations",
-                    k,
-                    QUALIFIED_NAME_MSG,
-                ));
+            if let Err(e) = k8s_names::qualified_name(&k.to_ascii_lowercase()) {
+                causes.push(Cause::invalid("metadata.annotations", k, e.api_message()));
             }
             total += k.len() + v.as_str().map_or(0, str::len);
         }
@@ -112,11 +98,11 @@ pub fn validate_object_meta(info: &ResourceInfo, obj: &Value) -> Vec<Cause> {
         }
     }
     for (i, f) in objects::finalizers(obj).iter().enumerate() {
-        if !is_qualified_name(f) {
+        if let Err(e) = k8s_names::qualified_name(f) {
             causes.push(Cause::invalid(
                 format!("metadata.finalizers[{i}]"),
                 f,
-                QUALIFIED_NAME_MSG,
+                e.api_message(),
             ));
         }
     }
@@ -291,11 +277,11 @@ pub fn validate_pod_spec(pod: &Value) -> Vec<Cause> {
             let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
             if name.is_empty() {
                 causes.push(Cause::required(format!("spec.{list}[{i}].name")));
-            } else if !is_dns1123_label(name) {
+            } else if let Err(e) = k8s_names::dns1123_label(name) {
                 causes.push(Cause::invalid(
                     format!("spec.{list}[{i}].name"),
                     name,
-                    DNS1123_LABEL_MSG,
+                    e.api_message(),
                 ));
             }
             if c.get("image")
@@ -384,11 +370,11 @@ pub fn validate_crd(crd: &Value) -> Vec<Cause> {
     }
     if plural.is_empty() {
         causes.push(Cause::required("spec.names.plural"));
-    } else if !is_dns1123_label(&plural) {
+    } else if let Err(e) = k8s_names::dns1123_label(&plural) {
         causes.push(Cause::invalid(
             "spec.names.plural",
             &plural,
-            DNS1123_LABEL_MSG,
+            e.api_message(),
         ));
     }
     if s("/spec/names/kind").is_empty() {
@@ -431,11 +417,11 @@ pub fn validate_crd(crd: &Value) -> Vec<Cause> {
         }
         for (i, v) in versions.iter().enumerate() {
             let vn = v.get("name").and_then(Value::as_str).unwrap_or_default();
-            if !is_dns1123_label(vn) {
+            if let Err(e) = k8s_names::dns1123_label(vn) {
                 causes.push(Cause::invalid(
                     format!("spec.versions[{i}].name"),
                     vn,
-                    DNS1123_LABEL_MSG,
+                    e.api_message(),
                 ));
             }
             crd_rules(v, i, &mut causes);

@@ -100,7 +100,7 @@ pub enum ArgsError {
     BadName {
         flag: &'static str,
         value: String,
-        why: &'static str,
+        why: String,
     },
     #[error("--{flag} {path:?} must be an absolute path")]
     RelativePath { flag: &'static str, path: PathBuf },
@@ -110,37 +110,18 @@ pub enum ArgsError {
     Duplicate { kind: Kind, name: String },
 }
 
-/// Checks a DNS-1123 subdomain (a Kubernetes object or node name): lowercase alphanumerics,
-/// `-` and `.`, every dot-separated part starting and ending alphanumeric (so `a-.b` and `a..b`
-/// are refused, as kube-apiserver refuses them), at most `max` bytes.
+/// Checks a DNS-1123 subdomain (a Kubernetes object or node name) as kube-apiserver does
+/// (`k8s_names`), and that it is at most `max` bytes.
 fn check_name(flag: &'static str, value: &str, max: usize) -> Result<(), ArgsError> {
-    let bad = |why| ArgsError::BadName {
+    let bad = |why: String| ArgsError::BadName {
         flag,
         value: value.to_owned(),
         why,
     };
-    if value.is_empty() {
-        return Err(bad("is empty"));
-    }
     if value.len() > max {
-        return Err(bad("is too long"));
+        return Err(bad(format!("it is longer than {max} characters")));
     }
-    if !value
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-    {
-        return Err(bad("may hold only a-z, 0-9, '-' and '.'"));
-    }
-    let alnum = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
-    if value
-        .split('.')
-        .any(|part| !alnum(part.bytes().next()) || !alnum(part.bytes().last()))
-    {
-        return Err(bad(
-            "each dot-separated part must start and end with a letter or digit",
-        ));
-    }
-    Ok(())
+    k8s_names::dns1123_subdomain(value).map_err(|e| bad(e.to_string()))
 }
 
 fn names(list: &[String]) -> impl Iterator<Item = &str> {
@@ -156,14 +137,11 @@ impl Args {
         if self.timeout.is_zero() {
             return Err(ArgsError::ZeroTimeout);
         }
-        check_name("namespace", &self.namespace, 63)?;
-        if self.namespace.contains('.') {
-            return Err(ArgsError::BadName {
-                flag: "namespace",
-                value: self.namespace.clone(),
-                why: "must not contain '.'",
-            });
-        }
+        k8s_names::dns1123_label(&self.namespace).map_err(|e| ArgsError::BadName {
+            flag: "namespace",
+            value: self.namespace.clone(),
+            why: e.to_string(),
+        })?;
         // Room for "-<revision>" in the object names.
         check_name("pod", &self.pod, 200)?;
         check_name("node-name", &self.node_name, 253)?;

@@ -34,7 +34,7 @@ use etcd_operator::podspec::{
 };
 use etcd_operator::run::leader::LEASE_NAME;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Container, Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, DynamicObject, GroupVersionKind, PostParams};
@@ -257,9 +257,21 @@ fn deployment(docs: &[Doc]) -> Deployment {
     found[0].clone()
 }
 
+/// The operator container of the Deployment's pod template.
+fn operator_container(d: &Deployment) -> &Container {
+    &d.spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+}
+
 /// The value of env var `name` of the operator container.
 fn env_value(d: &Deployment, name: &str) -> String {
-    let c = &d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
+    let c = operator_container(d);
     c.env
         .as_ref()
         .unwrap()
@@ -280,10 +292,7 @@ fn deployed_images(docs: &[Doc]) -> Images {
 
 /// The container image of the Deployment's pod template.
 fn container_image(d: &Deployment) -> String {
-    d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0]
-        .image
-        .clone()
-        .unwrap()
+    operator_container(d).image.clone().unwrap()
 }
 
 /// True when the manifests create ServiceAccount `namespace/name`.
@@ -438,7 +447,7 @@ fn kustomize_images_pin_the_deployment_and_what_the_operator_renders() {
     assert_eq!(env_value(&pinned, "OPERATOR_IMAGE"), operator);
     assert_eq!(env_value(&pinned, "ETCD_IMAGE"), etcd);
     let other_env = |d: &Deployment| {
-        let c = &d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
+        let c = operator_container(d);
         let env = c.env.clone().unwrap();
         env.into_iter()
             .filter(|e| !e.name.ends_with("_IMAGE"))

@@ -9,14 +9,17 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectorError {
     #[error("controlPlaneNodeSelector key {key:?} is not a valid label key: {why}")]
-    Key { key: String, why: &'static str },
+    Key {
+        key: String,
+        why: k8s_names::NameError,
+    },
     #[error(
         "controlPlaneNodeSelector value {value:?} of key {key:?} is not a valid label value: {why}"
     )]
     Value {
         key: String,
         value: String,
-        why: &'static str,
+        why: k8s_names::NameError,
     },
 }
 
@@ -25,14 +28,14 @@ pub enum SelectorError {
 pub fn label_selector(selector: &BTreeMap<String, String>) -> Result<String, SelectorError> {
     let mut parts = Vec::with_capacity(selector.len());
     for (key, value) in selector {
-        check_key(key).map_err(|why| SelectorError::Key {
+        k8s_names::qualified_name(key).map_err(|why| SelectorError::Key {
             key: key.clone(),
             why,
         })?;
         if value.is_empty() {
             parts.push(key.clone());
         } else {
-            check_name(value).map_err(|why| SelectorError::Value {
+            k8s_names::label_value(value).map_err(|why| SelectorError::Value {
                 key: key.clone(),
                 value: value.clone(),
                 why,
@@ -41,59 +44,6 @@ pub fn label_selector(selector: &BTreeMap<String, String>) -> Result<String, Sel
         }
     }
     Ok(parts.join(","))
-}
-
-/// A qualified name: an optional DNS subdomain prefix and `/`, then a name.
-fn check_key(key: &str) -> Result<(), &'static str> {
-    let name = match key.split_once('/') {
-        Some((prefix, name)) => {
-            check_prefix(prefix)?;
-            name
-        }
-        None => key,
-    };
-    check_name(name)
-}
-
-/// At most 63 characters, alphanumerics with `-`, `_` or `.` inside.
-fn check_name(name: &str) -> Result<(), &'static str> {
-    if name.is_empty() {
-        return Err("the name part is empty");
-    }
-    if name.len() > 63 {
-        return Err("longer than 63 characters");
-    }
-    let alnum = |c: char| c.is_ascii_alphanumeric();
-    if !name.starts_with(alnum) || !name.ends_with(alnum) {
-        return Err("must start and end with a letter or digit");
-    }
-    if !name
-        .chars()
-        .all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
-    {
-        return Err("only letters, digits, '-', '_' and '.' are allowed");
-    }
-    Ok(())
-}
-
-/// A lower-case DNS subdomain of at most 253 characters.
-fn check_prefix(prefix: &str) -> Result<(), &'static str> {
-    if prefix.is_empty() || prefix.len() > 253 {
-        return Err("the prefix must be 1 to 253 characters");
-    }
-    let ok_label = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-            && l.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-            && l.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-    };
-    if prefix.split('.').all(ok_label) {
-        Ok(())
-    } else {
-        Err("the prefix must be a lower-case DNS subdomain")
-    }
 }
 
 #[cfg(test)]
@@ -143,7 +93,7 @@ mod tests {
         let err = label_selector(&sel(&[("a b", "")])).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "controlPlaneNodeSelector key \"a b\" is not a valid label key: only letters, digits, '-', '_' and '.' are allowed"
+            "controlPlaneNodeSelector key \"a b\" is not a valid label key: it must be letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
         );
     }
 }

@@ -8,28 +8,17 @@ use std::net::IpAddr;
 /// ending with an alphanumeric). So never `""`, `a b`, `N1`, nor `n1,n2=http://x:1`, which
 /// would inject a second member into `ETCD_INITIAL_CLUSTER`.
 pub fn node_name(text: &str) -> Result<String, String> {
-    let fail = |why: &str| Err(format!("{text:?} is not a valid node name: {why}"));
-    if text.is_empty() {
-        return fail("it is empty");
-    }
-    if text.len() > 253 {
-        return fail("it is longer than 253 characters");
-    }
-    if let Some(c) = text
-        .chars()
-        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-' || *c == '.'))
-    {
-        return fail(&format!(
-            "{c:?} is not allowed (lowercase letters, digits, '-' and '.' only)"
-        ));
-    }
-    for label in text.split('.') {
-        let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
-        if !alnum(label.chars().next()) || !alnum(label.chars().last()) {
-            return fail("each dot-separated part must start and end with a letter or digit");
-        }
-    }
-    Ok(text.to_owned())
+    k8s_names::dns1123_subdomain(text)
+        .map(|()| text.to_owned())
+        .map_err(|e| {
+            // Name the first character that can never be in a node name, when there is one.
+            let stray = text
+                .chars()
+                .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-' || *c == '.'))
+                .map(|c| format!(" ({c:?} is not allowed)"))
+                .unwrap_or_default();
+            format!("{text:?} is not a valid node name: {e}{stray}")
+        })
 }
 
 /// A node address etcd can listen on and peers can dial: a unicast IP. Loopback is allowed (the
@@ -75,7 +64,7 @@ mod tests {
         assert!(node_name(&"a".repeat(254)).is_err());
         assert_eq!(
             node_name("n1,n2=http://x:1").unwrap_err(),
-            r#""n1,n2=http://x:1" is not a valid node name: ',' is not allowed (lowercase letters, digits, '-' and '.' only)"#
+            r#""n1,n2=http://x:1" is not a valid node name: it must be lowercase letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or digit (',' is not allowed)"#
         );
     }
 

@@ -288,19 +288,12 @@ impl LeafSpec {
 /// Whether `name` is a DNS name (RFC 1123 subdomain, lowercase, as Kubernetes names are) and not
 /// an IP address.
 pub fn is_dns_name(name: &str) -> bool {
-    let label_ok = |label: &str| {
-        !label.is_empty()
-            && label.len() <= 63
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    };
-    !name.is_empty()
-        && name.len() <= 253
+    // A Kubernetes name may have a part longer than a DNS label may be.
+    k8s_names::dns1123_subdomain(name).is_ok()
+        && name
+            .split('.')
+            .all(|label| label.len() <= k8s_names::MAX_LABEL)
         && name.parse::<IpAddr>().is_err()
-        && name.split('.').all(label_ok)
 }
 
 /// Whether `node` can be part of a Secret key (`[-._a-zA-Z0-9]+`, as the API requires).

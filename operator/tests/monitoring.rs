@@ -343,6 +343,7 @@ fn the_monitoring_kustomization_builds() {
             "ConfigMap etcd-operator/etcd-static-operator-dashboard",
             "PodMonitor etcd-operator/etcd",
             "PrometheusRule etcd-operator/etcd-static-operator",
+            "PrometheusRule etcd-operator/etcd-static-operator-etcd",
             "Service etcd-operator/etcd-operator-metrics",
             "ServiceMonitor etcd-operator/etcd-operator",
         ]
@@ -351,4 +352,23 @@ fn the_monitoring_kustomization_builds() {
         text.contains("grafana_dashboard: \"1\""),
         "the dashboard ConfigMap's label"
     );
+    // `kubectl apply -k monitoring/ -l 'etcd-static-operator.io/alerts!=etcd'` (a platform whose
+    // etcd-mixin alerts already watch etcd) leaves out exactly the alerts on etcd's own metrics.
+    let etcd_alerts: Vec<&str> = docs
+        .iter()
+        .filter(|v| v["metadata"]["labels"]["etcd-static-operator.io/alerts"] == "etcd")
+        .filter_map(|v| v["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(etcd_alerts, ["etcd-static-operator-etcd"]);
+    let etcd_rule = docs
+        .iter()
+        .find(|v| v["metadata"]["name"] == "etcd-static-operator-etcd")
+        .unwrap();
+    let groups: Vec<&str> = etcd_rule["spec"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["name"].as_str())
+        .collect();
+    assert_eq!(groups, ["etcd-static-operator.etcd"]);
 }

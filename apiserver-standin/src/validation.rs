@@ -68,16 +68,16 @@ pub fn validate_object_meta(info: &ResourceInfo, obj: &Value) -> Vec<Cause> {
             if let Err(e) = k8s_names::qualified_name(k) {
                 causes.push(Cause::invalid("metadata.labels", k, e.api_message()));
             }
-            let value = v.as_str().ok_or(None).and_then(|v| {
-                k8s_names::label_value(v).map_err(|e| Some(k8s_names::label_value_message(&e)))
-            });
-            match value {
-                Ok(()) => {}
-                Err(why) => causes.push(Cause::invalid(
+            let broken = match v.as_str() {
+                Some(value) => k8s_names::label_value(value).err(),
+                None => Some(k8s_names::NameError::NotNamePart),
+            };
+            if let Some(e) = broken {
+                causes.push(Cause::invalid(
                     "metadata.labels",
                     &v.to_string(),
-                    why.unwrap_or_else(|| "label values must be strings".into()),
-                )),
+                    k8s_names::label_value_message(&e),
+                ));
             }
         }
     }

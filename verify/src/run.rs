@@ -99,10 +99,7 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
                     config.data_dir.display(),
                     timing.timeout
                 );
-                let why = match &last_wait {
-                    Some(w) => format!("timed out after {:?}: {w} (then {read})", timing.timeout),
-                    None => read,
-                };
+                let why = after_wait(timing.timeout, last_wait.as_deref(), &read).unwrap_or(read);
                 return VerifyResult::block(why, None, archived);
             }
         };
@@ -118,10 +115,8 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
                         .map(|t| format!("; earlier: {t}"))
                         .unwrap_or_default()
                 );
-                let why = match &last_wait {
-                    Some(w) => format!("timed out after {:?}: {w} (then {cut})", timing.timeout),
-                    None => format!("timed out after {:?}: {cut}", timing.timeout),
-                };
+                let why = after_wait(timing.timeout, last_wait.as_deref(), &cut)
+                    .unwrap_or_else(|| format!("timed out after {:?}: {cut}", timing.timeout));
                 return VerifyResult::block(why, None, archived);
             }
         };
@@ -189,6 +184,12 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
             }
         }
     }
+}
+
+/// The block reason when the deadline cut a step (`cut`) short after a look said "wait"
+/// (`last_wait`): what was awaited comes first. `None` when no look waited yet.
+fn after_wait(timeout: Duration, last_wait: Option<&str>, cut: &str) -> Option<String> {
+    last_wait.map(|w| format!("timed out after {timeout:?}: {w} (then {cut})"))
 }
 
 /// One member-list attempt, classified.

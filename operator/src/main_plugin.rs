@@ -58,6 +58,17 @@ struct StatusArgs {
     /// Output format: the summary, or the EtcdCluster's status as JSON.
     #[arg(short, long, value_enum, default_value_t = super::PlanOutput::Text)]
     output: super::PlanOutput,
+    #[command(flatten)]
+    api: ApiTimeout,
+}
+
+/// How long one API request may take.
+#[derive(clap::Args, Debug)]
+struct ApiTimeout {
+    /// Bound on each API request: when etcd is in trouble the API (served from it) may accept
+    /// connections and never answer.
+    #[arg(long, default_value = "30s", value_parser = membership::parse_duration)]
+    timeout: Duration,
 }
 
 /// How an action is sent.
@@ -73,6 +84,8 @@ struct Confirm {
     /// once.
     #[arg(long, default_value = "0s", value_parser = membership::parse_duration)]
     wait: Duration,
+    #[command(flatten)]
+    api: ApiTimeout,
 }
 
 #[derive(clap::Args, Debug)]
@@ -166,7 +179,7 @@ pub async fn main() -> anyhow::Result<()> {
 }
 
 async fn status(args: StatusArgs) -> anyhow::Result<()> {
-    let client = kube::Client::try_default().await?;
+    let (client, _) = super::bounded_client(args.api.timeout).await?;
     let cluster = kubectl::cluster(&client).await?;
     match args.output {
         super::PlanOutput::Text => print!("{}", kubectl::summary::render(&cluster)),
@@ -179,7 +192,7 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
 }
 
 async fn act(action: Action, confirm: Confirm) -> anyhow::Result<()> {
-    let client = kube::Client::try_default().await?;
+    let (client, _) = super::bounded_client(confirm.api.timeout).await?;
     let change = kubectl::prepare(&client, &action).await?;
     if confirm.dry_run {
         kubectl::apply(&client, &change, true).await?;

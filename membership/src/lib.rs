@@ -11,7 +11,8 @@
 //!   [`Preflight`] facts (alarms, every voter's own member list);
 //! * [`EtcdClient`], a small etcd client that loads TLS from the `ETCDCTL_*` files, bounds every
 //!   call with a timeout (etcd-client calls over TLS can hang past their own timeouts), tries each
-//!   endpoint in turn, and never sends a learner what a learner rejects.
+//!   endpoint in turn, and never sends a learner what a learner rejects;
+//! * [`VerifyReport`], what `etcd-verify membership` reports and the operator reads back.
 //!
 //! Invariants: member ids print as lowercase hex without `0x`; every parsed URL is canonical
 //! `scheme://host:port`; formatting a parsed value gives back the same text.
@@ -32,11 +33,12 @@ mod peer_url;
 mod preflight;
 mod quorum;
 mod tls;
+mod verify_report;
 
 pub use api_servers::{ApiServer, ControlPlanePod, ControlPlanePods};
 pub use client::{
-    ClientConfig, ClientError, EndpointFailure, EndpointStatus, EtcdClient, FailureKind,
-    LiveMembers,
+    ClientConfig, ClientError, EndpointFailure, EndpointStatus, EtcdClient, EtcdRefusal,
+    FailureKind, LiveMembers,
 };
 pub use consistency::{Divergence, HashVerdict, MemberHash, compare_hashes};
 pub use duration::{DurationError, parse_duration};
@@ -53,3 +55,4 @@ pub use peer_url::{MemberUrl, UrlError};
 pub use preflight::{AlarmKind, Preflight, RaisedAlarm, disagreements};
 pub use quorum::{fault_tolerance, is_quorate, quorum, voters};
 pub use tls::{TlsFiles, TlsPem, https_config, is_tls_failure};
+pub use verify_report::{BlockCode, VERIFY_REPORT_VERSION, VerifyDecision, VerifyReport};

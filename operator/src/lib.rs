@@ -28,6 +28,7 @@
 
 pub mod api;
 pub mod bootstrap;
+pub mod category;
 pub mod certs;
 pub mod context;
 pub mod controllers;

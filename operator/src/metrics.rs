@@ -176,11 +176,11 @@ impl Metrics {
     }
 
     /// Counts a failed step.
-    pub fn error(&self, controller: &str, category: &str) {
+    pub fn error(&self, controller: &str, category: crate::category::Category) {
         self.reconcile_errors
             .get_or_create(&ErrorLabels {
                 controller: controller.to_owned(),
-                category: category.to_owned(),
+                category: category.label().to_owned(),
             })
             .inc();
     }

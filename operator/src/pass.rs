@@ -22,6 +22,7 @@ use crate::api::{
     CorruptionCheckStatus, DefragmentationStatus, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus,
     EtcdVersionStatus, NodeStatus, RemediationStatus,
 };
+use crate::category::Category;
 use crate::context::{Context, PassState};
 use crate::controllers::{
     ControllerError, ControllerName, Flow, address_move, backup, cert_signer, cluster_operator,
@@ -325,7 +326,7 @@ async fn controllers(p: &mut Pass<'_>) -> Result<(), ControllerError> {
         return Err(ControllerError::new(
             N::Membership,
             ErrorKind::Permanent,
-            "spec",
+            Category::Spec,
             e.to_string(),
         ));
     }

@@ -8,6 +8,7 @@ use ::membership::Denial;
 use time::OffsetDateTime;
 
 use super::{Pass, PlanEntry};
+use crate::category::Category;
 use crate::controllers::ControllerName;
 use crate::metrics::{ActionLabel, RuleLabel};
 use crate::status::{Computed, ConditionType as C, Reason};
@@ -72,7 +73,7 @@ impl Pass<'_> {
         let Some(left) = backoff.remaining(self.o.now) else {
             return false;
         };
-        let (category, message) = backoff.last.unwrap_or(("unknown", String::new()));
+        let (category, message) = backoff.last.unwrap_or((Category::Unknown, String::new()));
         self.cond(
             controller.degraded(),
             true,

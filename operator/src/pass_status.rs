@@ -83,7 +83,9 @@ async fn mirror_cluster_operator(p: &mut Pass<'_>, status: &EtcdClusterStatus) {
         Ok(false) => {}
         Err(e) => {
             p.note(format!("could not mirror the status: {e}"));
-            p.ctx.metrics.error("cluster-operator", "api");
+            p.ctx
+                .metrics
+                .error("cluster-operator", crate::category::Category::Api);
             // The kind may have gone (its CRD deleted): look again next time.
             p.st.cluster_operator_api = None;
         }

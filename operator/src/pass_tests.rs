@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::api::EtcdClusterSpec;
+use crate::category::Category;
 
 fn at(ms: i64) -> OffsetDateTime {
     // A whole second: no jitter, so the delays are exact.
@@ -50,7 +51,7 @@ fn conflict() -> ControllerError {
     ControllerError::new(
         ControllerName::Revision,
         ErrorKind::Transient,
-        "conflict",
+        Category::Conflict,
         "replacing ConfigMap etcd/etcd-pod: the API server answered 409 Conflict",
     )
 }
@@ -73,7 +74,10 @@ async fn transient_errors_back_off_and_the_controller_waits() {
         let mut p = pass_at(&ctx, &mut st, &inputs, at(t));
         failed(&mut p, conflict());
         let c = degraded(&p).expect("Degraded set");
-        assert!(c.status && c.reason == Reason::Failed("conflict"), "{c:?}");
+        assert!(
+            c.status && c.reason == Reason::Failed(Category::Conflict),
+            "{c:?}"
+        );
         delays.push(p.report.requeue_after.as_millis());
         // Woken by a cache change before the delay is over: the controller does not run.
         let mut early = pass_at(&ctx, &mut st, &inputs, at(t + 100));
@@ -104,7 +108,7 @@ async fn permanent_errors_wait_for_an_input_not_a_timer() {
     let e = ControllerError::new(
         ControllerName::TargetConfig,
         ErrorKind::Permanent,
-        "render",
+        Category::Render,
         "rendering the etcd pod of n1: spec.quotaBackendBytes is not a size",
     );
     failed(&mut p, e);
@@ -128,7 +132,11 @@ async fn an_invalid_node_selector_stops_every_controller_with_a_precise_message(
     let e = controllers(&mut p).await.expect_err("refused");
     assert_eq!(
         (e.controller, e.kind, e.category),
-        (ControllerName::Membership, ErrorKind::Permanent, "spec")
+        (
+            ControllerName::Membership,
+            ErrorKind::Permanent,
+            Category::Spec
+        )
     );
     assert!(
         e.message.contains("\"node role\" is not a valid label key"),
@@ -303,7 +311,7 @@ async fn an_etcd_minor_without_known_flags_is_refused_before_anything_is_rendere
             (
                 ControllerName::TargetConfig,
                 ErrorKind::Permanent,
-                "etcd-version"
+                Category::EtcdVersion
             ),
             "{image}"
         );
@@ -318,7 +326,7 @@ async fn an_etcd_minor_without_known_flags_is_refused_before_anything_is_rendere
             .find(|c| c.type_ == C::TargetConfigControllerDegraded)
             .unwrap();
         assert!(
-            c.status && c.reason == Reason::Failed("etcd-version"),
+            c.status && c.reason == Reason::Failed(Category::EtcdVersion),
             "{image}: {c:?}"
         );
     }

@@ -45,7 +45,7 @@ pub struct Backoff {
     /// Not retried before this.
     pub until: Option<OffsetDateTime>,
     /// The last error's category and message (its condition stays while the controller waits).
-    pub last: Option<(&'static str, String)>,
+    pub last: Option<(crate::category::Category, String)>,
 }
 
 impl Backoff {

@@ -153,8 +153,8 @@ pub enum Reason {
     /// A `Restart` consumer's pods cannot be listed (or none are named): whether it picked up
     /// its Secret is unknown, so a CA rotation waits.
     ConsumerPodsUnreadable,
-    /// A controller failed; the error's category (e.g. `conflict`, `transport`, `render`).
-    Failed(&'static str),
+    /// A controller failed; the error's category (its CamelCase reason, e.g. `Conflict`).
+    Failed(crate::category::Category),
 }
 
 impl Reason {
@@ -207,7 +207,7 @@ impl Reason {
             Reason::PreOperationBackupFailing => "PreOperationBackupFailing",
             Reason::ConsumerNotReloaded => "ConsumerNotReloaded",
             Reason::ConsumerPodsUnreadable => "ConsumerPodsUnreadable",
-            Reason::Failed(category) => category,
+            Reason::Failed(category) => category.reason(),
         }
     }
 }

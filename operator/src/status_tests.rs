@@ -76,7 +76,7 @@ fn previous_true(type_: ConditionType, since: OffsetDateTime) -> Vec<Condition> 
         &[Computed::new(
             type_,
             true,
-            Reason::Failed("api"),
+            Reason::Failed(crate::category::Category::Api),
             "conflict",
         )],
         &since.format(&Rfc3339).unwrap(),
@@ -106,7 +106,7 @@ fn detail_with_revision_problem() -> Vec<Computed> {
         Computed::new(
             ConditionType::RevisionControllerDegraded,
             true,
-            Reason::Failed("api"),
+            Reason::Failed(crate::category::Category::Api),
             "conflict",
         ),
     ]

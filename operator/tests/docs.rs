@@ -733,3 +733,20 @@ fn the_install_list_check_sees_a_package_left_out() {
         ["`openssl`"]
     );
 }
+
+/// Every error category has its row in the Degraded runbook: the condition reason and the metric
+/// label an admin sees, side by side.
+#[test]
+fn the_degraded_runbook_lists_every_error_category() {
+    use etcd_operator::category::Category;
+    let runbook = read("docs/runbooks/EtcdOperatorDegraded.md");
+    let missing: Vec<String> = Category::ALL
+        .iter()
+        .map(|c| format!("| `{}` | `{}` |", c.reason(), c.label()))
+        .filter(|row| !runbook.contains(row.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/runbooks/EtcdOperatorDegraded.md lacks the rows starting {missing:?}"
+    );
+}

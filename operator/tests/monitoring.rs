@@ -254,7 +254,7 @@ fn operator_metrics() -> BTreeSet<String> {
     let m = Metrics::new();
     let s = || "x".to_owned();
     m.time("x");
-    m.error("x", "x");
+    m.error("x", etcd_operator::category::Category::Etcd);
     m.health_check(true);
     m.condition("x", "True");
     m.gate_denials.get_or_create(&RuleLabel { rule: s() }).inc();

@@ -36,7 +36,7 @@
 //! membership check, so it waits and then blocks. (Unloadable TLS files never get this far: they
 //! are invalid input, exit 2.)
 
-use membership::{LiveMembers, MemberId, MemberIds};
+use membership::{BlockCode, LiveMembers, MemberId, MemberIds};
 
 use crate::config::{ClusterState, VerifyConfig};
 use crate::wal::WalIdentity;
@@ -83,17 +83,39 @@ pub enum Decision {
         member_id: Option<MemberId>,
         archive: Option<String>,
     },
-    /// Not yet: archive first if asked, then look again until the deadline.
+    /// Not yet: archive first if asked, then look again until the deadline, where it blocks
+    /// as `code`.
     Wait {
+        code: BlockCode,
         reason: String,
         member_id: Option<MemberId>,
         archive: Option<String>,
     },
     /// etcd must not start on this revision.
     Block {
+        code: BlockCode,
         reason: String,
         member_id: Option<MemberId>,
     },
+}
+
+impl Decision {
+    fn start(reason: String, member_id: Option<MemberId>) -> Self {
+        Decision::Start {
+            reason,
+            member_id,
+            archive: None,
+        }
+    }
+
+    fn wait(code: BlockCode, reason: String, member_id: Option<MemberId>) -> Self {
+        Decision::Wait {
+            code,
+            reason,
+            member_id,
+            archive: None,
+        }
+    }
 }
 
 fn hex(id: u64) -> String {
@@ -107,53 +129,25 @@ pub fn decide(o: &Observed<'_>) -> Decision {
         Err(LiveError::NoAnswer(why)) => {
             decide_without_live(o.config, &o.data_dir, o.earlier.as_deref(), why)
         }
-        Err(LiveError::Tls(why)) => Decision::Wait {
-            reason: format!(
+        Err(LiveError::Tls(why)) => Decision::wait(
+            BlockCode::TlsFailure,
+            format!(
                 "an etcd endpoint answered but the TLS handshake failed ({why}): the revision cannot be checked against the live membership, and a TLS failure is not a down cluster"
             ),
-            member_id: o.config.member_ids.id_for_url(&o.config.peer_url),
-            archive: None,
-        },
+            o.config.member_ids.id_for_url(&o.config.peer_url),
+        ),
     }
 }
 
 fn decide_with_live(config: &VerifyConfig, data: &DataDir, live: &LiveMembers) -> Decision {
-    let own_url = &config.peer_url;
-    let live_ids = MemberIds::from_members(&live.members);
-    let skip_id_check = config.state == ClusterState::New && config.member_ids.is_empty();
-    if !skip_id_check {
-        let diff = config.member_ids.diff(&live_ids);
-        if !diff.is_empty() {
-            let mut parts = Vec::new();
-            for (id, url) in &diff.only_left {
-                parts.push(format!(
-                    "{id}={url} is in ETCD_MEMBER_IDS but not a live member"
-                ));
-            }
-            for (id, url) in &diff.only_right {
-                parts.push(format!(
-                    "live member {id}={url} is missing from ETCD_MEMBER_IDS"
-                ));
-            }
-            for (id, ours, theirs) in &diff.url_changed {
-                parts.push(format!(
-                    "member {id} has peer URL {theirs}, ETCD_MEMBER_IDS says {ours} (it moved since this revision was made)"
-                ));
-            }
-            return Decision::Block {
-                reason: format!(
-                    "stale or forged revision: {} (live members from {}: {live_ids})",
-                    parts.join("; "),
-                    live.answered_by
-                ),
-                member_id: config.member_ids.id_for_url(own_url),
-            };
-        }
+    if let Some(block) = stale_revision(config, live) {
+        return block;
     }
     if let DataDir::Present(wal) = data
         && wal.cluster_id != live.cluster_id
     {
         return Decision::Wait {
+            code: BlockCode::ForeignData,
             reason: format!(
                 "data dir belongs to cluster {} (member {}), the live cluster is {}: archived it",
                 hex(wal.cluster_id),
@@ -167,133 +161,198 @@ fn decide_with_live(config: &VerifyConfig, data: &DataDir, live: &LiveMembers) -
             )),
         };
     }
-    let Some(own) = live.members.iter().find(|m| m.has_peer_url(own_url)) else {
-        return match data {
-            DataDir::Present(wal) => {
-                if let Some(m) = live.members.iter().find(|m| m.id.get() == wal.member_id) {
-                    let urls: Vec<String> = m.peer_urls.iter().map(ToString::to_string).collect();
-                    Decision::Block {
-                        reason: format!(
-                            "data dir holds live member {} whose peer URL is {}, not {own_url}: this node's address changed and the member has not moved yet; etcd starts here only on a revision whose peer URL is the member's live one (the operator moves it with MemberUpdate, then rolls such a revision)",
-                            m.id,
-                            urls.join(",")
-                        ),
-                        member_id: Some(m.id),
-                    }
-                } else {
-                    Decision::Wait {
-                        reason: format!(
-                            "no live member has peer URL {own_url}; the data dir's member {} was removed: archived it, waiting for the operator to add this node as a learner",
-                            hex(wal.member_id)
-                        ),
-                        member_id: None,
-                        archive: Some(format!(
-                            "member {} is no longer in the cluster",
-                            hex(wal.member_id)
-                        )),
-                    }
+    match live
+        .members
+        .iter()
+        .find(|m| m.has_peer_url(&config.peer_url))
+    {
+        None => not_a_member(config, data, live),
+        Some(own) if !own.is_started() => unstarted(config, data, own),
+        Some(own) => started(config, data, own),
+    }
+}
+
+/// A block when the revision's `ETCD_MEMBER_IDS` disagree with the live member list.
+fn stale_revision(config: &VerifyConfig, live: &LiveMembers) -> Option<Decision> {
+    if config.state == ClusterState::New && config.member_ids.is_empty() {
+        return None;
+    }
+    let live_ids = MemberIds::from_members(&live.members);
+    let diff = config.member_ids.diff(&live_ids);
+    if diff.is_empty() {
+        return None;
+    }
+    let mut parts = Vec::new();
+    for (id, url) in &diff.only_left {
+        parts.push(format!(
+            "{id}={url} is in ETCD_MEMBER_IDS but not a live member"
+        ));
+    }
+    for (id, url) in &diff.only_right {
+        parts.push(format!(
+            "live member {id}={url} is missing from ETCD_MEMBER_IDS"
+        ));
+    }
+    for (id, ours, theirs) in &diff.url_changed {
+        parts.push(format!(
+            "member {id} has peer URL {theirs}, ETCD_MEMBER_IDS says {ours} (it moved since this revision was made)"
+        ));
+    }
+    Some(Decision::Block {
+        code: BlockCode::StaleRevision,
+        reason: format!(
+            "stale or forged revision: {} (live members from {}: {live_ids})",
+            parts.join("; "),
+            live.answered_by
+        ),
+        member_id: config.member_ids.id_for_url(&config.peer_url),
+    })
+}
+
+/// No live member has this node's peer URL.
+fn not_a_member(config: &VerifyConfig, data: &DataDir, live: &LiveMembers) -> Decision {
+    let own_url = &config.peer_url;
+    match data {
+        DataDir::Present(wal) => {
+            if let Some(m) = live.members.iter().find(|m| m.id.get() == wal.member_id) {
+                let urls: Vec<String> = m.peer_urls.iter().map(ToString::to_string).collect();
+                Decision::Block {
+                    code: BlockCode::AddressNotMoved,
+                    reason: format!(
+                        "data dir holds live member {} whose peer URL is {}, not {own_url}: this node's address changed and the member has not moved yet; etcd starts here only on a revision whose peer URL is the member's live one (the operator moves it with MemberUpdate, then rolls such a revision)",
+                        m.id,
+                        urls.join(",")
+                    ),
+                    member_id: Some(m.id),
+                }
+            } else {
+                Decision::Wait {
+                    code: BlockCode::NotAMember,
+                    reason: format!(
+                        "no live member has peer URL {own_url}; the data dir's member {} was removed: archived it, waiting for the operator to add this node as a learner",
+                        hex(wal.member_id)
+                    ),
+                    member_id: None,
+                    archive: Some(format!(
+                        "member {} is no longer in the cluster",
+                        hex(wal.member_id)
+                    )),
                 }
             }
-            DataDir::Unreadable(why) => Decision::Wait {
-                reason: format!(
-                    "no live member has peer URL {own_url} and the data dir is unreadable ({why}): archived it, waiting for the operator to add this node as a learner"
-                ),
-                member_id: None,
-                archive: Some(format!(
-                    "unreadable data dir of a node that is not a member: {why}"
-                )),
-            },
-            DataDir::Absent => Decision::Wait {
-                reason: format!(
-                    "waiting for the operator to add a member with peer URL {own_url} (live members: {live_ids})"
-                ),
-                member_id: None,
-                archive: None,
-            },
-        };
-    };
-    let id = Some(own.id);
-    if !own.is_started() {
-        let kind = if own.is_learner { "learner" } else { "member" };
-        return match data {
-            DataDir::Absent => Decision::Start {
-                reason: format!(
-                    "joining as unstarted {kind} {} with peer URL {own_url}",
-                    own.id
-                ),
-                member_id: id,
-                archive: None,
-            },
-            DataDir::Present(wal) if wal.member_id == own.id.get() => Decision::Start {
-                reason: format!(
-                    "joining as {kind} {}; the data dir is this member's own earlier start",
-                    own.id
-                ),
-                member_id: id,
-                archive: None,
-            },
-            DataDir::Present(wal) => Decision::Start {
-                reason: format!(
-                    "joining as unstarted {kind} {}; archived a stale data dir of member {}",
-                    own.id,
-                    hex(wal.member_id)
-                ),
-                member_id: id,
-                archive: Some(format!("stale data dir of member {}", hex(wal.member_id))),
-            },
-            DataDir::Unreadable(why) => Decision::Start {
-                reason: format!(
-                    "joining as unstarted {kind} {}; archived an unreadable data dir",
-                    own.id
-                ),
-                member_id: id,
-                archive: Some(format!("unreadable data dir: {why}")),
-            },
-        };
-    }
-    if own.name != config.name {
-        return Decision::Block {
+        }
+        DataDir::Unreadable(why) => Decision::Wait {
+            code: BlockCode::NotAMember,
             reason: format!(
-                "peer URL {own_url} belongs to started member {} named {:?}, not {:?}",
-                own.id, own.name, config.name
+                "no live member has peer URL {own_url} and the data dir is unreadable ({why}): archived it, waiting for the operator to add this node as a learner"
             ),
-            member_id: id,
-        };
+            member_id: None,
+            archive: Some(format!(
+                "unreadable data dir of a node that is not a member: {why}"
+            )),
+        },
+        DataDir::Absent => Decision::wait(
+            BlockCode::NotAMember,
+            format!(
+                "waiting for the operator to add a member with peer URL {own_url} (live members: {})",
+                MemberIds::from_members(&live.members)
+            ),
+            None,
+        ),
+    }
+}
+
+/// This node's member was added and has not started yet: it joins.
+fn unstarted(config: &VerifyConfig, data: &DataDir, own: &membership::Member) -> Decision {
+    let kind = if own.is_learner { "learner" } else { "member" };
+    let id = Some(own.id);
+    let (reason, archive) = match data {
+        DataDir::Absent => (
+            format!(
+                "joining as unstarted {kind} {} with peer URL {}",
+                own.id, config.peer_url
+            ),
+            None,
+        ),
+        DataDir::Present(wal) if wal.member_id == own.id.get() => (
+            format!(
+                "joining as {kind} {}; the data dir is this member's own earlier start",
+                own.id
+            ),
+            None,
+        ),
+        DataDir::Present(wal) => (
+            format!(
+                "joining as unstarted {kind} {}; archived a stale data dir of member {}",
+                own.id,
+                hex(wal.member_id)
+            ),
+            Some(format!("stale data dir of member {}", hex(wal.member_id))),
+        ),
+        DataDir::Unreadable(why) => (
+            format!(
+                "joining as unstarted {kind} {}; archived an unreadable data dir",
+                own.id
+            ),
+            Some(format!("unreadable data dir: {why}")),
+        ),
+    };
+    Decision::Start {
+        reason,
+        member_id: id,
+        archive,
+    }
+}
+
+/// This node's member has started before: it restarts only on its own data.
+fn started(config: &VerifyConfig, data: &DataDir, own: &membership::Member) -> Decision {
+    let id = Some(own.id);
+    let block = |code, reason| Decision::Block {
+        code,
+        reason,
+        member_id: id,
+    };
+    if own.name != config.name {
+        return block(
+            BlockCode::PeerUrlTaken,
+            format!(
+                "peer URL {} belongs to started member {} named {:?}, not {:?}",
+                config.peer_url, own.id, own.name, config.name
+            ),
+        );
     }
     match data {
-        DataDir::Absent => Decision::Block {
-            reason: format!(
+        DataDir::Absent => block(
+            BlockCode::DataDirLost,
+            format!(
                 "data dir lost: member {} ({}) has started before but {} has no member data; the operator must remove the member and add this node again as a learner",
                 own.id,
                 own.name,
                 config.data_dir.display()
             ),
-            member_id: id,
-        },
-        DataDir::Present(wal) if wal.member_id == own.id.get() => Decision::Start {
-            reason: format!(
+        ),
+        DataDir::Present(wal) if wal.member_id == own.id.get() => Decision::start(
+            format!(
                 "restarting member {} ({}) on its own data dir",
                 own.id, own.name
             ),
-            member_id: id,
-            archive: None,
-        },
-        DataDir::Present(wal) => Decision::Block {
-            reason: format!(
+            id,
+        ),
+        DataDir::Present(wal) => block(
+            BlockCode::ForeignData,
+            format!(
                 "data dir holds member {} but this node's live member is {} ({}): refusing to start on another member's data",
                 hex(wal.member_id),
                 own.id,
                 own.name
             ),
-            member_id: id,
-        },
-        DataDir::Unreadable(why) => Decision::Block {
-            reason: format!(
+        ),
+        DataDir::Unreadable(why) => block(
+            BlockCode::DataDirUnusable,
+            format!(
                 "member {} ({}) has started before but its data dir is unreadable: {why}",
                 own.id, own.name
             ),
-            member_id: id,
-        },
+        ),
     }
 }
 
@@ -305,56 +364,42 @@ fn decide_without_live(
 ) -> Decision {
     let expected = config.member_ids.id_for_url(&config.peer_url);
     let bootstrap = config.is_first_bootstrap();
+    let unsure = |reason| Decision::wait(BlockCode::NoEndpointAnswered, reason, expected);
     match data {
         DataDir::Present(wal) if expected.is_some_and(|id| id.get() == wal.member_id) => {
-            Decision::Start {
-                reason: format!(
+            Decision::start(
+                format!(
                     "no etcd endpoint answered ({why}); the data dir holds member {} as this revision expects: starting (whole cluster restarting)",
                     hex(wal.member_id)
                 ),
-                member_id: expected,
-                archive: None,
-            }
+                expected,
+            )
         }
-        DataDir::Present(wal) if bootstrap => Decision::Start {
-            reason: format!(
+        DataDir::Present(wal) if bootstrap => Decision::start(
+            format!(
                 "no etcd endpoint answered ({why}); bootstrap revision restarting on its own data dir (member {})",
                 hex(wal.member_id)
             ),
-            member_id: MemberId::new(wal.member_id),
-            archive: None,
-        },
+            MemberId::new(wal.member_id),
+        ),
         DataDir::Absent if bootstrap && earlier.is_some() => {
             bootstrap_data_lost(config, earlier.unwrap_or_default())
         }
-        DataDir::Absent if bootstrap => Decision::Start {
-            reason: format!("bootstrapping a new cluster (no etcd endpoint answered: {why})"),
-            member_id: None,
-            archive: None,
-        },
-        DataDir::Present(wal) => Decision::Wait {
-            reason: format!(
-                "no etcd endpoint answered ({why}) and the data dir holds member {}, which ETCD_MEMBER_IDS does not list for {}: cannot confirm it is safe to start",
-                hex(wal.member_id),
-                config.peer_url
-            ),
-            member_id: expected,
-            archive: None,
-        },
-        DataDir::Unreadable(reason) => Decision::Wait {
-            reason: format!(
-                "no etcd endpoint answered ({why}) and the data dir is unreadable ({reason})"
-            ),
-            member_id: expected,
-            archive: None,
-        },
-        DataDir::Absent => Decision::Wait {
-            reason: format!(
-                "no etcd endpoint answered ({why}) and there is no data dir to start from"
-            ),
-            member_id: expected,
-            archive: None,
-        },
+        DataDir::Absent if bootstrap => Decision::start(
+            format!("bootstrapping a new cluster (no etcd endpoint answered: {why})"),
+            None,
+        ),
+        DataDir::Present(wal) => unsure(format!(
+            "no etcd endpoint answered ({why}) and the data dir holds member {}, which ETCD_MEMBER_IDS does not list for {}: cannot confirm it is safe to start",
+            hex(wal.member_id),
+            config.peer_url
+        )),
+        DataDir::Unreadable(reason) => unsure(format!(
+            "no etcd endpoint answered ({why}) and the data dir is unreadable ({reason})"
+        )),
+        DataDir::Absent => unsure(format!(
+            "no etcd endpoint answered ({why}) and there is no data dir to start from"
+        )),
     }
 }
 
@@ -366,6 +411,7 @@ fn decide_without_live(
 fn bootstrap_data_lost(config: &VerifyConfig, earlier: &str) -> Decision {
     let member = config.bootstrap_member_id();
     Decision::Block {
+        code: BlockCode::DataDirLost,
         reason: format!(
             "data dir lost: this node bootstrapped its cluster before ({earlier}) and {} has no member data; \
              starting the bootstrap manifest again would make a new, empty cluster. If other members run, \

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use membership::{LiveMembers, Member, MemberId, MemberUrl};
+use membership::{BlockCode, LiveMembers, Member, MemberId, MemberUrl};
 
 use crate::config::VerifyConfig;
 use crate::decide::{DataDir, Decision, LiveError, Observed, decide};
@@ -107,11 +107,15 @@ fn expect_start(d: &Decision, archive: bool, reason_part: &str) {
     }
 }
 
-fn expect_wait(d: &Decision, archive: bool, reason_part: &str) {
+fn expect_wait(d: &Decision, code: BlockCode, archive: bool, reason_part: &str) {
     match d {
         Decision::Wait {
-            reason, archive: a, ..
+            code: c,
+            reason,
+            archive: a,
+            ..
         } => {
+            assert_eq!(*c, code, "code of {d:?}");
             assert_eq!(a.is_some(), archive, "archive flag in {d:?}");
             assert!(
                 reason.contains(reason_part),
@@ -122,9 +126,12 @@ fn expect_wait(d: &Decision, archive: bool, reason_part: &str) {
     }
 }
 
-fn expect_block(d: &Decision, reason_part: &str) {
+fn expect_block(d: &Decision, code: BlockCode, reason_part: &str) {
     match d {
-        Decision::Block { reason, .. } => {
+        Decision::Block {
+            code: c, reason, ..
+        } => {
+            assert_eq!(*c, code, "code of {d:?}");
             assert!(
                 reason.contains(reason_part),
                 "{reason:?} lacks {reason_part:?}"
@@ -181,10 +188,12 @@ fn forged_or_stale_ids_block() {
     let d = decide_for(&forged, wal(3), live(members.clone()));
     expect_block(
         &d,
+        BlockCode::StaleRevision,
         "4=http://10.0.0.3:2380 is in ETCD_MEMBER_IDS but not a live member",
     );
     expect_block(
         &d,
+        BlockCode::StaleRevision,
         "live member 3=http://10.0.0.3:2380 is missing from ETCD_MEMBER_IDS",
     );
     // A revision made before a learner was added: the live list has a member it doesn't know.
@@ -195,6 +204,7 @@ fn forged_or_stale_ids_block() {
     );
     expect_block(
         &decide_for(&stale, wal(3), live(grown)),
+        BlockCode::StaleRevision,
         "live member 5=http://10.0.0.5:2380 is missing",
     );
 }
@@ -214,7 +224,7 @@ fn forged_ids_block_before_any_archiving() {
         foreign,
         live(with(voters12(), Member::voter(id(3), "n3", url(3)))),
     );
-    expect_block(&d, "stale or forged revision");
+    expect_block(&d, BlockCode::StaleRevision, "stale or forged revision");
 }
 
 #[test]
@@ -223,6 +233,7 @@ fn data_dir_lost_blocks() {
     let members = with(voters12(), Member::voter(id(3), "n3", url(3)));
     expect_block(
         &decide_for(&c, DataDir::Absent, live(members)),
+        BlockCode::DataDirLost,
         "data dir lost",
     );
 }
@@ -233,10 +244,12 @@ fn started_member_with_someone_elses_data_blocks() {
     let members = with(voters12(), Member::voter(id(3), "n3", url(3)));
     expect_block(
         &decide_for(&c, wal(7), live(members.clone())),
+        BlockCode::ForeignData,
         "data dir holds member 7",
     );
     expect_block(
         &decide_for(&c, DataDir::Unreadable("bad wal".into()), live(members)),
+        BlockCode::DataDirUnusable,
         "unreadable: bad wal",
     );
 }
@@ -247,6 +260,7 @@ fn peer_url_owned_by_another_name_blocks() {
     let members = with(voters12(), Member::voter(id(3), "other-node", url(3)));
     expect_block(
         &decide_for(&c, wal(3), live(members)),
+        BlockCode::PeerUrlTaken,
         "named \"other-node\"",
     );
 }
@@ -256,11 +270,13 @@ fn removed_member_data_is_archived_and_the_node_waits() {
     let c = config_n3(TWO, "existing");
     expect_wait(
         &decide_for(&c, wal(3), live(voters12())),
+        BlockCode::NotAMember,
         true,
         "member 3 was removed",
     );
     expect_wait(
         &decide_for(&c, DataDir::Absent, live(voters12())),
+        BlockCode::NotAMember,
         false,
         "waiting for the operator to add",
     );
@@ -274,12 +290,14 @@ fn data_of_a_live_member_under_another_url_blocks() {
     c.member_ids = membership::MemberIds::from_members(&members);
     expect_block(
         &decide_for(&c, wal(3), live(members.clone())),
+        BlockCode::AddressNotMoved,
         "this node's address changed and the member has not moved yet",
     );
     // A revision that doesn't know member 3 at all is caught by the ids check first.
     let c = config_n3(TWO, "existing");
     expect_block(
         &decide_for(&c, wal(3), live(members)),
+        BlockCode::StaleRevision,
         "stale or forged revision",
     );
 }
@@ -304,6 +322,7 @@ fn an_address_change_starts_only_once_the_member_moved() {
     // The same revision while member 3 has not moved: refused (the ids disagree).
     expect_block(
         &decide_for(&moved_rev, wal(3), live(before.clone())),
+        BlockCode::StaleRevision,
         "member 3 has peer URL http://10.0.0.9:2380, ETCD_MEMBER_IDS says http://10.0.0.3:2380",
     );
     // The revision from before the move (its URL and ids are the old address), started after
@@ -313,6 +332,7 @@ fn an_address_change_starts_only_once_the_member_moved() {
     old_rev.member_ids = membership::MemberIds::from_members(&before);
     expect_block(
         &decide_for(&old_rev, wal(3), live(after)),
+        BlockCode::StaleRevision,
         "it moved since this revision was made",
     );
 }
@@ -327,6 +347,7 @@ fn data_dir_from_another_cluster_is_archived() {
     let members = with(voters12(), Member::unstarted_learner(id(3), url(3)));
     expect_wait(
         &decide_for(&c, foreign, live(members)),
+        BlockCode::ForeignData,
         true,
         "belongs to cluster bad",
     );
@@ -341,9 +362,15 @@ fn whole_cluster_down_starts_from_own_data_only() {
         false,
         "whole cluster restarting",
     );
-    expect_wait(&decide_for(&c, wal(8), down()), false, "cannot confirm");
+    expect_wait(
+        &decide_for(&c, wal(8), down()),
+        BlockCode::NoEndpointAnswered,
+        false,
+        "cannot confirm",
+    );
     expect_wait(
         &decide_for(&c, DataDir::Absent, down()),
+        BlockCode::NoEndpointAnswered,
         false,
         "no data dir to start from",
     );
@@ -378,6 +405,7 @@ fn a_tls_failure_is_not_a_down_cluster() {
         for data in [wal(3), DataDir::Absent] {
             expect_wait(
                 &decide_for(&c, data, tls()),
+                BlockCode::TlsFailure,
                 false,
                 "a TLS failure is not a down cluster",
             );
@@ -398,6 +426,7 @@ fn only_the_first_bootstrap_manifest_starts_a_new_cluster() {
         assert!(!c.is_first_bootstrap());
         expect_wait(
             &decide_for(c, DataDir::Absent, down()),
+            BlockCode::NoEndpointAnswered,
             false,
             "no data dir to start from",
         );
@@ -423,7 +452,12 @@ fn bootstrap_render_never_starts_a_second_cluster_where_a_member_ran() {
     });
     let expected = membership::new_cluster_member_id(&["http://10.0.0.3:2380"], "etcd-cluster");
     match d {
-        Decision::Block { reason, member_id } => {
+        Decision::Block {
+            code,
+            reason,
+            member_id,
+        } => {
+            assert_eq!(code, BlockCode::DataDirLost);
             assert!(reason.starts_with("data dir lost"), "{reason}");
             assert!(
                 reason.contains("member-archived-20260101T000000Z"),

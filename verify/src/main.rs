@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use etcd_verify::config::VerifyConfig;
-use etcd_verify::run::{Timing, VerifyResult, client_for, run};
+use etcd_verify::run::{Timing, client_for, run};
+use membership::{BlockCode, VerifyReport};
 
 /// Default bound on the whole run. The etcd pod's startup budget is 180 s (startup probe:
 /// 30 s initial delay + 30 x 5 s); the gate gives up well before so the kubelet's restart and
@@ -72,7 +73,7 @@ fn main() -> ExitCode {
                 .trim_start_matches("error: ");
             let reason = format!("invalid input: {first}");
             report(
-                &VerifyResult::block(reason, None, None),
+                &VerifyReport::block(BlockCode::InvalidInput, reason, None, None),
                 termination_log_flag().as_ref(),
             );
             return ExitCode::from(2);
@@ -89,21 +90,30 @@ fn main() -> ExitCode {
     let (result, code) = match membership_gate(&args) {
         Ok(result) if result.may_start() => (result, ExitCode::SUCCESS),
         Ok(result) => (result, ExitCode::from(1)),
-        Err(reason) => (VerifyResult::block(reason, None, None), ExitCode::from(2)),
+        Err((code, reason)) => (
+            VerifyReport::block(code, reason, None, None),
+            ExitCode::from(2),
+        ),
     };
     report(&result, args.termination_log.as_ref());
     code
 }
 
-fn membership_gate(args: &MembershipArgs) -> Result<VerifyResult, String> {
-    let config = VerifyConfig::from_process_env().map_err(|e| format!("invalid input: {e}"))?;
-    let client =
-        client_for(&config, args.call_timeout).map_err(|e| format!("invalid input: {e}"))?;
-    etcd_verify::keyfiles::check(&config).map_err(|e| format!("invalid input: {e}"))?;
+fn membership_gate(args: &MembershipArgs) -> Result<VerifyReport, (BlockCode, String)> {
+    let invalid =
+        |e: &dyn std::fmt::Display| (BlockCode::InvalidInput, format!("invalid input: {e}"));
+    let config = VerifyConfig::from_process_env().map_err(|e| invalid(&e))?;
+    let client = client_for(&config, args.call_timeout).map_err(|e| invalid(&e))?;
+    etcd_verify::keyfiles::check(&config).map_err(|e| invalid(&e))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        .map_err(|e| {
+            (
+                BlockCode::Internal,
+                format!("cannot start the async runtime: {e}"),
+            )
+        })?;
     let timing = Timing {
         timeout: args.timeout,
         retry_interval: args.retry_interval,
@@ -116,7 +126,8 @@ fn membership_gate(args: &MembershipArgs) -> Result<VerifyResult, String> {
         let stop = Stop::install();
         tokio::select! {
             result = run(&config, &client, timing) => result,
-            signal = stop.received() => VerifyResult::block(
+            signal = stop.received() => VerifyReport::block(
+                BlockCode::Stopped,
                 format!("stopped by {signal} before deciding"),
                 None,
                 None,
@@ -168,7 +179,7 @@ fn termination_log_flag() -> Option<PathBuf> {
     })
 }
 
-fn report(result: &VerifyResult, termination_log: Option<&PathBuf>) {
+fn report(result: &VerifyReport, termination_log: Option<&PathBuf>) {
     let json = etcd_verify::report::json_line(result);
     println!("{json}");
     eprintln!(

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use membership::{ClientConfig, EtcdClient, FailureKind, MemberId};
+use membership::{BlockCode, ClientConfig, EtcdClient, FailureKind, MemberId, VerifyReport};
 use tokio::time::Instant;
 
 use crate::config::VerifyConfig;
@@ -22,55 +22,15 @@ pub struct Timing {
     pub call_timeout: Duration,
 }
 
-/// The outcome, as printed on stdout and written to the termination message.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct VerifyResult {
-    /// `start` or `block`.
-    pub decision: String,
-    pub reason: String,
-    pub member_id: Option<String>,
-    /// Where a data dir was archived to during this run.
-    pub archived: Option<String>,
-}
-
-impl VerifyResult {
-    pub fn start(reason: String, member_id: Option<MemberId>, archived: Option<PathBuf>) -> Self {
-        Self::new("start", reason, member_id, archived)
-    }
-
-    pub fn block(reason: String, member_id: Option<MemberId>, archived: Option<PathBuf>) -> Self {
-        Self::new("block", reason, member_id, archived)
-    }
-
-    fn new(
-        decision: &str,
-        reason: String,
-        member_id: Option<MemberId>,
-        archived: Option<PathBuf>,
-    ) -> Self {
-        Self {
-            decision: decision.into(),
-            reason,
-            member_id: member_id.map(|id| id.to_string()),
-            archived: archived.map(|p| p.display().to_string()),
-        }
-    }
-
-    /// True when etcd may start.
-    pub fn may_start(&self) -> bool {
-        self.decision == "start"
-    }
-}
-
 /// Runs the loop. Errors while acting (archiving) become a block: never start on a half-done step.
-pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> VerifyResult {
+pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> VerifyReport {
     let deadline = Instant::now() + timing.timeout;
     let mut archived: Option<PathBuf> = None;
     // A TLS failure seen earlier in this run: an endpoint answered, so the cluster is not down.
     let mut tls_seen: Option<String> = None;
     // Why the last look said "wait": what the block at the deadline is about, even when the
     // deadline runs out in the next look's first step.
-    let mut last_wait: Option<String> = None;
+    let mut last_wait: Option<(BlockCode, String)> = None;
     loop {
         // Reading the data dir is bounded by the deadline too (a file that never answers a
         // read must not hold the gate past --timeout).
@@ -87,11 +47,11 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
             Ok(Ok(Ok(d))) => d,
             Ok(Ok(Err(e))) => {
                 let why = format!("cannot inspect the data dir: {e}");
-                return VerifyResult::block(why, None, archived);
+                return block(BlockCode::DataDirUnusable, why, None, archived.as_deref());
             }
             Ok(Err(e)) => {
                 let why = format!("cannot inspect the data dir: {e}");
-                return VerifyResult::block(why, None, archived);
+                return block(BlockCode::DataDirUnusable, why, None, archived.as_deref());
             }
             Err(_) => {
                 let read = format!(
@@ -99,8 +59,9 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
                     config.data_dir.display(),
                     timing.timeout
                 );
-                let why = after_wait(timing.timeout, last_wait.as_deref(), &read).unwrap_or(read);
-                return VerifyResult::block(why, None, archived);
+                let (code, why) = after_wait(timing.timeout, last_wait.as_ref(), &read)
+                    .unwrap_or((BlockCode::DataDirUnusable, read));
+                return block(code, why, None, archived.as_deref());
             }
         };
         let remaining = deadline.saturating_duration_since(Instant::now());
@@ -115,9 +76,12 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
                         .map(|t| format!("; earlier: {t}"))
                         .unwrap_or_default()
                 );
-                let why = after_wait(timing.timeout, last_wait.as_deref(), &cut)
-                    .unwrap_or_else(|| format!("timed out after {:?}: {cut}", timing.timeout));
-                return VerifyResult::block(why, None, archived);
+                let (code, why) = after_wait(timing.timeout, last_wait.as_ref(), &cut)
+                    .unwrap_or_else(|| {
+                        let why = format!("timed out after {:?}: {cut}", timing.timeout);
+                        (BlockCode::TimedOut, why)
+                    });
+                return block(code, why, None, archived.as_deref());
             }
         };
         if let Err(LiveError::Tls(t)) = &live {
@@ -145,7 +109,14 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
         if let Some(why) = archive_why {
             match archive(&config.data_dir, &why) {
                 Ok(path) => archived = Some(path),
-                Err(e) => return VerifyResult::block(e, member_id, archived),
+                Err(e) => {
+                    return block(
+                        BlockCode::DataDirUnusable,
+                        e,
+                        member_id,
+                        archived.as_deref(),
+                    );
+                }
             }
         }
         match decision {
@@ -153,14 +124,24 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
                 reason, member_id, ..
             } => {
                 if new_cluster && let Err(e) = mark_bootstrap(config) {
-                    return VerifyResult::block(e, member_id, archived);
+                    return block(
+                        BlockCode::DataDirUnusable,
+                        e,
+                        member_id,
+                        archived.as_deref(),
+                    );
                 }
-                return VerifyResult::start(reason, member_id, archived);
+                return VerifyReport::start(reason, member_id, shown(archived.as_deref()));
             }
-            Decision::Block { reason, member_id } => {
-                return VerifyResult::block(reason, member_id, archived);
+            Decision::Block {
+                code,
+                reason,
+                member_id,
+            } => {
+                return block(code, reason, member_id, archived.as_deref());
             }
             Decision::Wait {
+                code,
                 reason,
                 member_id,
                 archive,
@@ -168,28 +149,47 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
                 if archive.is_some() {
                     // The data dir changed: look again at once (if the deadline cuts that look
                     // short, the block still names what was awaited).
-                    last_wait = Some(reason);
+                    last_wait = Some((code, reason));
                     continue;
                 }
                 if Instant::now() + timing.retry_interval >= deadline {
-                    return VerifyResult::block(
-                        format!("timed out after {:?}: {reason}", timing.timeout),
-                        member_id,
-                        archived,
-                    );
+                    let why = format!("timed out after {:?}: {reason}", timing.timeout);
+                    return block(code, why, member_id, archived.as_deref());
                 }
                 tracing::info!(%reason, "waiting");
-                last_wait = Some(reason);
+                last_wait = Some((code, reason));
                 tokio::time::sleep(timing.retry_interval).await;
             }
         }
     }
 }
 
-/// The block reason when the deadline cut a step (`cut`) short after a look said "wait"
-/// (`last_wait`): what was awaited comes first. `None` when no look waited yet.
-fn after_wait(timeout: Duration, last_wait: Option<&str>, cut: &str) -> Option<String> {
-    last_wait.map(|w| format!("timed out after {timeout:?}: {w} (then {cut})"))
+/// The block when the deadline cut a step (`cut`) short after a look said "wait"
+/// (`last_wait`): what was awaited comes first, and its code. `None` when no look waited yet.
+fn after_wait(
+    timeout: Duration,
+    last_wait: Option<&(BlockCode, String)>,
+    cut: &str,
+) -> Option<(BlockCode, String)> {
+    last_wait.map(|(code, w)| {
+        (
+            *code,
+            format!("timed out after {timeout:?}: {w} (then {cut})"),
+        )
+    })
+}
+
+fn block(
+    code: BlockCode,
+    reason: String,
+    member_id: Option<MemberId>,
+    archived: Option<&Path>,
+) -> VerifyReport {
+    VerifyReport::block(code, reason, member_id, shown(archived))
+}
+
+fn shown(archived: Option<&Path>) -> Option<String> {
+    archived.map(|p| p.display().to_string())
 }
 
 /// One member-list attempt, classified.

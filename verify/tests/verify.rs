@@ -25,8 +25,22 @@ impl Outcome {
         self.json["reason"].as_str().unwrap_or_default()
     }
 
+    /// The report as the operator reads it.
+    fn report(&self) -> membership::VerifyReport {
+        membership::VerifyReport::read(&self.termination_message, self.code)
+    }
+
     fn assert(&self, code: i32, decision: &str, reason_part: &str) {
         assert_eq!(self.code, code, "exit code; outcome: {self:#?}");
+        let report = self.report();
+        let known = report
+            .code
+            .is_some_and(|c| c != membership::BlockCode::Unknown);
+        assert_eq!(
+            known,
+            decision == "block",
+            "a block (and only a block) carries a known code; outcome: {self:#?}"
+        );
         assert_eq!(
             self.json["decision"], decision,
             "decision; outcome: {self:#?}"
@@ -226,6 +240,11 @@ async fn lost_data_dir_blocks() {
     cluster.wipe_data_dir("n3").unwrap();
     let outcome = run_verify(&revision_env(&mut cluster, "n3").await, "10s");
     outcome.assert(1, "block", &format!("data dir lost: member {id} (n3)"));
+    assert_eq!(
+        outcome.report().data_lost_member(),
+        Some(id),
+        "{outcome:#?}"
+    );
     assert_eq!(outcome.json["member_id"], id.to_string());
 }
 
@@ -800,6 +819,11 @@ fn a_lost_data_dir_on_the_bootstrap_manifest_blocks_instead_of_a_new_cluster() {
         "data dir lost: this node bootstrapped its cluster before",
     );
     assert_eq!(again.json["member_id"], member.to_string(), "{again:#?}");
+    assert_eq!(
+        again.report().data_lost_member(),
+        Some(member),
+        "{again:#?}"
+    );
     assert!(
         again.reason().contains("etcd-recover from-snapshot"),
         "{again:#?}"

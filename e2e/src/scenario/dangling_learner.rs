@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use membership::MemberUrl;
+use membership::{EtcdRefusal, MemberUrl};
 
 use super::failover_audit::cluster_events;
 use super::harness::{Harness, member_ids};
@@ -33,7 +33,7 @@ pub async fn dangling_learner(h: &mut Harness) -> Result<(), ControlPlaneError> 
     let dangling = loop {
         match etcd.add_learner(&url).await {
             Ok(m) => break m.id,
-            Err(e) if e.mentions("unhealthy cluster") && Instant::now() < deadline => {
+            Err(e) if e.refused(EtcdRefusal::UnhealthyCluster) && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             Err(e) => return Err(failed(format!("adding a learner as an admin would: {e}"))),

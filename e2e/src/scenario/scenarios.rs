@@ -4,6 +4,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use membership::EtcdRefusal;
+
 use super::harness::{Harness, member_ids, member_of};
 use crate::controlplane::ControlPlaneError;
 
@@ -570,7 +572,10 @@ async fn member_removed_externally(h: &mut Harness) -> Result<(), ControlPlaneEr
     loop {
         match etcd.remove(id).await {
             Ok(()) => break,
-            Err(e) if e.mentions("unhealthy cluster") && std::time::Instant::now() < deadline => {
+            Err(e)
+                if e.refused(EtcdRefusal::UnhealthyCluster)
+                    && std::time::Instant::now() < deadline =>
+            {
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             Err(e) => return Err(failed(format!("removing {old} as an admin would: {e}"))),

@@ -125,12 +125,13 @@ pub enum CertError {
 }
 
 impl CertError {
-    /// A short static label for metrics and events.
-    pub fn category(&self) -> &'static str {
+    /// Its category for metrics and the condition reason.
+    pub fn category(&self) -> crate::category::Category {
+        use crate::category::Category;
         match self {
-            Self::Generate(_) => "generate",
-            Self::InvalidCa(_) => "invalid-ca",
-            Self::CaExpired { .. } => "ca-expired",
+            Self::Generate(_) => Category::Generate,
+            Self::InvalidCa(_) => Category::InvalidCa,
+            Self::CaExpired { .. } => Category::CaExpired,
         }
     }
 }

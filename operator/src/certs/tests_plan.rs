@@ -427,7 +427,7 @@ fn leaf_certificates_never_outlive_the_ca_and_do_not_churn_near_its_end() {
             t0() + Duration::days(401),
         )
         .unwrap_err();
-    assert_eq!(err.category(), "ca-expired");
+    assert_eq!(err.category(), crate::category::Category::CaExpired);
 }
 
 #[test]

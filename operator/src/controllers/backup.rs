@@ -368,7 +368,7 @@ pub fn reconcile(p: &mut Pass<'_>) {
             p.cond(
                 NAME.degraded(),
                 true,
-                crate::status::Reason::Failed("spec"),
+                crate::status::Reason::Failed(crate::category::Category::Spec),
                 e.clone(),
             );
             p.next(NAME, e);

@@ -18,6 +18,7 @@ use membership::TlsPem;
 
 use super::consumers::{self, reload};
 use super::{ControllerError, ControllerName};
+use crate::category::Category;
 use crate::certs::{self, CaOrigin, CertPolicy, ClientCertKind, EtcdCa};
 use crate::metrics::{CertLabels, Metrics};
 use crate::observed::find;
@@ -130,12 +131,12 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
     } else {
         // Etcd's own certificates are done: the pass goes on, the consumers are retried.
         let message = served.problems.join("; ");
-        p.ctx.metrics.error(NAME.as_str(), "consumer-secret");
+        p.ctx.metrics.error(NAME.as_str(), Category::ConsumerSecret);
         p.note(message.clone());
         p.cond(
             C::CertSignerDegraded,
             true,
-            Reason::Failed("consumer-secret"),
+            Reason::Failed(Category::ConsumerSecret),
             message,
         );
         // Nothing watched changes when an admin creates the RoleBinding: a whole pass comes
@@ -165,7 +166,7 @@ async fn ca(p: &mut Pass<'_>, policy: &CertPolicy) -> Result<EtcdCa, ControllerE
             return Err(ControllerError::new(
                 NAME,
                 ErrorKind::Permanent,
-                "no_ca",
+                Category::NoCa,
                 "no etcd CA exists and the cluster is Unmanaged",
             ));
         }

@@ -125,7 +125,7 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
             ControllerError::new(
                 NAME,
                 crate::retry::ErrorKind::Permanent,
-                "encode",
+                crate::category::Category::Encode,
                 e.to_string(),
             )
         })?;

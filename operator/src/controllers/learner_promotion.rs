@@ -13,11 +13,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use membership::{Action, ClusterView, EtcdClient, Member, MemberId};
+use membership::{Action, ClusterView, EtcdClient, EtcdRefusal, Member, MemberId};
 use time::OffsetDateTime;
 
 use super::membership::{MembershipStep, gated};
 use super::{ControllerError, ControllerName};
+use crate::category::Category;
 use crate::etcd::EtcdObservation;
 use crate::metrics::MemberLabel;
 use crate::pass::Pass;
@@ -161,7 +162,7 @@ pub async fn promote(
             );
             Ok(true)
         }
-        Err(e) if e.mentions("in sync") || e.mentions("not ready") => {
+        Err(e) if e.refused(EtcdRefusal::LearnerNotInSync) => {
             p.cond(
                 C::EtcdMembersProgressing,
                 true,
@@ -173,7 +174,7 @@ pub async fn promote(
         Err(e) => Err(ControllerError::new(
             NAME,
             ErrorKind::Transient,
-            "etcd",
+            Category::Etcd,
             e.to_string(),
         )),
     }

@@ -36,6 +36,7 @@ pub mod target_config;
 pub mod version_report;
 pub mod voter_policy;
 
+use crate::category::Category;
 use crate::retry::ErrorKind;
 use crate::status::ConditionType;
 
@@ -115,13 +116,13 @@ impl ControllerName {
 }
 
 /// A controller step that failed: the controller, whether it can pass by itself, a static
-/// category (metric label and condition reason) and a sentence naming the input.
+/// [`Category`] (metric label and condition reason) and a sentence naming the input.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {message}", controller.as_str())]
 pub struct ControllerError {
     pub controller: ControllerName,
     pub kind: ErrorKind,
-    pub category: &'static str,
+    pub category: Category,
     pub message: String,
 }
 
@@ -129,7 +130,7 @@ impl ControllerError {
     pub fn new(
         controller: ControllerName,
         kind: ErrorKind,
-        category: &'static str,
+        category: Category,
         message: impl Into<String>,
     ) -> Self {
         Self {

@@ -36,6 +36,7 @@ use membership::MemberId;
 
 use super::{ControllerError, ControllerName, voter_policy};
 use crate::api::QuorumGuardStatus;
+use crate::category::Category;
 use crate::observed::{ControlPlaneNode, Observed, find};
 use crate::pass::Pass;
 use crate::podspec::{
@@ -353,7 +354,7 @@ pub async fn reconcile(p: &mut Pass<'_>, backup: Option<&Risk>) -> Result<(), Co
             continue;
         };
         let mut pod = render_guard(&target.target, &images, local).map_err(|e| {
-            ControllerError::new(NAME, ErrorKind::Permanent, "render", e.to_string())
+            ControllerError::new(NAME, ErrorKind::Permanent, Category::Render, e.to_string())
         })?;
         pod.metadata.owner_references = owner.clone().map(|o| vec![o]);
         p.w.create(NS, &pod)

@@ -17,6 +17,7 @@ use membership::{Member, MemberId};
 
 use super::{ControllerError, ControllerName, etcd_version};
 use crate::api::EtcdClusterSpec;
+use crate::category::Category;
 use crate::observed::{ControlPlaneNode, find};
 use crate::pass::Pass;
 use crate::podspec::paths::POD_CONFIGMAP;
@@ -98,7 +99,7 @@ pub async fn reconcile(
             return Err(ControllerError::new(
                 NAME,
                 ErrorKind::Permanent,
-                "etcd-version",
+                Category::EtcdVersion,
                 e.to_string(),
             ));
         }
@@ -113,7 +114,9 @@ pub async fn reconcile(
             .as_ref()
             .map(|c| c.initial_cluster_token.as_str()),
     )
-    .map_err(|e| ControllerError::new(NAME, ErrorKind::Permanent, "render", e.to_string()))?;
+    .map_err(|e| {
+        ControllerError::new(NAME, ErrorKind::Permanent, Category::Render, e.to_string())
+    })?;
     let n = pods.len();
     let written = !pods.is_empty()
         && p.w

@@ -15,7 +15,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use membership::MemberId;
 use time::OffsetDateTime;
 
-pub use objects::{ControlPlaneNode, VerifyReport, node_ready};
+pub use objects::{ControlPlaneNode, node_ready};
 
 use crate::api::{
     EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, ManagementState, NodeStatus, StoredCluster,
@@ -128,7 +128,7 @@ pub struct Observed {
     /// The selected control-plane nodes, sorted by name.
     pub nodes: Vec<ControlPlaneNode>,
     /// Per node: its etcd pod and what `etcd-verify` reported.
-    pub pods: BTreeMap<String, (PodState, Option<VerifyReport>)>,
+    pub pods: BTreeMap<String, (PodState, Option<membership::VerifyReport>)>,
     /// Per node: its newest installer pod.
     pub installers: BTreeMap<String, InstallerState>,
     /// etcd, once the etcd observer read it (default before).

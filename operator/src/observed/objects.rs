@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use membership::MemberId;
+use membership::VerifyReport;
 use time::OffsetDateTime;
 
 use crate::controllers::installer::{InstallerPhase, InstallerState, PodState};
@@ -120,25 +120,6 @@ pub fn node_infos(nodes: &[ControlPlaneNode], with_certs: &BTreeSet<String>) -> 
         .collect()
 }
 
-/// What `etcd-verify membership` reported (its termination message).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
-pub struct VerifyReport {
-    pub decision: String,
-    pub reason: String,
-    pub member_id: Option<String>,
-}
-
-impl VerifyReport {
-    /// The member whose data dir was lost, when that is what blocks.
-    pub fn data_lost_member(&self) -> Option<MemberId> {
-        if self.decision == "block" && self.reason.contains("data dir lost") {
-            self.member_id.as_deref()?.parse().ok()
-        } else {
-            None
-        }
-    }
-}
-
 fn pod_node(pod: &Pod) -> Option<&str> {
     pod.spec.as_ref()?.node_name.as_deref()
 }
@@ -185,11 +166,11 @@ pub fn etcd_pods(pods: &[Pod]) -> BTreeMap<String, (PodState, Option<VerifyRepor
                     .as_ref()
                     .and_then(|s| s.terminated.clone())
                     .or_else(|| c.last_state.as_ref().and_then(|s| s.terminated.clone()))?;
-                serde_json::from_str::<VerifyReport>(term.message.as_deref()?).ok()
+                Some(VerifyReport::read(term.message.as_deref()?, term.exit_code))
             });
         let blocked = report
             .as_ref()
-            .filter(|r| r.decision != "start" && !ready)
+            .filter(|r| !r.may_start() && !ready)
             .map(|r| r.reason.clone());
         out.insert(
             node.to_owned(),
@@ -308,6 +289,7 @@ pub fn prunable_installers(pods: &[Pod], current: &BTreeMap<String, i64>) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use membership::MemberId;
 
     fn pod(json: serde_json::Value) -> Pod {
         serde_json::from_value(json).unwrap()
@@ -348,20 +330,26 @@ mod tests {
         assert!(node_infos(&nodes, &certs)[0].eligible);
     }
 
-    #[test]
-    fn a_blocked_verify_is_read_from_the_termination_message() {
-        let p = pod(serde_json::json!({
+    /// An etcd pod on n3 whose `etcd-verify` exited 1 with `message`.
+    fn blocked_pod(message: &str) -> Pod {
+        pod(serde_json::json!({
             "metadata": {"name": "etcd-n3", "labels": {"app": "etcd", "revision": "4"}},
             "spec": {"nodeName": "n3", "containers": []},
             "status": {
                 "conditions": [{"type": "Ready", "status": "False"}],
                 "initContainerStatuses": [{
                     "name": "etcd-verify", "image": "x", "imageID": "", "ready": false, "restartCount": 2,
-                    "lastState": {"terminated": {"exitCode": 1, "message":
-                        "{\"decision\":\"block\",\"reason\":\"data dir lost: member 3 (n3) has started before\",\"member_id\":\"3\",\"archived\":null}"}}
+                    "lastState": {"terminated": {"exitCode": 1, "message": message}}
                 }]
             }
-        }));
+        }))
+    }
+
+    #[test]
+    fn a_blocked_verify_is_read_from_the_termination_message() {
+        let p = blocked_pod(
+            r#"{"version":1,"decision":"block","code":"DataDirLost","reason":"data dir lost: member 3 (n3) has started before","member_id":"3","archived":null}"#,
+        );
         let pods = etcd_pods(&[p]);
         let (state, report) = &pods["n3"];
         assert_eq!(state.revision, 4);
@@ -377,6 +365,22 @@ mod tests {
             report.as_ref().unwrap().data_lost_member(),
             MemberId::new(3)
         );
+    }
+
+    #[test]
+    fn an_unreadable_verify_report_blocks_visibly_and_decides_nothing() {
+        // The words of a lost data dir, without the versioned shape: shown, never acted on.
+        let p = blocked_pod(
+            r#"{"decision":"block","reason":"data dir lost: member 3 (n3) has started before","member_id":"3"}"#,
+        );
+        let pods = etcd_pods(&[p]);
+        let (state, report) = &pods["n3"];
+        let blocked = state.blocked.as_deref().unwrap();
+        assert!(
+            blocked.contains("cannot be read") && blocked.contains("data dir lost"),
+            "{blocked}"
+        );
+        assert_eq!(report.as_ref().unwrap().data_lost_member(), None);
     }
 
     /// Installer pod `installer-<rev>-n1-<attempt>` in `phase`.

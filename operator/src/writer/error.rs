@@ -2,6 +2,8 @@
 //! sentence ([`describe`]), classed as transient or permanent for the retry policy and given a
 //! static category for metrics.
 
+use crate::category::Category;
+
 /// A kube error as a sentence for a condition message, an event or a log line: for an answer of
 /// the API server its code, reason and message (kube's own `Display` appends the whole response
 /// in Debug form, which is no message for an admin).
@@ -19,7 +21,7 @@ pub fn describe(e: &kube::Error) -> String {
     }
 }
 
-/// Errors of API writes, with a static category for metrics.
+/// Errors of API writes, with their category.
 #[derive(Debug, thiserror::Error)]
 #[error("{action} {kind} {namespace}/{name}: {}", describe(source))]
 pub struct WriteError {
@@ -42,14 +44,14 @@ impl WriteError {
         }
     }
 
-    pub fn category(&self) -> &'static str {
+    pub fn category(&self) -> Category {
         match &self.source {
-            kube::Error::Api(s) if s.code == 409 => "conflict",
-            kube::Error::Api(s) if s.code == 404 => "not_found",
-            kube::Error::Api(s) if s.code == 403 => "forbidden",
-            kube::Error::Api(s) if s.code == 422 => "invalid",
-            kube::Error::Api(_) => "api",
-            _ => "transport",
+            kube::Error::Api(s) if s.code == 409 => Category::Conflict,
+            kube::Error::Api(s) if s.code == 404 => Category::NotFound,
+            kube::Error::Api(s) if s.code == 403 => Category::Forbidden,
+            kube::Error::Api(s) if s.code == 422 => Category::Invalid,
+            kube::Error::Api(_) => Category::Api,
+            _ => Category::Transport,
         }
     }
 }

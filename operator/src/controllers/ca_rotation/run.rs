@@ -7,8 +7,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Secret;
 
 use super::*;
+use crate::category::Category;
 fn failed(message: String) -> ControllerError {
-    ControllerError::new(NAME, ErrorKind::Permanent, "ca-rotation", message)
+    ControllerError::new(NAME, ErrorKind::Permanent, Category::CaRotation, message)
 }
 
 /// What the last pass's rollout shows about `old` and `next` (see [`RolloutView`]); `waiting`

@@ -321,7 +321,11 @@ async fn one(
             .await
             .map_err(|e| {
                 let m = format!("consumer {}: {e}", t.consumer);
-                with_hint(m, e.category() == "forbidden", &t.namespace)
+                with_hint(
+                    m,
+                    e.category() == crate::category::Category::Forbidden,
+                    &t.namespace,
+                )
             })?;
     }
     Ok(data)
@@ -356,7 +360,9 @@ async fn remove(p: &mut Pass<'_>, ns: &str, name: &str) -> Result<bool, String> 
     }
     match p.w.delete::<Secret>(ns, name).await {
         Ok(()) => Ok(false),
-        Err(e) if e.category() == "forbidden" => forget(p, &at, &e.to_string()).await,
+        Err(e) if e.category() == crate::category::Category::Forbidden => {
+            forget(p, &at, &e.to_string()).await
+        }
         Err(e) => Err(e.to_string()),
     }
 }

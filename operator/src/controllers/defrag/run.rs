@@ -11,6 +11,7 @@ use super::{
     INTERRUPTED, SUCCEEDED, Step, View, decide, failures, mib, request_done, waits_for_backup,
 };
 use crate::api::DefragRecord;
+use crate::category::Category;
 use crate::certs::format_time;
 use crate::controllers::{ControllerError, ControllerName};
 use crate::etcd::DbSize;
@@ -299,8 +300,9 @@ async fn act(
     backup_first: bool,
 ) -> Result<(), ControllerError> {
     let client = p.st.etcd.current();
-    let etcd_error =
-        |e: ClientError| ControllerError::new(NAME, ErrorKind::Transient, "etcd", e.to_string());
+    let etcd_error = |e: ClientError| {
+        ControllerError::new(NAME, ErrorKind::Transient, Category::Etcd, e.to_string())
+    };
     match step {
         Step::Idle(why) => {
             preop::done(p, Operation::Defrag);

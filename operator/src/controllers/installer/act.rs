@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use membership::DenyRule;
 
 use super::{NAME, RolloutAction, with_target};
+use crate::category::Category;
 use crate::certs::format_time;
 use crate::controllers::ControllerError;
 use crate::pass::Pass;
@@ -80,7 +81,12 @@ pub(super) async fn act(p: &mut Pass<'_>, action: &RolloutAction) -> Result<(), 
             p.move_leadership_off(member, "restarting its node").await;
             let pod: Pod = render_installer(node, *revision, *attempt, &p.ctx.config.images)
                 .map_err(|e| {
-                    ControllerError::new(NAME, ErrorKind::Permanent, "render", e.to_string())
+                    ControllerError::new(
+                        NAME,
+                        ErrorKind::Permanent,
+                        Category::Render,
+                        e.to_string(),
+                    )
                 })?;
             p.w.create(NS, &pod)
                 .await

@@ -31,12 +31,14 @@
 //! 8. a learner is added for the first eligible node (Ready, certificates issued, not being
 //!    deleted) that has no member.
 
+use crate::category::Category;
 use crate::controllers::rollout_hold::AddRefused;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use membership::{
-    Action, ClusterView, Denial, EtcdClient, Member, MemberId, MemberUrl, Verdict, gate,
+    Action, ClusterView, Denial, EtcdClient, EtcdRefusal, Member, MemberId, MemberUrl, Verdict,
+    gate,
 };
 use time::OffsetDateTime;
 
@@ -462,7 +464,7 @@ async fn add_learner(
             p.cond(progressing, true, Reason::LearnerAdded, message);
             Ok(true)
         }
-        Err(e) if e.mentions("unhealthy cluster") => {
+        Err(e) if e.refused(EtcdRefusal::UnhealthyCluster) => {
             // etcd's strict reconfiguration check: every voter connected to the leader for
             // 5 s. Asked again soon; serving nodes' restarts wait meanwhile (rollout_hold).
             let refused = AddRefused::again(p.st.add_refused.as_ref(), node, p.o.now);
@@ -486,7 +488,7 @@ async fn add_learner(
 const ADD_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
 
 fn etcd_err(e: membership::ClientError) -> ControllerError {
-    ControllerError::new(NAME, ErrorKind::Transient, "etcd", e.to_string())
+    ControllerError::new(NAME, ErrorKind::Transient, Category::Etcd, e.to_string())
 }
 
 #[cfg(test)]

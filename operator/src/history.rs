@@ -82,8 +82,7 @@ pub fn relist(ctx: &Context, state: &mut PassState, inputs: &Inputs, why: String
         let object = kube::Resource::object_ref(cluster, &());
         ctx.events.publish(
             object,
-            true,
-            "CachesRelisted",
+            crate::events::EventReason::CachesRelisted,
             format!("{why}; relisting every cache"),
         );
     }

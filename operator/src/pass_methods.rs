@@ -10,6 +10,7 @@ use time::OffsetDateTime;
 use super::{Pass, PlanEntry};
 use crate::category::Category;
 use crate::controllers::ControllerName;
+use crate::events::EventReason;
 use crate::metrics::{ActionLabel, RuleLabel};
 use crate::status::{Computed, ConditionType as C, Reason};
 
@@ -103,10 +104,10 @@ impl Pass<'_> {
 
     /// An Event on the EtcdCluster, queued for publishing (not in a plan; a failure to
     /// publish is logged).
-    pub async fn event(&self, warning: bool, reason: &str, note: String) {
+    pub async fn event(&self, reason: EventReason, note: String) {
         if !self.ctx.plan_only {
             let object = kube::Resource::object_ref(&self.o.cluster, &());
-            self.ctx.events.publish(object, warning, reason, note);
+            self.ctx.events.publish(object, reason, note);
         }
     }
 
@@ -165,7 +166,7 @@ impl Pass<'_> {
                 let note =
                     format!("moved etcd leadership from {leader} to {target} before {before}");
                 self.note(note.clone());
-                self.event(false, "LeaderMoved", note).await;
+                self.event(EventReason::LeaderMoved, note).await;
             }
             Err(e) => {
                 tracing::warn!(error = %e, before, "could not move leadership off the leader")

@@ -39,8 +39,7 @@ pub(super) async fn hold(
         ctx.metrics.spec_unreadable_generations.inc();
         ctx.events.publish(
             u.object.clone(),
-            true,
-            Reason::SpecUnreadable.as_str(),
+            crate::events::EventReason::SpecUnreadable,
             line.clone(),
         );
         st.unreadable_reported = Some(generation);

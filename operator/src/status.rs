@@ -186,7 +186,7 @@ impl Reason {
             Reason::LearnerCatchingUp => "LearnerCatchingUp",
             Reason::LearnerNotCatchingUp => "LearnerNotCatchingUp",
             Reason::LearnerPromoted => "LearnerPromoted",
-            Reason::MemberRemoved(kind) => kind.reason(),
+            Reason::MemberRemoved(kind) => kind.event().as_str(),
             Reason::MemberMoved => "MemberPeerURLMoved",
             Reason::AllNodesAtLatestRevision => "AllNodesAtLatestRevision",
             Reason::Installing => "Installing",

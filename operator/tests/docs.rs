@@ -750,3 +750,22 @@ fn the_degraded_runbook_lists_every_error_category() {
         "docs/runbooks/EtcdOperatorDegraded.md lacks the rows starting {missing:?}"
     );
 }
+
+/// Every Event reason has its row, with its type, in the architecture document's Events table.
+#[test]
+fn the_architecture_document_lists_every_event_reason() {
+    use etcd_operator::events::EventReason;
+    let doc = read("docs/architecture.md");
+    let missing: Vec<String> = EventReason::ALL
+        .iter()
+        .map(|r| {
+            let kind = if r.is_warning() { "Warning" } else { "Normal" };
+            format!("| `{}` | {kind} |", r.as_str())
+        })
+        .filter(|row| !doc.contains(row.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md's Events table lacks the rows starting {missing:?}"
+    );
+}

@@ -37,6 +37,7 @@ use tokio::task::JoinHandle;
 use crate::api::{Backup, BackupFailure};
 use crate::certs::{format_time, parse_time};
 use crate::etcd::EtcdObservation;
+use crate::events::EventReason;
 use crate::metrics::ResultLabel;
 use crate::pass::Pass;
 
@@ -279,7 +280,7 @@ pub async fn collect(p: &mut Pass<'_>) {
                     .unwrap_or_default()
             );
             p.note(line.clone());
-            p.event(false, "BackupSucceeded", line).await;
+            p.event(EventReason::BackupSucceeded, line).await;
             status.last_success = Some(good.record);
             if good.verified.is_some() {
                 status.last_verified = good.verified;
@@ -300,7 +301,7 @@ pub async fn collect(p: &mut Pass<'_>) {
                 f.message
             );
             p.note(line.clone());
-            p.event(true, "BackupFailed", line).await;
+            p.event(EventReason::BackupFailed, line).await;
             status.last_failure = Some(BackupFailure {
                 name: done.name.to_string(),
                 time: format_time(p.o.now),

@@ -20,6 +20,7 @@ use super::consumers::{self, reload};
 use super::{ControllerError, ControllerName};
 use crate::category::Category;
 use crate::certs::{self, CaOrigin, CertPolicy, ClientCertKind, EtcdCa};
+use crate::events::EventReason;
 use crate::metrics::{CertLabels, Metrics};
 use crate::observed::find;
 use crate::pass::Pass;
@@ -181,8 +182,7 @@ async fn ca(p: &mut Pass<'_>, policy: &CertPolicy) -> Result<EtcdCa, ControllerE
         .await
         .map_err(write_err)?;
         p.event(
-            false,
-            "CaGenerated",
+            EventReason::CaGenerated,
             format!("generated the etcd CA ({})", ca.subject()),
         )
         .await;
@@ -233,7 +233,7 @@ async fn node_certs(
             .await
             .map_err(write_err)?;
         if written {
-            p.event(false, "CertificatesUpdated", changes.join("; "))
+            p.event(EventReason::CertificatesUpdated, changes.join("; "))
                 .await;
         }
         let current = find(&p.inputs.configmaps, NS, ALL_BUNDLES_CONFIGMAP);

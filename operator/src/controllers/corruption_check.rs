@@ -13,6 +13,7 @@
 //! while a defragmentation holds a member.
 
 use crate::certs::parse_time;
+use crate::events::EventReason;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -171,9 +172,9 @@ pub async fn collect(p: &mut Pass<'_>) {
     p.note(line.clone());
     let changed = before.as_deref() != Some(result.result.as_str());
     if result.result == DIVERGENT {
-        p.event(true, "MembersDivergent", line).await;
+        p.event(EventReason::MembersDivergent, line).await;
     } else if changed && result.result == CONSISTENT && before.as_deref() == Some(DIVERGENT) {
-        p.event(false, "MembersConsistent", line).await;
+        p.event(EventReason::MembersConsistent, line).await;
     }
     p.corruption = Some(result);
 }

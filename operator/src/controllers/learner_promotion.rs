@@ -20,6 +20,7 @@ use super::membership::{MembershipStep, gated};
 use super::{ControllerError, ControllerName};
 use crate::category::Category;
 use crate::etcd::EtcdObservation;
+use crate::events::EventReason;
 use crate::metrics::MemberLabel;
 use crate::pass::Pass;
 use crate::retry::ErrorKind;
@@ -149,8 +150,7 @@ pub async fn promote(
             p.count_change("promote");
             p.note(format!("promoted {node} ({id})"));
             p.event(
-                false,
-                "MemberPromoted",
+                EventReason::MemberPromoted,
                 format!("promoted learner {id} ({node}) to voter"),
             )
             .await;

@@ -26,6 +26,7 @@ use sha2::{Digest, Sha256};
 use super::cert_signer::Issued;
 use super::{ControllerError, ControllerName, Flow};
 use crate::api::NodeStatus;
+use crate::events::EventReason;
 use crate::pass::Pass;
 use crate::podspec::paths::{ALL_BUNDLES_CONFIGMAP, ALL_CERTS_SECRET, POD_CONFIGMAP};
 use crate::podspec::{STATIC_POD_NAMESPACE as NS, substitute_revision};
@@ -361,19 +362,19 @@ async fn act(p: &mut Pass<'_>, step: &RevisionStep, sources: &Sources) -> Result
             p.latest = *number;
             p.note(format!("revision {number} is available"));
             let note = format!("revision {number} is available to roll out");
-            p.event(false, "RevisionAvailable", note).await;
+            p.event(EventReason::RevisionAvailable, note).await;
         }
         RevisionStep::Create { number, reason } => {
             create(p, *number, reason, sources).await?;
             p.note(format!("created revision {number}: {reason}"));
             let note = format!("revision {number}: {reason}");
-            p.event(false, "RevisionCreated", note).await;
+            p.event(EventReason::RevisionCreated, note).await;
         }
         RevisionStep::Discard { number, reason } => {
             delete(&mut p.w, *number).await?;
             p.note(format!("discarded revision {number}: {reason}"));
             let note = format!("revision {number}: {reason}");
-            p.event(true, "RevisionDiscarded", note).await;
+            p.event(EventReason::RevisionDiscarded, note).await;
         }
         RevisionStep::Prune { numbers } => {
             for n in numbers {

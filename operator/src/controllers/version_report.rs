@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 
 use super::etcd_version::{Version, image_version};
 use crate::api::EtcdVersionStatus;
+use crate::events::EventReason;
 use crate::metrics::{MemberVersionLabels, VersionLabel};
 use crate::pass::Pass;
 
@@ -112,7 +113,7 @@ pub async fn reconcile(p: &mut Pass<'_>) {
             now.previous_cluster_version, now.cluster_version
         );
         p.note(line.clone());
-        p.event(false, "EtcdClusterVersionChanged", line).await;
+        p.event(EventReason::EtcdClusterVersionChanged, line).await;
     }
     if in_flight(&now) {
         p.busy = true;

@@ -34,6 +34,7 @@ use time::OffsetDateTime;
 
 use crate::api::BackupStatus;
 use crate::certs::parse_time;
+use crate::events::EventReason;
 
 /// A disruptive operation that takes a backup first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -250,7 +251,7 @@ pub async fn gate(
     };
     p.next(controller, detail.clone());
     if fresh {
-        p.event(false, "PreOperationBackup", detail).await;
+        p.event(EventReason::PreOperationBackup, detail).await;
     }
     false
 }
@@ -297,7 +298,8 @@ pub async fn reconcile(p: &mut crate::pass::Pass<'_>) {
             && c.reason == reason.as_str()
     });
     if !was {
-        p.event(true, reason.as_str(), message.clone()).await;
+        p.event(EventReason::PreOperationBackupFailing, message.clone())
+            .await;
     }
     p.cond(C::BackupControllerDegraded, true, reason, message);
 }

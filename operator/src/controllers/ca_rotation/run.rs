@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Secret;
 
 use super::*;
 use crate::category::Category;
+use crate::events::EventReason;
 fn failed(message: String) -> ControllerError {
     ControllerError::new(NAME, ErrorKind::Permanent, Category::CaRotation, message)
 }
@@ -172,8 +173,7 @@ pub async fn run(
                 format!("CA rotation ({trigger}): trust both CAs on every node"),
             );
             p.event(
-                false,
-                "CaRotationStarted",
+                EventReason::CaRotationStarted,
                 format!(
                     "CA rotation ({trigger}) started: phase TrustBoth, the new CA expires {}",
                     format_time(new.not_after())
@@ -197,8 +197,7 @@ pub async fn run(
                 .is_none_or(|r| r.phase != status.phase)
             {
                 p.event(
-                    false,
-                    "CaRotationPhase",
+                    EventReason::CaRotationPhase,
                     format!("CA rotation ({trigger}): phase {}", phase.as_str()),
                 )
                 .await;
@@ -243,7 +242,7 @@ pub async fn run(
                     .await
                     .map_err(|e| ControllerError::write(NAME, &e))?;
             }
-            p.event(false, "CaRotationCompleted", format!("CA rotation ({trigger}) completed: every node trusts and runs leaves of the new CA alone")).await;
+            p.event(EventReason::CaRotationCompleted, format!("CA rotation ({trigger}) completed: every node trusts and runs leaves of the new CA alone")).await;
             trust.handled = trigger;
             trust.last = format_time(now);
         }
@@ -282,6 +281,7 @@ async fn waits_for_consumers(
             status.phase,
             waiting.join("; ")
         );
-        p.event(false, "CaRotationWaitingForConsumers", note).await;
+        p.event(EventReason::CaRotationWaitingForConsumers, note)
+            .await;
     }
 }

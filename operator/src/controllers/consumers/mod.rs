@@ -33,6 +33,7 @@ use reload::ReloadPolicy;
 use super::cert_signer::{client_data, secret_bytes};
 use crate::api::EtcdConsumer;
 use crate::certs::{self, CertPolicy, EtcdCa};
+use crate::events::EventReason;
 use crate::observed::find;
 use crate::pass::Pass;
 use crate::podspec::STATIC_POD_NAMESPACE;
@@ -373,7 +374,7 @@ async fn forget(p: &mut Pass<'_>, at: &str, why: &str) -> Result<bool, String> {
         "Secret {at} of a consumer that left spec.clients cannot be deleted ({why}); the operator no longer tracks it: delete it by hand"
     );
     p.note(line.clone());
-    p.event(true, "ConsumerSecretLeftBehind", line).await;
+    p.event(EventReason::ConsumerSecretLeftBehind, line).await;
     Ok(false)
 }
 

@@ -10,6 +10,7 @@
 use super::reload::{Pickup, Verdict};
 use crate::api::ConsumerStatus;
 use crate::controllers::ControllerName;
+use crate::events::EventReason;
 use crate::metrics::ConsumerLabel;
 use crate::pass::Pass;
 use crate::status::{ConditionType as C, Reason};
@@ -48,7 +49,7 @@ pub async fn report(
             let was = previous.iter().any(|r| r.name == pk.consumer && r.overdue);
             if !was {
                 let note = format!("{}: {line}", overdue_what(rotating));
-                p.event(true, "ConsumerReloadOverdue", note).await;
+                p.event(EventReason::ConsumerReloadOverdue, note).await;
             }
             overdue.push(line);
         }

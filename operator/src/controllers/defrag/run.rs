@@ -15,6 +15,7 @@ use crate::category::Category;
 use crate::certs::format_time;
 use crate::controllers::{ControllerError, ControllerName};
 use crate::etcd::DbSize;
+use crate::events::EventReason;
 use crate::metrics::{AlarmLabel, MemberLabel, ResultLabel};
 use crate::pass::{Pass, denied_line};
 use crate::retry::ErrorKind;
@@ -141,11 +142,11 @@ async fn finish(
     );
     p.note(line.clone());
     let reason = if warning {
-        "DefragmentationFailed"
+        EventReason::DefragmentationFailed
     } else {
-        "Defragmented"
+        EventReason::Defragmented
     };
-    p.event(warning, reason, line).await;
+    p.event(reason, line).await;
     p.defrag.in_progress = None;
     p.defrag
         .members
@@ -338,7 +339,7 @@ async fn act(
             let line =
                 format!("moved etcd leadership from {from} to {to} before defragmenting {from}");
             p.note(line.clone());
-            p.event(false, "LeaderMoved", line).await;
+            p.event(EventReason::LeaderMoved, line).await;
             p.busy = true;
         }
         Step::Disarm(ids) => {
@@ -356,7 +357,7 @@ async fn act(
                     "disarmed the NOSPACE alarm of member {id}: every voter's database is back under the quota"
                 );
                 p.note(line.clone());
-                p.event(false, "NoSpaceAlarmDisarmed", line).await;
+                p.event(EventReason::NoSpaceAlarmDisarmed, line).await;
             }
             p.busy = true;
         }
@@ -384,7 +385,7 @@ async fn act(
             let handle = tokio::spawn(defragment(client, url, limit));
             let line = format!("defragmenting {}", due.describe());
             p.note(line.clone());
-            p.event(false, "Defragmenting", line.clone()).await;
+            p.event(EventReason::Defragmenting, line.clone()).await;
             p.cond(C::EtcdMembersProgressing, true, Reason::Defragmenting, line);
             p.ctx.metrics.defrag_in_progress.set(1);
             p.defrag.in_progress = Some(record.clone());

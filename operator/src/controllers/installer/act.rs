@@ -10,6 +10,7 @@ use super::{NAME, RolloutAction, with_target};
 use crate::category::Category;
 use crate::certs::format_time;
 use crate::controllers::ControllerError;
+use crate::events::EventReason;
 use crate::pass::Pass;
 use crate::podspec::{STATIC_POD_NAMESPACE as NS, render_installer};
 use crate::retry::ErrorKind;
@@ -94,7 +95,7 @@ pub(super) async fn act(p: &mut Pass<'_>, action: &RolloutAction) -> Result<(), 
             p.node_statuses = with_target(std::mem::take(&mut p.node_statuses), node, *revision);
             let line = format!("installing revision {revision} on {node} (attempt {attempt})");
             p.note(line.clone());
-            p.event(false, "InstallerPodCreated", line).await;
+            p.event(EventReason::InstallerPodCreated, line).await;
             let message = format!("installing revision {revision} on {node}");
             p.cond(progressing, true, Reason::Installing, message);
         }

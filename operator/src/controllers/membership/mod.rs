@@ -33,6 +33,7 @@
 
 use crate::category::Category;
 use crate::controllers::rollout_hold::AddRefused;
+use crate::events::EventReason;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -107,16 +108,16 @@ pub enum RemovalKind {
 }
 
 impl RemovalKind {
-    /// Event reason and metric label.
-    pub fn reason(self) -> &'static str {
+    /// The Event it raises (its reason is also the metric label and the condition reason).
+    pub fn event(self) -> EventReason {
         match self {
-            RemovalKind::UnstartedLearner => "UnstartedLearnerRemoved",
-            RemovalKind::NodeGone => "MemberOfGoneNodeRemoved",
-            RemovalKind::DataDirLost => "MemberWithLostDataRemoved",
-            RemovalKind::Unhealthy => "UnhealthyMemberReplaced",
-            RemovalKind::OddVoterCount => "VoterRemovedForOddCount",
-            RemovalKind::Divergent => "DivergentMemberReplaced",
-            RemovalKind::LeavingNode => "MemberOfLeavingNodeRemoved",
+            RemovalKind::UnstartedLearner => EventReason::UnstartedLearnerRemoved,
+            RemovalKind::NodeGone => EventReason::MemberOfGoneNodeRemoved,
+            RemovalKind::DataDirLost => EventReason::MemberWithLostDataRemoved,
+            RemovalKind::Unhealthy => EventReason::UnhealthyMemberReplaced,
+            RemovalKind::OddVoterCount => EventReason::VoterRemovedForOddCount,
+            RemovalKind::Divergent => EventReason::DivergentMemberReplaced,
+            RemovalKind::LeavingNode => EventReason::MemberOfLeavingNodeRemoved,
         }
     }
 }
@@ -409,7 +410,8 @@ async fn act(p: &mut Pass<'_>, step: &MembershipStep) -> Result<bool, Controller
                 );
                 p.count_change("move_peer_url");
                 p.note(message.clone());
-                p.event(false, "MemberPeerURLMoved", message.clone()).await;
+                p.event(EventReason::MemberPeerURLMoved, message.clone())
+                    .await;
                 p.cond(progressing, true, Reason::MemberMoved, message);
                 Ok(true)
             }
@@ -430,9 +432,9 @@ async fn remove(
     let progressing = C::EtcdMembersProgressing;
     match client.remove(id).await {
         Ok(()) => {
-            p.count_change(kind.reason());
+            p.count_change(kind.event().as_str());
             p.note(message.to_owned());
-            p.event(true, kind.reason(), message.to_owned()).await;
+            p.event(kind.event(), message.to_owned()).await;
             p.cond(
                 progressing,
                 true,
@@ -459,7 +461,7 @@ async fn add_learner(
             p.count_change("add_learner");
             p.note(format!("added learner {} for {node}", m.id));
             let note = format!("added {node} ({peer_url}) as learner {}", m.id);
-            p.event(false, "MemberAddedAsLearner", note).await;
+            p.event(EventReason::MemberAddedAsLearner, note).await;
             let message = format!("learner {} added for {node}", m.id);
             p.cond(progressing, true, Reason::LearnerAdded, message);
             Ok(true)

@@ -1,9 +1,10 @@
 //! The build script of every binary package (`build = "../build/git-revision.rs"` in its
-//! `Cargo.toml`): sets `GIT_REVISION` for `--version`. The revision is, first of all,
-//! `ETCD_STATIC_OPERATOR_REVISION` when set (a build from a source archive, which has no
-//! `.git`); else the checkout's `git rev-parse --short=12 HEAD` (the commit the build started
-//! from: edits not committed are not marked); else `unknown`. It reruns only when HEAD moves or
-//! that variable changes, so the binaries of one commit are the same whatever was built before.
+//! `Cargo.toml`, one `../` more under `harness/`): sets `GIT_REVISION` for `--version`. The
+//! revision is, first of all, `ETCD_STATIC_OPERATOR_REVISION` when set (a build from a source
+//! archive, which has no `.git`); else the checkout's `git rev-parse --short=12 HEAD` (the commit
+//! the build started from: edits not committed are not marked); else `unknown`. It reruns only
+//! when HEAD moves or that variable changes, so the binaries of one commit are the same whatever
+//! was built before.
 
 use std::path::Path;
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! Kubernetes name syntax, as kube-apiserver checks it (apimachinery's `IsDNS1123Label`,
 //! `IsDNS1123Subdomain`, `IsQualifiedName` and `IsValidLabelValue`): one module every crate of
 //! the project uses, so a name the operator, the installer or `render` accepts is exactly one the
-//! API server accepts. `testapi/tests/names.rs` holds every verdict here to kube-apiserver's own
+//! API server accepts. `harness/testapi/tests/names.rs` holds every verdict here to kube-apiserver's own
 //! answers.
 //!
 //! Each check returns the first rule broken as a [`NameError`], whose `Display` is a short

@@ -55,10 +55,14 @@ impl Doc {
 
 /// The READMEs an admin reads and every Markdown file under `docs/`, sorted.
 fn docs() -> Vec<Doc> {
-    let mut paths: Vec<String> = ["README.md", "manifests/README.md", "node-agent/README.md"]
-        .iter()
-        .map(|p| (*p).to_owned())
-        .collect();
+    let mut paths: Vec<String> = [
+        "README.md",
+        "manifests/README.md",
+        "harness/kubelet-standin/README.md",
+    ]
+    .iter()
+    .map(|p| (*p).to_owned())
+    .collect();
     collect_markdown(&repo().join("docs"), "docs", &mut paths);
     paths.sort();
     let docs: Vec<Doc> = paths

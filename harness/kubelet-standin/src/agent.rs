@@ -1,0 +1,554 @@
+//! The node agent: one simulated control-plane node (the kubelet stand-in's main loop).
+//!
+//! [`NodeAgent::start`] creates the node's directories, then runs:
+//! - the static pod loop: polls `<root>/etc/kubernetes/manifests`, starts, restarts (content
+//!   changed) and stops static pods, each with a mirror-pod publisher when a client is set;
+//! - with a client: the Node heartbeat ([`crate::node`]) and the bound-pod loop
+//!   ([`crate::api_pods`]) that runs pods with `spec.nodeName` = this node to completion.
+//!
+//! [`NodeAgentHandle::shutdown`] stops every pod (SIGTERM, grace, SIGKILL per container
+//! process group) and every loop, and reports the node `Ready=Unknown`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+use kube::runtime::events::{Recorder, Reporter};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::backoff::Backoff;
+use crate::context::{ApiClient, NodeContext};
+use crate::images::ImageTable;
+use crate::publish::{Publisher, delete_now, publish_loop};
+use crate::static_pods::{Change, ManifestError, PodKey, StaticPod, desired_pods, diff, scan_dir};
+use crate::status::{PodObservation, pod_status};
+use crate::worker::PodWorker;
+
+/// Errors starting an agent.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("creating node directories under {root}: {source}")]
+    Dirs {
+        root: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("node agent helper binary {0} does not exist (build the kubelet-standin binary)")]
+    NoHelper(PathBuf),
+}
+
+/// How to run one simulated node.
+#[derive(Clone)]
+pub struct NodeConfig {
+    pub name: String,
+    pub ip: IpAddr,
+    pub root: PathBuf,
+    /// The project's binaries (`etcd-operator`, `etcd-installer`, `etcd-verify`).
+    pub bin_dir: PathBuf,
+    /// The `kubelet-standin` binary used as container helper; default `<bin_dir>/kubelet-standin`.
+    pub helper: Option<PathBuf>,
+    /// The Kubernetes API; `None` runs static pods only (no Node, no mirror pods).
+    pub client: Option<kube::Client>,
+    /// Image table; default [`ImageTable::standard`] with `bin_dir`.
+    pub images: Option<ImageTable>,
+    pub backoff: Backoff,
+    /// Manifest directory poll interval where inotify is unavailable (then it bounds the
+    /// latency of a manifest change; with inotify a change is seen at once).
+    pub manifest_poll: Duration,
+    /// Node status heartbeat interval.
+    pub heartbeat: Duration,
+    /// Mirror pod / status resync interval.
+    pub resync: Duration,
+    /// A kubeconfig containers get as `KUBECONFIG` when their pod has no ServiceAccount token:
+    /// the API stand-in has no ServiceAccount admission, auth or TLS, so pods on it get the
+    /// agent's own credentials. On a real API server pods get their token volume instead.
+    pub kubeconfig: Option<PathBuf>,
+    /// Host and port containers get as `KUBERNETES_SERVICE_HOST`/`_PORT` (see
+    /// [`NodeConfig::with_api_service`]).
+    pub api_service: Option<(String, u16)>,
+}
+
+impl std::fmt::Debug for NodeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeConfig")
+            .field("name", &self.name)
+            .field("ip", &self.ip)
+            .field("root", &self.root)
+            .field("bin_dir", &self.bin_dir)
+            .field("helper", &self.helper)
+            .field("client", &self.client.as_ref().map(|_| "kube::Client"))
+            .field("backoff", &self.backoff)
+            .field("manifest_poll", &self.manifest_poll)
+            .field("heartbeat", &self.heartbeat)
+            .field("resync", &self.resync)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeConfig {
+    /// Defaults: kubelet back-off, manifests watched by inotify (250 ms poll without it), 10 s
+    /// heartbeat and resync.
+    pub fn new(name: &str, ip: IpAddr, root: &Path, bin_dir: &Path) -> Self {
+        NodeConfig {
+            name: name.to_string(),
+            ip,
+            root: root.to_path_buf(),
+            bin_dir: bin_dir.to_path_buf(),
+            helper: None,
+            client: None,
+            images: None,
+            backoff: Backoff::kubelet(),
+            manifest_poll: Duration::from_millis(250),
+            heartbeat: Duration::from_secs(10),
+            resync: Duration::from_secs(10),
+            kubeconfig: None,
+            api_service: None,
+        }
+    }
+
+    /// Points in-cluster clients at the API server `url` (`https://host:port`): the stand-in
+    /// for the `kubernetes` Service, which needs kube-proxy to reach.
+    pub fn with_api_service(mut self, url: &str) -> Self {
+        self.api_service = crate::env::api_service_of(url);
+        self
+    }
+
+    /// Gives every container `KUBECONFIG=<path>` (see [`NodeConfig::kubeconfig`]).
+    pub fn with_kubeconfig(mut self, path: impl Into<PathBuf>) -> Self {
+        self.kubeconfig = Some(path.into());
+        self
+    }
+
+    pub fn with_client(mut self, client: kube::Client) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    pub fn with_helper(mut self, helper: impl Into<PathBuf>) -> Self {
+        self.helper = Some(helper.into());
+        self
+    }
+
+    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+}
+
+/// Where a running pod came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodSource {
+    /// A manifest file, with the content hash.
+    Static { hash: String, file: PathBuf },
+    /// Bound to the node through the API (or handed in with [`NodeAgentHandle::run_pod`]).
+    Api { uid: String },
+}
+
+#[derive(Debug)]
+struct Managed {
+    worker: PodWorker,
+    source: PodSource,
+    publisher: Option<(CancellationToken, JoinHandle<()>)>,
+}
+
+/// The agent's pods, shared by its loops.
+pub(crate) struct Pods {
+    pub(crate) ctx: NodeContext,
+    client: Option<kube::Client>,
+    resync: Duration,
+    map: Mutex<BTreeMap<PodKey, Managed>>,
+    /// UIDs of API pods already run here (a pod is never run twice).
+    pub(crate) seen_uids: Mutex<BTreeSet<String>>,
+    /// The Node's UID once registered (owner of mirror pods).
+    node_uid: tokio::sync::watch::Receiver<Option<String>>,
+}
+
+impl std::fmt::Debug for Pods {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pods")
+            .field("node", &self.ctx.name)
+            .field("api", &self.client.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pods {
+    pub(crate) async fn start(&self, key: PodKey, pod: Pod, source: PodSource) {
+        // A pod replacing one of the same name: the old one is gone before the new one starts
+        // (they would share ports and data directories).
+        let old = self.map.lock().await.remove(&key);
+        if let Some(old) = old {
+            stop_managed(old).await;
+        }
+        let is_static = matches!(source, PodSource::Static { .. });
+        let worker = PodWorker::start(self.ctx.clone(), key.clone(), pod);
+        let publisher = self.client.clone().map(|client| {
+            let api: Api<Pod> = Api::namespaced(client.clone(), &key.namespace);
+            let cancel = CancellationToken::new();
+            let span = tracing::info_span!("publish", node = %self.ctx.name, pod = %key);
+            let publisher = Publisher {
+                api,
+                key: key.clone(),
+                pod: worker.pod.clone(),
+                is_static,
+                node_uid: self.node_uid.clone(),
+                resync: self.resync,
+                recorder: Recorder::new(
+                    client,
+                    Reporter {
+                        controller: "kubelet".into(),
+                        instance: Some(self.ctx.name.clone()),
+                    },
+                ),
+            };
+            let task = tokio::spawn(
+                publish_loop(publisher, worker.observations(), cancel.clone()).instrument(span),
+            );
+            (cancel, task)
+        });
+        let raced = self.map.lock().await.insert(
+            key,
+            Managed {
+                worker,
+                source,
+                publisher,
+            },
+        );
+        if let Some(raced) = raced {
+            stop_managed(raced).await;
+        }
+    }
+
+    /// Stops a pod; `delete_mirror` removes a static pod's mirror pod from the API.
+    pub(crate) async fn stop(&self, key: &PodKey, delete_mirror: bool) {
+        let Some(m) = self.map.lock().await.remove(key) else {
+            return;
+        };
+        stop_managed(m).await;
+        if delete_mirror && let Some(client) = &self.client {
+            // In the background, bounded: the static-pod loop never waits on the API (it may be
+            // served from the very etcd whose next manifest is waiting to start).
+            let api: Api<Pod> = Api::namespaced(client.clone(), &key.namespace);
+            let key = key.clone();
+            tokio::spawn(async move {
+                match tokio::time::timeout(MIRROR_DELETE_BOUND, delete_now(&api, &key.name)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(pod = %key, error = %e, "deleting mirror pod failed")
+                    }
+                    Err(_) => {
+                        tracing::warn!(pod = %key, bound = ?MIRROR_DELETE_BOUND, "deleting mirror pod: the API did not answer")
+                    }
+                }
+            });
+        }
+    }
+
+    pub(crate) async fn stop_all(&self, kill: bool) {
+        let all: Vec<Managed> = std::mem::take(&mut *self.map.lock().await)
+            .into_values()
+            .collect();
+        futures::future::join_all(all.into_iter().map(|m| stop_or_kill(m, kill))).await;
+    }
+
+    pub(crate) async fn sources(&self) -> BTreeMap<PodKey, PodSource> {
+        self.map
+            .lock()
+            .await
+            .iter()
+            .map(|(k, m)| (k.clone(), m.source.clone()))
+            .collect()
+    }
+
+    async fn view(&self, key: &PodKey) -> Option<(Arc<Pod>, PodObservation)> {
+        let map = self.map.lock().await;
+        let m = map.get(key)?;
+        let obs = m.worker.observations().borrow().clone();
+        Some((m.worker.pod.clone(), obs))
+    }
+}
+
+async fn stop_managed(m: Managed) {
+    stop_or_kill(m, false).await;
+}
+
+async fn stop_or_kill(m: Managed, kill: bool) {
+    if kill {
+        m.worker.kill().await;
+    } else {
+        m.worker.stop().await;
+    }
+    if let Some((cancel, mut task)) = m.publisher {
+        cancel.cancel();
+        // As with the kubelet, a pod's lifecycle never waits on the API: a publisher stuck in a
+        // call to an API that does not answer (served, perhaps, from the very etcd pod being
+        // replaced) is abandoned after a short grace.
+        if tokio::time::timeout(PUBLISHER_GRACE, &mut task)
+            .await
+            .is_err()
+        {
+            tracing::warn!("status publisher stuck in an API call; abandoned");
+            task.abort();
+        }
+    }
+}
+
+/// How long a stopped pod's status publisher may take to finish its API call.
+const PUBLISHER_GRACE: Duration = Duration::from_secs(2);
+/// Bound on deleting the mirror pod of a static pod whose manifest went away.
+const MIRROR_DELETE_BOUND: Duration = Duration::from_secs(30);
+
+/// A started node agent.
+#[derive(Debug)]
+pub struct NodeAgentHandle {
+    pods: Arc<Pods>,
+    cancel: CancellationToken,
+    /// Set by [`NodeAgentHandle::crash`]: the node goes silent instead of reporting its stop.
+    silent: Arc<std::sync::atomic::AtomicBool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Entry point type (see [`NodeAgent::start`]).
+#[derive(Debug)]
+pub struct NodeAgent;
+
+impl NodeAgent {
+    /// Starts one simulated node. Returns once the directories exist and the loops run.
+    pub async fn start(config: NodeConfig) -> Result<NodeAgentHandle, AgentError> {
+        let helper = config
+            .helper
+            .clone()
+            .unwrap_or_else(|| config.bin_dir.join("kubelet-standin"));
+        if !helper.exists() {
+            return Err(AgentError::NoHelper(helper));
+        }
+        let ctx = NodeContext {
+            name: config.name.clone(),
+            ip: config.ip,
+            root: config.root.clone(),
+            helper,
+            images: Arc::new(
+                config
+                    .images
+                    .clone()
+                    .unwrap_or_else(|| ImageTable::standard(&config.bin_dir)),
+            ),
+            backoff: config.backoff,
+            kubeconfig: config.kubeconfig.clone(),
+            client: config.client.clone().map(ApiClient),
+            api_service: config.api_service.clone(),
+        };
+        ctx.create_dirs().map_err(|source| AgentError::Dirs {
+            root: config.root.clone(),
+            source,
+        })?;
+        let (uid_tx, uid_rx) = tokio::sync::watch::channel(None);
+        let pods = Arc::new(Pods {
+            ctx: ctx.clone(),
+            client: config.client.clone(),
+            resync: config.resync,
+            map: Mutex::new(BTreeMap::new()),
+            seen_uids: Mutex::new(BTreeSet::new()),
+            node_uid: uid_rx,
+        });
+        let cancel = CancellationToken::new();
+        let silent = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        let span = tracing::info_span!("node", node = %ctx.name);
+        tasks.push(tokio::spawn(
+            static_pod_loop(pods.clone(), config.manifest_poll, cancel.clone())
+                .instrument(span.clone()),
+        ));
+        if let Some(client) = &config.client {
+            tasks.push(tokio::spawn(
+                crate::node::heartbeat_loop(
+                    client.clone(),
+                    ctx.name.clone(),
+                    ctx.ip,
+                    config.heartbeat,
+                    uid_tx,
+                    silent.clone(),
+                    cancel.clone(),
+                )
+                .instrument(span.clone()),
+            ));
+            tasks.push(tokio::spawn(
+                crate::api_pods::bound_pod_loop(client.clone(), pods.clone(), cancel.clone())
+                    .instrument(span),
+            ));
+        }
+        tracing::info!(node = %ctx.name, ip = %ctx.ip, root = %ctx.root.display(), "node agent started");
+        Ok(NodeAgentHandle {
+            pods,
+            cancel,
+            silent,
+            tasks,
+        })
+    }
+}
+
+impl NodeAgentHandle {
+    /// The node's context (name, ip, root, helper, images).
+    pub fn context(&self) -> &NodeContext {
+        &self.pods.ctx
+    }
+
+    /// Pods currently managed, with where they came from.
+    pub async fn pods(&self) -> BTreeMap<PodKey, PodSource> {
+        self.pods.sources().await
+    }
+
+    /// The latest observation of a pod's processes.
+    pub async fn observation(&self, key: &PodKey) -> Option<PodObservation> {
+        self.pods.view(key).await.map(|(_, o)| o)
+    }
+
+    /// The status the agent would publish for a pod right now (pure, no API needed).
+    pub async fn pod_status(&self, key: &PodKey) -> Option<PodStatus> {
+        let (pod, obs) = self.pods.view(key).await?;
+        Some(pod_status(
+            &pod.spec.clone().unwrap_or_default(),
+            &obs,
+            None,
+            Timestamp::now(),
+        ))
+    }
+
+    /// Runs a pod as if it had been bound to this node through the API (status is published
+    /// when a client is configured). The pod keeps its name and namespace.
+    pub async fn run_pod(&self, pod: Pod) -> PodKey {
+        let key = PodKey {
+            namespace: pod
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+        };
+        let uid = pod
+            .metadata
+            .uid
+            .clone()
+            .unwrap_or_else(|| format!("local-{key}").replace('/', "_"));
+        let mut pod = pod;
+        pod.metadata.uid = Some(uid.clone());
+        self.pods.seen_uids.lock().await.insert(uid.clone());
+        self.pods
+            .start(key.clone(), pod, PodSource::Api { uid })
+            .await;
+        key
+    }
+
+    /// Stops every pod (SIGTERM, grace period, SIGKILL) and loop, and reports the Node
+    /// `Ready=Unknown`. After it returns no process the agent started is alive.
+    pub async fn shutdown(self) {
+        tracing::info!(node = %self.pods.ctx.name, "node agent stopping");
+        self.finish(false).await;
+    }
+
+    /// Simulates a node crash: every container is SIGKILLed at once (no grace period), the
+    /// loops stop and the Node is left as it was (no final status; its heartbeat just stops).
+    /// After it returns no process the agent started is alive. Mirror pods stay in the API.
+    pub async fn crash(self) {
+        tracing::warn!(node = %self.pods.ctx.name, "node agent crashing (simulated)");
+        self.silent.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.finish(true).await;
+    }
+
+    async fn finish(self, kill: bool) {
+        self.cancel.cancel();
+        self.pods.stop_all(kill).await;
+        for t in self.tasks {
+            if let Err(e) = t.await {
+                tracing::error!(error = %e, "agent task failed");
+            }
+        }
+        // A loop may have started a pod while we were stopping.
+        self.pods.stop_all(kill).await;
+        tracing::info!(node = %self.pods.ctx.name, "node agent stopped");
+    }
+}
+
+fn log_manifest_errors(errors: &[ManifestError], last: &mut Vec<String>) {
+    let now: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    if &now != last {
+        for e in &now {
+            tracing::warn!(error = %e, "manifest ignored");
+        }
+        *last = now;
+    }
+}
+
+async fn apply_static_changes(pods: &Pods, desired: &BTreeMap<PodKey, StaticPod>) {
+    let running: BTreeMap<PodKey, String> = pods
+        .sources()
+        .await
+        .into_iter()
+        .filter_map(|(k, s)| match s {
+            PodSource::Static { hash, .. } => Some((k, hash)),
+            PodSource::Api { .. } => None,
+        })
+        .collect();
+    for change in diff(&running, desired) {
+        match change {
+            Change::Stop(key) => {
+                tracing::info!(pod = %key, "static pod manifest removed; stopping pod");
+                pods.stop(&key, true).await;
+            }
+            Change::Restart(key) | Change::Start(key) => {
+                let Some(sp) = desired.get(&key) else {
+                    continue;
+                };
+                if running.contains_key(&key) {
+                    tracing::info!(pod = %key, hash = %sp.hash, "static pod manifest changed; restarting pod");
+                    pods.stop(&key, false).await;
+                } else {
+                    tracing::info!(pod = %key, hash = %sp.hash, file = %sp.file.display(), "starting static pod");
+                }
+                pods.start(
+                    key.clone(),
+                    sp.pod.clone(),
+                    PodSource::Static {
+                        hash: sp.hash.clone(),
+                        file: sp.file.clone(),
+                    },
+                )
+                .await;
+            }
+        }
+    }
+}
+
+async fn static_pod_loop(pods: Arc<Pods>, poll: Duration, cancel: CancellationToken) {
+    let dir = pods.ctx.manifest_dir();
+    let mut watch = crate::manifest_watch::DirWatch::new(&dir);
+    let reread = if watch.active() {
+        crate::manifest_watch::RESYNC
+    } else {
+        poll
+    };
+    let mut last_errors = Vec::new();
+    loop {
+        match scan_dir(&dir) {
+            Ok(files) => {
+                let (desired, errors) = desired_pods(&pods.ctx.name, &files);
+                log_manifest_errors(&errors, &mut last_errors);
+                if !cancel.is_cancelled() {
+                    apply_static_changes(&pods, &desired).await;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "reading manifest directory failed"),
+        }
+        tokio::select! {
+            _ = watch.changed(reread) => {}
+            _ = cancel.cancelled() => return,
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! # kubelet-standin: a kubelet stand-in for simulated control-plane nodes
+//!
+//! No kubelet or container runtime can run on the machines this project is developed and
+//! tested on, so this crate **stands in for the kubelet** (and for the container runtime
+//! under it). One [`NodeAgent`] simulates one control-plane node: it has its own loopback
+//! address (`127.0.0.x`) and its own root directory, and it runs that node's pods as plain
+//! local processes. Everything here is a stand-in; names and docs say so.
+//!
+//! ```text
+//!   <root>/etc/kubernetes/manifests/*.yaml ──poll──► static_pods ──┐
+//!   API: pods with spec.nodeName = node ──watch──► api_pods ───────┤
+//!                                                                  ▼
+//!                      worker (per pod: init containers, app containers, restarts, probes)
+//!                        │ runner: `kubelet-standin exec-container` (helper) → own process group,
+//!                        │         private mount + PID namespace (mounts), program as PID 1
+//!                        ▼
+//!                      PodObservation ──status::pod_status (pure)──► publish: mirror pod / pod status
+//!   node: Node object (control-plane label, InternalIP, Ready heartbeat)
+//! ```
+//!
+//! ## What stands in for what
+//! | Kubernetes piece | stand-in here |
+//! |---|---|
+//! | kubelet static pod source | [`static_pods`]: polls the manifest dir (250 ms), content hash per file |
+//! | kubelet API pod source | [`api_pods`]: watch with field selector `spec.nodeName` |
+//! | kubelet pod workers | [`worker`]: init containers in order, restart policies, back-off ([`backoff`]); one container run (env, image, mounts, probes, termination message) in `container.rs` |
+//! | kubelet prober | [`probes`]: httpGet (http/https, no verification), tcpSocket, exec |
+//! | kubelet status/mirror manager | [`status`] (pure) + [`publish`] |
+//! | kubelet node status | [`node`]: Node registration, `Ready` heartbeat, node Lease |
+//! | kubelet events | [`events`] (pure, from observations), recorded by [`publish`] |
+//! | container runtime | [`runner`] (process groups) + [`helper`] (mount and PID namespaces, exec) + [`mounts`] (bind mounts) |
+//! | container images | [`images`]: one table mapping image names to local binaries |
+//! | pod network | none: every pod shares the host network; pod IP = node IP |
+//! | kubelet volume manager | [`volumes`] (hostPath, emptyDir) + [`api_volumes`] + [`api_volume_io`] (projected ServiceAccount token, configMap, secret, downwardAPI), built before the first container |
+//! | container image filesystem | the host's, with the pod's mounts; `HOME` is an empty per-pod directory (nothing of the host's home, such as a `~/.kube/config`, reaches a pod) |
+//! | `kubernetes` Service (kube-proxy) | `KUBERNETES_SERVICE_HOST`/`_PORT` name the API server itself ([`NodeConfig::with_api_service`]) |
+//!
+//! ## Invariants
+//! - **Every container is a process group and a PID namespace** started by this agent: the
+//!   program runs as PID 1 of its own PID namespace below a small shim (the helper), so when
+//!   it exits the kernel kills the rest of the container. Stopping is SIGTERM to the group,
+//!   then SIGKILL (container PID 1, then the group) after the pod's grace period.
+//!   [`NodeAgentHandle::shutdown`] returns only when every container is gone. Both helper
+//!   stages set `PR_SET_PDEATHSIG`, so even an agent killed with SIGKILL leaves no running
+//!   process behind.
+//! - **No mount reaches the host.** Each container runs in its own mount namespace (made
+//!   `rprivate` first); hostPath volumes are bind-mounted at their `mountPath` inside it, so
+//!   node A's `/var/lib/etcd` is `<rootA>/var/lib/etcd` and node B never sees it. Missing mount
+//!   targets are created inside an overlay (upper layer on a private tmpfs) of their deepest
+//!   existing ancestor, so the host's `/etc` and `/dev` are never written to. When the
+//!   process exits its namespace, and every mount in it, is gone.
+//! - **No `unsafe`**: the namespace work happens in `kubelet-standin exec-container`, a
+//!   single-threaded subcommand of this crate's binary that calls nix's safe `unshare`,
+//!   `mount`, `prctl` and `execv` (no `pre_exec`); see [`helper`].
+//! - **Status is a pure function** of observations ([`status::pod_status`]): the same
+//!   observation gives the same status, `now` is an input, condition transition times are kept.
+//! - hostPath `path`s are read relative to the node root and may not contain `..`.
+//!
+//! ## Use
+//! ```no_run
+//! # async fn f(client: kube::Client) -> Result<(), kubelet_standin::AgentError> {
+//! use kubelet_standin::{NodeAgent, NodeConfig};
+//! let cfg = NodeConfig::new("n1", "127.0.0.2".parse().unwrap(), "/tmp/n1".as_ref(), "target/debug".as_ref())
+//!     .with_client(client);
+//! let agent = NodeAgent::start(cfg).await?;
+//! // ... write manifests to /tmp/n1/etc/kubernetes/manifests, create pods bound to n1 ...
+//! agent.shutdown().await;
+//! # Ok(()) }
+//! ```
+//! The helper binary defaults to `<bin_dir>/kubelet-standin` (build it with
+//! `cargo build -p kubelet-standin`); set [`NodeConfig::helper`] to use another path.
+//!
+//! ## Not supported (refused with a clear container error)
+//! `envFrom`, `secretKeyRef`/`configMapKeyRef`, clusterTrustBundle/podCertificate projections,
+//! grpc probes, sidecar (restartable init) containers, resource limits, images not in the
+//! table; ConfigMap/Secret volume contents and tokens are not refreshed while a pod runs.
+
+pub mod agent;
+pub mod api_pods;
+pub mod api_volume_io;
+pub mod api_volumes;
+pub mod backoff;
+mod container;
+pub mod context;
+pub mod env;
+pub mod events;
+pub mod expand;
+pub mod helper;
+pub mod images;
+pub mod manifest_watch;
+pub mod mounts;
+pub mod node;
+pub mod probes;
+pub mod publish;
+pub mod qos;
+pub mod runner;
+pub mod static_pods;
+pub mod status;
+pub mod volumes;
+pub mod worker;
+
+pub use agent::{AgentError, NodeAgent, NodeAgentHandle, NodeConfig, PodSource};
+pub use static_pods::PodKey;

@@ -1,0 +1,196 @@
+//! `kubelet-standin`: the kubelet stand-in binary.
+//!
+//! - `kubelet-standin run --name n1 --ip 127.0.0.2 --root /srv/n1 --bin-dir target/debug` runs one
+//!   simulated node against the cluster in `KUBECONFIG` (or without any API: `--no-api`).
+//! - `kubelet-standin exec-container ...` is the per-container helper the agent itself spawns
+//!   (private mount namespace + bind mounts + exec); see the library's `mounts` module.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use kubelet_standin::helper::{ExecSpec, exec_init, run_container};
+use kubelet_standin::mounts::BindMount;
+use kubelet_standin::{NodeAgent, NodeConfig};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubelet-standin",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT_REVISION"), ")"),
+    about = "kubelet stand-in: runs a simulated node's pods as local processes"
+)]
+struct Args {
+    #[command(flatten)]
+    log: etcd_cli::LogArgs,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run one simulated control-plane node.
+    Run {
+        /// The node's name (its Node object's and its pods' `spec.nodeName`).
+        #[arg(long)]
+        name: String,
+        /// The node's address: its pods (host network) bind to it.
+        #[arg(long)]
+        ip: IpAddr,
+        /// The node's root directory: its manifests, pod logs and host paths live below it.
+        #[arg(long)]
+        root: PathBuf,
+        /// Directory with the project's binaries (etcd-operator, etcd-installer, etcd-verify).
+        #[arg(long, default_value = "target/debug")]
+        bin_dir: PathBuf,
+        /// Run static pods only; do not talk to a Kubernetes API.
+        #[arg(long)]
+        no_api: bool,
+        /// Kubeconfig given to every container as `KUBECONFIG` (stand-in for in-cluster
+        /// credentials); defaults to the agent's own `KUBECONFIG`.
+        #[arg(long, env = "KUBECONFIG")]
+        pod_kubeconfig: Option<PathBuf>,
+    },
+    /// Internal: start one container process in a private mount namespace.
+    ExecContainer {
+        /// The container's staging directory (its root filesystem view is built there).
+        #[arg(long)]
+        staging: PathBuf,
+        /// SRC:DST or SRC:DST:ro (SRC on the host, DST in the container's view).
+        #[arg(long = "bind")]
+        binds: Vec<String>,
+        /// The program's working directory, in the container's view.
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+        /// Host file to write the reason to when the program cannot be started.
+        #[arg(long)]
+        error_file: Option<PathBuf>,
+        /// Join the namespaces of this running container shim (exec probes).
+        #[arg(long)]
+        join: Option<i32>,
+        /// SIGKILL the container when the agent thread that spawned it dies.
+        #[arg(long)]
+        die_with_parent: bool,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Internal: PID 1 of a container (started by exec-container); execs the program.
+    #[command(hide = true)]
+    ExecInit {
+        /// Host file to write the reason to when the program cannot be started.
+        #[arg(long)]
+        error_file: Option<PathBuf>,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    match args.command {
+        Cmd::ExecContainer {
+            staging,
+            binds,
+            workdir,
+            error_file,
+            join,
+            die_with_parent,
+            command,
+        } => {
+            // Single-threaded on purpose: unshare(CLONE_NEWNS) refuses threaded processes.
+            let binds = binds
+                .iter()
+                .map(|b| BindMount::parse(b))
+                .collect::<Result<Vec<_>, _>>()?;
+            let (program, rest) = command.split_first().context("no command")?;
+            let spec = ExecSpec {
+                binds,
+                staging,
+                workdir,
+                program: PathBuf::from(program),
+                args: rest.to_vec(),
+                die_with_parent,
+                error_file: error_file.clone(),
+                join,
+            };
+            match run_container(&spec) {
+                Ok(code) => std::process::exit(code),
+                Err(e) => {
+                    let msg = format!("kubelet-standin exec-container: {e}\n");
+                    eprint!("{msg}");
+                    if let Some(f) = error_file {
+                        let _ = std::fs::write(f, &msg);
+                    }
+                    std::process::exit(127);
+                }
+            }
+        }
+        Cmd::ExecInit {
+            error_file,
+            command,
+        } => {
+            let (program, rest) = command.split_first().context("no command")?;
+            let err = match exec_init(std::path::Path::new(program), rest) {
+                Ok(never) => match never {},
+                Err(e) => e,
+            };
+            let msg = format!("kubelet-standin exec-init: {err}\n");
+            eprint!("{msg}");
+            if let Some(f) = error_file {
+                let _ = std::fs::write(f, &msg);
+            }
+            std::process::exit(127);
+        }
+        Cmd::Run {
+            name,
+            ip,
+            root,
+            bin_dir,
+            no_api,
+            pod_kubeconfig,
+        } => {
+            args.log.init("RUST_LOG", "info");
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("tokio runtime")?;
+            rt.block_on(async move {
+                let kube_config = if no_api {
+                    None
+                } else {
+                    Some(kube::Config::infer().await.context("kube config")?)
+                };
+                let helper = std::env::current_exe().context("own path")?;
+                let mut config = NodeConfig::new(&name, ip, &root, &bin_dir);
+                let client = match kube_config {
+                    Some(kc) => {
+                        config = config.with_api_service(&kc.cluster_url.to_string());
+                        Some(kube::Client::try_from(kc).context("kube client")?)
+                    }
+                    None => None,
+                };
+                config.helper = Some(helper);
+                config.client = client;
+                config.kubeconfig = pod_kubeconfig.filter(|p| !p.as_os_str().is_empty());
+                let agent = NodeAgent::start(config).await?;
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                        .context("signal handler")?;
+                tokio::select! {
+                    r = tokio::signal::ctrl_c() => r.context("signal")?,
+                    _ = term.recv() => {}
+                }
+                tracing::info!("stopping");
+                tokio::time::timeout(Duration::from_secs(120), agent.shutdown())
+                    .await
+                    .context("shutdown timed out")?;
+                Ok(())
+            })
+        }
+    }
+}
+
+etcd_cli::command_line_tests!(Args);

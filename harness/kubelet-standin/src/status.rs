@@ -1,0 +1,513 @@
+//! Pod status as a pure function of what the agent observed about its processes.
+//!
+//! The pod worker records [`PodObservation`] (one [`ContainerObservation`] per init and app
+//! container); [`pod_status`] turns it into the `PodStatus` the stand-in publishes on the
+//! mirror pod (static pods) or on the pod itself (API pods). Phase rules follow the kubelet:
+//!
+//! - init containers not all succeeded → `Pending`, or `Failed` when one failed and
+//!   `restartPolicy` is `Never`;
+//! - any app container waiting for its first start → `Pending`; any running → `Running`;
+//! - all stopped: `Always` → `Running` (it will restart), all exit 0 → `Succeeded`,
+//!   `Never` → `Failed`, else `Running`.
+//!
+//! Conditions keep their `lastTransitionTime` from the previous status when their status did
+//! not change; `now` is an input (no clock in here).
+
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, HostIP, PodCondition, PodIP, PodSpec, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+/// How a container run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Termination {
+    pub exit_code: i32,
+    pub signal: Option<i32>,
+    pub reason: String,
+    pub message: Option<String>,
+    pub started_at: Option<Timestamp>,
+    pub finished_at: Timestamp,
+    pub container_id: String,
+}
+
+/// The state of one container as the agent saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContainerPhase {
+    Waiting {
+        reason: String,
+        message: Option<String>,
+    },
+    Running {
+        started_at: Timestamp,
+        /// Startup probe passed (or none).
+        started: bool,
+        /// Readiness probe passed (or none and started).
+        ready: bool,
+        container_id: String,
+    },
+    Terminated(Termination),
+}
+
+/// One container's observation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerObservation {
+    pub name: String,
+    pub image: String,
+    pub state: ContainerPhase,
+    pub last_termination: Option<Termination>,
+    pub restart_count: u32,
+}
+
+impl ContainerObservation {
+    /// A container that has not been started yet.
+    pub fn new(name: &str, image: &str) -> Self {
+        ContainerObservation {
+            name: name.to_string(),
+            image: image.to_string(),
+            state: ContainerPhase::Waiting {
+                reason: "PodInitializing".into(),
+                message: None,
+            },
+            last_termination: None,
+            restart_count: 0,
+        }
+    }
+
+    fn ready(&self) -> bool {
+        matches!(self.state, ContainerPhase::Running { ready: true, .. })
+    }
+
+    fn succeeded(&self) -> bool {
+        matches!(&self.state, ContainerPhase::Terminated(t) if t.exit_code == 0)
+    }
+
+    fn failed(&self) -> bool {
+        matches!(&self.state, ContainerPhase::Terminated(t) if t.exit_code != 0)
+    }
+}
+
+/// Everything the agent observed about one pod.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PodObservation {
+    pub init_containers: Vec<ContainerObservation>,
+    pub containers: Vec<ContainerObservation>,
+    pub start_time: Option<Timestamp>,
+    pub host_ip: String,
+    pub pod_ip: String,
+    /// A pod-level failure that ends the pod (reason, message).
+    pub failure: Option<(String, String)>,
+}
+
+impl PodObservation {
+    /// The initial observation for `spec`: every container waiting.
+    pub fn for_spec(spec: &PodSpec, ip: &str) -> Self {
+        PodObservation {
+            init_containers: spec
+                .init_containers
+                .iter()
+                .flatten()
+                .map(|c| ContainerObservation::new(&c.name, c.image.as_deref().unwrap_or("")))
+                .collect(),
+            containers: spec
+                .containers
+                .iter()
+                .map(|c| ContainerObservation::new(&c.name, c.image.as_deref().unwrap_or("")))
+                .collect(),
+            start_time: None,
+            host_ip: ip.to_string(),
+            pod_ip: ip.to_string(),
+            failure: None,
+        }
+    }
+}
+
+/// Pod phase (the API's strings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Running => "Running",
+            Phase::Succeeded => "Succeeded",
+            Phase::Failed => "Failed",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Phase::Succeeded | Phase::Failed)
+    }
+}
+
+/// The pod's restart policy, defaulted to `Always`.
+pub fn restart_policy(spec: &PodSpec) -> &str {
+    spec.restart_policy.as_deref().unwrap_or("Always")
+}
+
+/// The kubelet's phase rules (see module docs).
+pub fn pod_phase(spec: &PodSpec, obs: &PodObservation) -> Phase {
+    let policy = restart_policy(spec);
+    if obs.failure.is_some() {
+        return Phase::Failed;
+    }
+    if !obs
+        .init_containers
+        .iter()
+        .all(ContainerObservation::succeeded)
+    {
+        if policy == "Never" && obs.init_containers.iter().any(ContainerObservation::failed) {
+            return Phase::Failed;
+        }
+        return Phase::Pending;
+    }
+    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for c in &obs.containers {
+        match &c.state {
+            ContainerPhase::Running { .. } => running += 1,
+            ContainerPhase::Terminated(t) => {
+                stopped += 1;
+                if t.exit_code == 0 {
+                    succeeded += 1;
+                }
+            }
+            ContainerPhase::Waiting { .. } => {
+                if c.last_termination.is_some() {
+                    stopped += 1;
+                } else {
+                    waiting += 1;
+                }
+            }
+        }
+    }
+    if waiting > 0 {
+        Phase::Pending
+    } else if running > 0 {
+        Phase::Running
+    } else if stopped > 0 {
+        if policy == "Always" {
+            Phase::Running
+        } else if stopped == succeeded {
+            Phase::Succeeded
+        } else if policy == "Never" {
+            Phase::Failed
+        } else {
+            Phase::Running
+        }
+    } else {
+        Phase::Pending
+    }
+}
+
+fn time(t: Timestamp) -> Time {
+    Time(t)
+}
+
+fn terminated(t: &Termination) -> ContainerStateTerminated {
+    ContainerStateTerminated {
+        exit_code: t.exit_code,
+        signal: t.signal,
+        reason: Some(t.reason.clone()),
+        message: t.message.clone().filter(|m| !m.is_empty()),
+        started_at: t.started_at.map(time),
+        finished_at: Some(time(t.finished_at)),
+        container_id: Some(t.container_id.clone()).filter(|s| !s.is_empty()),
+    }
+}
+
+fn container_status(c: &ContainerObservation) -> ContainerStatus {
+    let (state, started, container_id) = match &c.state {
+        ContainerPhase::Waiting { reason, message } => (
+            ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(reason.clone()),
+                    message: message.clone(),
+                }),
+                ..Default::default()
+            },
+            false,
+            c.last_termination.as_ref().map(|t| t.container_id.clone()),
+        ),
+        ContainerPhase::Running {
+            started_at,
+            started,
+            container_id,
+            ..
+        } => (
+            ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: Some(time(*started_at)),
+                }),
+                ..Default::default()
+            },
+            *started,
+            Some(container_id.clone()),
+        ),
+        ContainerPhase::Terminated(t) => (
+            ContainerState {
+                terminated: Some(terminated(t)),
+                ..Default::default()
+            },
+            false,
+            Some(t.container_id.clone()),
+        ),
+    };
+    ContainerStatus {
+        name: c.name.clone(),
+        image: c.image.clone(),
+        image_id: String::new(),
+        container_id: container_id.filter(|s| !s.is_empty()),
+        ready: c.ready(),
+        restart_count: i32::try_from(c.restart_count).unwrap_or(i32::MAX),
+        started: Some(started),
+        state: Some(state),
+        last_state: c.last_termination.as_ref().map(|t| ContainerState {
+            terminated: Some(terminated(t)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn condition(
+    previous: Option<&PodStatus>,
+    type_: &str,
+    ok: bool,
+    reason: Option<&str>,
+    message: Option<String>,
+    now: Timestamp,
+) -> PodCondition {
+    let status = if ok { "True" } else { "False" };
+    let last_transition = previous
+        .and_then(|p| p.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == type_))
+        .filter(|c| c.status == status)
+        .and_then(|c| c.last_transition_time.clone())
+        .unwrap_or(time(now));
+    PodCondition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.map(str::to_string),
+        message,
+        last_transition_time: Some(last_transition),
+        last_probe_time: None,
+        observed_generation: None,
+    }
+}
+
+/// The status to publish for a pod with `spec` given what was observed.
+pub fn pod_status(
+    spec: &PodSpec,
+    obs: &PodObservation,
+    previous: Option<&PodStatus>,
+    now: Timestamp,
+) -> PodStatus {
+    let phase = pod_phase(spec, obs);
+    let initialized = obs
+        .init_containers
+        .iter()
+        .all(ContainerObservation::succeeded);
+    let incomplete: Vec<&str> = obs
+        .init_containers
+        .iter()
+        .filter(|c| !c.succeeded())
+        .map(|c| c.name.as_str())
+        .collect();
+    let unready: Vec<&str> = obs
+        .containers
+        .iter()
+        .filter(|c| !c.ready())
+        .map(|c| c.name.as_str())
+        .collect();
+    let ready = unready.is_empty() && !phase.is_terminal();
+    let (ready_reason, ready_message) = if ready {
+        (None, None)
+    } else if phase.is_terminal() {
+        (Some("PodCompleted"), None)
+    } else {
+        (
+            Some("ContainersNotReady"),
+            Some(format!(
+                "containers with unready status: [{}]",
+                unready.join(" ")
+            )),
+        )
+    };
+    let conditions = vec![
+        condition(previous, "PodReadyToStartContainers", true, None, None, now),
+        condition(
+            previous,
+            "Initialized",
+            initialized,
+            (!initialized).then_some("ContainersNotInitialized"),
+            (!initialized).then(|| {
+                format!(
+                    "containers with incomplete status: [{}]",
+                    incomplete.join(" ")
+                )
+            }),
+            now,
+        ),
+        condition(
+            previous,
+            "Ready",
+            ready,
+            ready_reason,
+            ready_message.clone(),
+            now,
+        ),
+        condition(
+            previous,
+            "ContainersReady",
+            ready,
+            ready_reason,
+            ready_message,
+            now,
+        ),
+        condition(previous, "PodScheduled", true, None, None, now),
+    ];
+    let (reason, message) = match &obs.failure {
+        Some((r, m)) => (Some(r.clone()), Some(m.clone())),
+        None => (None, None),
+    };
+    PodStatus {
+        phase: Some(phase.as_str().to_string()),
+        conditions: Some(conditions),
+        host_ip: Some(obs.host_ip.clone()),
+        host_ips: Some(vec![HostIP {
+            ip: obs.host_ip.clone(),
+        }]),
+        pod_ip: Some(obs.pod_ip.clone()),
+        pod_ips: Some(vec![PodIP {
+            ip: obs.pod_ip.clone(),
+        }]),
+        start_time: obs.start_time.map(time),
+        init_container_statuses: (!obs.init_containers.is_empty())
+            .then(|| obs.init_containers.iter().map(container_status).collect()),
+        container_statuses: Some(obs.containers.iter().map(container_status).collect()),
+        qos_class: Some(crate::qos::qos_class(spec).to_owned()),
+        reason,
+        message,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use k8s_openapi::api::core::v1::Container;
+
+    fn spec(policy: &str, init: &[&str], app: &[&str]) -> PodSpec {
+        let c = |n: &&str| Container {
+            name: n.to_string(),
+            image: Some("busybox".into()),
+            ..Default::default()
+        };
+        PodSpec {
+            restart_policy: Some(policy.into()),
+            init_containers: Some(init.iter().map(c).collect()),
+            containers: app.iter().map(c).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn term(code: i32, msg: &str) -> Termination {
+        Termination {
+            exit_code: code,
+            signal: None,
+            reason: if code == 0 { "Completed" } else { "Error" }.into(),
+            message: Some(msg.into()),
+            started_at: Some(Timestamp::UNIX_EPOCH),
+            finished_at: Timestamp::UNIX_EPOCH,
+            container_id: "kubelet-standin://1".into(),
+        }
+    }
+
+    fn running(ready: bool) -> ContainerPhase {
+        ContainerPhase::Running {
+            started_at: Timestamp::UNIX_EPOCH,
+            started: true,
+            ready,
+            container_id: "kubelet-standin://2".into(),
+        }
+    }
+
+    #[test]
+    fn phases_follow_kubelet_rules() {
+        let s = spec("Never", &["init"], &["main"]);
+        let mut o = PodObservation::for_spec(&s, "127.0.0.2");
+        assert_eq!(pod_phase(&s, &o), Phase::Pending);
+        o.init_containers[0].state = ContainerPhase::Terminated(term(1, "no"));
+        assert_eq!(pod_phase(&s, &o), Phase::Failed);
+        o.init_containers[0].state = ContainerPhase::Terminated(term(0, ""));
+        assert_eq!(pod_phase(&s, &o), Phase::Pending);
+        o.containers[0].state = running(false);
+        assert_eq!(pod_phase(&s, &o), Phase::Running);
+        o.containers[0].state = ContainerPhase::Terminated(term(0, "done"));
+        assert_eq!(pod_phase(&s, &o), Phase::Succeeded);
+        o.containers[0].state = ContainerPhase::Terminated(term(2, "bad"));
+        assert_eq!(pod_phase(&s, &o), Phase::Failed);
+
+        let s = spec("Always", &["init"], &["main"]);
+        o.init_containers[0].state = ContainerPhase::Terminated(term(1, "no"));
+        assert_eq!(
+            pod_phase(&s, &o),
+            Phase::Pending,
+            "init restarts under Always"
+        );
+        o.init_containers[0].state = ContainerPhase::Terminated(term(0, ""));
+        o.containers[0].state = ContainerPhase::Waiting {
+            reason: "CrashLoopBackOff".into(),
+            message: None,
+        };
+        o.containers[0].last_termination = Some(term(1, "x"));
+        assert_eq!(pod_phase(&s, &o), Phase::Running);
+        let s = spec("OnFailure", &[], &["a"]);
+        let mut o = PodObservation::for_spec(&s, "127.0.0.2");
+        o.containers[0].state = ContainerPhase::Terminated(term(0, ""));
+        assert_eq!(pod_phase(&s, &o), Phase::Succeeded);
+    }
+
+    #[test]
+    fn status_carries_messages_ips_and_readiness() {
+        let s = spec("Always", &["verify"], &["etcd"]);
+        let mut o = PodObservation::for_spec(&s, "127.0.0.7");
+        o.init_containers[0].state =
+            ContainerPhase::Terminated(term(0, "{\"decision\":\"start\"}"));
+        o.containers[0].state = running(false);
+        let now = Timestamp::from_second(1000).unwrap();
+        let st = pod_status(&s, &o, None, now);
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        assert_eq!(st.pod_ip.as_deref(), Some("127.0.0.7"));
+        let init = &st.init_container_statuses.as_ref().unwrap()[0];
+        let t = init.state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!(t.message.as_deref(), Some("{\"decision\":\"start\"}"));
+        let ready = |st: &PodStatus| {
+            st.conditions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .cloned()
+                .unwrap()
+        };
+        assert_eq!(ready(&st).status, "False");
+        // Same status later keeps the transition time; a flip takes the new time.
+        let later = Timestamp::from_second(2000).unwrap();
+        let st2 = pod_status(&s, &o, Some(&st), later);
+        assert_eq!(ready(&st2).last_transition_time, Some(Time(now)));
+        o.containers[0].state = running(true);
+        let st3 = pod_status(&s, &o, Some(&st2), later);
+        assert_eq!(ready(&st3).status, "True");
+        assert_eq!(ready(&st3).last_transition_time, Some(Time(later)));
+        assert!(st3.container_statuses.as_ref().unwrap()[0].ready);
+    }
+}

@@ -22,7 +22,7 @@
 //!    bootstrap member is rolled once three voters exist).
 //! 7. **Preflight.** No membership change while an alarm is raised (or the alarm list could not be
 //!    read) or a voter reports another member list than the one acted on; no healthy voter is
-//!    taken down while a `CORRUPT` alarm is raised or the voters disagree (see [`Preflight`]).
+//!    taken down while a `CORRUPT` alarm is raised or the voters disagree (see [`crate::Preflight`]).
 //! 8. **Defragment one healthy voter of a healthy cluster.** A defragmentation holds the member's
 //!    store (it applies nothing until done), so it is allowed only while every voter is healthy,
 //!    no learner is pending, no node is being rolled, the cluster keeps quorum without the

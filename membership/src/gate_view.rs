@@ -1,4 +1,4 @@
-//! What the quorum gate ([`crate::gate`]) decides from and what it answers: the observed
+//! What the quorum gate ([`crate::gate()`]) decides from and what it answers: the observed
 //! [`ClusterView`], the disruptive [`Action`]s, and the [`Verdict`] with its [`Denial`] and
 //! [`DenyRule`]; plus the counting the rules share (voters, healthy voters, labels).
 

@@ -6,8 +6,8 @@
 //! * the two membership env vars of the static-pod contract ([`InitialCluster`] for
 //!   `ETCD_INITIAL_CLUSTER`, [`MemberIds`] for `ETCD_MEMBER_IDS`), parsed strictly and formatted
 //!   canonically so that rendering never churns;
-//! * quorum math ([`quorum`], [`fault_tolerance`]) where learners never count;
-//! * [`gate`], the quorum gate every disruptive action asks (one arbiter, pure), with its
+//! * quorum math ([`quorum()`], [`fault_tolerance`]) where learners never count;
+//! * [`gate()`], the quorum gate every disruptive action asks (one arbiter, pure), with its
 //!   [`Preflight`] facts (alarms, every voter's own member list);
 //! * [`EtcdClient`], a small etcd client that loads TLS from the `ETCDCTL_*` files, bounds every
 //!   call with a timeout (etcd-client calls over TLS can hang past their own timeouts), tries each

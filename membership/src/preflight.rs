@@ -8,7 +8,7 @@
 //!   learner flags) as the list the operator acts on: a voter with another view is behind on a
 //!   configuration change, or the cluster is split.
 //!
-//! [`Preflight`] is pure data, filled by the observation; [`crate::gate`] reads it.
+//! [`Preflight`] is pure data, filled by the observation; [`crate::gate()`] reads it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

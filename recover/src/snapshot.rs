@@ -7,7 +7,7 @@
 //!   (`<snapshot>.json`, [`Record`], written by the operator's backups) must agree with the
 //!   file's SHA-256 as a whole.
 //! * **Contents.** Members, latest revision and raft index come from the database itself
-//!   ([`crate::bolt`]).
+//!   ([`etcd_snapshot::bolt`]).
 //! * **Origin** ([`origin`], pure). A snapshot is this cluster's when its record names this
 //!   node's cluster id, or when one of its members is a member this node knows (its revision's
 //!   `ETCD_MEMBER_IDS`, its data dir's member). Otherwise restoring it replaces this cluster's

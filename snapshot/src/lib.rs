@@ -2,7 +2,7 @@
 //!
 //! etcd snapshots as the operator's backups and `etcd-recover`'s restores see them:
 //!
-//! * [`file`]: a snapshot file is whole (etcd's trailing SHA-256), and the record kept beside it
+//! * [`mod@file`]: a snapshot file is whole (etcd's trailing SHA-256), and the record kept beside it
 //!   ([`file::Record`], `<snapshot>.json`) names it by its SHA-256;
 //! * [`bolt`]: what the database inside holds (members, latest revision, raft index), read from
 //!   the file itself;

@@ -59,7 +59,7 @@ pub struct WriteOptions {
     pub force: bool,
     /// `fieldValidation`: what unknown and duplicate fields do.
     pub field_validation: FieldValidation,
-    /// Keys the request body repeats (see [`field_validation::duplicate_fields`]).
+    /// Keys the request body repeats (see [`crate::field_validation::duplicate_fields`]).
     pub duplicates: Vec<String>,
     /// The write is a patch (a Strict refusal is then a 422 on `patch`).
     pub patched: bool,

@@ -11,7 +11,7 @@
 //! * [`status_watch`]: watches the status for what a normal run must never show (Degraded, a
 //!   missing name);
 //! * [`scenario`]: named scenarios under a write load, with `report.json`;
-//! * [`bench`]: `sandbox bench`, scale-up vs the etcd floor, write availability, operator cost;
+//! * [`mod@bench`]: `sandbox bench`, scale-up vs the etcd floor, write availability, operator cost;
 //! * [`verify_demo`]: `sandbox demo-verify`, the `etcd-verify` gate on a throw-away cluster.
 
 pub mod bench;

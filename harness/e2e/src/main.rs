@@ -52,7 +52,7 @@ enum Command {
         #[arg(long)]
         api_on_managed_etcd: bool,
     },
-    /// Run a named scenario (or `all`) under a write load; writes <out>/<name>/report.json and
+    /// Run a named scenario (or `all`) under a write load; writes OUT/NAME/report.json and
     /// exits 0 only when every scenario passed.
     Run {
         /// bootstrap, data-loss, node-replacement, operator-crash, forged-member-id,
@@ -85,15 +85,15 @@ enum Command {
     /// Show `etcd-verify membership` deciding on a throw-away 3-member TLS cluster.
     DemoVerify,
     /// Benchmarks: scale-up vs the etcd floor, write availability, operator cost; writes
-    /// <out>/bench.json, <out>/bench.md and the scale-up timeline SVG.
+    /// OUT/bench.json, OUT/bench.md and the scale-up timeline SVG.
     Bench {
-        /// Database sizes, comma-separated: empty, <n>MB, <n>GB.
+        /// Database sizes, comma-separated: empty, NMB, NGB.
         #[arg(long, value_delimiter = ',', default_value = "empty,100MB,1GB")]
         sizes: Vec<e2e::bench::Size>,
         /// Where bench.json, bench.md and the SVG go.
         #[arg(long, default_value = "bench-out")]
         out: std::path::PathBuf,
-        /// Where the scale-up timeline SVG goes (also copied into <out>).
+        /// Where the scale-up timeline SVG goes (also copied into OUT).
         #[arg(long, default_value = "docs/benchmarks-scaleup.svg")]
         svg: std::path::PathBuf,
         /// Length of the idle window.

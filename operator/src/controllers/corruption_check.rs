@@ -1,7 +1,7 @@
 //! Corruption check: whether every voter holds the same data.
 //!
 //! Inputs: `spec.corruptionCheck`, the last check (`status.corruptionCheck`), the voters and
-//! their store revisions, whether a defragmentation runs. Decision ([`due`], [`divergent`],
+//! their store revisions, whether a defragmentation runs. Decision ([`next_due`], [`divergent`],
 //! [`condition`], pure): a check is due `intervalSeconds` after the last one ended, and runs off
 //! the pass: every started voter's `HashKV` at one revision all of them applied (the lowest
 //! current one), compared with [`membership::compare_hashes`] (the majority's hash wins). Writes:

@@ -144,7 +144,7 @@ pub fn reported_by(events: &[ActionEvent], reason: &str) -> BTreeMap<String, i32
     by
 }
 
-/// The "added learner <id> for <node>" and "promoted <node> (<id>)" lines in every operator
+/// The `added learner <id> for <node>` and `promoted <node> (<id>)` lines in every operator
 /// process's log: (adds, promotions) for `node`.
 pub fn logged_actions(cp: &LocalControlPlane, node: &str) -> (usize, usize) {
     let mut adds = 0;

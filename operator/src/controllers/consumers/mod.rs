@@ -13,7 +13,7 @@
 //! the namespace) degrades `CertSignerDegraded` without stopping the pass: etcd's own
 //! certificates do not wait for a consumer's RoleBinding. While a consumer Secret is behind, or
 //! a consumer has not picked up its Secret's material ([`reload`]: a `Restart` consumer's pods
-//! must have started since the write, [`pods`] lists them), a CA rotation does not leave its
+//! must have started since the write, [`mod@pods`] lists them), a CA rotation does not leave its
 //! phase ([`super::ca_rotation`]); [`report`] says so in status, conditions, metrics and Events.
 
 use std::collections::BTreeMap;

@@ -14,7 +14,7 @@
 //! status says why. A selector that picks no pod leaves nothing to wait for (said in status:
 //! "no pod selected").
 //! Pods that ended (`Succeeded`, `Failed`) hold no connection and are not waited for. A CA
-//! rotation waits on [`waiting`] before each step; [`settle`] gives the status after this
+//! rotation waits on [`before`] before each step; [`settle`] gives the status after this
 //! pass's writes. The operator's clock and the kubelets' are taken to agree to the second.
 
 use std::collections::BTreeMap;

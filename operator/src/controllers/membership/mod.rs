@@ -1,5 +1,5 @@
 //! Membership: adds, promotes and removes etcd members, one change per pass, each through the
-//! quorum gate. [`decide`] is pure; [`reconcile`] carries out the step it returns.
+//! quorum gate. [`fn@decide`] is pure; [`reconcile`] carries out the step it returns.
 //!
 //! The voter count follows the odd-voter policy ([`super::voter_policy`]).
 //!

@@ -2,6 +2,7 @@
 //! behind it ([`LogArgs`]), the `completions <shell>` subcommand of the binaries an admin types
 //! ([`CompletionsArgs`]), and [`undocumented`], which each binary's tests use so that every flag
 //! and subcommand says in `--help` what it does.
+#![cfg_attr(test, allow(clippy::too_many_lines))] // test code is exempt (Cargo.toml's lints)
 
 use std::io::IsTerminal;
 

@@ -2,6 +2,7 @@
 //! (one layer each). Writes the OCI layout to `--out` (built beside it and moved into place, so
 //! a failed build leaves no half-written layout) and, with `--archive`, its `oci-archive`
 //! tarball; prints what it wrote as JSON. `scripts/build-images` assembles the trees.
+#![cfg_attr(test, allow(clippy::too_many_lines))] // test code is exempt (Cargo.toml's lints)
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

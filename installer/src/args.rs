@@ -131,12 +131,41 @@ fn names(list: &[String]) -> impl Iterator<Item = &str> {
 impl Args {
     /// Validates the flags into a [`Config`].
     pub fn validate(&self) -> Result<Config, ArgsError> {
+        self.check_limits()?;
+        self.check_names()?;
+        self.check_dirs()?;
+        let wanted = self.wanted()?;
+        for prefix in names(&self.own_key_prefixes) {
+            check_name("own-key-prefixes", prefix, 200)?;
+        }
+        Ok(Config {
+            revision: self.revision,
+            namespace: self.namespace.clone(),
+            pod: self.pod.clone(),
+            node: self.node_name.clone(),
+            resource_dir: self.resource_dir.clone(),
+            manifest_dir: self.pod_manifest_dir.clone(),
+            wanted,
+            own_key_prefixes: names(&self.own_key_prefixes).map(str::to_owned).collect(),
+            timeout: self.timeout,
+            kubeconfig: self.kubeconfig.clone(),
+            termination_log: self.termination_log.clone(),
+        })
+    }
+
+    /// Checks that `--revision` and `--timeout` are not zero.
+    fn check_limits(&self) -> Result<(), ArgsError> {
         if self.revision == 0 {
             return Err(ArgsError::ZeroRevision);
         }
         if self.timeout.is_zero() {
             return Err(ArgsError::ZeroTimeout);
         }
+        Ok(())
+    }
+
+    /// Checks `--namespace`, `--pod` and `--node-name` are valid Kubernetes names.
+    fn check_names(&self) -> Result<(), ArgsError> {
         k8s_names::dns1123_label(&self.namespace).map_err(|e| ArgsError::BadName {
             flag: "namespace",
             value: self.namespace.clone(),
@@ -144,7 +173,11 @@ impl Args {
         })?;
         // Room for "-<revision>" in the object names.
         check_name("pod", &self.pod, 200)?;
-        check_name("node-name", &self.node_name, 253)?;
+        check_name("node-name", &self.node_name, 253)
+    }
+
+    /// Checks `--resource-dir` and `--pod-manifest-dir` are absolute and different.
+    fn check_dirs(&self) -> Result<(), ArgsError> {
         for (flag, path) in [
             ("resource-dir", &self.resource_dir),
             ("pod-manifest-dir", &self.pod_manifest_dir),
@@ -159,7 +192,12 @@ impl Args {
         if self.resource_dir == self.pod_manifest_dir {
             return Err(ArgsError::SameDirs);
         }
+        Ok(())
+    }
 
+    /// The ConfigMaps and Secrets to fetch: the pod ConfigMap unless listed, then the four
+    /// lists in order, each name checked and none twice.
+    fn wanted(&self) -> Result<Vec<Wanted>, ArgsError> {
         let mut wanted: Vec<Wanted> = Vec::new();
         let lists: [(&'static str, Kind, bool, &Vec<String>); 4] = [
             ("configmaps", Kind::ConfigMap, false, &self.configmaps),
@@ -200,22 +238,7 @@ impl Args {
                 });
             }
         }
-        for prefix in names(&self.own_key_prefixes) {
-            check_name("own-key-prefixes", prefix, 200)?;
-        }
-        Ok(Config {
-            revision: self.revision,
-            namespace: self.namespace.clone(),
-            pod: self.pod.clone(),
-            node: self.node_name.clone(),
-            resource_dir: self.resource_dir.clone(),
-            manifest_dir: self.pod_manifest_dir.clone(),
-            wanted,
-            own_key_prefixes: names(&self.own_key_prefixes).map(str::to_owned).collect(),
-            timeout: self.timeout,
-            kubeconfig: self.kubeconfig.clone(),
-            termination_log: self.termination_log.clone(),
-        })
+        Ok(wanted)
     }
 }
 

@@ -97,6 +97,7 @@
 //! no-op run rewrites).
 //!
 //! Test-only: `ETCD_INSTALLER_TEST_HOOK` ([`hook`]) injects a pause or failure while writing.
+#![cfg_attr(test, allow(clippy::too_many_lines))] // test code is exempt (Cargo.toml's lints)
 
 pub mod args;
 pub mod atomic;

@@ -265,6 +265,37 @@ pub fn installed_revision<'a>(
 /// Computes the revision directory's content and the manifest for this node, refusing hostile
 /// keys and a manifest that is missing or names another node.
 pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
+    check_resources(input)?;
+    let manifest = node_manifest(input)?;
+    let manifest_name = format!("{}.yaml", input.pod);
+    let ResourceFiles {
+        dirs,
+        mut files,
+        withheld,
+    } = resource_files(input);
+    if let Some((secret, key)) = keys::named_in(&manifest, &withheld) {
+        return Err(PlanError::ForeignKey {
+            secret: secret.clone(),
+            key: key.clone(),
+        });
+    }
+    files.push(PlannedFile {
+        dir: PathBuf::new(),
+        name: manifest_name.clone(),
+        bytes: manifest.clone(),
+        mode: FILE_MODE,
+    });
+    Ok(Plan {
+        dir_name: revision_dir_name(input.pod, input.revision),
+        dirs,
+        files,
+        manifest_name,
+        manifest,
+    })
+}
+
+/// Refuses a resource listed twice and any key that is not a plain file name.
+fn check_resources(input: &PlanInput<'_>) -> Result<(), PlanError> {
     let mut seen = std::collections::BTreeSet::new();
     for res in input.resources {
         if !seen.insert((res.kind.dir(), res.name.as_str())) {
@@ -283,7 +314,11 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
             })?;
         }
     }
+    Ok(())
+}
 
+/// This node's manifest from the pod ConfigMap, checked to be a new manifest for this node.
+fn node_manifest(input: &PlanInput<'_>) -> Result<Vec<u8>, PlanError> {
     let pod_cm_name = format!("{}-{}", input.pod, input.revision);
     let pod_cm = input
         .resources
@@ -309,8 +344,19 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
             problem,
         }
     })?;
+    Ok(manifest)
+}
 
-    let manifest_name = format!("{}.yaml", input.pod);
+/// The directories and files the resources lay down, and the Secret keys withheld from them.
+struct ResourceFiles {
+    dirs: Vec<PathBuf>,
+    files: Vec<PlannedFile>,
+    /// (Secret name, key) of other nodes' private keys.
+    withheld: Vec<(String, String)>,
+}
+
+/// Lays the resources out by kind (ConfigMaps, then Secrets), withholding other nodes' keys.
+fn resource_files(input: &PlanInput<'_>) -> ResourceFiles {
     let mut dirs = Vec::new();
     let mut files = Vec::new();
     let mut withheld = Vec::new();
@@ -335,25 +381,11 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Plan, PlanError> {
             dirs.push(dir);
         }
     }
-    if let Some((secret, key)) = keys::named_in(&manifest, &withheld) {
-        return Err(PlanError::ForeignKey {
-            secret: secret.clone(),
-            key: key.clone(),
-        });
-    }
-    files.push(PlannedFile {
-        dir: PathBuf::new(),
-        name: manifest_name.clone(),
-        bytes: manifest.clone(),
-        mode: FILE_MODE,
-    });
-    Ok(Plan {
-        dir_name: revision_dir_name(input.pod, input.revision),
+    ResourceFiles {
         dirs,
         files,
-        manifest_name,
-        manifest,
-    })
+        withheld,
+    }
 }
 
 /// One entry of a directory tree as found on disk (symlinks are not followed).

@@ -5,7 +5,12 @@
 //! Waits are conditions with deadlines (a line on the installer's stderr, a process exit),
 //! never fixed sleeps. Crashes are real: the installer is paused by its test hook in the
 //! middle of writing and SIGKILLed.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::too_many_lines
+)]
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -54,158 +54,176 @@ use crate::{MemberId, MemberUrl, quorum};
 
 /// Decides whether `action` may happen now.
 pub fn gate(view: &ClusterView, action: &Action) -> Verdict {
-    let voters = view.voter_count();
-    let healthy = view.healthy_voters();
-    let quorate = voters > 0 && healthy >= quorum(voters);
-    let is_membership_change =
-        !matches!(action, Action::RollNode { .. } | Action::Defragment { .. });
-    if is_membership_change && !quorate {
-        return deny(
-            DenyRule::NoQuorum,
-            format!("{action}: no quorum, {}", view.health_summary()),
-        );
-    }
-    if is_membership_change {
-        let problems = view.preflight.membership_problems();
-        if !problems.is_empty() {
-            return deny(
-                DenyRule::Preflight,
-                format!("{action}: preflight failed: {}", problems.join("; ")),
-            );
-        }
+    if !matches!(action, Action::RollNode { .. } | Action::Defragment { .. })
+        && let Some(denied) = membership_change_denied(view, action)
+    {
+        return denied;
     }
     match action {
-        Action::AddLearner { node, peer_url } => {
-            if let Some(existing) = view
-                .members
-                .iter()
-                .find(|m| m.member.has_peer_url(peer_url))
-            {
-                return deny(
-                    DenyRule::AlreadyMember,
-                    format!(
-                        "{action}: {peer_url} already belongs to member {}",
-                        label(&existing.member)
-                    ),
-                );
-            }
-            if let Some(denied) = learner_pending(view, action) {
-                return denied;
-            }
-            if let Some(denied) = learner_unlisted(view, action, node, peer_url) {
-                return denied;
-            }
-            if healthy < voters {
-                return deny(
-                    DenyRule::VoterUnhealthy,
-                    format!(
-                        "{action}: voter(s) {} unhealthy; remove or repair them before adding {node}",
-                        view.unhealthy_voter_names()
-                    ),
-                );
-            }
-            Verdict::Allow
-        }
-        Action::Promote { id } => match view.find(*id) {
-            None => deny(DenyRule::UnknownMember, format!("{action}: no such member")),
-            Some(m) if !m.member.is_learner => deny(
-                DenyRule::NotALearner,
-                format!("{action}: {} is already a voter", label(&m.member)),
-            ),
-            Some(m) if !m.member.is_started() || !m.healthy => deny(
-                DenyRule::LearnerNotReady,
-                format!(
-                    "{action}: learner {} has not started or is not healthy",
-                    label(&m.member)
-                ),
-            ),
-            Some(_) => {
-                // The new voter is healthy: healthy + 1 of voters + 1.
-                if healthy + 1 >= quorum(voters + 1) {
-                    Verdict::Allow
-                } else {
-                    deny(
-                        DenyRule::QuorumAfterAction,
-                        format!(
-                            "{action}: would leave {} of {} voters healthy",
-                            healthy + 1,
-                            voters + 1
-                        ),
-                    )
-                }
-            }
-        },
-        Action::Remove { id } => match view.find(*id) {
-            None => deny(DenyRule::UnknownMember, format!("{action}: no such member")),
-            Some(m) if m.member.is_learner => Verdict::Allow,
-            Some(m) => {
-                if let Some(denied) = keeps_api(view, action, *id) {
-                    return denied;
-                }
-                let after_voters = voters - 1;
-                let after_healthy = healthy - usize::from(m.healthy);
-                if after_voters == 0 {
-                    return deny(
-                        DenyRule::LastVoter,
-                        format!("{action}: {} is the last voter", label(&m.member)),
-                    );
-                }
-                let need = quorum(after_voters) + usize::from(m.healthy);
-                if after_healthy >= need {
-                    Verdict::Allow
-                } else if after_healthy >= quorum(after_voters) {
-                    deny(
-                        DenyRule::NoMargin,
-                        format!(
-                            "{action}: {} is healthy; removing it would leave {after_healthy} of {after_voters} voters with no failure margin (add its replacement first)",
-                            label(&m.member)
-                        ),
-                    )
-                } else {
-                    deny(
-                        DenyRule::QuorumAfterAction,
-                        format!(
-                            "{action}: would leave {after_healthy} of {after_voters} voters healthy (quorum {})",
-                            quorum(after_voters)
-                        ),
-                    )
-                }
-            }
-        },
-        Action::RollNode { node, member } => {
-            if let Some(denied) = other_node_rolling(view, action, node) {
-                return denied;
-            }
-            let target = member.and_then(|id| view.find(id));
-            let takes_down_voter = target.is_some_and(|m| !m.member.is_learner && m.healthy);
-            if !takes_down_voter {
-                return Verdict::Allow;
-            }
-            if let Some(denied) = member.and_then(|id| keeps_api(view, action, id)) {
-                return denied;
-            }
-            if let Some(verdict) = lone_voter(view, action, node) {
-                return verdict;
-            }
-            with_spare_voter(view, action, |left| {
-                format!(
-                    "restarting its healthy voter would leave {left}; waiting for {}",
-                    if healthy < voters {
-                        format!(
-                            "unhealthy voter(s) {} to recover",
-                            view.unhealthy_voter_names()
-                        )
-                    } else {
-                        "more voters to join".to_owned()
-                    }
-                )
-            })
-        }
+        Action::AddLearner { node, peer_url } => add_learner(view, action, node, peer_url),
+        Action::Promote { id } => promote(view, action, *id),
+        Action::Remove { id } => remove(view, action, *id),
+        Action::RollNode { node, member } => roll_node(view, action, node, *member),
         Action::Defragment { id, nospace } => defragment(view, action, *id, *nospace),
         Action::MovePeerUrl {
             id, node, peer_url, ..
         } => move_peer_url(view, action, *id, node, peer_url),
     }
+}
+
+/// Rules 1 and 2, for every membership change: quorum now, and the preflight.
+fn membership_change_denied(view: &ClusterView, action: &Action) -> Option<Verdict> {
+    let voters = view.voter_count();
+    if voters == 0 || view.healthy_voters() < quorum(voters) {
+        return Some(deny(
+            DenyRule::NoQuorum,
+            format!("{action}: no quorum, {}", view.health_summary()),
+        ));
+    }
+    let problems = view.preflight.membership_problems();
+    (!problems.is_empty()).then(|| {
+        deny(
+            DenyRule::Preflight,
+            format!("{action}: preflight failed: {}", problems.join("; ")),
+        )
+    })
+}
+
+/// A learner for `node` at `peer_url`: a new URL, no other learner pending, the API's view of
+/// it, and every voter healthy.
+fn add_learner(view: &ClusterView, action: &Action, node: &str, peer_url: &MemberUrl) -> Verdict {
+    if let Some(existing) = view
+        .members
+        .iter()
+        .find(|m| m.member.has_peer_url(peer_url))
+    {
+        return deny(
+            DenyRule::AlreadyMember,
+            format!(
+                "{action}: {peer_url} already belongs to member {}",
+                label(&existing.member)
+            ),
+        );
+    }
+    if let Some(denied) = learner_pending(view, action) {
+        return denied;
+    }
+    if let Some(denied) = learner_unlisted(view, action, node, peer_url) {
+        return denied;
+    }
+    if view.healthy_voters() < view.voter_count() {
+        return deny(
+            DenyRule::VoterUnhealthy,
+            format!(
+                "{action}: voter(s) {} unhealthy; remove or repair them before adding {node}",
+                view.unhealthy_voter_names()
+            ),
+        );
+    }
+    Verdict::Allow
+}
+
+/// A started, healthy learner becomes a voter when quorum holds with it counted.
+fn promote(view: &ClusterView, action: &Action, id: MemberId) -> Verdict {
+    let (voters, healthy) = (view.voter_count(), view.healthy_voters());
+    match view.find(id) {
+        None => deny(DenyRule::UnknownMember, format!("{action}: no such member")),
+        Some(m) if !m.member.is_learner => deny(
+            DenyRule::NotALearner,
+            format!("{action}: {} is already a voter", label(&m.member)),
+        ),
+        Some(m) if !m.member.is_started() || !m.healthy => deny(
+            DenyRule::LearnerNotReady,
+            format!(
+                "{action}: learner {} has not started or is not healthy",
+                label(&m.member)
+            ),
+        ),
+        // The new voter is healthy: healthy + 1 of voters + 1.
+        Some(_) if healthy + 1 >= quorum(voters + 1) => Verdict::Allow,
+        Some(_) => deny(
+            DenyRule::QuorumAfterAction,
+            format!(
+                "{action}: would leave {} of {} voters healthy",
+                healthy + 1,
+                voters + 1
+            ),
+        ),
+    }
+}
+
+/// A learner goes at once; a voter only if the API keeps an etcd and the voters left keep
+/// quorum, with a failure margin when the voter removed was healthy.
+fn remove(view: &ClusterView, action: &Action, id: MemberId) -> Verdict {
+    let m = match view.find(id) {
+        None => return deny(DenyRule::UnknownMember, format!("{action}: no such member")),
+        Some(m) if m.member.is_learner => return Verdict::Allow,
+        Some(m) => m,
+    };
+    if let Some(denied) = keeps_api(view, action, id) {
+        return denied;
+    }
+    let after_voters = view.voter_count() - 1;
+    let after_healthy = view.healthy_voters() - usize::from(m.healthy);
+    if after_voters == 0 {
+        return deny(
+            DenyRule::LastVoter,
+            format!("{action}: {} is the last voter", label(&m.member)),
+        );
+    }
+    let need = quorum(after_voters) + usize::from(m.healthy);
+    if after_healthy >= need {
+        Verdict::Allow
+    } else if after_healthy >= quorum(after_voters) {
+        deny(
+            DenyRule::NoMargin,
+            format!(
+                "{action}: {} is healthy; removing it would leave {after_healthy} of {after_voters} voters with no failure margin (add its replacement first)",
+                label(&m.member)
+            ),
+        )
+    } else {
+        deny(
+            DenyRule::QuorumAfterAction,
+            format!(
+                "{action}: would leave {after_healthy} of {after_voters} voters healthy (quorum {})",
+                quorum(after_voters)
+            ),
+        )
+    }
+}
+
+/// Restarting `node`: one node at a time; a healthy voter only with the API kept, a lone
+/// voter's approval, and a spare voter.
+fn roll_node(view: &ClusterView, action: &Action, node: &str, member: Option<MemberId>) -> Verdict {
+    if let Some(denied) = other_node_rolling(view, action, node) {
+        return denied;
+    }
+    let target = member.and_then(|id| view.find(id));
+    let takes_down_voter = target.is_some_and(|m| !m.member.is_learner && m.healthy);
+    if !takes_down_voter {
+        return Verdict::Allow;
+    }
+    if let Some(denied) = member.and_then(|id| keeps_api(view, action, id)) {
+        return denied;
+    }
+    if let Some(verdict) = lone_voter(view, action, node) {
+        return verdict;
+    }
+    let short_of_voters = view.healthy_voters() < view.voter_count();
+    with_spare_voter(view, action, |left| {
+        format!(
+            "restarting its healthy voter would leave {left}; waiting for {}",
+            if short_of_voters {
+                format!(
+                    "unhealthy voter(s) {} to recover",
+                    view.unhealthy_voter_names()
+                )
+            } else {
+                "more voters to join".to_owned()
+            }
+        )
+    })
 }
 
 /// Rule 9. Quorum and the preflight were checked as for every membership change.

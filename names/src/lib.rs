@@ -7,6 +7,7 @@
 //! Each check returns the first rule broken as a [`NameError`], whose `Display` is a short
 //! reason for people and whose [`NameError::api_message`] is the sentence kube-apiserver puts
 //! in a 422 (the API stand-in answers with it).
+#![cfg_attr(test, allow(clippy::too_many_lines))] // test code is exempt (Cargo.toml's lints)
 
 /// The longest DNS-1123 label, qualified-name part and label value.
 pub const MAX_LABEL: usize = 63;

@@ -272,55 +272,7 @@ pub async fn observe(client: &EtcdClient) -> EtcdObservation {
         cluster_id: Some(live.cluster_id),
         ..Default::default()
     };
-    let checks = live.members.iter().map(|m| async move {
-        let Some(url) = m.client_urls.first() else {
-            return (
-                m.id,
-                MemberObs {
-                    error: Some("not started".into()),
-                    ..Default::default()
-                },
-                None,
-                MemberPrint::NotStarted,
-            );
-        };
-        let status = client.status_of(url).await;
-        let print = MemberPrint::of(&status);
-        match status {
-            Ok(s) => {
-                // A voter is healthy when it answers and knows a leader; a learner when it answers.
-                let healthy = m.is_learner || s.leader != 0;
-                let serving_not_after = served_not_after(client, m.id, url).await;
-                (
-                    m.id,
-                    MemberObs {
-                        healthy,
-                        raft_index: Some(s.raft_index),
-                        error: (!healthy).then(|| "no leader".to_owned()),
-                        applied_index: Some(s.raft_applied_index),
-                        revision: Some(s.revision),
-                        version: Some(s.version.clone()),
-                        db: Some(DbSize {
-                            total: s.db_size,
-                            in_use: s.db_size_in_use,
-                        }),
-                        serving_not_after,
-                    },
-                    MemberId::new(s.leader),
-                    print,
-                )
-            }
-            Err(e) => (
-                m.id,
-                MemberObs {
-                    error: Some(e.to_string()),
-                    ..Default::default()
-                },
-                None,
-                print,
-            ),
-        }
-    });
+    let checks = live.members.iter().map(|m| check_member(client, m));
     let lists = live
         .members
         .iter()
@@ -353,6 +305,49 @@ pub async fn observe(client: &EtcdClient) -> EtcdObservation {
     }
     obs.cluster_version = cluster_version(client, &obs).await;
     obs
+}
+
+/// One member's status: its health, indexes, version, database size and served certificate,
+/// the leader it knows, and its health print.
+async fn check_member(
+    client: &EtcdClient,
+    m: &Member,
+) -> (MemberId, MemberObs, Option<MemberId>, MemberPrint) {
+    let Some(url) = m.client_urls.first() else {
+        let obs = MemberObs {
+            error: Some("not started".into()),
+            ..Default::default()
+        };
+        return (m.id, obs, None, MemberPrint::NotStarted);
+    };
+    let status = client.status_of(url).await;
+    let print = MemberPrint::of(&status);
+    let s = match status {
+        Ok(s) => s,
+        Err(e) => {
+            let obs = MemberObs {
+                error: Some(e.to_string()),
+                ..Default::default()
+            };
+            return (m.id, obs, None, print);
+        }
+    };
+    // A voter is healthy when it answers and knows a leader; a learner when it answers.
+    let healthy = m.is_learner || s.leader != 0;
+    let obs = MemberObs {
+        healthy,
+        raft_index: Some(s.raft_index),
+        error: (!healthy).then(|| "no leader".to_owned()),
+        applied_index: Some(s.raft_applied_index),
+        revision: Some(s.revision),
+        version: Some(s.version.clone()),
+        db: Some(DbSize {
+            total: s.db_size,
+            in_use: s.db_size_in_use,
+        }),
+        serving_not_after: served_not_after(client, m.id, url).await,
+    };
+    (m.id, obs, MemberId::new(s.leader), print)
 }
 
 /// `notAfter` of the client certificate member `id` serves at `url`; `None` (logged) when the

@@ -5,6 +5,7 @@
 //! (the bootstrap static pod for the first node, before any operator runs), `guard` (the quorum
 //! guard pod's idle container). Run under the name `kubectl-etcd`, it is the kubectl plugin
 //! (`main_plugin.rs`).
+#![cfg_attr(test, allow(clippy::too_many_lines))] // test code is exempt (Cargo.toml's lints)
 
 use std::net::IpAddr;
 use std::path::PathBuf;

@@ -191,6 +191,55 @@ impl std::fmt::Debug for Pass<'_> {
     }
 }
 
+impl<'a> Pass<'a> {
+    /// A pass over `o`, carrying on from the status last written (and, where this process
+    /// keeps a newer copy of a status section than the caches show, from that copy).
+    fn new(ctx: &'a Context, st: &'a mut PassState, inputs: &'a Inputs, o: Observed) -> Self {
+        Pass {
+            w: Writer::new(ctx.client.clone(), ctx.plan_only).caching(&[
+                crate::podspec::STATIC_POD_NAMESPACE,
+                &ctx.config.operator_namespace,
+            ]),
+            latest: o.prev.latest_available_revision,
+            node_statuses: o.prev.node_statuses.clone(),
+            remediations: o.prev.remediations.clone(),
+            defrag: st.maintenance_status.as_ref().map_or_else(
+                || o.prev.defragmentation.clone().unwrap_or_default(),
+                |m| m.0.clone(),
+            ),
+            corruption: st
+                .maintenance_status
+                .as_ref()
+                .map_or_else(|| o.prev.corruption_check.clone(), |m| m.1.clone()),
+            backup: st
+                .backup_status
+                .clone()
+                .unwrap_or_else(|| o.prev.backup.clone()),
+            certificates: st
+                .certificates_status
+                .clone()
+                .unwrap_or_else(|| o.prev.certificates.clone()),
+            etcd_version: o.prev.etcd_version.clone(),
+            quorum_guard: o.prev.quorum_guard.clone(),
+            versions: o.prev.versions.clone(),
+            related_objects: o.prev.related_objects.clone(),
+            cluster_identity: o.prev.cluster_identity.clone(),
+            report: PassReport {
+                requeue_after: IDLE_REQUEUE,
+                ..Default::default()
+            },
+            conds: Vec::new(),
+            busy: false,
+            api_servers: Vec::new(),
+            control_plane: ::membership::ControlPlanePods::NotListed,
+            o,
+            ctx,
+            st,
+            inputs,
+        }
+    }
+}
+
 async fn run(
     ctx: &Context,
     st: &mut PassState,
@@ -209,48 +258,7 @@ async fn run(
     ctx.metrics
         .control_plane_nodes
         .set(i64::try_from(o.nodes.len()).unwrap_or(i64::MAX));
-    let mut p = Pass {
-        w: Writer::new(ctx.client.clone(), ctx.plan_only).caching(&[
-            crate::podspec::STATIC_POD_NAMESPACE,
-            &ctx.config.operator_namespace,
-        ]),
-        latest: o.prev.latest_available_revision,
-        node_statuses: o.prev.node_statuses.clone(),
-        remediations: o.prev.remediations.clone(),
-        defrag: st.maintenance_status.as_ref().map_or_else(
-            || o.prev.defragmentation.clone().unwrap_or_default(),
-            |m| m.0.clone(),
-        ),
-        corruption: st
-            .maintenance_status
-            .as_ref()
-            .map_or_else(|| o.prev.corruption_check.clone(), |m| m.1.clone()),
-        backup: st
-            .backup_status
-            .clone()
-            .unwrap_or_else(|| o.prev.backup.clone()),
-        certificates: st
-            .certificates_status
-            .clone()
-            .unwrap_or_else(|| o.prev.certificates.clone()),
-        etcd_version: o.prev.etcd_version.clone(),
-        quorum_guard: o.prev.quorum_guard.clone(),
-        versions: o.prev.versions.clone(),
-        related_objects: o.prev.related_objects.clone(),
-        cluster_identity: o.prev.cluster_identity.clone(),
-        report: PassReport {
-            requeue_after: IDLE_REQUEUE,
-            ..Default::default()
-        },
-        conds: Vec::new(),
-        busy: false,
-        api_servers: Vec::new(),
-        control_plane: ::membership::ControlPlanePods::NotListed,
-        o,
-        ctx,
-        st,
-        inputs,
-    };
+    let mut p = Pass::new(ctx, st, inputs, o);
     let mut ok = match controllers(&mut p).await {
         Ok(()) => true,
         Err(e) => {

@@ -11,7 +11,7 @@ use crate::act::{self, Layout};
 use crate::plan::{self, Accept, Refusal, Survey};
 use crate::pod::{self, EtcdPod};
 use crate::probe;
-use crate::snapshot::{self, LocalIdentity, Origin};
+use crate::snapshot::{self, Contents, LocalIdentity, Origin, Tool, Verified};
 use crate::{restore, restore_steps};
 
 /// How a command ended (the process exit code).
@@ -227,37 +227,10 @@ pub async fn from_snapshot(
         ));
         let verified = snapshot::verify(path).map_err(|e| invalid(out, e))?;
         let c = &verified.contents;
-        out(format!(
-            "snapshot: {} bytes, sha256 {} (integrity hash checked{}), store revision {}, raft index {}, members {}",
-            verified.size,
-            verified.sha256,
-            if verified.record.is_some() {
-                ", record beside it agrees"
-            } else {
-                "; no record beside it"
-            },
-            c.revision,
-            c.consistent_index,
-            c.members
-                .iter()
-                .map(|m| format!("{} ({:x})", m.name, m.id))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        out(snapshot_line(&verified));
         let survey = surveyed(target, &pod, out).await?;
-        let mut local = LocalIdentity {
-            cluster_id: None,
-            member_ids: pod.member_ids.iter().map(|(id, _)| id.get()).collect(),
-        };
-        if let DataDir::Present(wal) = &survey.data_dir {
-            local.cluster_id = Some(wal.cluster_id);
-            local.member_ids.insert(wal.member_id);
-        }
-        let origin = snapshot::origin(c, verified.record.as_ref(), &local);
-        let tool = restore::etcd_image(&pod)
-            .ok_or_else(|| "the etcd container has no image".to_owned())
-            .and_then(|image| snapshot::restore_tool(&image))
-            .map_err(|e| invalid(out, e))?;
+        let origin = snapshot::origin(c, verified.record.as_ref(), &local_identity(&pod, &survey));
+        let tool = restore_tool(&pod).map_err(|e| invalid(out, e))?;
         let decided = plan::decide_from_snapshot(&survey, &origin, &tool, c, accept)
             .map_err(|r| refused(out, &r))?;
         if let DataDir::Present(wal) = &survey.data_dir {
@@ -267,29 +240,8 @@ pub async fn from_snapshot(
             ));
         }
         let stamp = stamp();
-        match &origin {
-            Origin::ThisCluster(why) => out(format!("origin: this cluster's ({why})")),
-            Origin::OtherCluster(why) => out(format!(
-                "WARNING (--force-other-cluster): the snapshot is another cluster's ({why})"
-            )),
-        }
-        if decided.bump.is_none() {
-            out(format!(
-                "WARNING (--accept-revisions-going-back): {} cannot bump the revision; once etcd serves, restart every kube-apiserver so no watch cache keeps revisions of the lost cluster (the operator relists its own caches when it sees the new cluster id)",
-                tool.binary
-            ));
-        }
-        out(format!(
-            "plan: {} becomes a one-member cluster on the snapshot's data:\n  1. stop etcd (its manifest moves to {})\n  2. copy the snapshot there and check the copy\n  3. move {}/member aside to member-before-restore-{stamp}\n  4. restore with the etcd image's {}{} and start once on the restored data\n  5. move the restored data into place and start etcd normally\nthen the operator adds the other nodes back as learners once the API is back.",
-            pod.name,
-            layout.record_dir(&stamp).display(),
-            pod.data_dir.display(),
-            tool.binary,
-            decided.bump.map_or(String::new(), |b| format!(
-                ", the revision bumped by {b} (max(10^9, 1.2 x raft index {}))",
-                plan::observed_raft_index(&survey, c)
-            )),
-        ));
+        snapshot_warnings(out, &origin, &tool, decided.bump);
+        out(snapshot_plan(&pod, &layout, &stamp, &tool, decided.bump, &survey, c));
         if dry_run {
             out("dry run: nothing was changed.".into());
             return Ok(Exit::Ok);
@@ -305,21 +257,106 @@ pub async fn from_snapshot(
             stamp: &stamp,
         };
         let result = restore_steps::from_snapshot(&inputs, deadline, out).await;
-        Ok(ended(out, result, |done| {
-            format!(
-                "restored: {} is a one-member cluster (member {}) at raft index {}. Kept: the old manifest and the snapshot in {}{}.",
-                pod.name,
-                done.member_id,
-                done.raft_index,
-                done.record_dir.display(),
-                done.moved_aside
-                    .map(|p| format!(", the data as it was in {}", p.display()))
-                    .unwrap_or_default()
-            )
-        }))
+        Ok(ended(out, result, |done| restored_line(&pod, done)))
     }
     .await
     .unwrap_or_else(|e| e)
+}
+
+/// The line describing the verified snapshot: size, hash, record, revision, index, members.
+fn snapshot_line(verified: &Verified) -> String {
+    let c = &verified.contents;
+    format!(
+        "snapshot: {} bytes, sha256 {} (integrity hash checked{}), store revision {}, raft index {}, members {}",
+        verified.size,
+        verified.sha256,
+        if verified.record.is_some() {
+            ", record beside it agrees"
+        } else {
+            "; no record beside it"
+        },
+        c.revision,
+        c.consistent_index,
+        c.members
+            .iter()
+            .map(|m| format!("{} ({:x})", m.name, m.id))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// This node's cluster and member ids: the manifest's member ids, plus the data dir's own
+/// when it holds data.
+fn local_identity(pod: &EtcdPod, survey: &Survey) -> LocalIdentity {
+    let mut local = LocalIdentity {
+        cluster_id: None,
+        member_ids: pod.member_ids.iter().map(|(id, _)| id.get()).collect(),
+    };
+    if let DataDir::Present(wal) = &survey.data_dir {
+        local.cluster_id = Some(wal.cluster_id);
+        local.member_ids.insert(wal.member_id);
+    }
+    local
+}
+
+/// The restore tool of the etcd container's image.
+fn restore_tool(pod: &EtcdPod) -> Result<Tool, String> {
+    restore::etcd_image(pod)
+        .ok_or_else(|| "the etcd container has no image".to_owned())
+        .and_then(|image| snapshot::restore_tool(&image))
+}
+
+/// Prints the snapshot's origin, and the warning when the revision is not bumped.
+fn snapshot_warnings(out: &mut dyn FnMut(String), origin: &Origin, tool: &Tool, bump: Option<u64>) {
+    match origin {
+        Origin::ThisCluster(why) => out(format!("origin: this cluster's ({why})")),
+        Origin::OtherCluster(why) => out(format!(
+            "WARNING (--force-other-cluster): the snapshot is another cluster's ({why})"
+        )),
+    }
+    if bump.is_none() {
+        out(format!(
+            "WARNING (--accept-revisions-going-back): {} cannot bump the revision; once etcd serves, restart every kube-apiserver so no watch cache keeps revisions of the lost cluster (the operator relists its own caches when it sees the new cluster id)",
+            tool.binary
+        ));
+    }
+}
+
+/// The `from-snapshot` plan, step by step.
+fn snapshot_plan(
+    pod: &EtcdPod,
+    layout: &Layout,
+    stamp: &str,
+    tool: &Tool,
+    bump: Option<u64>,
+    survey: &Survey,
+    contents: &Contents,
+) -> String {
+    format!(
+        "plan: {} becomes a one-member cluster on the snapshot's data:\n  1. stop etcd (its manifest moves to {})\n  2. copy the snapshot there and check the copy\n  3. move {}/member aside to member-before-restore-{stamp}\n  4. restore with the etcd image's {}{} and start once on the restored data\n  5. move the restored data into place and start etcd normally\nthen the operator adds the other nodes back as learners once the API is back.",
+        pod.name,
+        layout.record_dir(stamp).display(),
+        pod.data_dir.display(),
+        tool.binary,
+        bump.map_or(String::new(), |b| format!(
+            ", the revision bumped by {b} (max(10^9, 1.2 x raft index {}))",
+            plan::observed_raft_index(survey, contents)
+        )),
+    )
+}
+
+/// What a finished `from-snapshot` did and kept.
+fn restored_line(pod: &EtcdPod, done: restore_steps::Restored) -> String {
+    format!(
+        "restored: {} is a one-member cluster (member {}) at raft index {}. Kept: the old manifest and the snapshot in {}{}.",
+        pod.name,
+        done.member_id,
+        done.raft_index,
+        done.record_dir.display(),
+        done.moved_aside
+            .map(|p| format!(", the data as it was in {}", p.display()))
+            .unwrap_or_default()
+    )
 }
 
 /// UTC `YYYYMMDDTHHMMSSZ`, for the names of what recovery keeps.

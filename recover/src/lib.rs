@@ -22,6 +22,7 @@
 //!   every member status ─┤
 //!   linearizable read ───┘
 //! ```
+#![cfg_attr(test, allow(clippy::too_many_lines))] // test code is exempt (Cargo.toml's lints)
 
 pub mod act;
 pub mod command;

@@ -1,5 +1,6 @@
 //! `etcd-recover`: node-local etcd disaster recovery (see the crate docs of `etcd_recover`).
 //! Output goes to stdout, one step per line; logs to stderr (`ETCD_RECOVER_LOG`).
+#![cfg_attr(test, allow(clippy::too_many_lines))] // test code is exempt (Cargo.toml's lints)
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -89,31 +90,18 @@ fn duration(text: &str) -> Result<Duration, String> {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match parse_cli() {
         Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() {
-                Exit::Invalid as u8
-            } else {
-                0
-            });
-        }
+        Err(code) => return code,
     };
     cli.log.init("ETCD_RECOVER_LOG", "warn");
     if let Cmd::Completions(c) = &cli.command {
         c.print(<Cli as clap::CommandFactory>::command());
         return ExitCode::SUCCESS;
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("etcd-recover: starting the async runtime: {e}");
-            return ExitCode::from(Exit::Failed as u8);
-        }
+        Err(code) => return code,
     };
     let target = Target {
         root: cli.node_root,
@@ -121,59 +109,90 @@ fn main() -> ExitCode {
         call_timeout: cli.call_timeout,
     };
     let mut out = |line: String| println!("{line}");
-    let exit = runtime.block_on(async {
-        match cli.command {
-            Cmd::Status => command::status(&target, &mut out).await,
-            Cmd::Completions(_) => Exit::Ok,
-            Cmd::FromMember {
-                dry_run,
-                accept_losing_newer_writes,
-                timeout,
-            } => {
-                let accept = Accept {
-                    losing_newer_writes: accept_losing_newer_writes,
-                    ..Accept::default()
-                };
-                command::from_member(&target, accept, dry_run, timeout, &mut out).await
-            }
-            Cmd::FromSnapshot {
-                path,
-                dry_run,
-                force_other_cluster,
-                accept_revisions_going_back,
-                timeout,
-            } => {
-                let accept = Accept {
-                    other_cluster: force_other_cluster,
-                    revisions_going_back: accept_revisions_going_back,
-                    ..Accept::default()
-                };
-                let path = if path.starts_with("s3://") {
-                    match etcd_recover::fetch::fetch(
-                        &path,
-                        &target.root,
-                        &|k| std::env::var(k).ok(),
-                        &mut out,
-                    )
-                    .await
-                    {
-                        Ok(p) => p,
-                        Err(e) => {
-                            out(format!("etcd-recover from-snapshot {path}: {e}"));
-                            return match e {
-                                etcd_recover::fetch::FetchError::Invalid(_) => Exit::Invalid,
-                                etcd_recover::fetch::FetchError::Failed(_) => Exit::Failed,
-                            };
-                        }
-                    }
-                } else {
-                    PathBuf::from(path)
-                };
-                command::from_snapshot(&target, &path, accept, dry_run, timeout, &mut out).await
-            }
-        }
-    });
+    let exit = runtime.block_on(run(cli.command, &target, &mut out));
     ExitCode::from(exit as u8)
+}
+
+/// Parses the command line; on `--help`, `--version` or an error, prints it and gives the exit
+/// code to end with.
+fn parse_cli() -> Result<Cli, ExitCode> {
+    Cli::try_parse().map_err(|e| {
+        let _ = e.print();
+        ExitCode::from(if e.use_stderr() {
+            Exit::Invalid as u8
+        } else {
+            0
+        })
+    })
+}
+
+/// The single-threaded async runtime the commands run on (a failure printed).
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("etcd-recover: starting the async runtime: {e}");
+            ExitCode::from(Exit::Failed as u8)
+        })
+}
+
+/// Runs `command` against `target`, printing with `out`.
+async fn run(command: Cmd, target: &Target, out: &mut dyn FnMut(String)) -> Exit {
+    match command {
+        Cmd::Status => command::status(target, out).await,
+        Cmd::Completions(_) => Exit::Ok,
+        Cmd::FromMember {
+            dry_run,
+            accept_losing_newer_writes,
+            timeout,
+        } => {
+            let accept = Accept {
+                losing_newer_writes: accept_losing_newer_writes,
+                ..Accept::default()
+            };
+            command::from_member(target, accept, dry_run, timeout, out).await
+        }
+        Cmd::FromSnapshot {
+            path,
+            dry_run,
+            force_other_cluster,
+            accept_revisions_going_back,
+            timeout,
+        } => {
+            let accept = Accept {
+                other_cluster: force_other_cluster,
+                revisions_going_back: accept_revisions_going_back,
+                ..Accept::default()
+            };
+            let path = match local_snapshot(path, target, out).await {
+                Ok(p) => p,
+                Err(exit) => return exit,
+            };
+            command::from_snapshot(target, &path, accept, dry_run, timeout, out).await
+        }
+    }
+}
+
+/// The snapshot as a local file: an `s3://` one downloaded first (a failure printed), any
+/// other path as it is.
+async fn local_snapshot(
+    path: String,
+    target: &Target,
+    out: &mut dyn FnMut(String),
+) -> Result<PathBuf, Exit> {
+    if !path.starts_with("s3://") {
+        return Ok(PathBuf::from(path));
+    }
+    etcd_recover::fetch::fetch(&path, &target.root, &|k| std::env::var(k).ok(), out)
+        .await
+        .map_err(|e| {
+            out(format!("etcd-recover from-snapshot {path}: {e}"));
+            match e {
+                etcd_recover::fetch::FetchError::Invalid(_) => Exit::Invalid,
+                etcd_recover::fetch::FetchError::Failed(_) => Exit::Failed,
+            }
+        })
 }
 
 etcd_cli::command_line_tests!(Cli);

@@ -19,7 +19,9 @@
 
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{Container, HostPathVolumeSource, Pod, Volume, VolumeMount};
+use k8s_openapi::api::core::v1::{
+    Container, HostPathVolumeSource, Pod, PodSpec, Volume, VolumeMount,
+};
 use membership::MemberId;
 
 use crate::pod::{self, ETCD_CONTAINER, EtcdPod};
@@ -86,10 +88,35 @@ pub fn restore_phase(current: &EtcdPod, container_data_dir: &Path, spec: &Restor
         ),
     );
     let data = restore_dir(container_data_dir, &spec.stamp);
-    let data_text = data.display().to_string();
     let Some(podspec) = p.spec.as_mut() else {
         return p;
     };
+    let restore = restore_container(current, podspec, container_data_dir, &data, spec);
+    podspec
+        .init_containers
+        .get_or_insert_with(Vec::new)
+        .insert(0, restore);
+    podspec.volumes.get_or_insert_with(Vec::new).push(Volume {
+        name: SNAPSHOT_VOLUME.into(),
+        host_path: Some(HostPathVolumeSource {
+            path: spec.snapshot_node_path.display().to_string(),
+            type_: Some("File".into()),
+        }),
+        ..Default::default()
+    });
+    point_data_dir_at(podspec, &data.display().to_string());
+    p
+}
+
+/// The `etcd-restore` init container: the etcd container's image and data mount, the snapshot
+/// mounted read-only, running [`restore_command`] into `data`.
+fn restore_container(
+    current: &EtcdPod,
+    podspec: &PodSpec,
+    container_data_dir: &Path,
+    data: &Path,
+    spec: &RestoreSpec,
+) -> Container {
     let etcd = podspec.containers.iter().find(|c| c.name == ETCD_CONTAINER);
     let image = etcd.and_then(|c| c.image.clone());
     let data_mount = etcd.and_then(|c| {
@@ -104,10 +131,10 @@ pub fn restore_phase(current: &EtcdPod, container_data_dir: &Path, spec: &Restor
         spec,
         &current.name,
         current.peer_url.as_str(),
-        &data,
+        data,
         Path::new(SNAPSHOT_MOUNT),
     );
-    let restore = Container {
+    Container {
         name: RESTORE_CONTAINER.into(),
         image,
         image_pull_policy: Some("IfNotPresent".into()),
@@ -125,19 +152,11 @@ pub fn restore_phase(current: &EtcdPod, container_data_dir: &Path, spec: &Restor
                 .collect(),
         ),
         ..Default::default()
-    };
-    podspec
-        .init_containers
-        .get_or_insert_with(Vec::new)
-        .insert(0, restore);
-    podspec.volumes.get_or_insert_with(Vec::new).push(Volume {
-        name: SNAPSHOT_VOLUME.into(),
-        host_path: Some(HostPathVolumeSource {
-            path: spec.snapshot_node_path.display().to_string(),
-            type_: Some("File".into()),
-        }),
-        ..Default::default()
-    });
+    }
+}
+
+/// Sets `ETCD_DATA_DIR` to `data_dir` in every container but the restore one, where it is set.
+fn point_data_dir_at(podspec: &mut PodSpec, data_dir: &str) {
     let containers = podspec
         .init_containers
         .iter_mut()
@@ -150,10 +169,9 @@ pub fn restore_phase(current: &EtcdPod, container_data_dir: &Path, spec: &Restor
             .flatten()
             .find(|e| e.name == "ETCD_DATA_DIR")
         {
-            var.value = Some(data_text.clone());
+            var.value = Some(data_dir.to_owned());
         }
     }
-    p
 }
 
 /// The restore tool's command line: restore `snapshot` into `data_dir` as the only member `name`

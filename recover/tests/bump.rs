@@ -3,7 +3,12 @@
 //! every revision acknowledged before and after the snapshot, a watch from an old revision is
 //! answered "compacted", and every key of the snapshot is there.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::too_many_lines
+)]
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

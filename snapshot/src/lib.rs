@@ -10,6 +10,7 @@
 //!   revision forward;
 //! * [`store`]: where backups live: a directory or an S3-compatible bucket, one interface
 //!   (writes land whole or not at all), and [`store::BackupName`], the one naming scheme.
+#![cfg_attr(test, allow(clippy::too_many_lines))] // test code is exempt (Cargo.toml's lints)
 
 pub mod bolt;
 pub mod file;

@@ -110,6 +110,105 @@ fn url(var: &'static str, value: &str) -> Result<MemberUrl, ConfigError> {
         .map_err(|e: UrlError| invalid(var, value, e.to_string()))
 }
 
+/// `ETCD_NAME`: set, without ',', '=' or whitespace.
+fn parse_name(env: &BTreeMap<String, String>) -> Result<String, ConfigError> {
+    let name = required(env, "ETCD_NAME")?.to_owned();
+    if name.contains([',', '=']) || name.chars().any(char::is_whitespace) {
+        return Err(invalid(
+            "ETCD_NAME",
+            &name,
+            "must not contain ',', '=' or whitespace",
+        ));
+    }
+    Ok(name)
+}
+
+/// `ETCD_DATA_DIR`: set, an absolute path.
+fn parse_data_dir(env: &BTreeMap<String, String>) -> Result<PathBuf, ConfigError> {
+    let data_dir_text = required(env, "ETCD_DATA_DIR")?;
+    let data_dir = PathBuf::from(data_dir_text);
+    if !data_dir.is_absolute() {
+        return Err(invalid(
+            "ETCD_DATA_DIR",
+            data_dir_text,
+            "must be an absolute path",
+        ));
+    }
+    Ok(data_dir)
+}
+
+/// `ETCD_INITIAL_ADVERTISE_PEER_URLS`: exactly one URL.
+fn parse_peer_url(env: &BTreeMap<String, String>) -> Result<MemberUrl, ConfigError> {
+    let peer_text = required(env, "ETCD_INITIAL_ADVERTISE_PEER_URLS")?;
+    if peer_text.contains(',') {
+        return Err(invalid(
+            "ETCD_INITIAL_ADVERTISE_PEER_URLS",
+            peer_text,
+            "exactly one peer URL is supported",
+        ));
+    }
+    url("ETCD_INITIAL_ADVERTISE_PEER_URLS", peer_text)
+}
+
+/// `ETCD_INITIAL_CLUSTER_STATE`: `new` or `existing`.
+fn parse_state(env: &BTreeMap<String, String>) -> Result<ClusterState, ConfigError> {
+    match required(env, "ETCD_INITIAL_CLUSTER_STATE")? {
+        "new" => Ok(ClusterState::New),
+        "existing" => Ok(ClusterState::Existing),
+        other => Err(invalid(
+            "ETCD_INITIAL_CLUSTER_STATE",
+            other,
+            "must be \"new\" or \"existing\"",
+        )),
+    }
+}
+
+/// `ETCD_MEMBER_IDS`: set, and empty only when `state` is new.
+fn parse_member_ids(
+    env: &BTreeMap<String, String>,
+    state: ClusterState,
+) -> Result<MemberIds, ConfigError> {
+    let member_ids = MemberIds::parse(
+        env.get("ETCD_MEMBER_IDS")
+            .ok_or(ConfigError::Missing("ETCD_MEMBER_IDS"))?,
+    )?;
+    if member_ids.is_empty() && state == ClusterState::Existing {
+        return Err(invalid(
+            "ETCD_MEMBER_IDS",
+            "",
+            "may be empty only when ETCD_INITIAL_CLUSTER_STATE=new",
+        ));
+    }
+    Ok(member_ids)
+}
+
+/// `ETCDCTL_ENDPOINTS`: comma-separated URLs, no empty entry.
+fn parse_endpoints(env: &BTreeMap<String, String>) -> Result<Vec<MemberUrl>, ConfigError> {
+    let endpoints_text = required(env, "ETCDCTL_ENDPOINTS")?;
+    endpoints_text
+        .split(',')
+        .map(|e| {
+            if e.is_empty() {
+                Err(invalid(
+                    "ETCDCTL_ENDPOINTS",
+                    endpoints_text,
+                    "empty entry (stray comma?)",
+                ))
+            } else {
+                url("ETCDCTL_ENDPOINTS", e)
+            }
+        })
+        .collect()
+}
+
+/// `ETCD_INITIAL_CLUSTER_TOKEN`, or [`DEFAULT_CLUSTER_TOKEN`] when unset or empty.
+fn cluster_token(env: &BTreeMap<String, String>) -> String {
+    env.get("ETCD_INITIAL_CLUSTER_TOKEN")
+        .filter(|t| !t.is_empty())
+        .cloned()
+        .unwrap_or_else(|| DEFAULT_CLUSTER_TOKEN.to_owned())
+}
+
 impl VerifyConfig {
     /// Reads the contract from the process environment.
     pub fn from_process_env() -> Result<Self, ConfigError> {
@@ -118,70 +217,13 @@ impl VerifyConfig {
 
     /// Reads the contract from `env`.
     pub fn from_env(env: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
-        let name = required(env, "ETCD_NAME")?.to_owned();
-        if name.contains([',', '=']) || name.chars().any(char::is_whitespace) {
-            return Err(invalid(
-                "ETCD_NAME",
-                &name,
-                "must not contain ',', '=' or whitespace",
-            ));
-        }
-        let data_dir_text = required(env, "ETCD_DATA_DIR")?;
-        let data_dir = PathBuf::from(data_dir_text);
-        if !data_dir.is_absolute() {
-            return Err(invalid(
-                "ETCD_DATA_DIR",
-                data_dir_text,
-                "must be an absolute path",
-            ));
-        }
-        let peer_text = required(env, "ETCD_INITIAL_ADVERTISE_PEER_URLS")?;
-        if peer_text.contains(',') {
-            return Err(invalid(
-                "ETCD_INITIAL_ADVERTISE_PEER_URLS",
-                peer_text,
-                "exactly one peer URL is supported",
-            ));
-        }
-        let peer_url = url("ETCD_INITIAL_ADVERTISE_PEER_URLS", peer_text)?;
-        let state = match required(env, "ETCD_INITIAL_CLUSTER_STATE")? {
-            "new" => ClusterState::New,
-            "existing" => ClusterState::Existing,
-            other => {
-                return Err(invalid(
-                    "ETCD_INITIAL_CLUSTER_STATE",
-                    other,
-                    "must be \"new\" or \"existing\"",
-                ));
-            }
-        };
+        let name = parse_name(env)?;
+        let data_dir = parse_data_dir(env)?;
+        let peer_url = parse_peer_url(env)?;
+        let state = parse_state(env)?;
         let initial_cluster = InitialCluster::parse(required(env, "ETCD_INITIAL_CLUSTER")?)?;
-        let member_ids = MemberIds::parse(
-            env.get("ETCD_MEMBER_IDS")
-                .ok_or(ConfigError::Missing("ETCD_MEMBER_IDS"))?,
-        )?;
-        if member_ids.is_empty() && state == ClusterState::Existing {
-            return Err(invalid(
-                "ETCD_MEMBER_IDS",
-                "",
-                "may be empty only when ETCD_INITIAL_CLUSTER_STATE=new",
-            ));
-        }
-        let endpoints_text = required(env, "ETCDCTL_ENDPOINTS")?;
-        let endpoints = endpoints_text
-            .split(',')
-            .map(|e| {
-                if e.is_empty() {
-                    Err(invalid(
-                        "ETCDCTL_ENDPOINTS",
-                        endpoints_text,
-                        "empty entry (stray comma?)",
-                    ))
-                } else {
-                    url("ETCDCTL_ENDPOINTS", e)
-                }
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let member_ids = parse_member_ids(env, state)?;
+        let endpoints = parse_endpoints(env)?;
         let tls = TlsFiles::from_parts(
             env.get("ETCDCTL_CACERT").cloned(),
             env.get("ETCDCTL_CERT").cloned(),
@@ -194,11 +236,7 @@ impl VerifyConfig {
             initial_cluster,
             member_ids,
             state,
-            cluster_token: env
-                .get("ETCD_INITIAL_CLUSTER_TOKEN")
-                .filter(|t| !t.is_empty())
-                .cloned()
-                .unwrap_or_else(|| DEFAULT_CLUSTER_TOKEN.to_owned()),
+            cluster_token: cluster_token(env),
             endpoints,
             tls,
         };

@@ -24,18 +24,75 @@ pub struct Timing {
 
 /// Runs the loop. Errors while acting (archiving) become a block: never start on a half-done step.
 pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> VerifyReport {
-    let deadline = Instant::now() + timing.timeout;
-    let mut archived: Option<PathBuf> = None;
-    // A TLS failure seen earlier in this run: an endpoint answered, so the cluster is not down.
-    let mut tls_seen: Option<String> = None;
-    // Why the last look said "wait": what the block at the deadline is about, even when the
-    // deadline runs out in the next look's first step.
-    let mut last_wait: Option<(BlockCode, String)> = None;
+    let mut looks = Looks {
+        config,
+        timing,
+        deadline: Instant::now() + timing.timeout,
+        archived: None,
+        tls_seen: None,
+        last_wait: None,
+    };
     loop {
-        // Reading the data dir is bounded by the deadline too (a file that never answers a
-        // read must not hold the gate past --timeout).
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let dir = config.data_dir.clone();
+        match looks.once(client).await {
+            Ok(Next::Done(report)) | Err(report) => return report,
+            Ok(Next::LookAgain) => {}
+            Ok(Next::Sleep) => tokio::time::sleep(timing.retry_interval).await,
+        }
+    }
+}
+
+/// What the loop does after one look.
+enum Next {
+    /// Decided: start or block.
+    Done(VerifyReport),
+    /// The data dir changed (archived): look again at once.
+    LookAgain,
+    /// Waiting: look again after the retry interval.
+    Sleep,
+}
+
+/// One run's state between looks. A step that cannot go on returns its block as `Err`.
+struct Looks<'a> {
+    config: &'a VerifyConfig,
+    timing: Timing,
+    deadline: Instant,
+    /// Where a data dir was archived to during this run.
+    archived: Option<PathBuf>,
+    /// A TLS failure seen earlier in this run: an endpoint answered, so the cluster is not down.
+    tls_seen: Option<String>,
+    /// Why the last look said "wait": what the block at the deadline is about, even when the
+    /// deadline runs out in the next look's first step.
+    last_wait: Option<(BlockCode, String)>,
+}
+
+impl Looks<'_> {
+    /// Observes, decides and acts once.
+    async fn once(&mut self, client: &EtcdClient) -> Result<Next, VerifyReport> {
+        let (data_dir, earlier) = self.data_dir().await?;
+        let live = self.members(client).await?;
+        let new_cluster = self.config.state == crate::config::ClusterState::New
+            && data_dir == crate::decide::DataDir::Absent;
+        let decision = decide(&Observed {
+            config: self.config,
+            data_dir,
+            live,
+            earlier,
+        });
+        tracing::info!(?decision, "decided");
+        self.archive_for(&decision)?;
+        self.settle(decision, new_cluster)
+    }
+
+    /// The block for `code` and `reason`, naming what this run archived.
+    fn block(&self, code: BlockCode, reason: String, member_id: Option<MemberId>) -> VerifyReport {
+        VerifyReport::block(code, reason, member_id, shown(self.archived.as_deref()))
+    }
+
+    /// The data dir and what shows a member ran here before, read within the deadline (a file
+    /// that never answers a read must not hold the gate past --timeout).
+    async fn data_dir(&self) -> Result<(crate::decide::DataDir, Option<String>), VerifyReport> {
+        let remaining = self.deadline.saturating_duration_since(Instant::now());
+        let dir = self.config.data_dir.clone();
         let inspected = tokio::time::timeout(
             remaining,
             tokio::task::spawn_blocking(move || {
@@ -43,103 +100,103 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
             }),
         )
         .await;
-        let (data_dir, earlier) = match inspected {
-            Ok(Ok(Ok(d))) => d,
-            Ok(Ok(Err(e))) => {
-                let why = format!("cannot inspect the data dir: {e}");
-                return block(BlockCode::DataDirUnusable, why, None, archived.as_deref());
-            }
-            Ok(Err(e)) => {
-                let why = format!("cannot inspect the data dir: {e}");
-                return block(BlockCode::DataDirUnusable, why, None, archived.as_deref());
-            }
+        let unusable = |e: &dyn std::fmt::Display| {
+            let why = format!("cannot inspect the data dir: {e}");
+            self.block(BlockCode::DataDirUnusable, why, None)
+        };
+        match inspected {
+            Ok(Ok(Ok(d))) => Ok(d),
+            Ok(Ok(Err(e))) => Err(unusable(&e)),
+            Ok(Err(e)) => Err(unusable(&e)),
             Err(_) => {
                 let read = format!(
                     "reading the data dir {} did not finish within {:?}",
-                    config.data_dir.display(),
-                    timing.timeout
+                    self.config.data_dir.display(),
+                    self.timing.timeout
                 );
-                let (code, why) = after_wait(timing.timeout, last_wait.as_ref(), &read)
+                let (code, why) = after_wait(self.timing.timeout, self.last_wait.as_ref(), &read)
                     .unwrap_or((BlockCode::DataDirUnusable, read));
-                return block(code, why, None, archived.as_deref());
+                Err(self.block(code, why, None))
             }
-        };
-        let remaining = deadline.saturating_duration_since(Instant::now());
+        }
+    }
+
+    /// The live member list (or why there is none), asked within the deadline.
+    async fn members(
+        &mut self,
+        client: &EtcdClient,
+    ) -> Result<Result<membership::LiveMembers, LiveError>, VerifyReport> {
+        let remaining = self.deadline.saturating_duration_since(Instant::now());
         let asked = tokio::time::timeout(remaining, client.member_list()).await;
-        let live = match classify(asked, tls_seen.as_deref()) {
+        let live = match classify(asked, self.tls_seen.as_deref()) {
             Live::Answer(live) => live,
             Live::DeadlineCut => {
                 let cut = format!(
                     "the member list did not finish within the remaining {remaining:?}{}",
-                    tls_seen
+                    self.tls_seen
                         .as_deref()
                         .map(|t| format!("; earlier: {t}"))
                         .unwrap_or_default()
                 );
-                let (code, why) = after_wait(timing.timeout, last_wait.as_ref(), &cut)
+                let timeout = self.timing.timeout;
+                let (code, why) = after_wait(timeout, self.last_wait.as_ref(), &cut)
                     .unwrap_or_else(|| {
-                        let why = format!("timed out after {:?}: {cut}", timing.timeout);
-                        (BlockCode::TimedOut, why)
+                        (
+                            BlockCode::TimedOut,
+                            format!("timed out after {timeout:?}: {cut}"),
+                        )
                     });
-                return block(code, why, None, archived.as_deref());
+                return Err(self.block(code, why, None));
             }
         };
         if let Err(LiveError::Tls(t)) = &live {
-            tls_seen = Some(t.clone());
+            self.tls_seen = Some(t.clone());
         }
-        let new_cluster = config.state == crate::config::ClusterState::New
-            && data_dir == crate::decide::DataDir::Absent;
-        let observed = Observed {
-            config,
-            data_dir,
-            live,
-            earlier,
-        };
-        let decision = decide(&observed);
-        tracing::info!(?decision, "decided");
-        let (archive_why, member_id) = match &decision {
-            Decision::Start {
-                archive, member_id, ..
-            }
-            | Decision::Wait {
-                archive, member_id, ..
-            } => (archive.clone(), *member_id),
-            Decision::Block { member_id, .. } => (None, *member_id),
-        };
-        if let Some(why) = archive_why {
-            match archive(&config.data_dir, &why) {
-                Ok(path) => archived = Some(path),
-                Err(e) => {
-                    return block(
-                        BlockCode::DataDirUnusable,
-                        e,
-                        member_id,
-                        archived.as_deref(),
-                    );
-                }
-            }
+        Ok(live)
+    }
+
+    /// Archives the data dir when the decision asks for it.
+    fn archive_for(&mut self, decision: &Decision) -> Result<(), VerifyReport> {
+        let (Decision::Start {
+            archive: Some(why),
+            member_id,
+            ..
         }
+        | Decision::Wait {
+            archive: Some(why),
+            member_id,
+            ..
+        }) = decision
+        else {
+            return Ok(());
+        };
+        match archive(&self.config.data_dir, why) {
+            Ok(path) => {
+                self.archived = Some(path);
+                Ok(())
+            }
+            Err(e) => Err(self.block(BlockCode::DataDirUnusable, e, *member_id)),
+        }
+    }
+
+    /// What the decision means for the loop (a new cluster's data dir is marked before it
+    /// starts).
+    fn settle(&mut self, decision: Decision, new_cluster: bool) -> Result<Next, VerifyReport> {
         match decision {
             Decision::Start {
                 reason, member_id, ..
             } => {
-                if new_cluster && let Err(e) = mark_bootstrap(config) {
-                    return block(
-                        BlockCode::DataDirUnusable,
-                        e,
-                        member_id,
-                        archived.as_deref(),
-                    );
+                if new_cluster && let Err(e) = mark_bootstrap(self.config) {
+                    return Err(self.block(BlockCode::DataDirUnusable, e, member_id));
                 }
-                return VerifyReport::start(reason, member_id, shown(archived.as_deref()));
+                let archived = shown(self.archived.as_deref());
+                Ok(Next::Done(VerifyReport::start(reason, member_id, archived)))
             }
             Decision::Block {
                 code,
                 reason,
                 member_id,
-            } => {
-                return block(code, reason, member_id, archived.as_deref());
-            }
+            } => Err(self.block(code, reason, member_id)),
             Decision::Wait {
                 code,
                 reason,
@@ -149,16 +206,16 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
                 if archive.is_some() {
                     // The data dir changed: look again at once (if the deadline cuts that look
                     // short, the block still names what was awaited).
-                    last_wait = Some((code, reason));
-                    continue;
+                    self.last_wait = Some((code, reason));
+                    return Ok(Next::LookAgain);
                 }
-                if Instant::now() + timing.retry_interval >= deadline {
-                    let why = format!("timed out after {:?}: {reason}", timing.timeout);
-                    return block(code, why, member_id, archived.as_deref());
+                if Instant::now() + self.timing.retry_interval >= self.deadline {
+                    let why = format!("timed out after {:?}: {reason}", self.timing.timeout);
+                    return Err(self.block(code, why, member_id));
                 }
                 tracing::info!(%reason, "waiting");
-                last_wait = Some((code, reason));
-                tokio::time::sleep(timing.retry_interval).await;
+                self.last_wait = Some((code, reason));
+                Ok(Next::Sleep)
             }
         }
     }
@@ -177,15 +234,6 @@ fn after_wait(
             format!("timed out after {timeout:?}: {w} (then {cut})"),
         )
     })
-}
-
-fn block(
-    code: BlockCode,
-    reason: String,
-    member_id: Option<MemberId>,
-    archived: Option<&Path>,
-) -> VerifyReport {
-    VerifyReport::block(code, reason, member_id, shown(archived))
 }
 
 fn shown(archived: Option<&Path>) -> Option<String> {

@@ -1,6 +1,11 @@
 //! `etcd-verify membership` against real etcd clusters: every row of the decision table, run as
 //! the real binary with the env contract, plus bad input.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::too_many_lines
+)]
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

@@ -194,17 +194,35 @@ fn set_fields(entry: &mut Value, fields: &BTreeSet<FieldPath>) {
 /// are removed (unless another applier owns them), the configuration is merged, and the
 /// manager's field set is recorded in `metadata.managedFields`.
 pub fn apply(doc: &mut Value, config: &Value, who: Applier<'_>) -> Result<(), Vec<Conflict>> {
-    let Applier {
-        manager,
-        api_version,
-        now,
-        force,
-    } = who;
     let mut managed = entries(doc);
     let now_owned = owned_fields(config);
+    let conflicts = contest_fields(&mut managed, doc, config, &now_owned, who);
+    if !conflicts.is_empty() && !who.force {
+        return Err(conflicts);
+    }
+    managed.retain(|e| {
+        e.get("fieldsV1")
+            .is_none_or(|f| is_apply_by(e, who.manager) || !from_fields_v1(f).is_empty())
+    });
+    remove_dropped(doc, &managed, who.manager, &now_owned);
+    patch::apply(doc, config);
+    record_apply(&mut managed, &now_owned, who);
+    objects::metadata_mut(doc).insert("managedFields".into(), Value::Array(managed));
+    Ok(())
+}
+
+/// Finds the fields other appliers own that `config` changes; with `force`, takes them out of
+/// those appliers' entries.
+fn contest_fields(
+    managed: &mut [Value],
+    doc: &Value,
+    config: &Value,
+    now_owned: &BTreeSet<FieldPath>,
+    who: Applier<'_>,
+) -> Vec<Conflict> {
     let mut conflicts = Vec::new();
     for entry in managed.iter_mut() {
-        if is_apply_by(entry, manager)
+        if is_apply_by(entry, who.manager)
             || entry.get("operation").and_then(Value::as_str) != Some("Apply")
         {
             continue;
@@ -234,17 +252,21 @@ pub fn apply(doc: &mut Value, config: &Value, who: Applier<'_>) -> Result<(), Ve
             });
             theirs.remove(q);
         }
-        if force && !contested.is_empty() {
+        if who.force && !contested.is_empty() {
             set_fields(entry, &theirs);
         }
     }
-    if !conflicts.is_empty() && !force {
-        return Err(conflicts);
-    }
-    managed.retain(|e| {
-        e.get("fieldsV1")
-            .is_none_or(|f| is_apply_by(e, manager) || !from_fields_v1(f).is_empty())
-    });
+    conflicts
+}
+
+/// Removes from `doc` the fields the manager applied before and no longer applies, unless it
+/// still owns something below them or another applier owns them.
+fn remove_dropped(
+    doc: &mut Value,
+    managed: &[Value],
+    manager: &str,
+    now_owned: &BTreeSet<FieldPath>,
+) {
     let previous: BTreeSet<FieldPath> = managed
         .iter()
         .find(|e| is_apply_by(e, manager))
@@ -258,7 +280,7 @@ pub fn apply(doc: &mut Value, config: &Value, who: Applier<'_>) -> Result<(), Ve
         .filter_map(|e| e.get("fieldsV1"))
         .flat_map(from_fields_v1)
         .collect();
-    for dropped in previous.difference(&now_owned) {
+    for dropped in previous.difference(now_owned) {
         // Still owned (the same field, or something below it), or owned by another applier.
         let claimed_now = now_owned.iter().any(|p| p.starts_with(dropped));
         let claimed_by_other = others.iter().any(|p| overlaps(p, dropped));
@@ -266,8 +288,18 @@ pub fn apply(doc: &mut Value, config: &Value, who: Applier<'_>) -> Result<(), Ve
             remove_path(doc, dropped);
         }
     }
-    patch::apply(doc, config);
-    let fields_v1 = to_fields_v1(&now_owned);
+}
+
+/// Replaces the manager's `Apply` entry with one for `now_owned`, keeping the entries sorted
+/// by manager.
+fn record_apply(managed: &mut Vec<Value>, now_owned: &BTreeSet<FieldPath>, who: Applier<'_>) {
+    let Applier {
+        manager,
+        api_version,
+        now,
+        ..
+    } = who;
+    let fields_v1 = to_fields_v1(now_owned);
     // An unchanged field set keeps its time, so a no-op apply writes nothing.
     let time = managed
         .iter()
@@ -296,8 +328,6 @@ pub fn apply(doc: &mut Value, config: &Value, who: Applier<'_>) -> Result<(), Ve
         };
         key(a).cmp(&key(b))
     });
-    objects::metadata_mut(doc).insert("managedFields".into(), Value::Array(managed));
-    Ok(())
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use crate::error::ApiError;
 use crate::objects;
 use crate::resources::ResourceInfo;
 use crate::state::{State, from_storage, to_storage};
-use crate::store::StoreError;
+use crate::store::{StoreError, Stored};
 use crate::verbs::{self, ListOptions, Target, read, store_err};
 
 /// `propagationPolicy`.
@@ -127,30 +127,7 @@ pub async fn delete(
             .await?
             .ok_or_else(|| ApiError::not_found(info.gr(), name))?;
         let obj = from_storage(info, current.object.clone());
-        if let Some(uid) = &opts.uid
-            && uid != objects::uid(&obj)
-        {
-            return Err(ApiError::conflict(
-                info.gr(),
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    objects::uid(&obj)
-                ),
-            ));
-        }
-        if let Some(rv) = &opts.resource_version
-            && *rv != current.mod_revision.to_string()
-        {
-            return Err(ApiError::conflict(
-                info.gr(),
-                name,
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    current.mod_revision
-                ),
-            ));
-        }
+        check_preconditions(info, name, opts, &obj, &current)?;
         let is_namespace = info.group.is_empty() && info.resource == "namespaces";
         let is_crd =
             info.group == "apiextensions.k8s.io" && info.resource == "customresourcedefinitions";
@@ -164,90 +141,178 @@ pub async fn delete(
         if opts.dry_run {
             return Ok((200, obj));
         }
-        let deleting = objects::is_deleting(&obj);
-        let mut finalizers = objects::finalizers(&obj);
-        // Namespaces are emptied by the namespace controller whatever the policy.
-        if !deleting && !is_namespace {
-            let extra = match opts.propagation {
-                Propagation::Foreground => Some("foregroundDeletion"),
-                Propagation::Orphan => Some("orphan"),
-                Propagation::Background => None,
-            };
-            if let Some(f) = extra
-                && !finalizers.iter().any(|x| x == f)
-            {
-                finalizers.push(f.to_string());
-            }
-            // Like apiextensions-apiserver's CRD storage: the first delete adds the cleanup
-            // finalizer, so the custom resources go before the definition.
-            if is_crd
-                && !finalizers
-                    .iter()
-                    .any(|x| x == crate::crd::CLEANUP_FINALIZER)
-            {
-                finalizers.push(crate::crd::CLEANUP_FINALIZER.to_string());
-            }
-        }
+        let finalizers = finalizers_for_delete(&obj, opts.propagation, is_namespace, is_crd);
         let grace = pod_grace(state, info, &obj, opts.grace_period_seconds);
         if finalizers.is_empty() && grace == 0 && !is_namespace {
-            match state.store.delete(&current.key, current.mod_revision).await {
-                Ok(_) => {
-                    tracing::debug!(resource = %info.resource, namespace = %ns, %name, "API stand-in: deleted");
-                    state.written(info);
-                    after_remove(state, info, &obj).await;
-                    if info.return_deleted_object {
-                        return Ok((200, obj));
-                    }
-                    return Ok((200, success_status(info, &obj)));
-                }
-                Err(StoreError::Conflict) => continue,
-                Err(e) => return Err(store_err(e)),
+            match remove_now(state, info, ns, name, &current, obj).await? {
+                Some(answer) => return Ok(answer),
+                None => continue,
             }
         }
-        let mut next = obj.clone();
-        let current_grace = obj
-            .pointer("/metadata/deletionGracePeriodSeconds")
-            .and_then(Value::as_i64);
-        if !deleting || current_grace.is_some_and(|g| grace < g) {
-            let meta = objects::metadata_mut(&mut next);
-            meta.insert(
-                "deletionTimestamp".into(),
-                Value::String(objects::rfc3339_after(grace)),
-            );
-            meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
-        }
-        objects::set_finalizers(&mut next, &finalizers);
-        if is_namespace && let Some(map) = next.as_object_mut() {
-            map.insert("status".into(), json!({"phase": "Terminating"}));
-        }
-        if is_crd {
-            crate::crd::mark_terminating(&mut next, &objects::now_rfc3339());
-        }
+        let next = pending_deletion(&obj, grace, &finalizers, is_namespace, is_crd);
         if next == obj {
             return Ok((200, obj));
         }
-        match state
-            .store
-            .update(
-                &current.key,
-                &to_storage(info, next.clone()),
-                current.mod_revision,
-            )
-            .await
-        {
-            Ok(rev) => {
-                objects::set_meta_str(&mut next, "resourceVersion", &rev.to_string());
-                tracing::debug!(resource = %info.resource, namespace = %ns, %name, grace, ?finalizers,
-                    "API stand-in: deletion pending");
-                state.written(info);
-                state.gc_wake.notify_one();
-                return Ok((200, next));
-            }
-            Err(StoreError::Conflict) => continue,
-            Err(e) => return Err(store_err(e)),
-        }
+        let Some(next) = store_pending(state, info, &current, next).await? else {
+            continue;
+        };
+        tracing::debug!(resource = %info.resource, namespace = %ns, %name, grace, ?finalizers,
+            "API stand-in: deletion pending");
+        state.written(info);
+        state.gc_wake.notify_one();
+        return Ok((200, next));
     }
     Err(ApiError::stale(info.gr(), name))
+}
+
+/// Checks the `preconditions` of a delete (uid, resourceVersion) against the stored object.
+fn check_preconditions(
+    info: &ResourceInfo,
+    name: &str,
+    opts: &DeleteOptions,
+    obj: &Value,
+    current: &Stored,
+) -> Result<(), ApiError> {
+    if let Some(uid) = &opts.uid
+        && uid != objects::uid(obj)
+    {
+        return Err(ApiError::conflict(
+            info.gr(),
+            name,
+            &format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                objects::uid(obj)
+            ),
+        ));
+    }
+    if let Some(rv) = &opts.resource_version
+        && *rv != current.mod_revision.to_string()
+    {
+        return Err(ApiError::conflict(
+            info.gr(),
+            name,
+            &format!(
+                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                current.mod_revision
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The object's finalizers once a delete starts: the propagation policy's finalizer, and for a
+/// CRD the cleanup finalizer (not added again when the object is already being deleted).
+fn finalizers_for_delete(
+    obj: &Value,
+    propagation: Propagation,
+    is_namespace: bool,
+    is_crd: bool,
+) -> Vec<String> {
+    let mut finalizers = objects::finalizers(obj);
+    // Namespaces are emptied by the namespace controller whatever the policy.
+    if !objects::is_deleting(obj) && !is_namespace {
+        let extra = match propagation {
+            Propagation::Foreground => Some("foregroundDeletion"),
+            Propagation::Orphan => Some("orphan"),
+            Propagation::Background => None,
+        };
+        if let Some(f) = extra
+            && !finalizers.iter().any(|x| x == f)
+        {
+            finalizers.push(f.to_string());
+        }
+        // Like apiextensions-apiserver's CRD storage: the first delete adds the cleanup
+        // finalizer, so the custom resources go before the definition.
+        if is_crd
+            && !finalizers
+                .iter()
+                .any(|x| x == crate::crd::CLEANUP_FINALIZER)
+        {
+            finalizers.push(crate::crd::CLEANUP_FINALIZER.to_string());
+        }
+    }
+    finalizers
+}
+
+/// Removes the object from etcd now. `None` when it changed meanwhile (try again).
+async fn remove_now(
+    state: &State,
+    info: &ResourceInfo,
+    ns: &str,
+    name: &str,
+    current: &Stored,
+    obj: Value,
+) -> Result<Option<(u16, Value)>, ApiError> {
+    match state.store.delete(&current.key, current.mod_revision).await {
+        Ok(_) => {
+            tracing::debug!(resource = %info.resource, namespace = %ns, %name, "API stand-in: deleted");
+            state.written(info);
+            after_remove(state, info, &obj).await;
+            if info.return_deleted_object {
+                return Ok(Some((200, obj)));
+            }
+            Ok(Some((200, success_status(info, &obj))))
+        }
+        Err(StoreError::Conflict) => Ok(None),
+        Err(e) => Err(store_err(e)),
+    }
+}
+
+/// The object marked for deletion: `deletionTimestamp` (moved earlier by a shorter grace
+/// period), the finalizers, a namespace's `Terminating` phase, a CRD's `Terminating` condition.
+fn pending_deletion(
+    obj: &Value,
+    grace: i64,
+    finalizers: &[String],
+    is_namespace: bool,
+    is_crd: bool,
+) -> Value {
+    let mut next = obj.clone();
+    let current_grace = obj
+        .pointer("/metadata/deletionGracePeriodSeconds")
+        .and_then(Value::as_i64);
+    if !objects::is_deleting(obj) || current_grace.is_some_and(|g| grace < g) {
+        let meta = objects::metadata_mut(&mut next);
+        meta.insert(
+            "deletionTimestamp".into(),
+            Value::String(objects::rfc3339_after(grace)),
+        );
+        meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
+    }
+    objects::set_finalizers(&mut next, finalizers);
+    if is_namespace && let Some(map) = next.as_object_mut() {
+        map.insert("status".into(), json!({"phase": "Terminating"}));
+    }
+    if is_crd {
+        crate::crd::mark_terminating(&mut next, &objects::now_rfc3339());
+    }
+    next
+}
+
+/// Stores the object marked for deletion; answers it with its new `resourceVersion`, or `None`
+/// when it changed meanwhile (try again).
+async fn store_pending(
+    state: &State,
+    info: &ResourceInfo,
+    current: &Stored,
+    mut next: Value,
+) -> Result<Option<Value>, ApiError> {
+    match state
+        .store
+        .update(
+            &current.key,
+            &to_storage(info, next.clone()),
+            current.mod_revision,
+        )
+        .await
+    {
+        Ok(rev) => {
+            objects::set_meta_str(&mut next, "resourceVersion", &rev.to_string());
+            Ok(Some(next))
+        }
+        Err(StoreError::Conflict) => Ok(None),
+        Err(e) => Err(store_err(e)),
+    }
 }
 
 /// The `Status` kube-apiserver answers an immediate delete with for most kinds.

@@ -99,91 +99,25 @@ impl Item {
 pub fn decide(items: &[Item]) -> Vec<Action> {
     let mut actions = Vec::new();
     let uids: BTreeSet<&str> = items.iter().map(|it| objects::uid(&it.object)).collect();
-    let mut dependents: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (i, it) in items.iter().enumerate() {
-        for owner in objects::owner_uids(&it.object) {
-            dependents.entry(owner).or_default().push(i);
-        }
-    }
-    let delete_all = |indices: &[usize], actions: &mut Vec<Action>| {
-        for &j in indices {
-            if !objects::is_deleting(&items[j].object) {
-                actions.push(Action::Delete {
-                    index: j,
-                    propagation: Propagation::Background,
-                });
-            }
-        }
-    };
+    let dependents = dependents_by_owner(items);
     for (i, it) in items.iter().enumerate() {
         let o = &it.object;
         let deleting = objects::is_deleting(o);
         let finalizers = objects::finalizers(o);
-        if it.is_crd
-            && deleting
-            && finalizers
-                .iter()
-                .any(|f| f == crate::crd::CLEANUP_FINALIZER)
-        {
-            let name = objects::name(o);
-            let instances: Vec<usize> = items
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| c.defined_by.as_deref() == Some(name))
-                .map(|(j, _)| j)
-                .collect();
-            delete_all(&instances, &mut actions);
-            if instances.is_empty() {
-                actions.push(Action::RemoveFinalizer {
-                    index: i,
-                    finalizer: crate::crd::CLEANUP_FINALIZER,
-                });
-            }
+        let has = |name: &str| finalizers.iter().any(|f| f == name);
+        if it.is_crd && deleting && has(crate::crd::CLEANUP_FINALIZER) {
+            clean_up_crd(items, i, &mut actions);
         }
         if it.is_namespace && deleting {
-            let ns = objects::name(o);
-            let contents: Vec<usize> = items
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| c.namespaced && objects::namespace(&c.object) == ns)
-                .map(|(j, _)| j)
-                .collect();
-            delete_all(&contents, &mut actions);
-            if contents.is_empty() && finalizers.is_empty() {
-                actions.push(Action::RemoveNamespace { index: i });
-            }
+            empty_namespace(items, i, finalizers.is_empty(), &mut actions);
             continue;
         }
         let deps = dependents.get(objects::uid(o)).cloned().unwrap_or_default();
-        if deleting && finalizers.iter().any(|f| f == "foregroundDeletion") {
-            if deps.is_empty() {
-                actions.push(Action::RemoveFinalizer {
-                    index: i,
-                    finalizer: "foregroundDeletion",
-                });
-            }
-            for &j in &deps {
-                if !objects::is_deleting(&items[j].object) {
-                    actions.push(Action::Delete {
-                        index: j,
-                        propagation: Propagation::Foreground,
-                    });
-                }
-            }
+        if deleting && has("foregroundDeletion") {
+            finish_foreground(items, i, &deps, &mut actions);
         }
-        if deleting && finalizers.iter().any(|f| f == "orphan") {
-            for &j in &deps {
-                actions.push(Action::Orphan {
-                    index: j,
-                    owner_uid: objects::uid(o).to_string(),
-                });
-            }
-            if deps.is_empty() {
-                actions.push(Action::RemoveFinalizer {
-                    index: i,
-                    finalizer: "orphan",
-                });
-            }
+        if deleting && has("orphan") {
+            finish_orphan(i, objects::uid(o), &deps, &mut actions);
         }
         let owners = objects::owner_uids(o);
         if !owners.is_empty() && !deleting && owners.iter().all(|u| !uids.contains(u.as_str())) {
@@ -194,6 +128,99 @@ pub fn decide(items: &[Item]) -> Vec<Action> {
         }
     }
     actions
+}
+
+/// The indices of each owner's dependents, by owner uid.
+fn dependents_by_owner(items: &[Item]) -> BTreeMap<String, Vec<usize>> {
+    let mut dependents: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, it) in items.iter().enumerate() {
+        for owner in objects::owner_uids(&it.object) {
+            dependents.entry(owner).or_default().push(i);
+        }
+    }
+    dependents
+}
+
+/// Deletes (background) the objects at `indices` that are not already being deleted.
+fn delete_all(items: &[Item], indices: &[usize], actions: &mut Vec<Action>) {
+    for &j in indices {
+        if !objects::is_deleting(&items[j].object) {
+            actions.push(Action::Delete {
+                index: j,
+                propagation: Propagation::Background,
+            });
+        }
+    }
+}
+
+/// A CRD being deleted: deletes its custom resources, drops the cleanup finalizer once none
+/// remain.
+fn clean_up_crd(items: &[Item], i: usize, actions: &mut Vec<Action>) {
+    let name = objects::name(&items[i].object);
+    let instances: Vec<usize> = items
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.defined_by.as_deref() == Some(name))
+        .map(|(j, _)| j)
+        .collect();
+    delete_all(items, &instances, actions);
+    if instances.is_empty() {
+        actions.push(Action::RemoveFinalizer {
+            index: i,
+            finalizer: crate::crd::CLEANUP_FINALIZER,
+        });
+    }
+}
+
+/// A terminating namespace: deletes its contents, removes it once empty and unfinalized.
+fn empty_namespace(items: &[Item], i: usize, unfinalized: bool, actions: &mut Vec<Action>) {
+    let ns = objects::name(&items[i].object);
+    let contents: Vec<usize> = items
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.namespaced && objects::namespace(&c.object) == ns)
+        .map(|(j, _)| j)
+        .collect();
+    delete_all(items, &contents, actions);
+    if contents.is_empty() && unfinalized {
+        actions.push(Action::RemoveNamespace { index: i });
+    }
+}
+
+/// An owner with the `foregroundDeletion` finalizer: deletes its dependents (foreground),
+/// drops the finalizer once none remain.
+fn finish_foreground(items: &[Item], i: usize, deps: &[usize], actions: &mut Vec<Action>) {
+    if deps.is_empty() {
+        actions.push(Action::RemoveFinalizer {
+            index: i,
+            finalizer: "foregroundDeletion",
+        });
+    }
+    for &j in deps {
+        if !objects::is_deleting(&items[j].object) {
+            actions.push(Action::Delete {
+                index: j,
+                propagation: Propagation::Foreground,
+            });
+        }
+    }
+}
+
+/// An owner with the `orphan` finalizer: removes its owner reference from its dependents,
+/// drops the finalizer once none remain.
+fn finish_orphan(i: usize, owner_uid: &str, deps: &[usize], actions: &mut Vec<Action>) {
+    for &j in deps {
+        actions.push(Action::Orphan {
+            index: j,
+            owner_uid: owner_uid.to_string(),
+        });
+    }
+    if deps.is_empty() {
+        actions.push(Action::RemoveFinalizer {
+            index: i,
+            finalizer: "orphan",
+        });
+    }
 }
 
 async fn snapshot(state: &State) -> Result<Vec<Entry>, StoreError> {

@@ -261,88 +261,72 @@ async fn dispatch(
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(discovery::wants_aggregated);
-    let t = match route(state, uri.path())? {
-        Route::Version => return Ok(json_response(200, &discovery::version())),
-        Route::Health => return Ok(text_response("ok")),
-        Route::OpenApiIndex => return Ok(json_response(200, &openapi::index(&state.registry()))),
-        Route::OpenApi(path) => {
-            return openapi::document(&state.registry(), &path)
-                .map(|v| json_response(200, &v))
-                .ok_or_else(ApiError::no_such_resource);
-        }
-        route @ (Route::CoreVersions | Route::Groups) if aggregated => {
-            let core = matches!(route, Route::CoreVersions);
-            let mut resp = json_response(200, &discovery::aggregated(&state.registry(), core));
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                header::HeaderValue::from_static(discovery::AGGREGATED_CONTENT_TYPE),
-            );
-            return Ok(resp);
-        }
-        Route::CoreVersions => {
-            return Ok(json_response(
-                200,
-                &discovery::core_versions(&state.address),
-            ));
-        }
-        Route::Groups => return Ok(json_response(200, &discovery::groups(&state.registry()))),
-        Route::Group(g) => {
-            return discovery::group(&state.registry(), &g)
-                .map(|v| json_response(200, &v))
-                .ok_or_else(ApiError::no_such_resource);
-        }
-        Route::ResourceList(g, v) => {
-            return discovery::resource_list(&state.registry(), &g, &v)
-                .map(|v| json_response(200, &v))
-                .ok_or_else(ApiError::no_such_resource);
-        }
+    match route(state, uri.path())? {
+        Route::Version => Ok(json_response(200, &discovery::version())),
+        Route::Health => Ok(text_response("ok")),
+        Route::OpenApiIndex => Ok(json_response(200, &openapi::index(&state.registry()))),
+        Route::OpenApi(path) => found(openapi::document(&state.registry(), &path)),
+        Route::CoreVersions if aggregated => Ok(aggregated_discovery(state, true)),
+        Route::Groups if aggregated => Ok(aggregated_discovery(state, false)),
+        Route::CoreVersions => Ok(json_response(
+            200,
+            &discovery::core_versions(&state.address),
+        )),
+        Route::Groups => Ok(json_response(200, &discovery::groups(&state.registry()))),
+        Route::Group(g) => found(discovery::group(&state.registry(), &g)),
+        Route::ResourceList(g, v) => found(discovery::resource_list(&state.registry(), &g, &v)),
         Route::Eviction(ns, name) if method == Method::POST => {
             let dry_run = q.get("dryRun") == Some("All");
             let status = eviction::evict(state, &ns, &name, &body, dry_run).await?;
-            return Ok(json_response(201, &status));
+            Ok(json_response(201, &status))
         }
-        Route::Eviction(..) => return Err(ApiError::method_not_allowed()),
-        Route::Resource(t) => *t,
-    };
+        Route::Eviction(..) => Err(ApiError::method_not_allowed()),
+        Route::Resource(t) => serve_resource(state, method, &q, headers, &body, *t).await,
+    }
+}
+
+/// 200 with a discovery or OpenAPI document, or 404 when there is none.
+fn found(doc: Option<Value>) -> Result<Response, ApiError> {
+    doc.map(|v| json_response(200, &v))
+        .ok_or_else(ApiError::no_such_resource)
+}
+
+/// Aggregated discovery (`/api` when `core`, else `/apis`) with its content type.
+fn aggregated_discovery(state: &State, core: bool) -> Response {
+    let mut resp = json_response(200, &discovery::aggregated(&state.registry(), core));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(discovery::AGGREGATED_CONTENT_TYPE),
+    );
+    resp
+}
+
+/// Serves a verb on a resource: a collection (watch, list, create, deletecollection) or one
+/// object (get, update, patch, delete).
+async fn serve_resource(
+    state: &Arc<State>,
+    method: &Method,
+    q: &Query,
+    headers: &HeaderMap,
+    body: &Bytes,
+    t: Target,
+) -> Result<Response, ApiError> {
     let collection = t.name.is_none();
     match (method.clone(), collection) {
-        (Method::GET, true) if q.flag("watch") => {
-            let opts = WatchOptions {
-                list: q.list_options()?,
-                allow_bookmarks: q.flag("allowWatchBookmarks"),
-                send_initial_events: q.flag("sendInitialEvents"),
-                timeout: Duration::from_secs(
-                    q.get("timeoutSeconds")
-                        .and_then(|s| s.parse().ok())
-                        .unwrap_or(1800),
-                ),
-            };
-            let rx = watch::start(Arc::clone(state), t, opts)?;
-            let stream = futures::stream::unfold(rx, |mut rx| async move {
-                rx.recv()
-                    .await
-                    .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
-            });
-            let mut resp = Response::new(Body::from_stream(stream));
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                header::HeaderValue::from_static("application/json"),
-            );
-            Ok(resp)
-        }
+        (Method::GET, true) if q.flag("watch") => serve_watch(state, q, t),
         (Method::GET, true) => Ok(json_response(
             200,
             &verbs::list(state, &t, &q.list_options()?).await?,
         )),
         (Method::GET, false) => Ok(json_response(200, &verbs::get(state, &t).await?)),
         (Method::POST, true) if !t.status => {
-            let opts = q.write_options(Some(&body))?;
-            let obj = verbs::create(state, &t, parse_json(&body)?, &opts).await?;
+            let opts = q.write_options(Some(body))?;
+            let obj = verbs::create(state, &t, parse_json(body)?, &opts).await?;
             Ok(json_response(201, &obj))
         }
         (Method::PUT, false) => {
-            let opts = q.write_options(Some(&body))?;
-            let (code, obj) = verbs::update(state, &t, parse_json(&body)?, &opts).await?;
+            let opts = q.write_options(Some(body))?;
+            let (code, obj) = verbs::update(state, &t, parse_json(body)?, &opts).await?;
             Ok(json_response(code, &obj))
         }
         (Method::PATCH, false) => {
@@ -352,11 +336,11 @@ async fn dispatch(
                 .unwrap_or_default();
             let kind = PatchKind::from_content_type(ct)?;
             let opts = q.write_options(None)?;
-            let (code, obj) = verbs::patch(state, &t, kind, &body, &opts).await?;
+            let (code, obj) = verbs::patch(state, &t, kind, body, &opts).await?;
             Ok(json_response(code, &obj))
         }
         (Method::DELETE, false) if !t.status => {
-            let opts = q.delete_options(&body)?;
+            let opts = q.delete_options(body)?;
             let (code, obj) = delete::delete(
                 state,
                 &t.info,
@@ -368,10 +352,36 @@ async fn dispatch(
             Ok(json_response(code, &obj))
         }
         (Method::DELETE, true) => {
-            let opts = q.delete_options(&body)?;
+            let opts = q.delete_options(body)?;
             let list = delete::delete_collection(state, &t, &q.list_options()?, &opts).await?;
             Ok(json_response(200, &list))
         }
         _ => Err(ApiError::method_not_allowed()),
     }
+}
+
+/// Starts a watch and streams its newline-delimited JSON events as the response body.
+fn serve_watch(state: &Arc<State>, q: &Query, t: Target) -> Result<Response, ApiError> {
+    let opts = WatchOptions {
+        list: q.list_options()?,
+        allow_bookmarks: q.flag("allowWatchBookmarks"),
+        send_initial_events: q.flag("sendInitialEvents"),
+        timeout: Duration::from_secs(
+            q.get("timeoutSeconds")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(1800),
+        ),
+    };
+    let rx = watch::start(Arc::clone(state), t, opts)?;
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+    });
+    let mut resp = Response::new(Body::from_stream(stream));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    Ok(resp)
 }

@@ -1,5 +1,6 @@
 //! `apiserver-standin`: runs the Kubernetes API stand-in (see the library docs) until SIGINT or
 //! SIGTERM. Without `--etcd` it starts its own single-member etcd through `etcd-fixture`.
+#![cfg_attr(test, allow(clippy::too_many_lines))] // test code is exempt (Cargo.toml's lints)
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -439,6 +439,65 @@ fn apply_conflict(info: &ResourceInfo, name: &str, conflicts: &[apply::Conflict]
     }
 }
 
+/// Checks an apply patch: a `fieldManager` is required, and the body names its `apiVersion`
+/// and `kind`, which must be the resource's.
+fn check_apply_body(
+    info: &ResourceInfo,
+    opts: &WriteOptions,
+    patch_doc: &Value,
+) -> Result<(), ApiError> {
+    if opts.field_manager.as_deref().is_none_or(str::is_empty) {
+        let mut cause = Cause::required("fieldManager");
+        cause.message = "Required value: is required for apply patch".into();
+        return Err(ApiError::invalid(
+            "PatchOptions",
+            "meta.k8s.io",
+            "",
+            vec![cause],
+        ));
+    }
+    let has_type = |f: &str| {
+        patch_doc
+            .get(f)
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty())
+    };
+    if !has_type("apiVersion") || !has_type("kind") {
+        return Err(ApiError::bad_request(format!(
+            "invalid object type: {}, Kind={}",
+            patch_doc
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+            patch_doc
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        )));
+    }
+    check_type(info, patch_doc)
+}
+
+/// Applies a patch of the given kind to `doc` (an apply as the manager `who`).
+fn patch_document(
+    info: &ResourceInfo,
+    name: &str,
+    kind: PatchKind,
+    patch_doc: &Value,
+    doc: &mut Value,
+    who: apply::Applier<'_>,
+) -> Result<(), ApiError> {
+    match kind {
+        PatchKind::Merge => patch::merge(doc, patch_doc)?,
+        PatchKind::Strategic => strategic::apply(doc, patch_doc, &info.group, &info.resource)?,
+        PatchKind::Json => patch::json_patch(doc, patch_doc)?,
+        PatchKind::Apply => {
+            apply::apply(doc, patch_doc, who).map_err(|c| apply_conflict(info, name, &c))?
+        }
+    }
+    Ok(())
+}
+
 /// PATCH: merge / strategic (as merge) / JSON patch / apply. Returns the HTTP code (201 when an
 /// apply created the object) and the object.
 pub async fn patch(
@@ -460,36 +519,7 @@ pub async fn patch(
         ..opts.clone()
     };
     if kind == PatchKind::Apply {
-        if opts.field_manager.as_deref().is_none_or(str::is_empty) {
-            let mut cause = Cause::required("fieldManager");
-            cause.message = "Required value: is required for apply patch".into();
-            return Err(ApiError::invalid(
-                "PatchOptions",
-                "meta.k8s.io",
-                "",
-                vec![cause],
-            ));
-        }
-        let has_type = |f: &str| {
-            patch_doc
-                .get(f)
-                .and_then(Value::as_str)
-                .is_some_and(|s| !s.is_empty())
-        };
-        if !has_type("apiVersion") || !has_type("kind") {
-            return Err(ApiError::bad_request(format!(
-                "invalid object type: {}, Kind={}",
-                patch_doc
-                    .get("apiVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default(),
-                patch_doc
-                    .get("kind")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-            )));
-        }
-        check_type(info, &patch_doc)?;
+        check_apply_body(info, opts, &patch_doc)?;
     }
     let api_version = info.api_version();
     for _ in 0..RETRIES {
@@ -512,17 +542,8 @@ pub async fn patch(
         };
         let old = from_storage(info, current.object.clone());
         let mut doc = old.clone();
-        match kind {
-            PatchKind::Merge => patch::merge(&mut doc, &patch_doc)?,
-            PatchKind::Strategic => {
-                strategic::apply(&mut doc, &patch_doc, &info.group, &info.resource)?
-            }
-            PatchKind::Json => patch::json_patch(&mut doc, &patch_doc)?,
-            PatchKind::Apply => {
-                apply::apply(&mut doc, &patch_doc, applier(&api_version, opts, &now))
-                    .map_err(|c| apply_conflict(info, t.name(), &c))?
-            }
-        }
+        let who = applier(&api_version, opts, &now);
+        patch_document(info, t.name(), kind, &patch_doc, &mut doc, who)?;
         let patched_rv = objects::resource_version(&doc).to_string();
         let pinned = !patched_rv.is_empty() && patched_rv != current.mod_revision.to_string();
         if pinned {

@@ -13,6 +13,7 @@
 //!   selection is seen as `DELETED` and one entering it as `ADDED`;
 //! - `timeoutSeconds` ends the stream (default 30 minutes).
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -129,37 +130,13 @@ async fn run(
         .collection_prefix(state.prefix(), t.namespace.as_deref());
     let from = match start {
         Start::After(rv) => rv + 1,
-        Start::CurrentState => {
-            let page = state
-                .store
-                .list(&prefix, None, 0, 0)
-                .await
-                .map_err(store_err)?;
-            for s in page.items {
-                let obj = from_storage(&t.info, s.object);
-                if sel.matches(&obj) && tx.send(line("ADDED", &obj)).await.is_err() {
-                    return Ok(());
-                }
-            }
-            if opts.send_initial_events && tx.send(bookmark(t, page.revision, true)).await.is_err()
-            {
-                return Ok(());
-            }
-            page.revision + 1
-        }
+        Start::CurrentState => match send_current_state(state, t, sel, opts, &prefix, tx).await? {
+            ControlFlow::Continue(revision) => revision + 1,
+            ControlFlow::Break(()) => return Ok(()),
+        },
     };
-    let options = etcd_client::WatchOptions::new()
-        .with_prefix()
-        .with_start_revision(from)
-        .with_prev_key();
     let mut client = state.store.client().watch_client();
-    let mut stream = tokio::time::timeout(
-        state.config.etcd_timeout,
-        client.watch(prefix.clone(), Some(options)),
-    )
-    .await
-    .map_err(|_| ApiError::timeout("etcd watch"))?
-    .map_err(|e| ApiError::internal(e.to_string()))?;
+    let mut stream = open_watch(state, &mut client, &prefix, from).await?;
     let mut ticker = tokio::time::interval(state.config.bookmark_interval);
     ticker.tick().await;
     loop {
@@ -177,34 +154,104 @@ async fn run(
                     Ok(None) => return Ok(()),
                     Err(e) => return Err(ApiError::internal(format!("etcd watch: {e}"))),
                 };
-                if resp.canceled() {
-                    if resp.compact_revision() > 0 {
-                        tracing::debug!(from, compacted = resp.compact_revision(), "watch from a compacted revision");
-                        return Err(ApiError::expired("watch"));
-                    }
+                if forward(t, sel, opts, from, &resp, tx).await?.is_break() {
                     return Ok(());
-                }
-                if resp.created() && resp.events().is_empty() {
-                    continue;
-                }
-                if resp.events().is_empty() {
-                    if opts.allow_bookmarks {
-                        let rev = resp.header().map_or(0, |h| h.revision());
-                        if rev > 0 && tx.send(bookmark(t, rev, false)).await.is_err() {
-                            return Ok(());
-                        }
-                    }
-                    continue;
-                }
-                for ev in resp.events() {
-                    let Some(out) = convert(t, sel, ev) else { continue };
-                    if tx.send(out).await.is_err() {
-                        return Ok(());
-                    }
                 }
             }
         }
     }
+}
+
+/// Sends an `ADDED` event for every matching object at the current revision (then, with
+/// `sendInitialEvents`, the initial-events-end bookmark). Continues with that revision; breaks
+/// when the receiver is gone.
+async fn send_current_state(
+    state: &State,
+    t: &Target,
+    sel: &Selectors,
+    opts: &WatchOptions,
+    prefix: &str,
+    tx: &mpsc::Sender<Bytes>,
+) -> Result<ControlFlow<(), i64>, ApiError> {
+    let page = state
+        .store
+        .list(prefix, None, 0, 0)
+        .await
+        .map_err(store_err)?;
+    for s in page.items {
+        let obj = from_storage(&t.info, s.object);
+        if sel.matches(&obj) && tx.send(line("ADDED", &obj)).await.is_err() {
+            return Ok(ControlFlow::Break(()));
+        }
+    }
+    if opts.send_initial_events && tx.send(bookmark(t, page.revision, true)).await.is_err() {
+        return Ok(ControlFlow::Break(()));
+    }
+    Ok(ControlFlow::Continue(page.revision))
+}
+
+/// Opens the etcd watch on `prefix` from revision `from` (with previous values).
+async fn open_watch(
+    state: &State,
+    client: &mut etcd_client::WatchClient,
+    prefix: &str,
+    from: i64,
+) -> Result<etcd_client::WatchStream, ApiError> {
+    let options = etcd_client::WatchOptions::new()
+        .with_prefix()
+        .with_start_revision(from)
+        .with_prev_key();
+    tokio::time::timeout(
+        state.config.etcd_timeout,
+        client.watch(prefix.to_string(), Some(options)),
+    )
+    .await
+    .map_err(|_| ApiError::timeout("etcd watch"))?
+    .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// Forwards one etcd watch response: its events through the selectors, or a bookmark for a
+/// progress notification. Breaks when the watch ends (canceled, or the receiver is gone).
+async fn forward(
+    t: &Target,
+    sel: &Selectors,
+    opts: &WatchOptions,
+    from: i64,
+    resp: &etcd_client::WatchResponse,
+    tx: &mpsc::Sender<Bytes>,
+) -> Result<ControlFlow<()>, ApiError> {
+    if resp.canceled() {
+        if resp.compact_revision() > 0 {
+            tracing::debug!(
+                from,
+                compacted = resp.compact_revision(),
+                "watch from a compacted revision"
+            );
+            return Err(ApiError::expired("watch"));
+        }
+        return Ok(ControlFlow::Break(()));
+    }
+    if resp.created() && resp.events().is_empty() {
+        return Ok(ControlFlow::Continue(()));
+    }
+    if resp.events().is_empty() {
+        if opts.allow_bookmarks {
+            let rev = resp.header().map_or(0, |h| h.revision());
+            if rev > 0 && tx.send(bookmark(t, rev, false)).await.is_err() {
+                return Ok(ControlFlow::Break(()));
+            }
+        }
+        return Ok(ControlFlow::Continue(()));
+    }
+    for ev in resp.events() {
+        let Some(out) = convert(t, sel, ev) else {
+            continue;
+        };
+        if tx.send(out).await.is_err() {
+            return Ok(ControlFlow::Break(()));
+        }
+    }
+    Ok(ControlFlow::Continue(()))
 }
 
 fn decoded(t: &Target, kv: &etcd_client::KeyValue, revision: i64) -> Option<Value> {

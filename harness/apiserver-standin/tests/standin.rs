@@ -1,7 +1,12 @@
 //! The stand-in driven by kube-rs against a real etcd: typed `Api<T>`, `watcher`, and a
 //! `Controller`. One test binary; each test gets its own etcd and stand-in on its own loopback
 //! address. Waits are condition polls with deadlines that print what was last seen.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::too_many_lines
+)]
 
 use std::fmt::Debug;
 use std::future::Future;

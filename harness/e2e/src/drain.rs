@@ -229,6 +229,79 @@ async fn wait_gone(client: &Client, pod: &Pod, deadline: Instant) -> Result<(), 
     }
 }
 
+/// Deletes the pods no eviction applies to; an API refusal counts as done.
+async fn delete_pods(
+    client: &Client,
+    delete: &[Pod],
+    report: &mut DrainReport,
+) -> Result<(), kube::Error> {
+    for pod in delete {
+        let api: Api<Pod> = Api::namespaced(
+            client.clone(),
+            pod.metadata.namespace.as_deref().unwrap_or(""),
+        );
+        match api
+            .delete(
+                pod.metadata.name.as_deref().unwrap_or(""),
+                &DeleteParams::default(),
+            )
+            .await
+        {
+            Ok(_) | Err(kube::Error::Api(_)) => report.evicted.push(key(pod)),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Evicts `evict` concurrently, each retried while refused, into `report` (of `report.node`).
+async fn evict_all(
+    client: &Client,
+    evict: &[Pod],
+    options: &DrainOptions,
+    deadline: Instant,
+    say: &(dyn Fn(String) + Sync),
+    report: &mut DrainReport,
+) -> Result<(), DrainError> {
+    let node = report.node.clone();
+    let results = join_all(
+        evict
+            .iter()
+            .map(|p| evict_one(client, p, options, deadline, say)),
+    )
+    .await;
+    for (pod, result) in evict.iter().zip(results) {
+        match result {
+            Ok((refusals, last, waited)) => {
+                report.refusals += refusals;
+                if last.is_some() {
+                    report.last_refusal = last;
+                }
+                report.waited_s = report.waited_s.max(waited.as_secs_f64());
+                report.evicted.push(key(pod));
+                say(format!(
+                    "pod/{} evicted",
+                    pod.metadata.name.as_deref().unwrap_or("")
+                ));
+            }
+            Err((what, Some(source))) => {
+                return Err(DrainError::Api {
+                    node: format!("{node} ({what})"),
+                    source,
+                });
+            }
+            Err((what, None)) => {
+                return Err(DrainError::Timeout {
+                    node: node.to_owned(),
+                    timeout: options.timeout,
+                    what,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Drains `node`: cordon, then evict (see the module doc). `say` gets kubectl-like lines.
 /// `client` must not retry 429s by itself ([`client`]).
 pub async fn drain(
@@ -273,57 +346,10 @@ pub async fn drain(
         });
     }
     evict.append(&mut unmanaged);
-    for pod in &delete {
-        let api: Api<Pod> = Api::namespaced(
-            client.clone(),
-            pod.metadata.namespace.as_deref().unwrap_or(""),
-        );
-        match api
-            .delete(
-                pod.metadata.name.as_deref().unwrap_or(""),
-                &DeleteParams::default(),
-            )
-            .await
-        {
-            Ok(_) | Err(kube::Error::Api(_)) => report.evicted.push(key(pod)),
-            Err(e) => return Err(api_err(e)),
-        }
-    }
-    let results = join_all(
-        evict
-            .iter()
-            .map(|p| evict_one(client, p, options, deadline, say)),
-    )
-    .await;
-    for (pod, result) in evict.iter().zip(results) {
-        match result {
-            Ok((refusals, last, waited)) => {
-                report.refusals += refusals;
-                if last.is_some() {
-                    report.last_refusal = last;
-                }
-                report.waited_s = report.waited_s.max(waited.as_secs_f64());
-                report.evicted.push(key(pod));
-                say(format!(
-                    "pod/{} evicted",
-                    pod.metadata.name.as_deref().unwrap_or("")
-                ));
-            }
-            Err((what, Some(source))) => {
-                return Err(DrainError::Api {
-                    node: format!("{node} ({what})"),
-                    source,
-                });
-            }
-            Err((what, None)) => {
-                return Err(DrainError::Timeout {
-                    node: node.to_owned(),
-                    timeout: options.timeout,
-                    what,
-                });
-            }
-        }
-    }
+    delete_pods(client, &delete, &mut report)
+        .await
+        .map_err(api_err)?;
+    evict_all(client, &evict, options, deadline, say, &mut report).await?;
     for pod in &evict {
         wait_gone(client, pod, deadline)
             .await

@@ -13,6 +13,7 @@
 //! * [`scenario`]: named scenarios under a write load, with `report.json`;
 //! * [`mod@bench`]: `sandbox bench`, scale-up vs the etcd floor, write availability, operator cost;
 //! * [`verify_demo`]: `sandbox demo-verify`, the `etcd-verify` gate on a throw-away cluster.
+#![cfg_attr(test, allow(clippy::too_many_lines))] // test code is exempt (Cargo.toml's lints)
 
 pub mod bench;
 pub mod binaries;

@@ -9,6 +9,7 @@
 //! the operator, the node agents (with every pod they run) and the API in order; the other
 //! commands drop what they hold, whose `Drop`s kill the operator, the agents' containers and
 //! every etcd, and exit with status 130 (SIGINT) or 143 (SIGTERM).
+#![cfg_attr(test, allow(clippy::too_many_lines))] // test code is exempt (Cargo.toml's lints)
 
 use std::time::{Duration, Instant};
 
@@ -111,14 +112,11 @@ enum Command {
     },
 }
 
-async fn up(
-    nodes: usize,
-    exit_when_settled: bool,
-    timeout: Option<Duration>,
+/// Starts the API (on the managed etcd or its own) and the nodes, bootstrapping the first.
+async fn start_control_plane(
+    names: &[String],
     api_on_managed_etcd: bool,
-) -> anyhow::Result<bool> {
-    let started = Instant::now();
-    let names: Vec<String> = (1..=nodes).map(|i| format!("n{i}")).collect();
+) -> anyhow::Result<LocalControlPlane> {
     let mut cp = if api_on_managed_etcd {
         println!(
             "bootstrapping {} with `etcd-operator render`, then the Kubernetes API on its etcd ...",
@@ -145,7 +143,7 @@ async fn up(
         cp.api.kubeconfig().display()
     );
     if !api_on_managed_etcd {
-        for name in &names {
+        for name in names {
             cp.add_node(name).await?;
         }
         println!("bootstrapping {} with `etcd-operator render` ...", names[0]);
@@ -159,6 +157,33 @@ async fn up(
             node.root.display()
         );
     }
+    Ok(cp)
+}
+
+/// Prints the operator's last 20 log lines.
+fn print_log_tail(cp: &LocalControlPlane) {
+    let log = cp.operator_log();
+    for l in log
+        .lines()
+        .rev()
+        .take(20)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+    {
+        println!("  {l}");
+    }
+}
+
+async fn up(
+    nodes: usize,
+    exit_when_settled: bool,
+    timeout: Option<Duration>,
+    api_on_managed_etcd: bool,
+) -> anyhow::Result<bool> {
+    let started = Instant::now();
+    let names: Vec<String> = (1..=nodes).map(|i| format!("n{i}")).collect();
+    let mut cp = start_control_plane(&names, api_on_managed_etcd).await?;
     cp.create_cluster(EtcdClusterSpec::default()).await?;
     let watch = e2e::status_watch::StatusWatch::start(cp.client(), started);
     cp.start_operator()?;
@@ -207,17 +232,7 @@ async fn up(
                 "timed out after {:.0?}; the operator's last log lines:",
                 timeout.unwrap_or_default()
             );
-            let log = cp.operator_log();
-            for l in log
-                .lines()
-                .rev()
-                .take(20)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-            {
-                println!("  {l}");
-            }
+            print_log_tail(&cp);
             break;
         }
         tokio::select! {
@@ -291,6 +306,55 @@ async fn shutdown_signal() -> std::io::Result<Stop> {
     })
 }
 
+/// Runs the scenario `scenario` (or every one, for `all`), reports under `out`.
+async fn run_scenarios(scenario: &str, out: &std::path::Path) -> anyhow::Result<()> {
+    let names: Vec<&str> = if scenario == "all" {
+        e2e::scenario::NAMES.to_vec()
+    } else {
+        vec![scenario]
+    };
+    let mut failed = Vec::new();
+    for name in names {
+        println!("scenario {name} ...");
+        let (path, r) = e2e::scenario::run(name, out)
+            .await
+            .map_err(anyhow::Error::msg)?;
+        println!(
+            "  {}: {:.1}s, writes acknowledged {}, lost {}, failed {}, longest write gap {} ms",
+            if r.passed { "passed" } else { "FAILED" },
+            r.duration_s,
+            r.writes_acknowledged,
+            r.writes_lost,
+            r.writes_failed,
+            r.longest_write_gap_ms
+        );
+        if let Some(f) = &r.failure {
+            println!("  failure: {f}");
+        }
+        println!("  report: {}", path.display());
+        if !r.passed {
+            failed.push(name);
+        }
+    }
+    if !failed.is_empty() {
+        anyhow::bail!("scenario(s) failed: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// Drains `node` against KUBECONFIG and prints the report.
+async fn drain_node(node: &str, force: bool, timeout: Duration) -> anyhow::Result<()> {
+    let client = e2e::drain::client(None).await?;
+    let options = e2e::drain::DrainOptions {
+        force,
+        timeout,
+        ..Default::default()
+    };
+    let report = e2e::drain::drain(&client, node, &options, &|line| println!("{line}")).await?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
+
 async fn execute(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Up {
@@ -310,54 +374,12 @@ async fn execute(command: Command) -> anyhow::Result<()> {
                 anyhow::bail!("the cluster did not settle cleanly (see above)");
             }
         }
-        Command::Run { scenario, out } => {
-            let names: Vec<&str> = if scenario == "all" {
-                e2e::scenario::NAMES.to_vec()
-            } else {
-                vec![scenario.as_str()]
-            };
-            let mut failed = Vec::new();
-            for name in names {
-                println!("scenario {name} ...");
-                let (path, r) = e2e::scenario::run(name, &out)
-                    .await
-                    .map_err(anyhow::Error::msg)?;
-                println!(
-                    "  {}: {:.1}s, writes acknowledged {}, lost {}, failed {}, longest write gap {} ms",
-                    if r.passed { "passed" } else { "FAILED" },
-                    r.duration_s,
-                    r.writes_acknowledged,
-                    r.writes_lost,
-                    r.writes_failed,
-                    r.longest_write_gap_ms
-                );
-                if let Some(f) = &r.failure {
-                    println!("  failure: {f}");
-                }
-                println!("  report: {}", path.display());
-                if !r.passed {
-                    failed.push(name);
-                }
-            }
-            if !failed.is_empty() {
-                anyhow::bail!("scenario(s) failed: {}", failed.join(", "));
-            }
-        }
+        Command::Run { scenario, out } => run_scenarios(&scenario, &out).await?,
         Command::Drain {
             node,
             force,
             timeout,
-        } => {
-            let client = e2e::drain::client(None).await?;
-            let options = e2e::drain::DrainOptions {
-                force,
-                timeout,
-                ..Default::default()
-            };
-            let report =
-                e2e::drain::drain(&client, &node, &options, &|line| println!("{line}")).await?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
-        }
+        } => drain_node(&node, force, timeout).await?,
         Command::Uncordon { node } => {
             let client = kube::Client::try_default().await?;
             e2e::drain::set_unschedulable(&client, &node, false).await?;

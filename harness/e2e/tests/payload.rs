@@ -5,7 +5,12 @@
 //! member runs it) and the related objects. The ClusterOperator kind is installed here as a CRD
 //! (OpenShift serves it the same way, from a CRD the payload installs). Runs on the stand-in and,
 //! with `TEST_API=kas`, on the real kube-apiserver.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::too_many_lines
+)]
 
 use std::time::Duration;
 

@@ -9,7 +9,12 @@
 //! ServiceAccounts: none may be refused (403, a missing permission), and the permissions the
 //! manifests grant but this run never used are listed. A second test kills the leading replica
 //! in the middle of a scale-up (operator HA for real). Skipped loudly where kas is absent.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::too_many_lines
+)]
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -1,7 +1,12 @@
 //! The scenarios on the local control plane, as tests: each must pass with no acknowledged
 //! write lost and every voter's `HashKV` equal at one revision. They run one at a time (nextest test group `e2e-scenarios`): on a 2-core machine
 //! two clusters electing leaders at once make the timings meaningless.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::too_many_lines
+)]
 
 async fn scenario(name: &str) -> e2e::scenario::ScenarioReport {
     let out = tempfile::tempdir().unwrap();

@@ -4,6 +4,7 @@
 //!   simulated node against the cluster in `KUBECONFIG` (or without any API: `--no-api`).
 //! - `kubelet-standin exec-container ...` is the per-container helper the agent itself spawns
 //!   (private mount namespace + bind mounts + exec); see the library's `mounts` module.
+#![cfg_attr(test, allow(clippy::too_many_lines))] // test code is exempt (Cargo.toml's lints)
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -118,14 +119,7 @@ fn main() -> anyhow::Result<()> {
             };
             match run_container(&spec) {
                 Ok(code) => std::process::exit(code),
-                Err(e) => {
-                    let msg = format!("kubelet-standin exec-container: {e}\n");
-                    eprint!("{msg}");
-                    if let Some(f) = error_file {
-                        let _ = std::fs::write(f, &msg);
-                    }
-                    std::process::exit(127);
-                }
+                Err(e) => exit_failed("exec-container", &e, error_file),
             }
         }
         Cmd::ExecInit {
@@ -133,16 +127,10 @@ fn main() -> anyhow::Result<()> {
             command,
         } => {
             let (program, rest) = command.split_first().context("no command")?;
-            let err = match exec_init(std::path::Path::new(program), rest) {
+            match exec_init(std::path::Path::new(program), rest) {
                 Ok(never) => match never {},
-                Err(e) => e,
-            };
-            let msg = format!("kubelet-standin exec-init: {err}\n");
-            eprint!("{msg}");
-            if let Some(f) = error_file {
-                let _ = std::fs::write(f, &msg);
+                Err(e) => exit_failed("exec-init", &e, error_file),
             }
-            std::process::exit(127);
         }
         Cmd::Run {
             name,
@@ -153,44 +141,54 @@ fn main() -> anyhow::Result<()> {
             pod_kubeconfig,
         } => {
             args.log.init("RUST_LOG", "info");
-            let rt = tokio::runtime::Builder::new_multi_thread()
+            let node = NodeConfig::new(&name, ip, &root, &bin_dir);
+            let kubeconfig = pod_kubeconfig.filter(|p| !p.as_os_str().is_empty());
+            tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
-                .context("tokio runtime")?;
-            rt.block_on(async move {
-                let kube_config = if no_api {
-                    None
-                } else {
-                    Some(kube::Config::infer().await.context("kube config")?)
-                };
-                let helper = std::env::current_exe().context("own path")?;
-                let mut config = NodeConfig::new(&name, ip, &root, &bin_dir);
-                let client = match kube_config {
-                    Some(kc) => {
-                        config = config.with_api_service(&kc.cluster_url.to_string());
-                        Some(kube::Client::try_from(kc).context("kube client")?)
-                    }
-                    None => None,
-                };
-                config.helper = Some(helper);
-                config.client = client;
-                config.kubeconfig = pod_kubeconfig.filter(|p| !p.as_os_str().is_empty());
-                let agent = NodeAgent::start(config).await?;
-                let mut term =
-                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                        .context("signal handler")?;
-                tokio::select! {
-                    r = tokio::signal::ctrl_c() => r.context("signal")?,
-                    _ = term.recv() => {}
-                }
-                tracing::info!("stopping");
-                tokio::time::timeout(Duration::from_secs(120), agent.shutdown())
-                    .await
-                    .context("shutdown timed out")?;
-                Ok(())
-            })
+                .context("tokio runtime")?
+                .block_on(run_node(node, no_api, kubeconfig))
         }
     }
+}
+
+/// A helper subcommand that could not start its program: says why on stderr and in
+/// `error_file`, and exits 127 (as a shell does for a command it cannot run).
+fn exit_failed(what: &str, e: &dyn std::fmt::Display, error_file: Option<PathBuf>) -> ! {
+    let msg = format!("kubelet-standin {what}: {e}\n");
+    eprint!("{msg}");
+    if let Some(f) = error_file {
+        let _ = std::fs::write(f, &msg);
+    }
+    std::process::exit(127);
+}
+
+/// Runs one node's agent (with the API unless `no_api`) until SIGTERM or Ctrl-C, then shuts it
+/// down within two minutes.
+async fn run_node(
+    mut config: NodeConfig,
+    no_api: bool,
+    pod_kubeconfig: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    if !no_api {
+        let kc = kube::Config::infer().await.context("kube config")?;
+        config = config.with_api_service(&kc.cluster_url.to_string());
+        config.client = Some(kube::Client::try_from(kc).context("kube client")?);
+    }
+    config.helper = Some(std::env::current_exe().context("own path")?);
+    config.kubeconfig = pod_kubeconfig;
+    let agent = NodeAgent::start(config).await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("signal handler")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("signal")?,
+        _ = term.recv() => {}
+    }
+    tracing::info!("stopping");
+    tokio::time::timeout(Duration::from_secs(120), agent.shutdown())
+        .await
+        .context("shutdown timed out")?;
+    Ok(())
 }
 
 etcd_cli::command_line_tests!(Args);

@@ -172,6 +172,97 @@ async fn record(
     }
 }
 
+/// Makes sure a static pod's mirror pod exists; false when it could not (yet).
+async fn sync_mirror(
+    api: &Api<Pod>,
+    key: &PodKey,
+    pod: &Pod,
+    node_uid: &watch::Receiver<Option<String>>,
+    published: &mut Option<PodStatus>,
+) -> bool {
+    let uid = node_uid.borrow().clone();
+    let Some(uid) = uid else {
+        // Like the kubelet: no mirror pod before the Node is registered.
+        return false;
+    };
+    match ensure_mirror(api, pod, &uid).await {
+        Ok(created) => {
+            if created {
+                *published = None;
+            }
+            true
+        }
+        Err(e) => {
+            tracing::warn!(pod = %key, error = %e, "mirror pod sync failed");
+            false
+        }
+    }
+}
+
+/// What sending a status to the API came to.
+enum Sent {
+    Published,
+    Failed,
+    /// The API pod is gone: stop publishing.
+    PodGone,
+}
+
+/// Patches the pod's status in the API and logs the result.
+async fn send_status(api: &Api<Pod>, key: &PodKey, is_static: bool, status: &PodStatus) -> Sent {
+    match patch_status(api, &key.name, status).await {
+        Ok(()) => {
+            tracing::debug!(pod = %key, phase = ?status.phase, "status published");
+            Sent::Published
+        }
+        Err(kube::Error::Api(s)) if s.is_not_found() && !is_static => {
+            tracing::info!(pod = %key, "pod is gone from the API; stop publishing");
+            Sent::PodGone
+        }
+        Err(e) => {
+            tracing::warn!(pod = %key, error = %e, "status update failed");
+            Sent::Failed
+        }
+    }
+}
+
+/// The delay before the next round: the resync period, or after a failure the doubling retry.
+fn next_wait(ok: bool, retry: &mut Duration, resync: Duration) -> Duration {
+    if ok {
+        *retry = Duration::from_millis(200).min(resync);
+        resync
+    } else {
+        let w = *retry;
+        *retry = (*retry * 2).min(resync);
+        w
+    }
+}
+
+/// Waits for a new observation or for `wait` to pass; returns whether the next round must
+/// publish even an unchanged status, or `None` to stop (cancelled).
+async fn wait_next_round(
+    observations: &mut watch::Receiver<PodObservation>,
+    cancel: &CancellationToken,
+    wait: Duration,
+    is_static: bool,
+    ok: bool,
+) -> Option<bool> {
+    tokio::select! {
+        changed = observations.changed() => {
+            if changed.is_err() {
+                // Worker gone: publish the last state once more, then wait for cancel.
+                if cancel.is_cancelled() { return None; }
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => { return Some(true); }
+                    _ = cancel.cancelled() => return None,
+                }
+            }
+            Some(!ok)
+        }
+        _ = tokio::time::sleep(wait) => Some(is_static || !ok),
+        _ = cancel.cancelled() => None,
+    }
+}
+
 /// Keeps the API's view of one pod in line with the worker's observations until cancelled.
 pub async fn publish_loop(
     publisher: Publisher,
@@ -199,40 +290,16 @@ pub async fn publish_loop(
         last_obs = obs.clone();
         let status = pod_status(&spec, &obs, published.as_ref(), Timestamp::now());
         let mut ok = true;
-        let uid = node_uid.borrow().clone();
-        if is_static && force && uid.is_none() {
-            // Like the kubelet: no mirror pod before the Node is registered.
-            ok = false;
-        } else if is_static && force {
-            match ensure_mirror(&api, &pod, uid.as_deref().unwrap_or_default()).await {
-                Ok(created) => {
-                    if created {
-                        published = None;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(pod = %key, error = %e, "mirror pod sync failed");
-                    ok = false;
-                }
-            }
+        if is_static && force {
+            ok = sync_mirror(&api, &key, &pod, &node_uid, &mut published).await;
         }
         if ok && (published.as_ref() != Some(&status) || force) {
-            match patch_status(&api, &key.name, &status).await {
-                Ok(()) => {
-                    tracing::debug!(pod = %key, phase = ?status.phase, "status published");
-                    published = Some(status);
-                }
-                Err(kube::Error::Api(s)) if s.is_not_found() && !is_static => {
-                    tracing::info!(pod = %key, "pod is gone from the API; stop publishing");
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(pod = %key, error = %e, "status update failed");
-                    ok = false;
-                }
+            match send_status(&api, &key, is_static, &status).await {
+                Sent::Published => published = Some(status),
+                Sent::Failed => ok = false,
+                Sent::PodGone => return,
             }
         }
-        force = !ok;
         if !events.is_empty() {
             record(&recorder, &key, &pod, is_static, &events).await;
         }
@@ -240,27 +307,10 @@ pub async fn publish_loop(
             // Terminal phase of a run-to-completion pod is final.
             return;
         }
-        let wait = if ok {
-            retry = Duration::from_millis(200).min(resync);
-            resync
-        } else {
-            let w = retry;
-            retry = (retry * 2).min(resync);
-            w
-        };
-        tokio::select! {
-            changed = observations.changed() => {
-                if changed.is_err() {
-                    // Worker gone: publish the last state once more, then wait for cancel.
-                    if cancel.is_cancelled() { return; }
-                    tokio::select! {
-                        _ = tokio::time::sleep(wait) => { force = true; }
-                        _ = cancel.cancelled() => return,
-                    }
-                }
-            }
-            _ = tokio::time::sleep(wait) => { force = is_static || !ok; }
-            _ = cancel.cancelled() => return,
+        let wait = next_wait(ok, &mut retry, resync);
+        match wait_next_round(&mut observations, &cancel, wait, is_static, ok).await {
+            Some(next_force) => force = next_force,
+            None => return,
         }
     }
 }

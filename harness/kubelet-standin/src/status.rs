@@ -302,24 +302,24 @@ fn condition(
     }
 }
 
-/// The status to publish for a pod with `spec` given what was observed.
-pub fn pod_status(
-    spec: &PodSpec,
-    obs: &PodObservation,
-    previous: Option<&PodStatus>,
-    now: Timestamp,
-) -> PodStatus {
-    let phase = pod_phase(spec, obs);
-    let initialized = obs
-        .init_containers
-        .iter()
-        .all(ContainerObservation::succeeded);
+/// The `Initialized` condition's message: the init containers that have not succeeded, if any.
+fn not_initialized_message(obs: &PodObservation) -> Option<String> {
     let incomplete: Vec<&str> = obs
         .init_containers
         .iter()
         .filter(|c| !c.succeeded())
         .map(|c| c.name.as_str())
         .collect();
+    (!incomplete.is_empty()).then(|| {
+        format!(
+            "containers with incomplete status: [{}]",
+            incomplete.join(" ")
+        )
+    })
+}
+
+/// Whether the pod is ready, and the reason and message of the `Ready` conditions if not.
+fn readiness(obs: &PodObservation, phase: Phase) -> (bool, Option<&'static str>, Option<String>) {
     let unready: Vec<&str> = obs
         .containers
         .iter()
@@ -327,32 +327,40 @@ pub fn pod_status(
         .map(|c| c.name.as_str())
         .collect();
     let ready = unready.is_empty() && !phase.is_terminal();
-    let (ready_reason, ready_message) = if ready {
-        (None, None)
+    if ready {
+        (true, None, None)
     } else if phase.is_terminal() {
-        (Some("PodCompleted"), None)
+        (false, Some("PodCompleted"), None)
     } else {
         (
+            false,
             Some("ContainersNotReady"),
             Some(format!(
                 "containers with unready status: [{}]",
                 unready.join(" ")
             )),
         )
-    };
-    let conditions = vec![
+    }
+}
+
+/// The pod's conditions, keeping unchanged ones' transition times from `previous`.
+fn pod_conditions(
+    obs: &PodObservation,
+    phase: Phase,
+    previous: Option<&PodStatus>,
+    now: Timestamp,
+) -> Vec<PodCondition> {
+    let not_initialized = not_initialized_message(obs);
+    let initialized = not_initialized.is_none();
+    let (ready, ready_reason, ready_message) = readiness(obs, phase);
+    vec![
         condition(previous, "PodReadyToStartContainers", true, None, None, now),
         condition(
             previous,
             "Initialized",
             initialized,
             (!initialized).then_some("ContainersNotInitialized"),
-            (!initialized).then(|| {
-                format!(
-                    "containers with incomplete status: [{}]",
-                    incomplete.join(" ")
-                )
-            }),
+            not_initialized,
             now,
         ),
         condition(
@@ -372,14 +380,24 @@ pub fn pod_status(
             now,
         ),
         condition(previous, "PodScheduled", true, None, None, now),
-    ];
+    ]
+}
+
+/// The status to publish for a pod with `spec` given what was observed.
+pub fn pod_status(
+    spec: &PodSpec,
+    obs: &PodObservation,
+    previous: Option<&PodStatus>,
+    now: Timestamp,
+) -> PodStatus {
+    let phase = pod_phase(spec, obs);
     let (reason, message) = match &obs.failure {
         Some((r, m)) => (Some(r.clone()), Some(m.clone())),
         None => (None, None),
     };
     PodStatus {
         phase: Some(phase.as_str().to_string()),
-        conditions: Some(conditions),
+        conditions: Some(pod_conditions(obs, phase, previous, now)),
         host_ip: Some(obs.host_ip.clone()),
         host_ips: Some(vec![HostIP {
             ip: obs.host_ip.clone(),

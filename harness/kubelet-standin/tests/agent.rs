@@ -2,7 +2,12 @@
 //! pod, run-to-completion installer-style pods, probes, restarts, mount isolation between two
 //! simulated nodes, and clean teardown. Waits are condition polls with deadlines; on timeout
 //! the last thing seen is printed.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::too_many_lines
+)]
 
 use std::collections::BTreeSet;
 use std::future::Future;

@@ -13,7 +13,12 @@
 //! Events;
 //! watch-cache behaviour (a watch from a compacted revision: the real server answers from its
 //! watch cache's window, the stand-in from etcd's compaction).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::too_many_lines
+)]
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -315,12 +315,42 @@ pub async fn collect(p: &mut Pass<'_>) {
 
 /// Starts a backup when one is due (after the corruption check).
 pub fn reconcile(p: &mut Pass<'_>) {
-    let m = &p.ctx.metrics;
     let Some(spec) = p.o.spec.backup.clone() else {
-        m.backup_enabled.set(0);
+        p.ctx.metrics.backup_enabled.set(0);
         p.next(NAME, "off (spec.backup is not set)");
         return;
     };
+    set_gauges(p, &spec);
+    if let Some(r) = &p.st.backup {
+        p.next(NAME, format!("taking {}", r.name));
+        p.busy = true;
+        return;
+    }
+    if !p.o.managed {
+        p.next(NAME, "none while managementState is Unmanaged");
+        return;
+    }
+    record_interrupted(p);
+    let Some(due) = due_time(p, &spec) else {
+        return;
+    };
+    if p.not_yet(NAME, due, "next backup") {
+        return;
+    }
+    let stamp = stamp(p.o.now);
+    let Ok(name) = BackupName::new(&stamp) else {
+        return;
+    };
+    p.next(NAME, format!("take backup {name}"));
+    if p.w.dry_run() {
+        return;
+    }
+    start(p, name, spec);
+}
+
+/// Sets the backup gauges from status and the schedule.
+fn set_gauges(p: &mut Pass<'_>, spec: &Backup) {
+    let m = &p.ctx.metrics;
     m.backup_enabled.set(1);
     // From status, so a restarted or newly elected operator reports what its predecessor did.
     if let Some(st) = &p.backup {
@@ -339,15 +369,10 @@ pub fn reconcile(p: &mut Pass<'_>) {
         m.backup_max_interval
             .set(interval.map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)));
     }
-    if let Some(r) = &p.st.backup {
-        p.next(NAME, format!("taking {}", r.name));
-        p.busy = true;
-        return;
-    }
-    if !p.o.managed {
-        p.next(NAME, "none while managementState is Unmanaged");
-        return;
-    }
+}
+
+/// Records as failed a backup that status names but no task of this process runs.
+fn record_interrupted(p: &mut Pass<'_>) {
     if let Some(status) = p.backup.as_mut().filter(|s| !s.in_progress.is_empty()) {
         // Status names a backup no task of this process runs: the operator restarted (or lost
         // its leadership) while it ran.
@@ -363,7 +388,11 @@ pub fn reconcile(p: &mut Pass<'_>) {
             "backup {name} was interrupted: the operator stopped while it ran"
         ));
     }
-    let due = match next_due(&spec, p.backup.as_ref()) {
+}
+
+/// When the next backup is due; `None` (the controller Degraded) for an invalid schedule.
+fn due_time(p: &mut Pass<'_>, spec: &Backup) -> Option<OffsetDateTime> {
+    let due = match next_due(spec, p.backup.as_ref()) {
         Ok(d) => d,
         Err(e) => {
             p.cond(
@@ -373,7 +402,7 @@ pub fn reconcile(p: &mut Pass<'_>) {
                 e.clone(),
             );
             p.next(NAME, e);
-            return;
+            return None;
         }
     };
     // Names are stamped to the second: never two attempts in one.
@@ -381,18 +410,11 @@ pub fn reconcile(p: &mut Pass<'_>) {
         .backup
         .as_ref()
         .and_then(|s| parse_time(&s.last_attempt_time));
-    let due = last_attempt.map_or(due, |t| due.max(t + time::Duration::seconds(1)));
-    if p.not_yet(NAME, due, "next backup") {
-        return;
-    }
-    let stamp = stamp(p.o.now);
-    let Ok(name) = BackupName::new(&stamp) else {
-        return;
-    };
-    p.next(NAME, format!("take backup {name}"));
-    if p.w.dry_run() {
-        return;
-    }
+    Some(last_attempt.map_or(due, |t| due.max(t + time::Duration::seconds(1))))
+}
+
+/// Marks the backup `name` in progress in status and spawns its run.
+fn start(p: &mut Pass<'_>, name: BackupName, spec: Backup) {
     let mut status = p.backup.clone().unwrap_or_default();
     status.last_attempt_time = format_time(p.o.now);
     status.in_progress = name.to_string();

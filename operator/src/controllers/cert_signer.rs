@@ -95,16 +95,7 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
     let after = reload::settle(&decided.maintain, &records, &served.digests, &pods, p.o.now);
     let rotating = trust.rotation.is_some();
     let consumer_status = consumers::report::report(p, &after, rotating, &records).await;
-    let mut infos = certs::inspect_certs(&ca, &all_certs);
-    for (secret, cert) in &served.certs {
-        infos.push(certs::inspect_pem(&ca, secret, cert));
-    }
-    let client_key = format!(
-        "{}/{}/tls.crt",
-        p.ctx.config.operator_namespace,
-        ClientCertKind::Operator.secret_name()
-    );
-    infos.push(certs::inspect_pem(&ca, &client_key, &tls.cert));
+    let infos = inspect_all(p, &ca, &all_certs, &served.certs, &tls);
     let mut status = expiry_status(&ca.info(), &infos, &policy);
     if !status.next_renewal.is_empty() {
         p.next(NAME, format!("next renewal at {}", status.next_renewal));
@@ -115,23 +106,59 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
     status.consumer_secrets = served.secrets;
     status.consumers = consumer_status;
     p.certificates = Some(status);
-    let with_certs =
-        p.o.nodes
-            .iter()
-            .filter(|n| {
-                certs::CertKind::ALL
-                    .iter()
-                    .all(|k| all_certs.contains_key(&k.cert_key(&n.target.name)))
-            })
-            .map(|n| n.target.name.clone())
-            .collect();
+    let with_certs = nodes_with_certs(p, &all_certs);
     record_expiry(&p.ctx.metrics, &ca, &all_certs);
-    p.st.consumers_behind = !served.problems.is_empty();
-    if served.problems.is_empty() {
+    report_consumer_problems(p, &served.problems);
+    Ok(Issued {
+        tls,
+        with_certs,
+        all_certs,
+        bundles,
+    })
+}
+
+/// The certificates `status.certificates` lists: etcd's, the consumers' and the operator's.
+fn inspect_all(
+    p: &Pass<'_>,
+    ca: &EtcdCa,
+    all_certs: &BTreeMap<String, Vec<u8>>,
+    served: &[(String, Vec<u8>)],
+    tls: &TlsPem,
+) -> Vec<certs::CertInfo> {
+    let mut infos = certs::inspect_certs(ca, all_certs);
+    for (secret, cert) in served {
+        infos.push(certs::inspect_pem(ca, secret, cert));
+    }
+    let client_key = format!(
+        "{}/{}/tls.crt",
+        p.ctx.config.operator_namespace,
+        ClientCertKind::Operator.secret_name()
+    );
+    infos.push(certs::inspect_pem(ca, &client_key, &tls.cert));
+    infos
+}
+
+/// The nodes whose certificates all exist in `all_certs`.
+fn nodes_with_certs(p: &Pass<'_>, all_certs: &BTreeMap<String, Vec<u8>>) -> BTreeSet<String> {
+    p.o.nodes
+        .iter()
+        .filter(|n| {
+            certs::CertKind::ALL
+                .iter()
+                .all(|k| all_certs.contains_key(&k.cert_key(&n.target.name)))
+        })
+        .map(|n| n.target.name.clone())
+        .collect()
+}
+
+/// Succeeds, or reports the consumer Secrets that could not be served and comes back for them.
+fn report_consumer_problems(p: &mut Pass<'_>, problems: &[String]) {
+    p.st.consumers_behind = !problems.is_empty();
+    if problems.is_empty() {
         p.succeeded(NAME);
     } else {
         // Etcd's own certificates are done: the pass goes on, the consumers are retried.
-        let message = served.problems.join("; ");
+        let message = problems.join("; ");
         p.ctx.metrics.error(NAME.as_str(), Category::ConsumerSecret);
         p.note(message.clone());
         p.cond(
@@ -148,12 +175,6 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
             "consumer Secrets tried again",
         );
     }
-    Ok(Issued {
-        tls,
-        with_certs,
-        all_certs,
-        bundles,
-    })
 }
 
 /// The CA: adopted from its Secret, or generated (Managed only) and stored.

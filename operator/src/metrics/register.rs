@@ -151,8 +151,17 @@ impl Metrics {
         );
     }
 
-    /// Registers the database and defragmentation metrics.
+    /// Registers the database, defragmentation, corruption check, backup and version metrics.
     pub(super) fn register_maintenance_metrics(&self, registry: &mut Registry) {
+        self.register_database_metrics(registry);
+        self.register_defrag_metrics(registry);
+        self.register_corruption_metrics(registry);
+        self.register_backup_metrics(registry);
+        self.register_version_metrics(registry);
+    }
+
+    /// Registers the database metrics: sizes, the backend quota and alarms.
+    fn register_database_metrics(&self, registry: &mut Registry) {
         registry.register(
             "member_db_size_bytes",
             "Size of each member's database file, free pages included",
@@ -173,6 +182,10 @@ impl Metrics {
             "Members with each etcd alarm raised (NOSPACE: etcd refuses every write but deletes)",
             self.alarms.clone(),
         );
+    }
+
+    /// Registers the defragmentation metrics.
+    fn register_defrag_metrics(&self, registry: &mut Registry) {
         registry.register(
             "defragmentations",
             "Defragmentations of one member, by result (succeeded, failed, timed_out, interrupted)",
@@ -193,6 +206,10 @@ impl Metrics {
             "1 while a member is being defragmented",
             self.defrag_in_progress.clone(),
         );
+    }
+
+    /// Registers the corruption check metrics.
+    fn register_corruption_metrics(&self, registry: &mut Registry) {
         registry.register(
             "corruption_checks",
             "Comparisons of every voter's HashKV, by result (consistent, divergent, inconclusive)",
@@ -203,6 +220,10 @@ impl Metrics {
             "Members the last corruption check found holding data that diverged from the majority's",
             self.members_divergent.clone(),
         );
+    }
+
+    /// Registers the backup metrics.
+    fn register_backup_metrics(&self, registry: &mut Registry) {
         registry.register(
             "backup_enabled",
             "1 when spec.backup is set",
@@ -238,6 +259,10 @@ impl Metrics {
             "The longest gap between two scheduled backups of spec.backup.schedule",
             self.backup_max_interval.clone(),
         );
+    }
+
+    /// Registers the etcd version metrics of the members and the cluster.
+    fn register_version_metrics(&self, registry: &mut Registry) {
         registry.register(
             "member_version_info",
             "1 for the etcd version each member runs (label version)",

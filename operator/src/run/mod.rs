@@ -178,9 +178,8 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         instance: Some(opts.identity.clone()),
     };
     let ctx = Context::new(client.clone(), opts.config.clone(), reporter, false);
-    let metrics = ctx.metrics.clone();
     let health = http::Health {
-        metrics: metrics.clone(),
+        metrics: ctx.metrics.clone(),
         ready: Arc::new(AtomicBool::new(false)),
         last_loop: Arc::new(AtomicI64::new(
             time::OffsetDateTime::now_utc().unix_timestamp(),
@@ -191,20 +190,14 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
     let mut stores = Stores::start(&client, &opts.config.operator_namespace);
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
-    tokio::select! {
-        r = stores.wait_ready() => r.map_err(|_| RunError::Caches)?,
-        _ = &mut shutdown => return Ok(()),
+    if caches_or_shutdown(&stores, &mut shutdown).await? {
+        return Ok(());
     }
     health
         .ready
         .store(true, std::sync::atomic::Ordering::SeqCst);
     tracing::info!(identity = %opts.identity, "caches synced");
-    let renew = opts.lease_duration / 3;
-    let mut next_renew = Instant::now();
-    let mut leading = false;
-    let mut lease_seen = None;
-    // Until when this instance may act on its last renewal (see `leader::renew_deadline`).
-    let mut act_until: Option<Instant> = None;
+    let mut lead = Leadership::default();
     let mut next_pass = Instant::now();
     let mut last_full = Instant::now();
     let mut resync = pass::RESYNC;
@@ -218,32 +211,22 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         let changed = tokio::select! {
             _ = &mut shutdown => {
                 tracing::info!("shutting down");
-                if leading {
-                    release_lease(&client, &opts).await;
-                }
+                lead.release(&client, &opts).await;
                 return Ok(());
             }
             _ = stores.changed.notified() => true,
             _ = tokio::time::sleep_until(next_pass) => false,
-            _ = tokio::time::sleep_until(next_renew) => false,
+            _ = tokio::time::sleep_until(lead.next_renew) => false,
         };
-        if Instant::now() >= next_renew {
-            let was = leading;
-            let asked = Instant::now();
-            leading = renew_lease(&client, &opts, leading, &mut lease_seen).await;
-            act_until = leading.then(|| asked + leader::renew_deadline(opts.lease_duration));
-            metrics.is_leader.set(i64::from(leading));
-            next_renew = Instant::now() + renew;
-            if leading && !was {
-                // Just took over: decide from a full pass at once, not from what this instance
-                // saw when it last led.
-                next_pass = Instant::now();
-                ctx.state.lock().await.settled_etcd = None;
-            }
+        if lead.renew_when_due(&client, &opts, &ctx).await {
+            // Just took over: decide from a full pass at once, not from what this instance saw
+            // when it last led.
+            next_pass = Instant::now();
+            ctx.state.lock().await.settled_etcd = None;
         }
         health.beat();
-        if !leading {
-            next_pass = next_renew;
+        if !lead.leading {
+            next_pass = lead.next_renew;
             continue;
         }
         if !changed && Instant::now() < next_pass {
@@ -253,37 +236,16 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
             next_pass = Instant::now() + pass::IDLE_REQUEUE;
             continue;
         }
-        // Fenced: a pass starts only while the last renewal lets this instance act, and is cut
-        // short when that runs out (the caches and etcd decide the next pass; every step is
-        // idempotent, so a cut pass is like a killed operator).
-        let Some(until) = act_until.filter(|u| Instant::now() < *u) else {
-            next_renew = Instant::now();
-            continue;
-        };
-        let now = time::OffsetDateTime::now_utc();
-        let span = tracing::info_span!("reconcile", cluster = crate::api::SINGLETON);
-        let inputs = stores.snapshot();
-        let pass = pass::pass(&ctx, &inputs, now).instrument(span);
-        let Ok(report) = tokio::time::timeout_at(until, pass).await else {
-            tracing::warn!(
-                "pass cut short: the lease was last renewed too long ago to go on acting; \
-                 renewing before the next pass"
-            );
-            next_renew = Instant::now();
+        let Some(report) = lead.fenced_pass(&ctx, &stores).await else {
             continue;
         };
         if report.relist.is_some() {
             // etcd's history changed under the caches (`crate::history`): the old reflectors go
             // with the old caches, and nothing acts until the new ones have listed.
             stores = Stores::start(&client, &opts.config.operator_namespace);
-            tokio::select! {
-                r = stores.wait_ready() => r.map_err(|_| RunError::Caches)?,
-                _ = &mut shutdown => {
-                    if leading {
-                        release_lease(&client, &opts).await;
-                    }
-                    return Ok(());
-                }
+            if caches_or_shutdown(&stores, &mut shutdown).await? {
+                lead.release(&client, &opts).await;
+                return Ok(());
             }
             tracing::info!("caches listed anew");
         }
@@ -292,6 +254,87 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         resync = report
             .full_pass_within
             .map_or(pass::RESYNC, |d| d.min(pass::RESYNC));
+    }
+}
+
+/// Waits until every cache has listed; true when a shutdown came first.
+async fn caches_or_shutdown(
+    stores: &Stores,
+    shutdown: &mut (impl std::future::Future<Output = ()> + Unpin),
+) -> Result<bool, RunError> {
+    tokio::select! {
+        r = stores.wait_ready() => r.map(|_| false).map_err(|_| RunError::Caches),
+        _ = shutdown => Ok(true),
+    }
+}
+
+/// This instance's hold on the leader lease.
+struct Leadership {
+    leading: bool,
+    /// The lease as last seen (see `leader::Observed`).
+    lease_seen: Option<leader::Observed>,
+    /// Until when this instance may act on its last renewal (see `leader::renew_deadline`).
+    act_until: Option<Instant>,
+    next_renew: Instant,
+}
+
+impl Default for Leadership {
+    fn default() -> Self {
+        Self {
+            leading: false,
+            lease_seen: None,
+            act_until: None,
+            next_renew: Instant::now(),
+        }
+    }
+}
+
+impl Leadership {
+    /// Renews the lease (or tries to take it) when due; true when this instance just took over.
+    async fn renew_when_due(&mut self, client: &Client, opts: &RunOptions, ctx: &Context) -> bool {
+        if Instant::now() < self.next_renew {
+            return false;
+        }
+        let was = self.leading;
+        let asked = Instant::now();
+        self.leading = renew_lease(client, opts, was, &mut self.lease_seen).await;
+        self.act_until = self
+            .leading
+            .then(|| asked + leader::renew_deadline(opts.lease_duration));
+        ctx.metrics.is_leader.set(i64::from(self.leading));
+        self.next_renew = Instant::now() + opts.lease_duration / 3;
+        self.leading && !was
+    }
+
+    /// One pass, fenced: it starts only while the last renewal lets this instance act, and is
+    /// cut short when that runs out (the caches and etcd decide the next pass; every step is
+    /// idempotent, so a cut pass is like a killed operator). `None`: no pass ran to its end,
+    /// and the lease is renewed first.
+    async fn fenced_pass(&mut self, ctx: &Context, stores: &Stores) -> Option<PassReport> {
+        let Some(until) = self.act_until.filter(|u| Instant::now() < *u) else {
+            self.next_renew = Instant::now();
+            return None;
+        };
+        let now = time::OffsetDateTime::now_utc();
+        let span = tracing::info_span!("reconcile", cluster = crate::api::SINGLETON);
+        let inputs = stores.snapshot();
+        let pass = pass::pass(ctx, &inputs, now).instrument(span);
+        let report = tokio::time::timeout_at(until, pass).await.ok();
+        if report.is_none() {
+            tracing::warn!(
+                "pass cut short: the lease was last renewed too long ago to go on acting; \
+                 renewing before the next pass"
+            );
+            self.next_renew = Instant::now();
+        }
+        report
+    }
+
+    /// Gives the lease up when held.
+    async fn release(&self, client: &Client, opts: &RunOptions) {
+        if self.leading {
+            release_lease(client, opts).await;
+        }
     }
 }
 

@@ -29,20 +29,8 @@ fn counts(c: &super::proxy::Counts) -> String {
         .join(", ")
 }
 
-/// Markdown for the report.
-pub fn markdown(r: &BenchReport) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "Run `{}` at {} ({:.0} s; {} cores, kernel {}, load average {} at the start, {} at the end).\n",
-        r.command,
-        r.started_at,
-        r.duration_s,
-        r.machine.cores,
-        r.machine.kernel,
-        r.machine.loadavg_start,
-        r.machine.loadavg_end
-    );
+/// The scale-up 3 → 4 tables: phases against the etcd floor, then revisions, probe and cost.
+fn scaleup_tables(s: &mut String, r: &BenchReport) {
     let _ = writeln!(s, "### Scale-up 3 → 4 vs the etcd floor\n");
     let _ = writeln!(
         s,
@@ -95,6 +83,10 @@ pub fn markdown(r: &BenchReport) -> String {
             counts(&o.cost.api_requests_by_kind)
         );
     }
+}
+
+/// The several-nodes-at-once table, if any growth was measured.
+fn growth_table(s: &mut String, r: &BenchReport) {
     if !r.growth.is_empty() {
         let _ = writeln!(s, "\n### Several nodes at once\n");
         let _ = writeln!(
@@ -120,6 +112,10 @@ pub fn markdown(r: &BenchReport) -> String {
             );
         }
     }
+}
+
+/// The rollout steps of the forced rollout and of every scale-up.
+fn rollout_steps_table(s: &mut String, r: &BenchReport) {
     let _ = writeln!(
         s,
         "\n### Rollout steps (ms; etcd's own stop and start are its floor, the rest is overhead)\n"
@@ -151,9 +147,10 @@ pub fn markdown(r: &BenchReport) -> String {
             );
         }
     }
-    for sk in &r.skipped {
-        let _ = writeln!(s, "\nSkipped: {sk}");
-    }
+}
+
+/// Write availability per disruption, then each disruption's steps.
+fn availability_tables(s: &mut String, r: &BenchReport) {
     let _ = writeln!(s, "\n### Write availability (scenario write load)\n");
     let _ = writeln!(
         s,
@@ -179,74 +176,104 @@ pub fn markdown(r: &BenchReport) -> String {
             let _ = writeln!(s, "- {t:.1}: {what}");
         }
     }
+}
+
+/// The operator's cost while idle.
+fn idle_table(s: &mut String, i: &super::idle::IdleReport) {
+    let _ = writeln!(s, "\n### Operator cost while idle\n");
+    let _ = writeln!(
+        s,
+        "| window | RSS | CPU | API requests/min | watches/min | lists/min | etcd requests/min | reconcile passes/min |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "| {:.0} s | {:.1} MiB | {:.2}% of a core | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+        i.window_s,
+        i.rss_kib as f64 / 1024.0,
+        i.cpu_percent,
+        i.api_requests_per_min,
+        i.api_watches_per_min,
+        i.api_lists_per_min,
+        i.etcd_requests_per_min,
+        i.reconcile_passes_per_min
+    );
+    let _ = writeln!(
+        s,
+        "\nAPI requests in the idle window: {}",
+        counts(&i.api_by_kind)
+    );
+    let _ = writeln!(
+        s,
+        "\nAPI requests from the operator's start until the idle window: {}",
+        counts(&i.startup_api_by_kind)
+    );
+    let etcd: Vec<String> = i
+        .etcd_by_method
+        .iter()
+        .map(|(k, v)| format!("{k} {v:.1}"))
+        .collect();
+    let _ = writeln!(
+        s,
+        "\netcd requests per minute by method: {}",
+        etcd.join(", ")
+    );
+}
+
+/// The operator's cost while idle beside many worker Nodes.
+fn idle_at_scale_table(s: &mut String, w: &super::scale::IdleAtScale) {
+    let i = &w.idle;
+    let _ = writeln!(
+        s,
+        "\n### Idle beside {} worker Nodes (each writing its status every {:.0} s; {:.0} writes/s reached, {} failed)\n",
+        w.worker_nodes, w.heartbeat_period_s, w.heartbeat.status_writes_per_s, w.heartbeat.failed
+    );
+    let _ = writeln!(
+        s,
+        "| window | RSS (× 3-node window) | CPU (×) | API requests/min | etcd requests/min | reconcile passes/min (×) |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "| {:.0} s | {:.1} MiB ({}) | {:.2}% ({}) | {:.1} | {:.1} | {:.1} ({}) |",
+        i.window_s,
+        i.rss_kib as f64 / 1024.0,
+        ratio(w.rss_ratio),
+        i.cpu_percent,
+        ratio(w.cpu_ratio),
+        i.api_requests_per_min,
+        i.etcd_requests_per_min,
+        i.reconcile_passes_per_min,
+        ratio(w.passes_ratio)
+    );
+}
+
+/// Markdown for the report.
+pub fn markdown(r: &BenchReport) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "Run `{}` at {} ({:.0} s; {} cores, kernel {}, load average {} at the start, {} at the end).\n",
+        r.command,
+        r.started_at,
+        r.duration_s,
+        r.machine.cores,
+        r.machine.kernel,
+        r.machine.loadavg_start,
+        r.machine.loadavg_end
+    );
+    scaleup_tables(&mut s, r);
+    growth_table(&mut s, r);
+    rollout_steps_table(&mut s, r);
+    for sk in &r.skipped {
+        let _ = writeln!(s, "\nSkipped: {sk}");
+    }
+    availability_tables(&mut s, r);
     if let Some(i) = &r.idle {
-        let _ = writeln!(s, "\n### Operator cost while idle\n");
-        let _ = writeln!(
-            s,
-            "| window | RSS | CPU | API requests/min | watches/min | lists/min | etcd requests/min | reconcile passes/min |"
-        );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
-        let _ = writeln!(
-            s,
-            "| {:.0} s | {:.1} MiB | {:.2}% of a core | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
-            i.window_s,
-            i.rss_kib as f64 / 1024.0,
-            i.cpu_percent,
-            i.api_requests_per_min,
-            i.api_watches_per_min,
-            i.api_lists_per_min,
-            i.etcd_requests_per_min,
-            i.reconcile_passes_per_min
-        );
-        let _ = writeln!(
-            s,
-            "\nAPI requests in the idle window: {}",
-            counts(&i.api_by_kind)
-        );
-        let _ = writeln!(
-            s,
-            "\nAPI requests from the operator's start until the idle window: {}",
-            counts(&i.startup_api_by_kind)
-        );
-        let etcd: Vec<String> = i
-            .etcd_by_method
-            .iter()
-            .map(|(k, v)| format!("{k} {v:.1}"))
-            .collect();
-        let _ = writeln!(
-            s,
-            "\netcd requests per minute by method: {}",
-            etcd.join(", ")
-        );
+        idle_table(&mut s, i);
     }
     if let Some(w) = &r.idle_at_scale {
-        let i = &w.idle;
-        let _ = writeln!(
-            s,
-            "\n### Idle beside {} worker Nodes (each writing its status every {:.0} s; {:.0} writes/s reached, {} failed)\n",
-            w.worker_nodes,
-            w.heartbeat_period_s,
-            w.heartbeat.status_writes_per_s,
-            w.heartbeat.failed
-        );
-        let _ = writeln!(
-            s,
-            "| window | RSS (× 3-node window) | CPU (×) | API requests/min | etcd requests/min | reconcile passes/min (×) |"
-        );
-        let _ = writeln!(s, "|---|---|---|---|---|---|");
-        let _ = writeln!(
-            s,
-            "| {:.0} s | {:.1} MiB ({}) | {:.2}% ({}) | {:.1} | {:.1} | {:.1} ({}) |",
-            i.window_s,
-            i.rss_kib as f64 / 1024.0,
-            ratio(w.rss_ratio),
-            i.cpu_percent,
-            ratio(w.cpu_ratio),
-            i.api_requests_per_min,
-            i.etcd_requests_per_min,
-            i.reconcile_passes_per_min,
-            ratio(w.passes_ratio)
-        );
+        idle_at_scale_table(&mut s, w);
     }
     if let Some(rss) = r.operator_rss_after_bootstrap_kib {
         let _ = writeln!(

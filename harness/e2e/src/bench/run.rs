@@ -197,14 +197,39 @@ async fn leader(h: &Harness) -> String {
     "?".into()
 }
 
+/// A control-plane error as the bench reports it.
+fn err(e: crate::controlplane::ControlPlaneError) -> String {
+    e.to_string()
+}
+
 async fn drive(
     args: &BenchArgs,
     h: &mut Harness,
     rep: &mut BenchReport,
     started: Instant,
 ) -> Result<(), String> {
-    let err = |e: crate::controlplane::ControlPlaneError| e.to_string();
     // 1. Bootstrap 1 → 3 under the load.
+    bootstrap(h, rep).await?;
+    // 2. A forced revision rollout across the 3 nodes.
+    rollout(h, rep).await?;
+    // 3. Member replacement: n2 loses its data dir.
+    replace_member(h, rep).await?;
+    // 4. The operator again, behind the counting proxy; an idle window.
+    let op = idle_window(args, h, rep).await?;
+    // 4b. Two nodes at once: 3 → 5 voters, then back to 3.
+    if args.growth {
+        grow_three_to_five(h, &op, rep).await?;
+    }
+    // 5. One scale-up per size, the floor just before it.
+    scale_ups(args, h, &op, rep, started).await?;
+    // The operator's log, for reading the timeline (the control plane's directory goes away).
+    let _ = std::fs::copy(&op.log, args.out.join("bench-operator.log"));
+    drop(op);
+    Ok(())
+}
+
+/// Bootstrap 1 → 3 under the load.
+async fn bootstrap(h: &mut Harness, rep: &mut BenchReport) -> Result<(), String> {
     let mark = h.steps.len();
     let (load, t) = availability::start_load(h).await?;
     h.wait_settled(3, SETTLE).await.map_err(err)?;
@@ -218,8 +243,11 @@ async fn drive(
         h.cp.operator_pid()
             .and_then(procstat::sample)
             .map(|s| s.rss_kib);
+    Ok(())
+}
 
-    // 2. A forced revision rollout across the 3 nodes.
+/// A forced revision rollout across the 3 nodes, under the load.
+async fn rollout(h: &mut Harness, rep: &mut BenchReport) -> Result<(), String> {
     let mark = h.steps.len();
     let (load, t) = availability::start_load(h).await?;
     let before = h.status().await.latest_available_revision;
@@ -249,8 +277,11 @@ async fn drive(
         a.longest_write_gap_ms
     );
     rep.availability.push(a);
+    Ok(())
+}
 
-    // 3. Member replacement: n2 loses its data dir.
+/// Member replacement under the load: n2 loses its data dir.
+async fn replace_member(h: &mut Harness, rep: &mut BenchReport) -> Result<(), String> {
     let mark = h.steps.len();
     let (load, t) = availability::start_load(h).await?;
     let old = member_of(&h.status().await, "n2").ok_or("n2 has no member")?;
@@ -273,8 +304,15 @@ async fn drive(
         a.longest_write_gap_ms
     );
     rep.availability.push(a);
+    Ok(())
+}
 
-    // 4. The operator again, behind the counting proxy; an idle window.
+/// The operator again, behind the counting proxy; an idle window (and one at scale).
+async fn idle_window(
+    args: &BenchArgs,
+    h: &mut Harness,
+    rep: &mut BenchReport,
+) -> Result<CountedOperator, String> {
     h.cp.stop_operator(Duration::from_secs(5)).map_err(err)?;
     let op = CountedOperator::start(&h.cp).await?;
     h.step("bench: operator restarted behind the counting proxy");
@@ -309,122 +347,160 @@ async fn drive(
         rep.idle_at_scale = Some(at_scale);
     }
     rep.idle = Some(idle);
+    Ok(op)
+}
 
-    // 4b. Two nodes at once: 3 → 5 voters, then back to 3.
-    if args.growth {
-        let floor_ms = scale::empty_floor_ms().await?;
-        let names = ["g4".to_owned(), "g5".to_owned()];
-        println!("bench: growing 3 → 5 (floor {floor_ms:.0} ms per member) ...");
-        let g = scale::grow(h, 3, &names, floor_ms, Some(&op), SETTLE).await?;
-        println!(
-            "bench: 3 → 5: {:.2} s, ratio {:.0}x",
-            g.operator.phases.done_s, g.ratio
-        );
-        rep.growth.push(g);
-        for name in &names {
-            h.cp.delete_node(name).await.map_err(err)?;
-        }
-        h.wait_settled(3, SETTLE).await.map_err(err)?;
+/// Two nodes at once: 3 → 5 voters, then back to 3.
+async fn grow_three_to_five(
+    h: &mut Harness,
+    op: &CountedOperator,
+    rep: &mut BenchReport,
+) -> Result<(), String> {
+    let floor_ms = scale::empty_floor_ms().await?;
+    let names = ["g4".to_owned(), "g5".to_owned()];
+    println!("bench: growing 3 → 5 (floor {floor_ms:.0} ms per member) ...");
+    let g = scale::grow(h, 3, &names, floor_ms, Some(op), SETTLE).await?;
+    println!(
+        "bench: 3 → 5: {:.2} s, ratio {:.0}x",
+        g.operator.phases.done_s, g.ratio
+    );
+    rep.growth.push(g);
+    for name in &names {
+        h.cp.delete_node(name).await.map_err(err)?;
     }
+    h.wait_settled(3, SETTLE).await.map_err(err)?;
+    Ok(())
+}
 
-    // 5. One scale-up per size, the floor just before it.
-    let mut filled = 0u64;
-    let mut put_rate: Option<f64> = None; // puts per second of the last fill
-    let mut last_scaleup_s = 0.0f64;
+/// What the scale-ups so far tell the next one.
+#[derive(Debug, Default)]
+struct SizeRun {
+    /// Keys in the operator's cluster.
+    filled: u64,
+    /// Puts per second of the last fill.
+    put_rate: Option<f64>,
+    last_scaleup_s: f64,
+}
+
+/// One scale-up per size, the floor just before it.
+async fn scale_ups(
+    args: &BenchArgs,
+    h: &mut Harness,
+    op: &CountedOperator,
+    rep: &mut BenchReport,
+    started: Instant,
+) -> Result<(), String> {
+    let mut run = SizeRun::default();
     for (i, size) in args.sizes.iter().enumerate() {
         let name = format!("n{}", 4 + i);
-        let to_fill = size.puts.saturating_sub(filled);
-        if let Some(rate) = put_rate {
-            // Two fills (floor and operator), the scale-up and the cleanup; replication grows
-            // with the data, so scale the last scale-up by the data ratio (at least 1).
-            let fills = (size.puts + to_fill) as f64 / rate;
-            let growth = (size.puts as f64 / filled.max(1) as f64).max(1.0);
-            let estimate = fills + last_scaleup_s * growth.sqrt() * 2.0 + 60.0;
-            let left = args.budget.as_secs_f64() - started.elapsed().as_secs_f64();
-            if estimate > left {
-                let why = format!(
-                    "{}: skipped: estimated {:.0} s (fills at {:.0} puts/s, scale-up and cleanup) but {:.0} s of the {:.0} s budget left",
-                    size.label,
-                    estimate,
-                    rate,
-                    left.max(0.0),
-                    args.budget.as_secs_f64()
-                );
-                println!("bench: {why}");
-                rep.skipped.push(why);
-                continue;
-            }
+        if let Some(why) = over_budget(args, size, &run, started) {
+            println!("bench: {why}");
+            rep.skipped.push(why);
+            continue;
         }
-        println!("bench: {}: etcd floor ...", size.label);
-        let floor = floor::measure(size).await?;
-        if floor.fill.puts > 0 {
-            put_rate = Some(floor.fill.puts as f64 / floor.fill.seconds.max(0.001));
-        }
-        println!(
-            "bench: {}: floor add → promoted {:.0} ms; filling the operator's cluster ...",
-            size.label, floor.promoted_ms
-        );
-        let client = operator_client(h).await?;
-        let f = fill::fill(client.clone(), "/bench-fill/", filled, size.puts).await?;
-        filled = filled.max(size.puts);
-        let db = fill::db_size(&client).await;
-        println!(
-            "bench: {}: {} puts in {:.1} s, db {:.0} MB; adding {name} ...",
-            size.label,
-            f.puts,
-            f.seconds,
-            db as f64 / 1e6
-        );
-        // 3 → 4 nodes: the odd-voter policy keeps the new member as a standby learner.
-        let target = scaleup::Target {
-            voters: 3,
-            learners: 1,
-        };
-        let since = steps::now_ms();
-        let r = scaleup::measure(
-            h,
-            std::slice::from_ref(&name),
-            target,
-            Some(op.pid()),
-            Some(&op.proxy),
-            SETTLE,
-        )
-        .await?;
-        last_scaleup_s = r.phases.done_s + r.phases.node_ready_after_add_s;
-        let ratio = r.phases.done_s * 1000.0 / floor.promoted_ms.max(0.001);
-        println!(
-            "bench: {}: operator {:.2} s (promoted at {:?} s) vs floor {:.0} ms: ratio {ratio:.0}x",
-            size.label, r.phases.done_s, r.phases.promoted_s, floor.promoted_ms
-        );
-        rep.scaleup.push(SizeResult {
-            size: size.label.clone(),
-            operator_db_bytes: db,
-            operator_fill: f,
-            ratio,
-            ratio_to_promoted: r
-                .phases
-                .promoted_s
-                .map(|p| p * 1000.0 / floor.promoted_ms.max(0.001)),
-            floor,
-            operator: r,
-            rollout_steps: steps::rollout_steps(
-                &std::fs::read_to_string(&op.log).unwrap_or_default(),
-                since,
-                |n| h.cp.node(n).ok().map(|x| x.root.clone()),
-            ),
-        });
+        let result = one_size(h, op, size, &name, &mut run).await?;
+        rep.scaleup.push(result);
         if i + 1 < args.sizes.len() {
             let cleanup = Instant::now();
             h.cp.delete_node(&name).await.map_err(err)?;
             h.step(format!("bench: node {name} deleted"));
             h.wait_settled(3, SETTLE).await.map_err(err)?;
-            last_scaleup_s += cleanup.elapsed().as_secs_f64();
+            run.last_scaleup_s += cleanup.elapsed().as_secs_f64();
         }
     }
-    // The operator's log, for reading the timeline (the control plane's directory goes away).
-    let _ = std::fs::copy(&op.log, args.out.join("bench-operator.log"));
-    drop(op);
     Ok(())
+}
+
+/// Why `size` is skipped, when the run would likely overrun the budget with it.
+fn over_budget(args: &BenchArgs, size: &Size, run: &SizeRun, started: Instant) -> Option<String> {
+    let filled = run.filled;
+    let to_fill = size.puts.saturating_sub(filled);
+    let rate = run.put_rate?;
+    // Two fills (floor and operator), the scale-up and the cleanup; replication grows
+    // with the data, so scale the last scale-up by the data ratio (at least 1).
+    let fills = (size.puts + to_fill) as f64 / rate;
+    let growth = (size.puts as f64 / filled.max(1) as f64).max(1.0);
+    let estimate = fills + run.last_scaleup_s * growth.sqrt() * 2.0 + 60.0;
+    let left = args.budget.as_secs_f64() - started.elapsed().as_secs_f64();
+    if estimate > left {
+        return Some(format!(
+            "{}: skipped: estimated {:.0} s (fills at {:.0} puts/s, scale-up and cleanup) but {:.0} s of the {:.0} s budget left",
+            size.label,
+            estimate,
+            rate,
+            left.max(0.0),
+            args.budget.as_secs_f64()
+        ));
+    }
+    None
+}
+
+/// The etcd floor for `size`, then the operator's cluster filled to it and scaled up 3 → 4.
+async fn one_size(
+    h: &mut Harness,
+    op: &CountedOperator,
+    size: &Size,
+    name: &str,
+    run: &mut SizeRun,
+) -> Result<SizeResult, String> {
+    println!("bench: {}: etcd floor ...", size.label);
+    let floor = floor::measure(size).await?;
+    if floor.fill.puts > 0 {
+        run.put_rate = Some(floor.fill.puts as f64 / floor.fill.seconds.max(0.001));
+    }
+    println!(
+        "bench: {}: floor add → promoted {:.0} ms; filling the operator's cluster ...",
+        size.label, floor.promoted_ms
+    );
+    let client = operator_client(h).await?;
+    let f = fill::fill(client.clone(), "/bench-fill/", run.filled, size.puts).await?;
+    run.filled = run.filled.max(size.puts);
+    let db = fill::db_size(&client).await;
+    println!(
+        "bench: {}: {} puts in {:.1} s, db {:.0} MB; adding {name} ...",
+        size.label,
+        f.puts,
+        f.seconds,
+        db as f64 / 1e6
+    );
+    // 3 → 4 nodes: the odd-voter policy keeps the new member as a standby learner.
+    let target = scaleup::Target {
+        voters: 3,
+        learners: 1,
+    };
+    let since = steps::now_ms();
+    let r = scaleup::measure(
+        h,
+        &[name.to_owned()],
+        target,
+        Some(op.pid()),
+        Some(&op.proxy),
+        SETTLE,
+    )
+    .await?;
+    run.last_scaleup_s = r.phases.done_s + r.phases.node_ready_after_add_s;
+    let ratio = r.phases.done_s * 1000.0 / floor.promoted_ms.max(0.001);
+    println!(
+        "bench: {}: operator {:.2} s (promoted at {:?} s) vs floor {:.0} ms: ratio {ratio:.0}x",
+        size.label, r.phases.done_s, r.phases.promoted_s, floor.promoted_ms
+    );
+    Ok(SizeResult {
+        size: size.label.clone(),
+        operator_db_bytes: db,
+        operator_fill: f,
+        ratio,
+        ratio_to_promoted: r
+            .phases
+            .promoted_s
+            .map(|p| p * 1000.0 / floor.promoted_ms.max(0.001)),
+        floor,
+        operator: r,
+        rollout_steps: steps::rollout_steps(
+            &std::fs::read_to_string(&op.log).unwrap_or_default(),
+            since,
+            |n| h.cp.node(n).ok().map(|x| x.root.clone()),
+        ),
+    })
 }
 
 /// 1 → 5 on a fresh control plane (no load, empty database), if the budget allows.

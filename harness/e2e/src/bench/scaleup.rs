@@ -75,28 +75,27 @@ pub struct Target {
     pub learners: usize,
 }
 
-/// Adds the nodes `names` and measures until the cluster is settled at `target`.
-/// `pid` is the operator's, `counts` the proxy's request counter (if any).
-pub async fn measure(
+/// What the polls during a scale-up saw: when each sub-phase first showed, and every status.
+struct Observed {
+    ready_at: Option<Instant>,
+    added: Option<Instant>,
+    started: Option<Instant>,
+    promoted: Option<Instant>,
+    samples: Vec<(Instant, EtcdClusterStatus)>,
+    max_rss: u64,
+    done: Instant,
+}
+
+/// Polls Nodes and status every 50 ms until the new members are settled at `target`.
+async fn observe(
     h: &mut Harness,
     names: &[String],
+    before: &BTreeSet<String>,
     target: Target,
     pid: Option<u32>,
-    proxy: Option<&super::proxy::CountingProxy>,
+    origin: Instant,
     deadline: Duration,
-) -> Result<ScaleUpReport, String> {
-    let before: BTreeSet<String> = h.status().await.members.into_iter().map(|m| m.id).collect();
-    let before_latest = h.status().await.latest_available_revision;
-    let origin = Instant::now();
-    let probe = Probe::start(h.cp.client(), origin);
-    let cpu0 = pid.and_then(procstat::sample);
-    let api0 = proxy.map(|p| p.counts()).unwrap_or_default();
-    for name in names {
-        h.cp.add_node(name)
-            .await
-            .map_err(|e| format!("adding {name}: {e}"))?;
-        h.step(format!("bench: node {name} added"));
-    }
+) -> Result<Observed, String> {
     let nodes: Api<Node> = Api::all(h.cp.client());
     let mut ready_at: Option<Instant> = None;
     let (mut added, mut started, mut promoted) = (None, None, None);
@@ -155,6 +154,63 @@ pub async fn measure(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    Ok(Observed {
+        ready_at,
+        added,
+        started,
+        promoted,
+        samples,
+        max_rss,
+        done,
+    })
+}
+
+/// One status poll, `at_s` seconds after the new node was Ready, as the timeline shows it.
+fn sample(at_s: f64, s: &EtcdClusterStatus) -> Sample {
+    Sample {
+        at_s,
+        latest_revision: s.latest_available_revision,
+        voters: s.members.iter().filter(|m| m.role == "Voter").count(),
+        learners: s.members.iter().filter(|m| m.role == "Learner").count(),
+        nodes: s
+            .node_statuses
+            .iter()
+            .map(|n| (n.node_name.clone(), n.current_revision, n.target_revision))
+            .collect(),
+    }
+}
+
+/// Adds the nodes `names` and measures until the cluster is settled at `target`.
+/// `pid` is the operator's, `counts` the proxy's request counter (if any).
+pub async fn measure(
+    h: &mut Harness,
+    names: &[String],
+    target: Target,
+    pid: Option<u32>,
+    proxy: Option<&super::proxy::CountingProxy>,
+    deadline: Duration,
+) -> Result<ScaleUpReport, String> {
+    let before: BTreeSet<String> = h.status().await.members.into_iter().map(|m| m.id).collect();
+    let before_latest = h.status().await.latest_available_revision;
+    let origin = Instant::now();
+    let probe = Probe::start(h.cp.client(), origin);
+    let cpu0 = pid.and_then(procstat::sample);
+    let api0 = proxy.map(|p| p.counts()).unwrap_or_default();
+    for name in names {
+        h.cp.add_node(name)
+            .await
+            .map_err(|e| format!("adding {name}: {e}"))?;
+        h.step(format!("bench: node {name} added"));
+    }
+    let Observed {
+        ready_at,
+        added,
+        started,
+        promoted,
+        samples,
+        max_rss,
+        done,
+    } = observe(h, names, &before, target, pid, origin, deadline).await?;
     h.step(format!("bench: settled at {target:?}"));
     let writes = probe.finish().await;
     let cpu1 = pid.and_then(procstat::sample);
@@ -190,17 +246,7 @@ pub async fn measure(
     };
     let samples = samples
         .into_iter()
-        .map(|(t, s)| Sample {
-            at_s: rel(t),
-            latest_revision: s.latest_available_revision,
-            voters: s.members.iter().filter(|m| m.role == "Voter").count(),
-            learners: s.members.iter().filter(|m| m.role == "Learner").count(),
-            nodes: s
-                .node_statuses
-                .iter()
-                .map(|n| (n.node_name.clone(), n.current_revision, n.target_revision))
-                .collect(),
-        })
+        .map(|(t, s)| sample(rel(t), &s))
         .collect();
     let writes: Vec<ProbeWrite> = writes
         .into_iter()

@@ -19,49 +19,28 @@ fn esc(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// Renders the timeline of `r` (title `title`).
-pub fn render(r: &ScaleUpReport, title: &str) -> String {
-    let t_min = r
-        .samples
-        .first()
-        .map_or(0.0, |s| s.at_s)
-        .min(-r.phases.node_ready_after_add_s);
-    let t_max = r.phases.done_s.max(0.1) * 1.03;
-    let x = |t: f64| LEFT + (t - t_min) / (t_max - t_min) * (W - LEFT - RIGHT);
-    let mut nodes: Vec<String> = r
-        .samples
-        .iter()
-        .flat_map(|s| s.nodes.iter().map(|n| n.0.clone()))
-        .collect();
-    nodes.sort();
-    nodes.dedup();
-    let lane_h = 26.0;
-    // One row per phase label above the lanes.
-    let top = 56.0 + 12.0 * 5.0;
-    let rev_top = top + 6.0;
-    let lat_top = rev_top + lane_h * nodes.len() as f64 + 40.0;
-    let lat_h = 150.0;
-    let h = lat_top + lat_h + 60.0;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(
-        s,
-        r##"<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="white"/><line x1="0" y1="0" x2="0" y2="6" stroke="#888" stroke-width="3"/></pattern></defs>"##
-    );
-    let _ = writeln!(s, r#"<rect width="{W}" height="{h}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{LEFT}" y="22" font-size="15" font-weight="bold">{}</text>"#,
-        esc(title)
-    );
-    let _ = writeln!(
-        s,
-        r##"<text x="{LEFT}" y="40" fill="#555">seconds after the new Node is Ready; lanes: each node's running revision (hatched: installing); dots: probe put latency</text>"##
-    );
-    // Revision lanes.
+/// Where the timeline's parts go: its time span and the lanes' and latency panel's places.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    t_min: f64,
+    t_max: f64,
+    lane_h: f64,
+    rev_top: f64,
+    lat_top: f64,
+    lat_h: f64,
+}
+
+impl Layout {
+    /// The x coordinate of `t` seconds.
+    fn x(&self, t: f64) -> f64 {
+        LEFT + (t - self.t_min) / (self.t_max - self.t_min) * (W - LEFT - RIGHT)
+    }
+}
+
+/// One lane per node: solid while it runs a revision, hatched while it installs the next.
+fn revision_lanes(s: &mut String, r: &ScaleUpReport, l: &Layout, nodes: &[String]) {
+    let (lane_h, rev_top) = (l.lane_h, l.rev_top);
+    let x = |t: f64| l.x(t);
     for (i, node) in nodes.iter().enumerate() {
         let y = rev_top + lane_h * i as f64;
         let _ = writeln!(
@@ -120,7 +99,12 @@ pub fn render(r: &ScaleUpReport, title: &str) -> String {
             k = j;
         }
     }
-    // Latency panel.
+}
+
+/// The probe's put latency: dots, failed writes as red crosses.
+fn latency_panel(s: &mut String, r: &ScaleUpReport, l: &Layout) {
+    let (t_min, t_max, lat_top, lat_h) = (l.t_min, l.t_max, l.lat_top, l.lat_h);
+    let x = |t: f64| l.x(t);
     let max_lat = r
         .writes
         .iter()
@@ -163,7 +147,12 @@ pub fn render(r: &ScaleUpReport, title: &str) -> String {
             );
         }
     }
-    // Phase markers across the whole plot.
+}
+
+/// Phase markers across the whole plot.
+fn phase_markers(s: &mut String, r: &ScaleUpReport, l: &Layout) {
+    let (lat_top, lat_h) = (l.lat_top, l.lat_h);
+    let x = |t: f64| l.x(t);
     let mut markers = vec![(0.0, "Node Ready".to_owned())];
     for (t, what) in [
         (r.phases.learner_added_s, "learner added"),
@@ -192,7 +181,12 @@ pub fn render(r: &ScaleUpReport, title: &str) -> String {
             esc(what)
         );
     }
-    // Time axis.
+}
+
+/// The time axis, in seconds after the new Node is Ready.
+fn time_axis(s: &mut String, l: &Layout) {
+    let (t_min, t_max, lat_top, lat_h) = (l.t_min, l.t_max, l.lat_top, l.lat_h);
+    let x = |t: f64| l.x(t);
     let axis_y = lat_top + lat_h + 18.0;
     let span = t_max - t_min;
     let step = [
@@ -222,6 +216,65 @@ pub fn render(r: &ScaleUpReport, title: &str) -> String {
         (LEFT + W - RIGHT) / 2.0,
         axis_y + 18.0
     );
+}
+
+/// Renders the timeline of `r` (title `title`).
+pub fn render(r: &ScaleUpReport, title: &str) -> String {
+    let t_min = r
+        .samples
+        .first()
+        .map_or(0.0, |s| s.at_s)
+        .min(-r.phases.node_ready_after_add_s);
+    let t_max = r.phases.done_s.max(0.1) * 1.03;
+    let mut nodes: Vec<String> = r
+        .samples
+        .iter()
+        .flat_map(|s| s.nodes.iter().map(|n| n.0.clone()))
+        .collect();
+    nodes.sort();
+    nodes.dedup();
+    let lane_h = 26.0;
+    // One row per phase label above the lanes.
+    let top = 56.0 + 12.0 * 5.0;
+    let rev_top = top + 6.0;
+    let lat_top = rev_top + lane_h * nodes.len() as f64 + 40.0;
+    let lat_h = 150.0;
+    let h = lat_top + lat_h + 60.0;
+    let l = Layout {
+        t_min,
+        t_max,
+        lane_h,
+        rev_top,
+        lat_top,
+        lat_h,
+    };
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(
+        s,
+        r##"<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="white"/><line x1="0" y1="0" x2="0" y2="6" stroke="#888" stroke-width="3"/></pattern></defs>"##
+    );
+    let _ = writeln!(s, r#"<rect width="{W}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{LEFT}" y="22" font-size="15" font-weight="bold">{}</text>"#,
+        esc(title)
+    );
+    let _ = writeln!(
+        s,
+        r##"<text x="{LEFT}" y="40" fill="#555">seconds after the new Node is Ready; lanes: each node's running revision (hatched: installing); dots: probe put latency</text>"##
+    );
+    // Revision lanes.
+    revision_lanes(&mut s, r, &l, &nodes);
+    // Latency panel.
+    latency_panel(&mut s, r, &l);
+    // Phase markers across the whole plot.
+    phase_markers(&mut s, r, &l);
+    // Time axis.
+    time_axis(&mut s, &l);
     s.push_str("</svg>\n");
     s
 }

@@ -53,13 +53,13 @@ pub async fn ca_rotation(h: &mut Harness) -> Result<(), ControlPlaneError> {
     rotate(h).await
 }
 
-pub(super) async fn rotate(h: &mut Harness) -> Result<(), ControlPlaneError> {
-    let old = h.signer().await?;
-    h.patch_spec(serde_json::json!({"certificates": {"caRotationRequest": TRIGGER}}))
-        .await?;
+/// Waits for the rotation to pass each phase and complete: when each phase was seen, and how long it all took.
+async fn wait_phases(
+    h: &mut Harness,
+    deadline: Duration,
+) -> Result<(Vec<String>, Duration), ControlPlaneError> {
     let started = Instant::now();
     let mut at = Vec::new();
-    let deadline = DEADLINE + h.control_plane_slack();
     for (i, phase) in PHASES.iter().enumerate() {
         let s = h
             .wait_status(
@@ -79,6 +79,15 @@ pub(super) async fn rotate(h: &mut Harness) -> Result<(), ControlPlaneError> {
     h.wait_status("the CA rotation completed", deadline, |s| progress(s) == 4)
         .await?;
     let took = started.elapsed();
+    Ok((at, took))
+}
+
+pub(super) async fn rotate(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    let old = h.signer().await?;
+    h.patch_spec(serde_json::json!({"certificates": {"caRotationRequest": TRIGGER}}))
+        .await?;
+    let deadline = DEADLINE + h.control_plane_slack();
+    let (at, took) = wait_phases(h, deadline).await?;
     h.wait_settled(3, deadline).await?;
 
     // Everything is the new CA's.

@@ -154,6 +154,32 @@ async fn apply_rendered_secret(
     read(etcd_operator::bootstrap::apiserver::CERT_FILE)
 }
 
+/// Binds the consumer ClusterRole to the operator's ServiceAccount in the consumer namespace.
+async fn bind_consumer_role(client: &kube::Client) -> Result<(), ControlPlaneError> {
+    let binding = RoleBinding {
+        metadata: ObjectMeta {
+            name: Some("etcd-operator-consumer-secrets".into()),
+            namespace: Some(CONSUMER_NS.into()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: CONSUMER_ROLE.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: "etcd-operator".into(),
+            namespace: Some(OPERATOR_NS.into()),
+            ..Default::default()
+        }]),
+    };
+    Api::<RoleBinding>::namespaced(client.clone(), CONSUMER_NS)
+        .create(&PostParams::default(), &binding)
+        .await?;
+    Ok(())
+}
+
 /// The published consumer Secret: refused while the operator may not write the namespace (kas),
 /// written once the role is bound; a Secret of someone else's is never overwritten.
 async fn in_its_own_namespace(h: &mut Harness) -> Result<(), ControlPlaneError> {
@@ -199,27 +225,7 @@ async fn in_its_own_namespace(h: &mut Harness) -> Result<(), ControlPlaneError> 
     } else {
         h.step("the API stand-in enforces no RBAC: the refusal before the RoleBinding is checked on kas only");
     }
-    let binding = RoleBinding {
-        metadata: ObjectMeta {
-            name: Some("etcd-operator-consumer-secrets".into()),
-            namespace: Some(CONSUMER_NS.into()),
-            ..Default::default()
-        },
-        role_ref: RoleRef {
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            kind: "ClusterRole".into(),
-            name: CONSUMER_ROLE.into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: "etcd-operator".into(),
-            namespace: Some(OPERATOR_NS.into()),
-            ..Default::default()
-        }]),
-    };
-    Api::<RoleBinding>::namespaced(client.clone(), CONSUMER_NS)
-        .create(&PostParams::default(), &binding)
-        .await?;
+    bind_consumer_role(&client).await?;
     let published = secret_until(&theirs, PUBLISHED, "the RoleBinding exists", true)
         .await?
         .ok_or_else(|| failed("no Secret"))?;

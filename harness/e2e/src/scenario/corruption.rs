@@ -9,6 +9,7 @@
 use std::time::{Duration, Instant};
 
 use etcd_operator::api::EtcdClusterStatus;
+use membership::{EtcdClient, MemberUrl};
 
 use super::harness::{Harness, member_of};
 use crate::controlplane::ControlPlaneError;
@@ -57,6 +58,49 @@ fn rewrite(path: &std::path::Path, from: &[u8], to: &[u8]) -> Result<usize, Cont
     Ok(n)
 }
 
+/// Corrupts n2's copy of the canary while it is stopped; returns n2's member id from before.
+async fn corrupt_n2(
+    h: &mut Harness,
+    etcd: &EtcdClient,
+    n2: &MemberUrl,
+) -> Result<String, ControlPlaneError> {
+    let old = member_of(&h.status().await, "n2").ok_or_else(|| failed("n2 has no member"))?;
+    h.cp.stop_node("n2").await?;
+    let db = h.cp.node("n2")?.data_dir().join("member/snap/db");
+    let copies = rewrite(&db, &canary(b'A'), &canary(b'B'))?;
+    if copies == 0 {
+        return Err(failed(format!(
+            "{CANARY_KEY} not found in {}",
+            db.display()
+        )));
+    }
+    h.step(format!(
+        "n2 stopped; its copy of {CANARY_KEY} changed on disk ({copies} place(s) in {})",
+        db.display()
+    ));
+    let marker = etcd
+        .put("/sandbox-canary-compaction", b"1".to_vec())
+        .await
+        .map_err(|e| failed(format!("writing the compaction marker: {e}")))?;
+    etcd.compact(marker)
+        .await
+        .map_err(|e| failed(format!("compacting at {marker}: {e}")))?;
+    h.cp.restart_node("n2").await?;
+    h.step(format!(
+        "compacted at revision {marker} (past n2's), n2 started again"
+    ));
+    // The clock starts when n2 serves (etcd's own start-up check has passed it by then).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while etcd.status_of(n2).await.is_err() {
+        if Instant::now() > deadline {
+            return Err(failed("n2's etcd did not answer within 60s of its start"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    h.step("n2 serves again");
+    Ok(old)
+}
+
 pub(super) async fn corruption(h: &mut Harness) -> Result<(), ControlPlaneError> {
     h.patch_spec(serde_json::json!({"corruptionCheck": {"intervalSeconds": INTERVAL_S}}))
         .await?;
@@ -87,40 +131,7 @@ pub(super) async fn corruption(h: &mut Harness) -> Result<(), ControlPlaneError>
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let old = member_of(&h.status().await, "n2").ok_or_else(|| failed("n2 has no member"))?;
-    h.cp.stop_node("n2").await?;
-    let db = h.cp.node("n2")?.data_dir().join("member/snap/db");
-    let copies = rewrite(&db, &canary(b'A'), &canary(b'B'))?;
-    if copies == 0 {
-        return Err(failed(format!(
-            "{CANARY_KEY} not found in {}",
-            db.display()
-        )));
-    }
-    h.step(format!(
-        "n2 stopped; its copy of {CANARY_KEY} changed on disk ({copies} place(s) in {})",
-        db.display()
-    ));
-    let marker = etcd
-        .put("/sandbox-canary-compaction", b"1".to_vec())
-        .await
-        .map_err(|e| failed(format!("writing the compaction marker: {e}")))?;
-    etcd.compact(marker)
-        .await
-        .map_err(|e| failed(format!("compacting at {marker}: {e}")))?;
-    h.cp.restart_node("n2").await?;
-    h.step(format!(
-        "compacted at revision {marker} (past n2's), n2 started again"
-    ));
-    // The clock starts when n2 serves (etcd's own start-up check has passed it by then).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while etcd.status_of(&n2).await.is_err() {
-        if Instant::now() > deadline {
-            return Err(failed("n2's etcd did not answer within 60s of its start"));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    h.step("n2 serves again");
+    let old = corrupt_n2(h, &etcd, &n2).await?;
     let started = Instant::now();
     let limit = Duration::from_secs(INTERVAL_S * 3 + 30);
     let s = h

@@ -16,7 +16,7 @@ use membership::{EtcdClient, MemberUrl};
 
 use super::harness::Harness;
 use crate::controlplane::{ControlPlaneError, STATIC_NS, wait_for};
-use crate::drain::{DrainOptions, DrainReport, drain, set_unschedulable};
+use crate::drain::{DrainError, DrainOptions, DrainReport, drain, set_unschedulable};
 
 const SETTLE: Duration = Duration::from_secs(240);
 /// A member that does not answer its status this fast counts as down for one sample.
@@ -159,26 +159,13 @@ pub(super) async fn maintain(
     Ok(())
 }
 
-pub async fn drain_scenario(h: &mut Harness) -> Result<(), ControlPlaneError> {
-    h.wait_status(
-        "3 quorum guards Ready, budget minAvailable 2",
-        SETTLE,
-        |s| {
-            s.quorum_guard
-                .as_ref()
-                .is_some_and(|q| (q.expected_guards, q.ready_guards, q.min_available) == (3, 3, 2))
-        },
-    )
-    .await?;
-    wait_budget(h, 1).await?;
-    let sampler = QuorumSampler::start(h.etcd().await?, h.node_endpoints());
-    let options = DrainOptions {
-        retry_every: Duration::from_secs(1),
-        timeout: SETTLE,
-        force: false,
-    };
-    let client = crate::drain::client(Some(h.cp.api.kubeconfig())).await?;
-    let first = drain(&client, "n1", &options, &|line| tracing::info!("{line}"))
+/// Drains n1 (no refusal expected) and powers it off.
+async fn drain_first(
+    h: &mut Harness,
+    client: &kube::Client,
+    options: &DrainOptions,
+) -> Result<(), ControlPlaneError> {
+    let first = drain(client, "n1", options, &|line| tracing::info!("{line}"))
         .await
         .map_err(|e| failed(e.to_string()))?;
     if !guard_evicted(&first, "n1") || first.refusals != 0 {
@@ -190,8 +177,18 @@ pub async fn drain_scenario(h: &mut Harness) -> Result<(), ControlPlaneError> {
     ));
     h.cp.stop_node("n1").await?;
     h.step("n1 powered off for maintenance (its etcd member down)");
+    Ok(())
+}
 
-    // The second drain starts now and must wait for n1.
+/// A running drain of n2, its refusal count, and when it evicted n2's guard.
+type SecondDrain = (
+    tokio::task::JoinHandle<Result<DrainReport, DrainError>>,
+    Arc<AtomicU32>,
+    Arc<Mutex<Option<Instant>>>,
+);
+
+/// Starts the drain of n2, counting its refusals and noting when n2's guard is evicted.
+fn spawn_second_drain(client: &kube::Client, options: &DrainOptions) -> SecondDrain {
     let refusals = Arc::new(AtomicU32::new(0));
     let evicted_at: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
     let second = {
@@ -212,6 +209,15 @@ pub async fn drain_scenario(h: &mut Harness) -> Result<(), ControlPlaneError> {
             drain(&client, "n2", &options, &say).await
         })
     };
+    (second, refusals, evicted_at)
+}
+
+/// The drain of n2 is refused while n1 is down, until the operator sees n1's member down too.
+async fn refused_while_n1_down(
+    h: &mut Harness,
+    client: &kube::Client,
+    refusals: &AtomicU32,
+) -> Result<(), ControlPlaneError> {
     let started = Instant::now();
     wait_for(SETTLE, "the drain of n2 refused twice", || {
         let n = refusals.load(Ordering::SeqCst);
@@ -239,6 +245,33 @@ pub async fn drain_scenario(h: &mut Harness) -> Result<(), ControlPlaneError> {
         s.members.iter().any(|m| m.name == "n1" && !m.healthy)
     })
     .await?;
+    Ok(())
+}
+
+pub async fn drain_scenario(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    h.wait_status(
+        "3 quorum guards Ready, budget minAvailable 2",
+        SETTLE,
+        |s| {
+            s.quorum_guard
+                .as_ref()
+                .is_some_and(|q| (q.expected_guards, q.ready_guards, q.min_available) == (3, 3, 2))
+        },
+    )
+    .await?;
+    wait_budget(h, 1).await?;
+    let sampler = QuorumSampler::start(h.etcd().await?, h.node_endpoints());
+    let options = DrainOptions {
+        retry_every: Duration::from_secs(1),
+        timeout: SETTLE,
+        force: false,
+    };
+    let client = crate::drain::client(Some(h.cp.api.kubeconfig())).await?;
+    drain_first(h, &client, &options).await?;
+
+    // The second drain starts now and must wait for n1.
+    let (second, refusals, evicted_at) = spawn_second_drain(&client, &options);
+    refused_while_n1_down(h, &client, &refusals).await?;
     let held = refusals.load(Ordering::SeqCst);
     h.cp.restart_node("n1").await?;
     set_unschedulable(&client, "n1", false).await?;

@@ -118,28 +118,7 @@ pub async fn kill_leader_mid_scale_up(
         ms_between(expiry, acquired),
         t.write_s,
     ));
-    if t.lease_s > takeover_bound(duration).as_secs_f64() {
-        return Err(failed(format!(
-            "the takeover took {:.2}s, more than {:?} (lease duration + 1 s rounding + renew \
-             period + 1 s)",
-            t.lease_s,
-            takeover_bound(duration)
-        )));
-    }
-    if let (Some(a), Some(e)) = (acquired, expiry)
-        && a < e
-    {
-        return Err(failed(format!(
-            "{survivor} took the Lease at {a}, before it expired at {e}"
-        )));
-    }
-    if t.write_s > act_bound(duration).as_secs_f64() {
-        return Err(failed(format!(
-            "{survivor}'s first status write came {:.2}s after the kill, more than {:?}",
-            t.write_s,
-            act_bound(duration)
-        )));
-    }
+    check_takeover_bounds(&t, &survivor, acquired, expiry, duration)?;
 
     let s = settle_sampling(h, &etcd, &mut ledger).await?;
     for n in ["n1", "n2", "n3"] {
@@ -152,25 +131,7 @@ pub async fn kill_leader_mid_scale_up(
         }
     }
     audit::check_no_action_twice(h, &etcd, &ledger, &NEW_NODES, &survivor, acquired).await?;
-    let after = lease(&leases).await?;
-    let transitions = after.lease_transitions.unwrap_or(0) - before.lease_transitions.unwrap_or(0);
-    h.step(format!(
-        "Lease: holder {:?}, {transitions} transition(s) since the instances were up",
-        after.holder_identity
-    ));
-    if after.holder_identity.as_deref() != Some(survivor.as_str()) || transitions != 1 {
-        return Err(failed(
-            "expected exactly one takeover, by the survivor, which keeps the Lease",
-        ));
-    }
-    if instances == OperatorInstances::LocalProcesses {
-        let gains = audit::leadership_gains(&h.cp, &survivor);
-        h.step(format!("{survivor}'s log: took the lead {gains} time(s)"));
-        if gains != 1 {
-            return Err(failed(format!("{survivor} took the lead {gains} times")));
-        }
-        released_on_sigterm(h, &leases, &survivor).await?;
-    }
+    check_single_takeover(h, &leases, &before, &survivor, instances).await?;
     Ok(())
 }
 
@@ -228,6 +189,69 @@ async fn first_new_learner(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The survivor took the Lease within [`takeover_bound`], not before it expired, and wrote within [`act_bound`].
+fn check_takeover_bounds(
+    t: &Takeover,
+    survivor: &str,
+    acquired: Option<Timestamp>,
+    expiry: Option<Timestamp>,
+    duration: Duration,
+) -> Result<(), ControlPlaneError> {
+    if t.lease_s > takeover_bound(duration).as_secs_f64() {
+        return Err(failed(format!(
+            "the takeover took {:.2}s, more than {:?} (lease duration + 1 s rounding + renew \
+             period + 1 s)",
+            t.lease_s,
+            takeover_bound(duration)
+        )));
+    }
+    if let (Some(a), Some(e)) = (acquired, expiry)
+        && a < e
+    {
+        return Err(failed(format!(
+            "{survivor} took the Lease at {a}, before it expired at {e}"
+        )));
+    }
+    if t.write_s > act_bound(duration).as_secs_f64() {
+        return Err(failed(format!(
+            "{survivor}'s first status write came {:.2}s after the kill, more than {:?}",
+            t.write_s,
+            act_bound(duration)
+        )));
+    }
+    Ok(())
+}
+
+/// Exactly one takeover happened, by the survivor, which keeps the Lease (and releases it on SIGTERM locally).
+async fn check_single_takeover(
+    h: &mut Harness,
+    leases: &Api<Lease>,
+    before: &LeaseSpec,
+    survivor: &str,
+    instances: OperatorInstances,
+) -> Result<(), ControlPlaneError> {
+    let after = lease(leases).await?;
+    let transitions = after.lease_transitions.unwrap_or(0) - before.lease_transitions.unwrap_or(0);
+    h.step(format!(
+        "Lease: holder {:?}, {transitions} transition(s) since the instances were up",
+        after.holder_identity
+    ));
+    if after.holder_identity.as_deref() != Some(survivor) || transitions != 1 {
+        return Err(failed(
+            "expected exactly one takeover, by the survivor, which keeps the Lease",
+        ));
+    }
+    if instances == OperatorInstances::LocalProcesses {
+        let gains = audit::leadership_gains(&h.cp, survivor);
+        h.step(format!("{survivor}'s log: took the lead {gains} time(s)"));
+        if gains != 1 {
+            return Err(failed(format!("{survivor} took the lead {gains} times")));
+        }
+        released_on_sigterm(h, leases, survivor).await?;
+    }
+    Ok(())
 }
 
 /// What the takeover looked like.

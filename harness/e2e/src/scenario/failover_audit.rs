@@ -164,16 +164,11 @@ pub fn logged_actions(cp: &LocalControlPlane, node: &str) -> (usize, usize) {
     (adds, promotions)
 }
 
-/// etcd ends with one voter per node, each node with one member id over the whole run (and never
-/// more members listed than nodes); Events and logs show each new node added at most once and promoted exactly once, and
-/// nothing reported by the survivor before it held the Lease.
-pub(super) async fn check_no_action_twice(
+/// etcd lists one voter per node, and the ledger saw no repeated membership action.
+async fn check_one_voter_per_node(
     h: &mut Harness,
     etcd: &EtcdClient,
     ledger: &MemberLedger,
-    new_nodes: &[&str],
-    survivor: &str,
-    acquired: Option<Timestamp>,
 ) -> Result<(), ControlPlaneError> {
     let list = etcd
         .member_list()
@@ -204,6 +199,21 @@ pub(super) async fn check_no_action_twice(
             problems.join("; ")
         )));
     }
+    Ok(())
+}
+
+/// etcd ends with one voter per node, each node with one member id over the whole run (and never
+/// more members listed than nodes); Events and logs show each new node added at most once and promoted exactly once, and
+/// nothing reported by the survivor before it held the Lease.
+pub(super) async fn check_no_action_twice(
+    h: &mut Harness,
+    etcd: &EtcdClient,
+    ledger: &MemberLedger,
+    new_nodes: &[&str],
+    survivor: &str,
+    acquired: Option<Timestamp>,
+) -> Result<(), ControlPlaneError> {
+    check_one_voter_per_node(h, etcd, ledger).await?;
     // Every node but n1 was added as a learner once and promoted once over the whole run (n2
     // and n3 by the first leader); the survivor promoted both new nodes.
     let joined = i32::try_from(ledger.ids.len().saturating_sub(1)).unwrap_or(i32::MAX);

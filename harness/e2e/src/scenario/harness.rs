@@ -503,6 +503,21 @@ pub fn member_ids(s: &EtcdClusterStatus) -> BTreeSet<String> {
     s.members.iter().map(|m| m.id.clone()).collect()
 }
 
+/// Each of `nodes` with its member id in a status; the first without one is an error.
+pub fn members_of<'a>(
+    s: &EtcdClusterStatus,
+    nodes: &[&'a str],
+) -> Result<Vec<(&'a str, String)>, ControlPlaneError> {
+    nodes
+        .iter()
+        .map(|n| {
+            member_of(s, n)
+                .map(|id| (*n, id))
+                .ok_or_else(|| ControlPlaneError::Failed(format!("{n} has no member")))
+        })
+        .collect()
+}
+
 /// The member id of `node` in a status.
 pub fn member_of(s: &EtcdClusterStatus, node: &str) -> Option<String> {
     s.members

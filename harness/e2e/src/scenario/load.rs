@@ -161,6 +161,16 @@ async fn answering_first(
     EtcdClient::with_pem(up, Some(&tls), PUT_TIMEOUT).map_err(|e| e.to_string())
 }
 
+/// The client's endpoints, comma-separated.
+fn joined_endpoints(client: &EtcdClient) -> String {
+    client
+        .endpoints()
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 impl WriteLoad {
     /// Starts writing. `fallback` endpoints are used until the operator publishes its own.
     pub fn start(
@@ -230,12 +240,7 @@ impl WriteLoad {
                         prog.last_write_error = Some(format!(
                             "at {:.1}s: no answer within {PUT_TIMEOUT:?} (endpoints {})",
                             started.elapsed().as_secs_f64(),
-                            client
-                                .endpoints()
-                                .iter()
-                                .map(ToString::to_string)
-                                .collect::<Vec<_>>()
-                                .join(",")
+                            joined_endpoints(client)
                         ));
                         seq += 1;
                     }

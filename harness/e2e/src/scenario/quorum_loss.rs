@@ -20,10 +20,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use etcd_operator::api::EtcdClusterStatus;
 use membership::{EtcdClient, MemberUrl};
 
 use super::api_recovery::ApiAcrossRecovery;
-use super::harness::{Harness, Recovery, describe_members, member_of};
+use super::harness::{Harness, Recovery, describe_members, member_of, members_of};
 use super::runbook::{RECORD_DIR, SCENARIO_INFO, Untouched, excerpt, run, scenario_blocks};
 use crate::controlplane::ControlPlaneError;
 
@@ -54,27 +55,8 @@ pub(super) fn client_url(h: &Harness, node: &str) -> Result<MemberUrl, ControlPl
         .map_err(|e| failed(format!("the client URL of {node}: {e}")))
 }
 
-pub async fn quorum_loss(h: &mut Harness) -> Result<(), ControlPlaneError> {
-    h.recovery = Some(Recovery::default());
-    refused_while_healthy(h).await?;
-    let api = ApiAcrossRecovery::start(h).await?;
-
-    let before = h.status().await;
-    let mut ids_before = Vec::new();
-    for n in NODES {
-        let id = member_of(&before, n).ok_or_else(|| failed(format!("{n} has no member")))?;
-        ids_before.push((n, id));
-    }
-    let etcd = h.etcd().await?;
-    let term = lead_from_survivor(h, &etcd).await?;
-    let survivor = SURVIVOR;
-    let others: Vec<&str> = NODES.into_iter().filter(|n| *n != survivor).collect();
-    h.step(format!(
-        "{survivor} leads (term {term}): it is the survivor; {} will lose their data",
-        others.join(" and ")
-    ));
-
-    // Quorum loss: both other nodes stop; their data goes.
+/// Quorum loss: both other nodes stop and their data goes; returns when quorum was lost.
+async fn lose_quorum(h: &mut Harness, others: &[&str]) -> Result<Instant, ControlPlaneError> {
     let mut lost_at = Instant::now();
     for (i, n) in others.iter().enumerate() {
         let stopping = Instant::now();
@@ -92,7 +74,7 @@ pub async fn quorum_loss(h: &mut Harness) -> Result<(), ControlPlaneError> {
             }
         ));
     }
-    for n in &others {
+    for n in others {
         let data = h.cp.node(n)?.data_dir();
         std::fs::remove_dir_all(&data)
             .map_err(|e| failed(format!("wiping {}: {e}", data.display())))?;
@@ -102,14 +84,15 @@ pub async fn quorum_loss(h: &mut Harness) -> Result<(), ControlPlaneError> {
             data.display()
         ));
     }
+    Ok(lost_at)
+}
 
-    let survivor_url = client_url(h, survivor)?;
-    let no_leader_at = wait_no_leader(h, &etcd, &survivor_url, term).await?;
-
-    let runbook_started = Instant::now();
-    run_runbook(h, survivor).await?;
-    let runbook_done = Instant::now();
-
+/// Waits for 3 voters again, the survivor with its member id and the others with new ones.
+async fn wait_three_voters(
+    h: &mut Harness,
+    survivor: &str,
+    ids_before: &[(&str, String)],
+) -> Result<(EtcdClusterStatus, Instant), ControlPlaneError> {
     let (old_a, old_b): (Vec<_>, Vec<_>) = ids_before.iter().partition(|(n, _)| *n == survivor);
     let survivor_id = old_a.first().map(|(_, id)| id.clone()).unwrap_or_default();
     let lost_ids: Vec<String> = old_b.iter().map(|(_, id)| id.clone()).collect();
@@ -155,6 +138,36 @@ pub async fn quorum_loss(h: &mut Harness) -> Result<(), ControlPlaneError> {
             .collect::<Vec<_>>()
             .join(", ")
     ));
+    Ok((s, settled_at))
+}
+
+pub async fn quorum_loss(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    h.recovery = Some(Recovery::default());
+    refused_while_healthy(h).await?;
+    let api = ApiAcrossRecovery::start(h).await?;
+
+    let before = h.status().await;
+    let ids_before = members_of(&before, &NODES)?;
+    let etcd = h.etcd().await?;
+    let term = lead_from_survivor(h, &etcd).await?;
+    let survivor = SURVIVOR;
+    let others: Vec<&str> = NODES.into_iter().filter(|n| *n != survivor).collect();
+    h.step(format!(
+        "{survivor} leads (term {term}): it is the survivor; {} will lose their data",
+        others.join(" and ")
+    ));
+
+    // Quorum loss: both other nodes stop; their data goes.
+    let lost_at = lose_quorum(h, &others).await?;
+
+    let survivor_url = client_url(h, survivor)?;
+    let no_leader_at = wait_no_leader(h, &etcd, &survivor_url, term).await?;
+
+    let runbook_started = Instant::now();
+    run_runbook(h, survivor).await?;
+    let runbook_done = Instant::now();
+
+    let (s, settled_at) = wait_three_voters(h, survivor, &ids_before).await?;
 
     // RTO: the first write acknowledged once no write could be (the survivor named no leader);
     // an answer that came between the loss and then was a put committed before the loss.

@@ -25,10 +25,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use etcd_fixture::{ClusterSpec, EtcdCluster};
+use etcd_operator::api::EtcdClusterStatus;
 use kubelet_standin::images::DEFAULT_ETCD_BUILD;
 
 use super::api_recovery::ApiAcrossRecovery;
-use super::harness::{Harness, Recovery, describe_members, member_of};
+use super::harness::{Harness, Recovery, describe_members, member_of, members_of};
 use super::runbook::{RECORD_DIR, Ran, Untouched, excerpt, run};
 use crate::controlplane::{ControlPlaneError, OPERATOR_NS};
 
@@ -296,22 +297,16 @@ async fn acquire(
     }
 }
 
-async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneError> {
-    h.recovery = Some(Recovery::default());
-    let api = ApiAcrossRecovery::start(h).await?;
-    let before = h.status().await;
-    let mut ids_before = Vec::new();
-    for n in NODES {
-        let id = member_of(&before, n).ok_or_else(|| failed(format!("{n} has no member")))?;
-        ids_before.push((n, id));
-    }
-
-    // 1. The snapshot, outside every node root.
+/// Step 1: the snapshot, outside every node root, made the write load's cut-off.
+async fn take_snapshot(
+    h: &mut Harness,
+    source: Source,
+) -> Result<(PathBuf, Acquired), ControlPlaneError> {
     let dir = h.cp.path().join("restore-from-snapshot");
     std::fs::create_dir_all(&dir)
         .map_err(|e| failed(format!("creating {}: {e}", dir.display())))?;
     let acquired = Box::pin(acquire(h, source, &dir)).await?;
-    let (snapshot, revision) = (acquired.local.clone(), acquired.revision);
+    let revision = acquired.revision;
     let load = h
         .load
         .as_ref()
@@ -321,9 +316,16 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
     h.step(format!(
         "the snapshot's store revision {revision} is the load's cut-off ({acked_at_save} write(s) acknowledged so far)"
     ));
+    Ok((dir, acquired))
+}
 
-    // 2. Bad input while quorum is healthy.
-    let bytes = std::fs::read(&snapshot)
+/// Step 2: bad input while quorum is healthy is refused; returns another cluster's snapshot.
+async fn refused_while_healthy(
+    h: &mut Harness,
+    dir: &Path,
+    snapshot: &Path,
+) -> Result<PathBuf, ControlPlaneError> {
+    let bytes = std::fs::read(snapshot)
         .map_err(|e| failed(format!("reading {}: {e}", snapshot.display())))?;
     let mut flipped_bytes = bytes.clone();
     let at = flipped_bytes.len() / 2;
@@ -344,7 +346,7 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
     Box::pin(must_refuse(
         h,
         "the snapshot, quorum healthy",
-        &snapshot,
+        snapshot,
         EXIT_REFUSED,
         "quorum is healthy",
     ))
@@ -355,8 +357,14 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
         "another cluster's snapshot saved from a throwaway etcd ({other_member}): {}",
         other.display()
     ));
+    Ok(other)
+}
 
-    // 3. Every member's data gone.
+/// Step 3: every member's data gone; returns when, and the writes acknowledged above `revision`.
+async fn wipe_every_member(
+    h: &mut Harness,
+    revision: i64,
+) -> Result<(Instant, u64, i64), ControlPlaneError> {
     for n in NODES {
         h.cp.stop_node(n).await?;
     }
@@ -382,18 +390,14 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
         h.cp.restart_node(n).await?;
     }
     h.step("node agents restarted with no data (etcd-verify keeps every etcd down)");
+    Ok((wiped_at, acked_above, highest))
+}
 
-    // 4. Another cluster's snapshot, with quorum lost.
-    Box::pin(must_refuse(
-        h,
-        "another cluster's snapshot",
-        &other,
-        EXIT_REFUSED,
-        "not this cluster's",
-    ))
-    .await?;
-
-    // 5. The restore.
+/// Step 5: the restore; returns when it started and ended, and the member it says it restored.
+async fn run_from_snapshot(
+    h: &mut Harness,
+    acquired: &Acquired,
+) -> Result<(Instant, Instant, Option<String>), ControlPlaneError> {
     let restoring = Instant::now();
     let ran = Box::pin(from_snapshot(h, &acquired.arg, &acquired.env)).await?;
     let restored_at = Instant::now();
@@ -418,6 +422,7 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
         }
     ));
     let recover_says = figure_after(&ran.stdout, "store revision ").map(str::to_owned);
+    let revision = acquired.revision;
     if recover_says.as_deref() != Some(revision.to_string().as_str()) {
         h.step(format!(
             "NOTE: etcd-recover read store revision {recover_says:?}, etcdctl snapshot status {revision}"
@@ -425,20 +430,14 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
     }
     let restored_member =
         figure_after(&ran.stdout, "one-member cluster (member ").map(str::to_owned);
+    Ok((restoring, restored_at, restored_member))
+}
 
-    // The API answers again, at first with the status the snapshot holds (the old members).
-    let s = h
-        .wait_status(
-            "the API answers again (the EtcdCluster as the snapshot holds it)",
-            SETTLE,
-            |s| !s.members.is_empty(),
-        )
-        .await?;
-    let api_back_at = Instant::now();
-    h.step(format!("status members: {}", describe_members(&s)));
-    // Boxed: this future is large in a debug build, and restore's own must stay small.
-    Box::pin(revision_went_forward(h, highest, wiped_at)).await?;
-    // The operator adopts the new cluster and adds the other nodes back.
+/// The operator adopts the restored cluster and adds the other nodes back, every member id new.
+async fn wait_new_members(
+    h: &mut Harness,
+    ids_before: &[(&str, String)],
+) -> Result<(Instant, Instant, EtcdClusterStatus, Vec<String>), ControlPlaneError> {
     let old_ids: Vec<String> = ids_before.iter().map(|(_, id)| id.clone()).collect();
     let s = h
         .wait_status(
@@ -459,7 +458,7 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
     let settled_at = Instant::now();
     let mut same = Vec::new();
     let mut now_ids = Vec::new();
-    for (n, old) in &ids_before {
+    for (n, old) in ids_before {
         let new = member_of(&s, n).ok_or_else(|| failed(format!("{n} has no member")))?;
         if &new == old {
             same.push(format!("{n} kept {old}"));
@@ -472,17 +471,30 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
             same.join(", ")
         )));
     }
-    if let Some(m) = &restored_member
-        && member_of(&s, TARGET).is_none_or(|id| !id.eq_ignore_ascii_case(m))
+    Ok((adopted_at, settled_at, s, now_ids))
+}
+
+/// The restored member is on [`TARGET`] and the cluster has the restore's token everywhere.
+fn check_restored_identity(
+    h: &mut Harness,
+    before: &EtcdClusterStatus,
+    s: &EtcdClusterStatus,
+    restored_member: Option<&str>,
+) -> Result<(), ControlPlaneError> {
+    if let Some(m) = restored_member
+        && member_of(s, TARGET).is_none_or(|id| !id.eq_ignore_ascii_case(m))
     {
         return Err(failed(format!(
             "etcd-recover restored member {m} on {TARGET}, the status shows {:?}",
-            member_of(&s, TARGET)
+            member_of(s, TARGET)
         )));
     }
     // The restore made a new cluster with its own token: the operator learned it from the
     // restored node's manifest, and every revision carries it, not the lost cluster's.
-    let token_before = before.cluster_identity.map(|c| c.initial_cluster_token);
+    let token_before = before
+        .cluster_identity
+        .as_ref()
+        .map(|c| c.initial_cluster_token.clone());
     let token_now = s
         .cluster_identity
         .as_ref()
@@ -500,18 +512,11 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
             )));
         }
     }
-    h.step(format!(
-        "3 voters, every member new: {} (before: {})",
-        now_ids.join(", "),
-        ids_before
-            .iter()
-            .map(|(n, id)| format!("{n}={id}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    ));
+    Ok(())
+}
 
-    // The restore made a new cluster: the operator must have seen the new cluster id and
-    // listed its caches anew (not waited for resourceVersions of the lost cluster).
+/// The operator saw the new cluster id and listed its caches anew.
+fn check_relisted(h: &mut Harness) -> Result<(), ControlPlaneError> {
     let log = h.cp.operator_log();
     let relisted = log
         .lines()
@@ -525,6 +530,67 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
         "the operator relisted its caches: {}",
         relisted.trim()
     ));
+    Ok(())
+}
+
+async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneError> {
+    h.recovery = Some(Recovery::default());
+    let api = ApiAcrossRecovery::start(h).await?;
+    let before = h.status().await;
+    let ids_before = members_of(&before, &NODES)?;
+
+    // 1. The snapshot, outside every node root.
+    let (dir, acquired) = take_snapshot(h, source).await?;
+    let (snapshot, revision) = (acquired.local.clone(), acquired.revision);
+
+    // 2. Bad input while quorum is healthy.
+    let other = Box::pin(refused_while_healthy(h, &dir, &snapshot)).await?;
+
+    // 3. Every member's data gone.
+    let (wiped_at, acked_above, highest) = wipe_every_member(h, revision).await?;
+
+    // 4. Another cluster's snapshot, with quorum lost.
+    Box::pin(must_refuse(
+        h,
+        "another cluster's snapshot",
+        &other,
+        EXIT_REFUSED,
+        "not this cluster's",
+    ))
+    .await?;
+
+    // 5. The restore.
+    let (restoring, restored_at, restored_member) =
+        Box::pin(run_from_snapshot(h, &acquired)).await?;
+
+    // The API answers again, at first with the status the snapshot holds (the old members).
+    let s = h
+        .wait_status(
+            "the API answers again (the EtcdCluster as the snapshot holds it)",
+            SETTLE,
+            |s| !s.members.is_empty(),
+        )
+        .await?;
+    let api_back_at = Instant::now();
+    h.step(format!("status members: {}", describe_members(&s)));
+    // Boxed: this future is large in a debug build, and restore's own must stay small.
+    Box::pin(revision_went_forward(h, highest, wiped_at)).await?;
+    // The operator adopts the new cluster and adds the other nodes back.
+    let (adopted_at, settled_at, s, now_ids) = wait_new_members(h, &ids_before).await?;
+    check_restored_identity(h, &before, &s, restored_member.as_deref())?;
+    h.step(format!(
+        "3 voters, every member new: {} (before: {})",
+        now_ids.join(", "),
+        ids_before
+            .iter()
+            .map(|(n, id)| format!("{n}={id}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+
+    // The restore made a new cluster: the operator must have seen the new cluster id and
+    // listed its caches anew (not waited for resourceVersions of the lost cluster).
+    check_relisted(h)?;
 
     // RTO: from the wipe to the first write acknowledged afterwards.
     let first = h.first_write_after(wiped_at, FIRST_WRITE_DEADLINE).await?;

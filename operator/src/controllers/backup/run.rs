@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_snapshot::file::Record;
+use etcd_snapshot::file::{Record, Verified};
 use etcd_snapshot::store::{self, BackupName, Destination, Store};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use membership::{EtcdClient, MemberUrl};
@@ -132,51 +132,10 @@ async fn steps(
 ) -> Result<Good, Failure> {
     let started = Instant::now();
     let taken_at = OffsetDateTime::now_utc();
-    let snap = |e: String| Failure::new(FailReason::Snapshot, e);
-    tokio::fs::create_dir_all(scratch)
-        .await
-        .map_err(|e| snap(format!("{}: {e}", scratch.display())))?;
     let marker = name.to_string();
-    let revision = i
-        .client
-        .put(MARKER_KEY, marker.clone().into_bytes())
-        .await
-        .map_err(|e| snap(format!("writing the marker key {MARKER_KEY}: {e}")))?;
-    applied(&i.client, &i.source.url, revision)
-        .await
-        .map_err(|e| snap(format!("{}: {e}", i.source.name)))?;
     let file = scratch.join(name.snapshot());
-    let mut out = tokio::fs::File::create(&file)
-        .await
-        .map_err(|e| snap(format!("{}: {e}", file.display())))?;
-    let limit = Duration::from_secs(u64::from(spec.timeout_seconds));
-    i.client
-        .snapshot_into(&i.source.url, &mut out, limit)
-        .await
-        .map_err(|e| snap(format!("streaming from {}: {e}", i.source.label())))?;
-    out.sync_all()
-        .await
-        .map_err(|e| snap(format!("{}: {e}", file.display())))?;
-    drop(out);
-    let checked = {
-        let file = file.clone();
-        tokio::task::spawn_blocking(move || etcd_snapshot::file::verify(&file))
-            .await
-            .map_err(|e| snap(e.to_string()))?
-            .map_err(|e| snap(e.to_string()))?
-    };
-    let mut record = Record {
-        sha256: checked.sha256.clone(),
-        revision: checked.contents.revision,
-        cluster_id: i.cluster_id.clone(),
-        members: i.members.clone(),
-        etcd_version: i.etcd_version.clone(),
-        taken_at: format_time(taken_at),
-        source_member: i.source.label(),
-        marker_key: MARKER_KEY.into(),
-        marker_value: marker.clone(),
-        ..Record::default()
-    };
+    let checked = snapshot(spec, i, scratch, &marker, &file).await?;
+    let mut record = new_record(i, &checked, taken_at, &marker);
     let dest = |e: store::StoreError| Failure::new(FailReason::Destination, e.to_string());
     store.upload(&name.snapshot(), &file).await.map_err(dest)?;
     let resources = serde_json::to_vec_pretty(&i.resources).unwrap_or_default();
@@ -185,48 +144,11 @@ async fn steps(
         .await
         .map_err(dest)?;
     let verified = if spec.verify {
-        let work = scratch.join("verify");
-        let checked = super::verify::restore_and_read(
-            &i.paths.etcd_tools,
-            &i.image,
-            &i.image_version,
-            &file,
-            &work,
-            &marker,
-        )
-        .await;
-        match checked {
-            Ok(message) => {
-                record.verified_at = format_time(OffsetDateTime::now_utc());
-                record.verification = message.clone();
-                Some(BackupVerification {
-                    name: name.to_string(),
-                    time: record.verified_at.clone(),
-                    message,
-                })
-            }
-            Err(e) => {
-                record.verification = format!("verification failed: {e}");
-                // Recorded, so an admin can still find it, but never counted as good.
-                let _ = store
-                    .put_bytes(
-                        &name.record(),
-                        serde_json::to_vec_pretty(&record).unwrap_or_default(),
-                    )
-                    .await;
-                return Err(Failure::new(FailReason::Verification, e));
-            }
-        }
+        Some(verify_restore(name, i, store, scratch, &file, &marker, &mut record).await?)
     } else {
         None
     };
-    store
-        .put_bytes(
-            &name.record(),
-            serde_json::to_vec_pretty(&record).unwrap_or_default(),
-        )
-        .await
-        .map_err(dest)?;
+    store_record(store, name, &record).await.map_err(dest)?;
     Ok(Good {
         record: BackupRecord {
             name: name.to_string(),
@@ -240,6 +162,114 @@ async fn steps(
         },
         verified,
     })
+}
+
+/// Writes the marker, waits until the source applied it, streams its snapshot to `file`, checks it.
+async fn snapshot(
+    spec: &Backup,
+    i: &Inputs,
+    scratch: &Path,
+    marker: &str,
+    file: &Path,
+) -> Result<Verified, Failure> {
+    let snap = |e: String| Failure::new(FailReason::Snapshot, e);
+    tokio::fs::create_dir_all(scratch)
+        .await
+        .map_err(|e| snap(format!("{}: {e}", scratch.display())))?;
+    let revision = i
+        .client
+        .put(MARKER_KEY, marker.to_owned().into_bytes())
+        .await
+        .map_err(|e| snap(format!("writing the marker key {MARKER_KEY}: {e}")))?;
+    applied(&i.client, &i.source.url, revision)
+        .await
+        .map_err(|e| snap(format!("{}: {e}", i.source.name)))?;
+    let mut out = tokio::fs::File::create(file)
+        .await
+        .map_err(|e| snap(format!("{}: {e}", file.display())))?;
+    let limit = Duration::from_secs(u64::from(spec.timeout_seconds));
+    i.client
+        .snapshot_into(&i.source.url, &mut out, limit)
+        .await
+        .map_err(|e| snap(format!("streaming from {}: {e}", i.source.label())))?;
+    out.sync_all()
+        .await
+        .map_err(|e| snap(format!("{}: {e}", file.display())))?;
+    drop(out);
+    let file = file.to_owned();
+    tokio::task::spawn_blocking(move || etcd_snapshot::file::verify(&file))
+        .await
+        .map_err(|e| snap(e.to_string()))?
+        .map_err(|e| snap(e.to_string()))
+}
+
+/// The record of a checked snapshot, not yet verified.
+fn new_record(i: &Inputs, checked: &Verified, taken_at: OffsetDateTime, marker: &str) -> Record {
+    Record {
+        sha256: checked.sha256.clone(),
+        revision: checked.contents.revision,
+        cluster_id: i.cluster_id.clone(),
+        members: i.members.clone(),
+        etcd_version: i.etcd_version.clone(),
+        taken_at: format_time(taken_at),
+        source_member: i.source.label(),
+        marker_key: MARKER_KEY.into(),
+        marker_value: marker.to_owned(),
+        ..Record::default()
+    }
+}
+
+/// Restores the snapshot and reads the marker back, noting in `record` (stored at once on failure).
+async fn verify_restore(
+    name: &BackupName,
+    i: &Inputs,
+    store: &Store,
+    scratch: &Path,
+    file: &Path,
+    marker: &str,
+    record: &mut Record,
+) -> Result<BackupVerification, Failure> {
+    let work = scratch.join("verify");
+    let checked = super::verify::restore_and_read(
+        &i.paths.etcd_tools,
+        &i.image,
+        &i.image_version,
+        file,
+        &work,
+        marker,
+    )
+    .await;
+    match checked {
+        Ok(message) => {
+            record.verified_at = format_time(OffsetDateTime::now_utc());
+            record.verification = message.clone();
+            Ok(BackupVerification {
+                name: name.to_string(),
+                time: record.verified_at.clone(),
+                message,
+            })
+        }
+        Err(e) => {
+            record.verification = format!("verification failed: {e}");
+            // Recorded, so an admin can still find it, but never counted as good.
+            let _ = store_record(store, name, record).await;
+            Err(Failure::new(FailReason::Verification, e))
+        }
+    }
+}
+
+/// Stores the record of the backup `name`.
+async fn store_record(
+    store: &Store,
+    name: &BackupName,
+    record: &Record,
+) -> Result<(), store::StoreError> {
+    store
+        .put_bytes(
+            &name.record(),
+            serde_json::to_vec_pretty(record).unwrap_or_default(),
+        )
+        .await
 }
 
 /// Waits until the member at `url` applied `revision`.

@@ -66,6 +66,31 @@ pub async fn restore_and_read(
     work: &Path,
     marker: &str,
 ) -> Result<String, String> {
+    let (tool, restore_bin, etcd_bin) = binaries(tools, image, declared_version)?;
+    tokio::fs::create_dir_all(work)
+        .await
+        .map_err(|e| format!("{}: {e}", work.display()))?;
+    let member = Throwaway::new(work)?;
+    let started = Instant::now();
+    restore(&tool, &restore_bin, snapshot, &member).await?;
+    let mut etcd = start_etcd(&etcd_bin, work, &member)?;
+    let read = read_marker(&member.client, marker, &mut etcd).await;
+    let _ = etcd.start_kill();
+    let _ = etcd.wait().await;
+    let (revision, version) = read.map_err(|e| with_log_tail(&e, work))?;
+    Ok(format!(
+        "restored with {} and started etcd {version}: {MARKER_KEY} = {marker} at revision {revision} ({} ms)",
+        tool.binary,
+        started.elapsed().as_millis()
+    ))
+}
+
+/// The restore tool of `image` and the paths of it and of `etcd`, both of which must exist.
+fn binaries(
+    tools: &Path,
+    image: &str,
+    declared_version: &str,
+) -> Result<(Tool, PathBuf, PathBuf), String> {
     let tool = restore_tool(image, declared_version)?;
     let tools = tools_dir(tools, tool.version);
     let restore_bin = tools.join(tool.binary);
@@ -79,25 +104,51 @@ pub async fn restore_and_read(
             ));
         }
     }
-    tokio::fs::create_dir_all(work)
-        .await
-        .map_err(|e| format!("{}: {e}", work.display()))?;
-    let data = work.join("data");
-    let (client_port, peer_port) = (free_port()?, free_port()?);
-    let peer = format!("http://127.0.0.1:{peer_port}");
-    let client = format!("http://127.0.0.1:{client_port}");
-    let cluster = format!("verify={peer}");
-    let started = Instant::now();
-    let mut restore = Command::new(&restore_bin);
+    Ok((tool, restore_bin, etcd_bin))
+}
+
+/// The throwaway one-member etcd: its data dir and loopback URLs.
+struct Throwaway {
+    data: PathBuf,
+    peer: String,
+    client: String,
+    cluster: String,
+}
+
+impl Throwaway {
+    /// A member with its data under `work`, on two free loopback ports.
+    fn new(work: &Path) -> Result<Self, String> {
+        let data = work.join("data");
+        let (client_port, peer_port) = (free_port()?, free_port()?);
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        let client = format!("http://127.0.0.1:{client_port}");
+        let cluster = format!("verify={peer}");
+        Ok(Self {
+            data,
+            peer,
+            client,
+            cluster,
+        })
+    }
+}
+
+/// Restores `snapshot` into the member's data dir with `tool`.
+async fn restore(
+    tool: &Tool,
+    restore_bin: &Path,
+    snapshot: &Path,
+    member: &Throwaway,
+) -> Result<(), String> {
+    let mut restore = Command::new(restore_bin);
     restore
         .env("ETCDCTL_API", "3")
         .arg("snapshot")
         .arg("restore")
         .arg(snapshot)
-        .arg(format!("--data-dir={}", data.display()))
+        .arg(format!("--data-dir={}", member.data.display()))
         .arg("--name=verify")
-        .arg(format!("--initial-cluster={cluster}"))
-        .arg(format!("--initial-advertise-peer-urls={peer}"))
+        .arg(format!("--initial-cluster={}", member.cluster))
+        .arg(format!("--initial-advertise-peer-urls={}", member.peer))
         .arg("--initial-cluster-token=etcd-backup-verify")
         .stdin(Stdio::null())
         .kill_on_drop(true);
@@ -118,39 +169,42 @@ pub async fn restore_and_read(
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
+    Ok(())
+}
+
+/// Starts the throwaway etcd on the restored data dir, logging to `work/etcd.log`.
+fn start_etcd(
+    etcd_bin: &Path,
+    work: &Path,
+    member: &Throwaway,
+) -> Result<tokio::process::Child, String> {
     let log = std::fs::File::create(work.join("etcd.log"))
         .map_err(|e| format!("{}: {e}", work.display()))?;
     let log2 = log.try_clone().map_err(|e| e.to_string())?;
-    let mut etcd = Command::new(&etcd_bin)
+    Command::new(etcd_bin)
         .arg("--name=verify")
-        .arg(format!("--data-dir={}", data.display()))
-        .arg(format!("--listen-client-urls={client}"))
-        .arg(format!("--advertise-client-urls={client}"))
-        .arg(format!("--listen-peer-urls={peer}"))
-        .arg(format!("--initial-advertise-peer-urls={peer}"))
-        .arg(format!("--initial-cluster={cluster}"))
+        .arg(format!("--data-dir={}", member.data.display()))
+        .arg(format!("--listen-client-urls={}", member.client))
+        .arg(format!("--advertise-client-urls={}", member.client))
+        .arg(format!("--listen-peer-urls={}", member.peer))
+        .arg(format!("--initial-advertise-peer-urls={}", member.peer))
+        .arg(format!("--initial-cluster={}", member.cluster))
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log2)
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| format!("{}: {e}", etcd_bin.display()))?;
-    let read = read_marker(&client, marker, &mut etcd).await;
-    let _ = etcd.start_kill();
-    let _ = etcd.wait().await;
-    let (revision, version) = read.map_err(|e| {
-        let log = std::fs::read_to_string(work.join("etcd.log")).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(3).collect();
-        format!(
-            "{e} (etcd's last lines: {})",
-            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-        )
-    })?;
-    Ok(format!(
-        "restored with {} and started etcd {version}: {MARKER_KEY} = {marker} at revision {revision} ({} ms)",
-        tool.binary,
-        started.elapsed().as_millis()
-    ))
+        .map_err(|e| format!("{}: {e}", etcd_bin.display()))
+}
+
+/// `e` with the last lines of the throwaway etcd's log under `work`.
+fn with_log_tail(e: &str, work: &Path) -> String {
+    let log = std::fs::read_to_string(work.join("etcd.log")).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(3).collect();
+    format!(
+        "{e} (etcd's last lines: {})",
+        tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+    )
 }
 
 /// Reads the marker from the throwaway etcd until it answers; its revision and version.

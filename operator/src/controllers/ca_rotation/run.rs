@@ -9,6 +9,8 @@ use k8s_openapi::api::core::v1::Secret;
 use super::*;
 use crate::category::Category;
 use crate::events::EventReason;
+use crate::writer::NO_MARKS;
+use time::OffsetDateTime;
 fn failed(message: String) -> ControllerError {
     ControllerError::new(NAME, ErrorKind::Permanent, Category::CaRotation, message)
 }
@@ -72,50 +74,88 @@ pub async fn run(
     waiting: &[String],
 ) -> Result<Trust, ControllerError> {
     let op_ns = p.ctx.config.operator_namespace.clone();
-    let now = p.o.now;
-    let next_secret = find(&p.inputs.operator_secrets, &op_ns, NEXT_SECRET);
-    let next = next_secret
-        .map(crate::controllers::cert_signer::secret_bytes)
-        .map(|d| EtcdCa::from_secret_data(&d))
-        .transpose()
-        .map_err(|e| failed(format!("Secret {op_ns}/{NEXT_SECRET}: {e}")))?
-        .map(Arc::new);
+    let next = next_ca(p, &op_ns)?;
     let ca = Arc::new(ca);
     let swapped = next.as_ref().is_some_and(|n| n.cert_pem() == ca.cert_pem());
-    let previous: CertificatesStatus = p.certificates.clone().unwrap_or_default();
-    let cas = Cas {
-        next_exists: next.is_some(),
+    let r = Rotation {
+        now: p.o.now,
+        previous: p.certificates.clone().unwrap_or_default(),
+        op_ns,
+        ca,
+        next,
         swapped,
-        ca_due: now >= policy.renew_after(ca.not_before(), ca.not_after()),
     };
-    let view = rollout_view(p, &ca, next.as_deref(), swapped, waiting);
+    let cas = Cas {
+        next_exists: r.next.is_some(),
+        swapped,
+        ca_due: r.now >= policy.renew_after(r.ca.not_before(), r.ca.not_after()),
+    };
+    let view = rollout_view(p, &r.ca, r.next.as_deref(), swapped, waiting);
     let step = decide(
         &p.o.spec.certificates.ca_rotation_request,
-        &previous.handled_ca_rotation,
-        previous.ca_rotation.as_ref(),
+        &r.previous.handled_ca_rotation,
+        r.previous.ca_rotation.as_ref(),
         cas,
         &view,
     );
     let mut trust = Trust {
-        signing: Arc::clone(&ca),
-        trusted: vec![Arc::clone(&ca)],
+        signing: Arc::clone(&r.ca),
+        trusted: vec![Arc::clone(&r.ca)],
         rotation: None,
-        handled: previous.handled_ca_rotation.clone(),
-        last: previous.last_ca_rotation.clone(),
+        handled: r.previous.handled_ca_rotation.clone(),
+        last: r.previous.last_ca_rotation.clone(),
     };
-    let entering = |phase: Phase, trigger: &str, new: &EtcdCa| {
-        let same = previous
-            .ca_rotation
-            .as_ref()
-            .filter(|r| r.phase == phase.as_str() && r.trigger == trigger);
+    match step {
+        Step::Idle => crate::controllers::backup::preop::done(
+            p,
+            crate::controllers::backup::preop::Operation::CaRotation,
+        ),
+        Step::Broken { reason } => return Err(failed(reason)),
+        Step::Start { trigger } => r.start(p, policy, &trigger, &mut trust).await?,
+        Step::Run { phase, trigger } => {
+            let rolled = rolled_out(phase, &view);
+            r.run_phase(p, phase, &trigger, waiting, rolled, &mut trust)
+                .await?;
+        }
+        Step::Finish { trigger } => r.finish(p, trigger, &mut trust).await?,
+    }
+    Ok(trust)
+}
+
+/// The next CA (`etcd-signer-next`), when there is one.
+fn next_ca(p: &Pass<'_>, op_ns: &str) -> Result<Option<Arc<EtcdCa>>, ControllerError> {
+    find(&p.inputs.operator_secrets, op_ns, NEXT_SECRET)
+        .map(crate::controllers::cert_signer::secret_bytes)
+        .map(|d| EtcdCa::from_secret_data(&d))
+        .transpose()
+        .map_err(|e| failed(format!("Secret {op_ns}/{NEXT_SECRET}: {e}")))
+        .map(|next| next.map(Arc::new))
+}
+
+/// What one pass of a rotation works with.
+struct Rotation {
+    now: OffsetDateTime,
+    previous: CertificatesStatus,
+    op_ns: String,
+    /// `etcd-signer` as adopted.
+    ca: Arc<EtcdCa>,
+    /// `etcd-signer-next`, when it exists.
+    next: Option<Arc<EtcdCa>>,
+    /// `etcd-signer` already holds the next CA (the swap of `DropOld` was written).
+    swapped: bool,
+}
+
+impl Rotation {
+    /// The rotation's status on entering (or staying in) `phase` for `trigger`.
+    fn entering(&self, phase: Phase, trigger: &str, new: &EtcdCa) -> CaRotationStatus {
+        let now = format_time(self.now);
+        let before = self.previous.ca_rotation.as_ref();
+        let same = before.filter(|r| r.phase == phase.as_str() && r.trigger == trigger);
         CaRotationStatus {
             trigger: trigger.to_owned(),
             phase: phase.as_str().to_owned(),
-            started_at: previous
-                .ca_rotation
-                .as_ref()
-                .map_or_else(|| format_time(now), |r| r.started_at.clone()),
-            phase_started_at: same.map_or_else(|| format_time(now), |r| r.phase_started_at.clone()),
+            started_at: before.map_or_else(|| now.clone(), |r| r.started_at.clone()),
+            phase_started_at: same.map_or_else(|| now.clone(), |r| r.phase_started_at.clone()),
             new_ca_not_after: format_time(new.not_after()),
             message: match phase {
                 Phase::TrustBoth => {
@@ -128,126 +168,152 @@ pub async fn run(
             },
             waiting_for: Vec::new(),
         }
-    };
-    match step {
-        Step::Idle => crate::controllers::backup::preop::done(
-            p,
-            crate::controllers::backup::preop::Operation::CaRotation,
-        ),
-        Step::Broken { reason } => return Err(failed(reason)),
-        Step::Start { trigger } => {
-            use crate::controllers::backup::preop::{Operation, gate};
-            if !gate(
-                p,
-                NAME,
-                Operation::CaRotation,
-                previous.ca_rotation.is_some(),
-            )
-            .await
-            {
-                return Ok(trust);
-            }
-            let new = match next {
-                Some(n) => n,
-                None => {
-                    let n = EtcdCa::generate_with(policy, now)
-                        .map_err(|e| failed(format!("generating the next CA: {e}")))?;
-                    let n = Arc::new(n);
-                    if p.o.managed {
-                        p.w.secret(
-                            &op_ns,
-                            NEXT_SECRET,
-                            None,
-                            &n.to_secret_data(),
-                            None,
-                            crate::writer::NO_MARKS,
-                        )
-                        .await
-                        .map_err(|e| ControllerError::write(NAME, &e))?;
-                    }
-                    n
-                }
-            };
-            p.next(
-                NAME,
-                format!("CA rotation ({trigger}): trust both CAs on every node"),
-            );
+    }
+
+    /// Starts a rotation once its pre-operation backup allows: the next CA (made and stored
+    /// when there is none yet), trusted beside the current one.
+    async fn start(
+        &self,
+        p: &mut Pass<'_>,
+        policy: &CertPolicy,
+        trigger: &str,
+        trust: &mut Trust,
+    ) -> Result<(), ControllerError> {
+        use crate::controllers::backup::preop::{Operation, gate};
+        let rotating = self.previous.ca_rotation.is_some();
+        if !gate(p, NAME, Operation::CaRotation, rotating).await {
+            return Ok(());
+        }
+        let new = match &self.next {
+            Some(n) => Arc::clone(n),
+            None => self.make_next(p, policy).await?,
+        };
+        p.next(
+            NAME,
+            format!("CA rotation ({trigger}): trust both CAs on every node"),
+        );
+        p.event(
+            EventReason::CaRotationStarted,
+            format!(
+                "CA rotation ({trigger}) started: phase TrustBoth, the new CA expires {}",
+                format_time(new.not_after())
+            ),
+        )
+        .await;
+        trust.trusted = vec![Arc::clone(&self.ca), Arc::clone(&new)];
+        trust.rotation = Some(self.entering(Phase::TrustBoth, trigger, &new));
+        Ok(())
+    }
+
+    /// Generates the next CA and, when managed, stores it as `etcd-signer-next`.
+    async fn make_next(
+        &self,
+        p: &mut Pass<'_>,
+        policy: &CertPolicy,
+    ) -> Result<Arc<EtcdCa>, ControllerError> {
+        let n = EtcdCa::generate_with(policy, self.now)
+            .map_err(|e| failed(format!("generating the next CA: {e}")))?;
+        if p.o.managed {
+            let data = n.to_secret_data();
+            p.w.secret(&self.op_ns, NEXT_SECRET, None, &data, None, NO_MARKS)
+                .await
+                .map_err(|e| ControllerError::write(NAME, &e))?;
+        }
+        Ok(Arc::new(n))
+    }
+
+    /// One phase of a running rotation: its status (and the consumers it waits for), an Event
+    /// when the phase changed, and what the nodes trust and are signed with.
+    async fn run_phase(
+        &self,
+        p: &mut Pass<'_>,
+        phase: Phase,
+        trigger: &str,
+        waiting: &[String],
+        rolled: bool,
+        trust: &mut Trust,
+    ) -> Result<(), ControllerError> {
+        let Some(new) = self.next.clone() else {
+            let op_ns = &self.op_ns;
+            return Err(failed(format!("Secret {op_ns}/{NEXT_SECRET} is missing")));
+        };
+        let mut status = self.entering(phase, trigger, &new);
+        let before = self.previous.ca_rotation.as_ref();
+        waits_for_consumers(p, &mut status, before, waiting, rolled).await;
+        if before.is_none_or(|r| r.phase != status.phase) {
             p.event(
-                EventReason::CaRotationStarted,
-                format!(
-                    "CA rotation ({trigger}) started: phase TrustBoth, the new CA expires {}",
-                    format_time(new.not_after())
-                ),
+                EventReason::CaRotationPhase,
+                format!("CA rotation ({trigger}): phase {}", phase.as_str()),
             )
             .await;
-            trust.trusted = vec![Arc::clone(&ca), Arc::clone(&new)];
-            trust.rotation = Some(entering(Phase::TrustBoth, &trigger, &new));
         }
-        Step::Run { phase, trigger } => {
-            let Some(new) = next else {
-                return Err(failed(format!("Secret {op_ns}/{NEXT_SECRET} is missing")));
-            };
-            let mut status = entering(phase, &trigger, &new);
-            let rolled = rolled_out(phase, &view);
-            let before = previous.ca_rotation.as_ref();
-            waits_for_consumers(p, &mut status, before, waiting, rolled).await;
-            if previous
-                .ca_rotation
-                .as_ref()
-                .is_none_or(|r| r.phase != status.phase)
-            {
-                p.event(
-                    EventReason::CaRotationPhase,
-                    format!("CA rotation ({trigger}): phase {}", phase.as_str()),
-                )
-                .await;
+        p.next(
+            NAME,
+            format!(
+                "CA rotation ({trigger}), phase {}: {}",
+                phase.as_str(),
+                status.message
+            ),
+        );
+        match phase {
+            Phase::TrustBoth => trust.trusted = vec![Arc::clone(&self.ca), Arc::clone(&new)],
+            Phase::ReissueLeaves => {
+                trust.signing = Arc::clone(&new);
+                trust.trusted = vec![Arc::clone(&self.ca), Arc::clone(&new)];
             }
-            p.next(
-                NAME,
-                format!(
-                    "CA rotation ({trigger}), phase {}: {}",
-                    phase.as_str(),
-                    status.message
-                ),
-            );
-            match phase {
-                Phase::TrustBoth => trust.trusted = vec![Arc::clone(&ca), Arc::clone(&new)],
-                Phase::ReissueLeaves => {
-                    trust.signing = Arc::clone(&new);
-                    trust.trusted = vec![Arc::clone(&ca), Arc::clone(&new)];
-                }
-                Phase::DropOld => {
-                    if !swapped && p.o.managed {
-                        let current = find(&p.inputs.operator_secrets, &op_ns, certs::CA_SECRET);
-                        p.w.secret(
-                            &op_ns,
-                            certs::CA_SECRET,
-                            current,
-                            &new.to_secret_data(),
-                            None,
-                            crate::writer::NO_MARKS,
-                        )
-                        .await
-                        .map_err(|e| ControllerError::write(NAME, &e))?;
-                    }
-                    trust.signing = Arc::clone(&new);
-                    trust.trusted = vec![Arc::clone(&new)];
-                }
+            Phase::DropOld => {
+                self.swap(p, &new).await?;
+                trust.signing = Arc::clone(&new);
+                trust.trusted = vec![Arc::clone(&new)];
             }
-            trust.rotation = Some(status);
         }
-        Step::Finish { trigger } => {
-            if p.o.managed {
-                p.w.delete::<Secret>(&op_ns, NEXT_SECRET)
-                    .await
-                    .map_err(|e| ControllerError::write(NAME, &e))?;
-            }
-            p.event(EventReason::CaRotationCompleted, format!("CA rotation ({trigger}) completed: every node trusts and runs leaves of the new CA alone")).await;
-            trust.handled = trigger;
-            trust.last = format_time(now);
-        }
+        trust.rotation = Some(status);
+        Ok(())
     }
-    Ok(trust)
+
+    /// `DropOld`: `etcd-signer` takes the new CA (once, when managed).
+    async fn swap(&self, p: &mut Pass<'_>, new: &EtcdCa) -> Result<(), ControllerError> {
+        if self.swapped || !p.o.managed {
+            return Ok(());
+        }
+        let current = find(&p.inputs.operator_secrets, &self.op_ns, certs::CA_SECRET);
+        let data = new.to_secret_data();
+        p.w.secret(
+            &self.op_ns,
+            certs::CA_SECRET,
+            current,
+            &data,
+            None,
+            NO_MARKS,
+        )
+        .await
+        .map_err(|e| ControllerError::write(NAME, &e))
+        .map(|_| ())
+    }
+
+    /// The rotation is done: `etcd-signer-next` goes, and the trigger is handled.
+    async fn finish(
+        &self,
+        p: &mut Pass<'_>,
+        trigger: String,
+        trust: &mut Trust,
+    ) -> Result<(), ControllerError> {
+        if p.o.managed {
+            p.w.delete::<Secret>(&self.op_ns, NEXT_SECRET)
+                .await
+                .map_err(|e| ControllerError::write(NAME, &e))?;
+        }
+        p.event(
+            EventReason::CaRotationCompleted,
+            format!(
+                "CA rotation ({trigger}) completed: every node trusts and runs leaves of the new CA alone"
+            ),
+        )
+        .await;
+        trust.handled = trigger;
+        trust.last = format_time(self.now);
+        Ok(())
+    }
 }
 
 /// A phase whose consumers have not picked up its material says so (`rolled`: only they are

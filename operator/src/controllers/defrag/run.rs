@@ -8,7 +8,7 @@ use membership::{ClientError, EtcdClient, FailureKind, MemberId};
 use tokio::task::JoinHandle;
 
 use super::{
-    INTERRUPTED, SUCCEEDED, Step, View, decide, failures, mib, request_done, waits_for_backup,
+    Due, INTERRUPTED, SUCCEEDED, Step, View, decide, failures, mib, request_done, waits_for_backup,
 };
 use crate::api::DefragRecord;
 use crate::category::Category;
@@ -300,105 +300,146 @@ async fn act(
     timeout_seconds: u32,
     backup_first: bool,
 ) -> Result<(), ControllerError> {
-    let client = p.st.etcd.current();
-    let etcd_error = |e: ClientError| {
-        ControllerError::new(NAME, ErrorKind::Transient, Category::Etcd, e.to_string())
-    };
-    match step {
+    // In a plan, or without a client, nothing is done to etcd (and no failure is forgotten).
+    let client = p.st.etcd.current().filter(|_| !p.w.dry_run());
+    let done = match step {
         Step::Idle(why) => {
             preop::done(p, Operation::Defrag);
             p.next(NAME, why);
+            true
         }
         Step::Wait(why) => {
             p.busy = true;
             p.next(NAME, why);
+            true
         }
-        Step::Denied(d) => p.next(NAME, denied_line(&d)),
-        Step::AdminMustDelete(m) => p.next(NAME, m),
+        Step::Denied(d) => {
+            p.next(NAME, denied_line(&d));
+            true
+        }
+        Step::AdminMustDelete(m) => {
+            p.next(NAME, m);
+            true
+        }
         Step::MoveLeader { .. } | Step::Defragment(_)
             if backup_first && !preop::gate(p, NAME, Operation::Defrag, false).await =>
         {
             p.busy = true;
+            true
         }
         Step::MoveLeader {
             leader_url,
             from,
             to,
-        } => {
-            p.next(
-                NAME,
-                format!("move leadership from {from} to {to}, then defragment {from}"),
-            );
-            let Some(client) = client.filter(|_| !p.w.dry_run()) else {
-                return Ok(());
-            };
-            client
-                .move_leader(&leader_url, to)
-                .await
-                .map_err(etcd_error)?;
-            let line =
-                format!("moved etcd leadership from {from} to {to} before defragmenting {from}");
-            p.note(line.clone());
-            p.event(EventReason::LeaderMoved, line).await;
-            p.busy = true;
-        }
-        Step::Disarm(ids) => {
-            let names: Vec<String> = ids.iter().map(MemberId::to_string).collect();
-            p.next(
-                NAME,
-                format!("disarm NOSPACE of member(s) {}", names.join(", ")),
-            );
-            let Some(client) = client.filter(|_| !p.w.dry_run()) else {
-                return Ok(());
-            };
-            for id in ids {
-                client.disarm_nospace(id).await.map_err(etcd_error)?;
-                let line = format!(
-                    "disarmed the NOSPACE alarm of member {id}: every voter's database is back under the quota"
-                );
-                p.note(line.clone());
-                p.event(EventReason::NoSpaceAlarmDisarmed, line).await;
-            }
-            p.busy = true;
-        }
-        Step::Defragment(due) => {
-            p.next(NAME, format!("defragment {}", due.describe()));
-            let Some(client) = client.filter(|_| !p.w.dry_run()) else {
-                return Ok(());
-            };
-            let record = DefragRecord {
-                member_name: due.name.clone(),
-                member_id: due.id.to_string(),
-                trigger: due.trigger.as_str().to_owned(),
-                request: if p.defrag.handled_request == request {
-                    String::new()
-                } else {
-                    request.to_owned()
-                },
-                start_time: format_time(p.o.now),
-                revision: due.revision,
-                db_size_before: due.db.total,
-                ..DefragRecord::default()
-            };
-            let limit = std::time::Duration::from_secs(u64::from(timeout_seconds));
-            let url = due.url.clone();
-            let handle = tokio::spawn(defragment(client, url, limit));
-            let line = format!("defragmenting {}", due.describe());
-            p.note(line.clone());
-            p.event(EventReason::Defragmenting, line.clone()).await;
-            p.cond(C::EtcdMembersProgressing, true, Reason::Defragmenting, line);
-            p.ctx.metrics.defrag_in_progress.set(1);
-            p.defrag.in_progress = Some(record.clone());
-            p.st.defrag = Some(DefragRun {
-                record,
-                started: Instant::now(),
-                handle,
-            });
-            p.busy = true;
-        }
+        } => move_leader(p, client, &leader_url, from, to).await?,
+        Step::Disarm(ids) => disarm(p, client, ids).await?,
+        Step::Defragment(due) => start(p, client, &due, request, timeout_seconds).await?,
+    };
+    if done {
+        p.st.failures.remove(&NAME);
     }
-    p.st.failures.remove(&NAME);
     Ok(())
+}
+
+fn etcd_error(e: ClientError) -> ControllerError {
+    ControllerError::new(NAME, ErrorKind::Transient, Category::Etcd, e.to_string())
+}
+
+/// Hands leadership from `from` to `to` before `from` is defragmented; false when there is no
+/// client to do it with.
+async fn move_leader(
+    p: &mut Pass<'_>,
+    client: Option<std::sync::Arc<EtcdClient>>,
+    leader_url: &membership::MemberUrl,
+    from: MemberId,
+    to: MemberId,
+) -> Result<bool, ControllerError> {
+    p.next(
+        NAME,
+        format!("move leadership from {from} to {to}, then defragment {from}"),
+    );
+    let Some(client) = client else {
+        return Ok(false);
+    };
+    client
+        .move_leader(leader_url, to)
+        .await
+        .map_err(etcd_error)?;
+    let line = format!("moved etcd leadership from {from} to {to} before defragmenting {from}");
+    p.note(line.clone());
+    p.event(EventReason::LeaderMoved, line).await;
+    p.busy = true;
+    Ok(true)
+}
+
+/// Disarms the `NOSPACE` alarm of each member in `ids`; false when there is no client.
+async fn disarm(
+    p: &mut Pass<'_>,
+    client: Option<std::sync::Arc<EtcdClient>>,
+    ids: Vec<MemberId>,
+) -> Result<bool, ControllerError> {
+    let names: Vec<String> = ids.iter().map(MemberId::to_string).collect();
+    p.next(
+        NAME,
+        format!("disarm NOSPACE of member(s) {}", names.join(", ")),
+    );
+    let Some(client) = client else {
+        return Ok(false);
+    };
+    for id in ids {
+        client.disarm_nospace(id).await.map_err(etcd_error)?;
+        let line = format!(
+            "disarmed the NOSPACE alarm of member {id}: every voter's database is back under the quota"
+        );
+        p.note(line.clone());
+        p.event(EventReason::NoSpaceAlarmDisarmed, line).await;
+    }
+    p.busy = true;
+    Ok(true)
+}
+
+/// Starts defragmenting `due` off the pass (the record is kept in status until it ends);
+/// false when there is no client.
+async fn start(
+    p: &mut Pass<'_>,
+    client: Option<std::sync::Arc<EtcdClient>>,
+    due: &Due,
+    request: &str,
+    timeout_seconds: u32,
+) -> Result<bool, ControllerError> {
+    p.next(NAME, format!("defragment {}", due.describe()));
+    let Some(client) = client else {
+        return Ok(false);
+    };
+    let record = DefragRecord {
+        member_name: due.name.clone(),
+        member_id: due.id.to_string(),
+        trigger: due.trigger.as_str().to_owned(),
+        request: if p.defrag.handled_request == request {
+            String::new()
+        } else {
+            request.to_owned()
+        },
+        start_time: format_time(p.o.now),
+        revision: due.revision,
+        db_size_before: due.db.total,
+        ..DefragRecord::default()
+    };
+    let limit = std::time::Duration::from_secs(u64::from(timeout_seconds));
+    let handle = tokio::spawn(defragment(client, due.url.clone(), limit));
+    let line = format!("defragmenting {}", due.describe());
+    p.note(line.clone());
+    p.event(EventReason::Defragmenting, line.clone()).await;
+    p.cond(C::EtcdMembersProgressing, true, Reason::Defragmenting, line);
+    p.ctx.metrics.defrag_in_progress.set(1);
+    p.defrag.in_progress = Some(record.clone());
+    p.st.defrag = Some(DefragRun {
+        record,
+        started: Instant::now(),
+        handle,
+    });
+    p.busy = true;
+    Ok(true)
 }
 
 /// The task: defragment, then read the member's new database size.

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use membership::DenyRule;
 
 use super::{NAME, RolloutAction, with_target};
+use crate::api::NodeStatus;
 use crate::category::Category;
 use crate::certs::format_time;
 use crate::controllers::ControllerError;
@@ -52,20 +53,7 @@ pub(super) async fn act(p: &mut Pass<'_>, action: &RolloutAction) -> Result<(), 
         .set(if lone { p.latest } else { 0 });
     match action {
         RolloutAction::Done => {
-            let missing: Vec<&str> = p
-                .node_statuses
-                .iter()
-                .filter(|s| !s.etcd_pod_missing_since.is_empty())
-                .map(|s| s.node_name.as_str())
-                .collect();
-            let message = if missing.is_empty() {
-                "every node runs the latest revision".to_owned()
-            } else {
-                format!(
-                    "the latest revision is installed on every node, but {} show(s) no etcd pod (see NodeInstallerDegraded)",
-                    missing.join(", ")
-                )
-            };
+            let message = done_message(&p.node_statuses);
             p.cond(
                 progressing,
                 false,
@@ -77,28 +65,7 @@ pub(super) async fn act(p: &mut Pass<'_>, action: &RolloutAction) -> Result<(), 
             node,
             revision,
             attempt,
-        } => {
-            let member = p.o.by_node.get(node.as_str()).copied();
-            p.move_leadership_off(member, "restarting its node").await;
-            let pod: Pod = render_installer(node, *revision, *attempt, &p.ctx.config.images)
-                .map_err(|e| {
-                    ControllerError::new(
-                        NAME,
-                        ErrorKind::Permanent,
-                        Category::Render,
-                        e.to_string(),
-                    )
-                })?;
-            p.w.create(NS, &pod)
-                .await
-                .map_err(|e| ControllerError::write(NAME, &e))?;
-            p.node_statuses = with_target(std::mem::take(&mut p.node_statuses), node, *revision);
-            let line = format!("installing revision {revision} on {node} (attempt {attempt})");
-            p.note(line.clone());
-            p.event(EventReason::InstallerPodCreated, line).await;
-            let message = format!("installing revision {revision} on {node}");
-            p.cond(progressing, true, Reason::Installing, message);
-        }
+        } => install(p, node, *revision, *attempt).await?,
         RolloutAction::Wait { node, reason } => {
             p.cond(
                 progressing,
@@ -127,5 +94,52 @@ pub(super) async fn act(p: &mut Pass<'_>, action: &RolloutAction) -> Result<(), 
         }
         RolloutAction::Denied { node, denial } => p.denied(progressing, node.clone(), denial),
     }
+    Ok(())
+}
+
+/// NodeInstallerProgressing's message once every node has the latest revision.
+fn done_message(statuses: &[NodeStatus]) -> String {
+    let missing: Vec<&str> = statuses
+        .iter()
+        .filter(|s| !s.etcd_pod_missing_since.is_empty())
+        .map(|s| s.node_name.as_str())
+        .collect();
+    if missing.is_empty() {
+        "every node runs the latest revision".to_owned()
+    } else {
+        format!(
+            "the latest revision is installed on every node, but {} show(s) no etcd pod (see NodeInstallerDegraded)",
+            missing.join(", ")
+        )
+    }
+}
+
+/// Moves leadership off `node` and creates its installer pod for `revision`.
+async fn install(
+    p: &mut Pass<'_>,
+    node: &str,
+    revision: i64,
+    attempt: u32,
+) -> Result<(), ControllerError> {
+    let member = p.o.by_node.get(node).copied();
+    p.move_leadership_off(member, "restarting its node").await;
+    let pod: Pod =
+        render_installer(node, revision, attempt, &p.ctx.config.images).map_err(|e| {
+            ControllerError::new(NAME, ErrorKind::Permanent, Category::Render, e.to_string())
+        })?;
+    p.w.create(NS, &pod)
+        .await
+        .map_err(|e| ControllerError::write(NAME, &e))?;
+    p.node_statuses = with_target(std::mem::take(&mut p.node_statuses), node, revision);
+    let line = format!("installing revision {revision} on {node} (attempt {attempt})");
+    p.note(line.clone());
+    p.event(EventReason::InstallerPodCreated, line).await;
+    let message = format!("installing revision {revision} on {node}");
+    p.cond(
+        C::NodeInstallerProgressing,
+        true,
+        Reason::Installing,
+        message,
+    );
     Ok(())
 }

@@ -331,12 +331,24 @@ pub fn describe(step: &MembershipStep) -> String {
 
 /// Carries out `step`; `Ok(true)` when etcd's membership changed.
 async fn act(p: &mut Pass<'_>, step: &MembershipStep) -> Result<bool, ControllerError> {
+    if !due(p, step).await {
+        return Ok(false);
+    }
+    let Some(client) = p.st.etcd.current() else {
+        return Ok(false);
+    };
+    change(p, &client, step).await
+}
+
+/// Whether `step` changes etcd now: its pre-operation backup allows it, it is a change at all,
+/// and the pass is neither a plan nor of an Unmanaged cluster (each says so in conditions).
+async fn due(p: &mut Pass<'_>, step: &MembershipStep) -> bool {
     use super::backup::preop::{self, Operation};
     match step {
         MembershipStep::Remove {
             kind: RemovalKind::OddVoterCount,
             ..
-        } if !preop::gate(p, NAME, Operation::PlannedShrink, false).await => return Ok(false),
+        } if !preop::gate(p, NAME, Operation::PlannedShrink, false).await => return false,
         MembershipStep::None | MembershipStep::Standby { .. } => {
             preop::done(p, Operation::PlannedShrink)
         }
@@ -354,16 +366,16 @@ async fn act(p: &mut Pass<'_>, step: &MembershipStep) -> Result<bool, Controller
             };
             p.cond(progressing, false, Reason::AsExpected, message);
             p.succeeded(NAME);
-            return Ok(false);
+            return false;
         }
         MembershipStep::Waiting { message } => {
             p.cond(progressing, true, Reason::LearnerPending, message.clone());
             p.note(message.clone());
-            return Ok(false);
+            return false;
         }
         MembershipStep::Denied { step, denial } => {
             p.denied(progressing, format!("{step} is waiting"), denial);
-            return Ok(false);
+            return false;
         }
         _ if p.w.dry_run() => {
             p.cond(
@@ -372,7 +384,7 @@ async fn act(p: &mut Pass<'_>, step: &MembershipStep) -> Result<bool, Controller
                 Reason::Planned,
                 "a membership change is due",
             );
-            return Ok(false);
+            return false;
         }
         _ if !p.o.managed => {
             p.cond(
@@ -381,26 +393,32 @@ async fn act(p: &mut Pass<'_>, step: &MembershipStep) -> Result<bool, Controller
                 Reason::Unmanaged,
                 format!("would {step:?} but the cluster is Unmanaged"),
             );
-            return Ok(false);
+            return false;
         }
         _ => {}
     }
-    let Some(client) = p.st.etcd.current() else {
-        return Ok(false);
-    };
+    true
+}
+
+/// The etcd change of `step` (one that is due).
+async fn change(
+    p: &mut Pass<'_>,
+    client: &EtcdClient,
+    step: &MembershipStep,
+) -> Result<bool, ControllerError> {
     match step {
         MembershipStep::AddLearner { node, peer_url } => {
-            add_learner(p, &client, node, peer_url).await
+            add_learner(p, client, node, peer_url).await
         }
         MembershipStep::Promote { id, node } => {
-            learner_promotion::promote(p, &client, *id, node).await
+            learner_promotion::promote(p, client, *id, node).await
         }
         MembershipStep::Remove { id, kind, message } => {
             if p.o.etcd.leader == Some(*id) {
                 p.move_leadership_off(Some(*id), &format!("removing member {id}"))
                     .await;
             }
-            remove(p, &client, *id, *kind, message).await
+            remove(p, client, *id, *kind, message).await
         }
         MembershipStep::Move(mv) => match client.update_peer_url(mv.id, &mv.to).await {
             Ok(()) => {
@@ -412,7 +430,12 @@ async fn act(p: &mut Pass<'_>, step: &MembershipStep) -> Result<bool, Controller
                 p.note(message.clone());
                 p.event(EventReason::MemberPeerURLMoved, message.clone())
                     .await;
-                p.cond(progressing, true, Reason::MemberMoved, message);
+                p.cond(
+                    C::EtcdMembersProgressing,
+                    true,
+                    Reason::MemberMoved,
+                    message,
+                );
                 Ok(true)
             }
             Err(e) => Err(etcd_err(e)),

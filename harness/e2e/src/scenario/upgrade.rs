@@ -26,7 +26,7 @@ const PATCH: &str = "etcd-static-operator/etcd:3.5.30";
 /// A known-bad release, below the running patch as well.
 const KNOWN_BAD: &str = "etcd-static-operator/etcd:3.5.1";
 /// The condition reason of every refusal of the version policy (its error category).
-const VERSION_REFUSED: &str = "etcd-version";
+const VERSION_REFUSED: &str = "EtcdVersionRefused";
 const SETTLE: Duration = Duration::from_secs(300);
 
 fn failed(msg: impl Into<String>) -> ControlPlaneError {

@@ -69,28 +69,6 @@ pub enum BlockCode {
     Unknown,
 }
 
-impl BlockCode {
-    /// The code as printed (the JSON value).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BlockCode::InvalidInput => "InvalidInput",
-            BlockCode::StaleRevision => "StaleRevision",
-            BlockCode::DataDirLost => "DataDirLost",
-            BlockCode::ForeignData => "ForeignData",
-            BlockCode::DataDirUnusable => "DataDirUnusable",
-            BlockCode::AddressNotMoved => "AddressNotMoved",
-            BlockCode::PeerUrlTaken => "PeerUrlTaken",
-            BlockCode::NotAMember => "NotAMember",
-            BlockCode::TlsFailure => "TlsFailure",
-            BlockCode::NoEndpointAnswered => "NoEndpointAnswered",
-            BlockCode::TimedOut => "TimedOut",
-            BlockCode::Stopped => "Stopped",
-            BlockCode::Internal => "Internal",
-            BlockCode::Unknown => "Unknown",
-        }
-    }
-}
-
 /// One run's outcome.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VerifyReport {

@@ -1,23 +1,16 @@
-//! What every pass shares: the API client, the operator's static configuration, its metrics and
-//! event reporter, and the state carried from pass to pass (all of which can be rebuilt from
-//! observation: a restarted operator loses nothing it needs).
+//! What every controller shares: the API client, the operator's static configuration, its
+//! metrics and event reporter, and whether this is `plan`'s dry run. What is carried from pass to
+//! pass is not here: the driver keeps its own ([`crate::pass::PassState`]) and each controller's
+//! ([`crate::driver`]).
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
 use kube::runtime::events::Reporter;
-use membership::MemberId;
-use time::OffsetDateTime;
-use tokio::sync::Mutex;
 
-use crate::controllers::ControllerName;
-use crate::etcd::EtcdConnection;
 use crate::metrics::Metrics;
 use crate::podspec::Images;
-use crate::retry::Backoff;
-use crate::writer::Awaited;
 
 /// Static configuration of the operator process.
 #[derive(Clone, Debug)]
@@ -61,14 +54,13 @@ pub struct Context {
     pub reporter: Reporter,
     /// Events, published off the pass.
     pub events: crate::events::EventSink,
-    pub state: Mutex<PassState>,
     /// `etcd-operator plan`: decide everything, change nothing (no API write, no etcd change,
     /// no event); the would-be actions are the report's plan.
     pub plan_only: bool,
 }
 
 impl Context {
-    /// A context for one process (`run`, `plan`): fresh metrics and pass state.
+    /// A context for one process (`run`, `plan`): fresh metrics.
     pub fn new(
         client: Client,
         config: OperatorConfig,
@@ -81,7 +73,6 @@ impl Context {
             metrics: Arc::new(Metrics::new()),
             config,
             reporter,
-            state: Mutex::new(PassState::default()),
             plan_only,
         }
     }
@@ -115,57 +106,4 @@ impl std::fmt::Debug for Context {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
-}
-
-/// State carried from pass to pass (all of it can be rebuilt from observation).
-#[derive(Debug, Default)]
-pub struct PassState {
-    pub etcd: EtcdConnection,
-    /// The generation of an unreadable EtcdCluster already announced (Event, counter).
-    pub unreadable_reported: Option<i64>,
-    /// When each pending learner was first seen.
-    pub learner_added: BTreeMap<MemberId, OffsetDateTime>,
-    /// Writes the caches must show before the next pass acts.
-    pub awaited: Vec<Awaited>,
-    /// Since when the barrier has waited for `awaited` (see [`crate::history`]).
-    pub awaited_since: Option<OffsetDateTime>,
-    /// The etcd cluster id this process's caches were filled from (see [`crate::history`]).
-    pub cluster_id: Option<u64>,
-    /// Client URLs of the members last seen (to find etcd next time).
-    pub known_endpoints: BTreeSet<String>,
-    /// Consecutive failures of each controller, for the back-off of transient errors.
-    pub failures: BTreeMap<ControllerName, Backoff>,
-    /// etcd as the last pass saw it, when that pass left everything settled: what the idle
-    /// health check compares with.
-    pub settled_etcd: Option<crate::etcd::EtcdObservation>,
-    /// Membership's learner add that etcd refuses for its health window (the rollout holds
-    /// serving nodes' restarts meanwhile: `controllers::rollout_hold`).
-    pub add_refused: Option<crate::controllers::rollout_hold::AddRefused>,
-    /// The defragmentation running now (`controllers::defrag`).
-    pub defrag: Option<crate::controllers::defrag::DefragRun>,
-    /// The consistency check running now (`controllers::corruption_check`).
-    pub corruption: Option<crate::controllers::corruption_check::CheckRun>,
-    /// The backup being taken now (`controllers::backup`).
-    pub backup: Option<crate::controllers::backup::BackupRun>,
-    /// `status.backup` as this operator last wrote it (see `maintenance_status`).
-    pub backup_status: Option<Option<crate::api::BackupStatus>>,
-    /// `status.certificates` as this operator last wrote it: the CA rotation's phase must not
-    /// go back to what a lagging cache shows.
-    pub certificates_status: Option<Option<crate::api::CertificatesStatus>>,
-    /// A consumer Secret could not be written in the last pass (`controllers::consumers`): a
-    /// CA rotation holds its phase until every consumer has the phase's material.
-    pub consumers_behind: bool,
-    /// The backup schedule's longest gap between two runs, for the schedule it was computed
-    /// for and when (recomputed on a new schedule or after a day: it walks up to 500 runs).
-    pub backup_interval: Option<(String, OffsetDateTime, Option<std::time::Duration>)>,
-    /// `status.defragmentation` and `status.corruptionCheck` as this operator last wrote them:
-    /// status writes are awaited by the barrier now, so this cache only repeats what the next
-    /// pass reads anyway (kept until the pass redesign). `None` until this process wrote them.
-    /// Whether the API serves ClusterOperators, and when that was asked
-    /// (`controllers::cluster_operator`).
-    pub cluster_operator_api: Option<(bool, OffsetDateTime)>,
-    pub maintenance_status: Option<(
-        crate::api::DefragmentationStatus,
-        Option<crate::api::CorruptionCheckStatus>,
-    )>,
 }

@@ -172,20 +172,17 @@ impl EtcdObservation {
     }
 
     /// The cluster version etcd reports, parsed.
-    pub fn cluster_version(&self) -> Option<crate::controllers::etcd_version::Version> {
-        crate::controllers::etcd_version::Version::parse(self.cluster_version.as_deref()?)
+    pub fn cluster_version(&self) -> Option<crate::etcd_version::Version> {
+        crate::etcd_version::Version::parse(self.cluster_version.as_deref()?)
     }
 
     /// The etcd version each started member that answered runs, by member name.
-    pub fn member_versions(&self) -> Vec<(String, crate::controllers::etcd_version::Version)> {
+    pub fn member_versions(&self) -> Vec<(String, crate::etcd_version::Version)> {
         self.members
             .iter()
             .filter_map(|m| {
                 let v = self.health.get(&m.id)?.version.as_deref()?;
-                Some((
-                    m.name.clone(),
-                    crate::controllers::etcd_version::Version::parse(v)?,
-                ))
+                Some((m.name.clone(), crate::etcd_version::Version::parse(v)?))
             })
             .collect()
     }

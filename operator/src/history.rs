@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use crate::context::{Context, PassState};
+use crate::context::Context;
 use crate::observed::Inputs;
+use crate::pass::PassState;
 use crate::pass::{PassReport, PlanEntry};
 
 /// How long the barrier waits before asking etcd whether its cluster changed.

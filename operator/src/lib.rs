@@ -11,10 +11,13 @@
 //!
 //! Modules:
 //! * [`api`]: the `EtcdCluster` custom resource (cluster-scoped singleton `cluster`).
-//! * [`context`]: what every pass shares (client, config, metrics, state between passes).
+//! * [`context`]: what every controller shares (client, config, metrics, events).
 //! * [`observed`]: the one view of the world a pass decides from.
-//! * [`pass`]: one pass, the controllers in their fixed order.
+//! * [`controller`]: what a controller is (its name, error and flow), below every controller.
+//! * [`pass`]: one pass in progress as the controllers see it.
 //! * [`controllers`]: one module per controller (see its list and contract).
+//! * [`driver`]: one pass, the controllers in their fixed order, and the status write.
+//! * [`etcd_version`]: etcd versions: the image's, the upgrade policy, known-bad releases.
 //! * [`status`]: typed condition types and reasons, merge and aggregates.
 //! * [`writer`]: every API write (and the dry run of `plan`), the read-your-writes barrier.
 //! * [`retry`]: back-off of transient controller errors.
@@ -32,8 +35,11 @@ pub mod bootstrap;
 pub mod category;
 pub mod certs;
 pub mod context;
+pub mod controller;
 pub mod controllers;
+pub mod driver;
 pub mod etcd;
+pub mod etcd_version;
 pub mod events;
 pub mod gather;
 pub mod history;

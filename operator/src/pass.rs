@@ -1,39 +1,24 @@
-//! One reconcile pass: observe (the watch caches, then etcd), run each controller in a fixed
-//! order, write status.
-//!
-//! ```text
-//! cert-signer → etcd-observer → membership (+ learner-promotion; one change, then a fresh pass)
-//!   → target-config → revision → installer → endpoints → defragmentation → corruption-check
-//!   → backup → status
-//! ```
-//!
-//! The order is a pipeline: each controller may end the pass ([`Flow::Stop`]) when what follows
-//! must be decided from what it just changed. Every step is re-derived from observation and
-//! idempotent; the operator can be killed anywhere and the next pass continues. A pass acts only
-//! once the caches show the previous pass's writes (see [`crate::writer`]). A failed controller
-//! sets its Degraded condition and ends the pass; a transient failure is retried with back-off
-//! ([`crate::retry`]), a permanent one when an input changes.
+//! One pass in progress, as the controllers see it: [`Pass`] holds what the pass observed
+//! ([`Observed`]), the writer it writes with, the conditions and plan lines it computed and the
+//! status sections the controllers move; [`PassReport`] is what it tells the run loop. The
+//! controllers act on a `Pass`; [`crate::driver`] builds one, walks the controllers over it in
+//! their order and writes status from it. This floor names no controller.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use time::OffsetDateTime;
 
 use crate::api::{
-    CorruptionCheckStatus, DefragmentationStatus, EtcdCluster, EtcdClusterSpec, EtcdClusterStatus,
-    EtcdVersionStatus, NodeStatus, RemediationStatus,
+    CorruptionCheckStatus, DefragmentationStatus, EtcdVersionStatus, NodeStatus, RemediationStatus,
 };
-use crate::category::Category;
-use crate::context::{Context, PassState};
-use crate::controllers::{
-    ControllerError, ControllerName, Flow, address_move, backup, cert_signer, cluster_operator,
-    cluster_token, corruption_check, defrag, endpoints, etcd_observer, installer, member_status,
-    membership, payload_status, quorum_guard, remediation, revisions, target_config,
-    version_report,
-};
+use crate::context::Context;
+use crate::controller::ControllerName;
+use crate::etcd::EtcdConnection;
 use crate::observed::{Inputs, Observed};
-use crate::retry::ErrorKind;
-use crate::status::{Computed, ConditionType as C, Reason, merge, with_aggregates};
-use crate::writer::{self, Awaited, Writer};
+use crate::retry::Backoff;
+use crate::status::Computed;
+use crate::writer::{Awaited, Writer};
 
 /// What one pass did and what it waits for, one line each.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -109,47 +94,6 @@ pub fn caches_lag(line: String) -> PassReport {
     }
 }
 
-/// Runs one pass.
-pub async fn pass(ctx: &Context, inputs: &Inputs, now: OffsetDateTime) -> PassReport {
-    let mut state = ctx.state.lock().await;
-    let pending: Vec<&Awaited> = state
-        .awaited
-        .iter()
-        .filter(|a| !writer::satisfied(a, inputs.resource_version(a).as_deref()))
-        .collect();
-    let lag = pending.first().map(|first| {
-        format!(
-            "waiting for the caches to show {} write(s), e.g. {} {}/{}",
-            pending.len(),
-            first.kind,
-            first.namespace,
-            first.name
-        )
-    });
-    if lag.is_some() {
-        let first = pending
-            .first()
-            .map(|a| format!("{} {}/{}", a.kind, a.namespace, a.name));
-        let count = pending.len();
-        let since = *state.awaited_since.get_or_insert(now);
-        if let Some(why) =
-            crate::history::barrier_check(&state, since, now, count, first.as_deref()).await
-        {
-            return crate::history::relist(ctx, &mut state, inputs, why);
-        }
-    }
-    if let Some(line) = lag.or_else(|| inputs.nodes_lag()) {
-        let mut report = caches_lag(line.clone());
-        report.say(ctx, line);
-        return report;
-    }
-    state.awaited.clear();
-    state.awaited_since = None;
-    let report = run(ctx, &mut state, inputs, now).await;
-    tracing::debug!(lines = ?report.lines, "pass done");
-    report
-}
-
 /// One pass in progress: what it observed, what it writes with, and what it has to report.
 pub struct Pass<'a> {
     pub ctx: &'a Context,
@@ -178,7 +122,7 @@ pub struct Pass<'a> {
     pub quorum_guard: Option<crate::api::QuorumGuardStatus>,
     pub versions: Vec<crate::api::OperandVersion>,
     pub related_objects: Vec<crate::api::RelatedObject>,
-    /// The live cluster's token, once known ([`crate::controllers::cluster_token`]).
+    /// The live cluster's token, once known ([`crate::controllers::etcd_observer::cluster_token`]).
     pub cluster_identity: Option<crate::api::ClusterIdentity>,
 }
 
@@ -194,7 +138,7 @@ impl std::fmt::Debug for Pass<'_> {
 impl<'a> Pass<'a> {
     /// A pass over `o`, carrying on from the status last written (and, where this process
     /// keeps a newer copy of a status section than the caches show, from that copy).
-    fn new(ctx: &'a Context, st: &'a mut PassState, inputs: &'a Inputs, o: Observed) -> Self {
+    pub fn new(ctx: &'a Context, st: &'a mut PassState, inputs: &'a Inputs, o: Observed) -> Self {
         Pass {
             w: Writer::new(ctx.client.clone(), ctx.plan_only).caching(&[
                 crate::podspec::STATIC_POD_NAMESPACE,
@@ -240,221 +184,50 @@ impl<'a> Pass<'a> {
     }
 }
 
-async fn run(
-    ctx: &Context,
-    st: &mut PassState,
-    inputs: &Inputs,
-    now: OffsetDateTime,
-) -> PassReport {
-    if let Some(u) = &inputs.unreadable {
-        return unreadable::hold(ctx, st, u, now).await;
-    }
-    st.unreadable_reported = None;
-    ctx.metrics.spec_unreadable.set(0);
-    let Some(cluster) = inputs.cluster.clone() else {
-        return create_singleton(ctx).await;
-    };
-    let o = Observed::new(inputs, cluster, now);
-    ctx.metrics
-        .control_plane_nodes
-        .set(i64::try_from(o.nodes.len()).unwrap_or(i64::MAX));
-    let mut p = Pass::new(ctx, st, inputs, o);
-    let mut ok = match controllers(&mut p).await {
-        Ok(()) => true,
-        Err(e) => {
-            failed(&mut p, e);
-            false
-        }
-    };
-    if p.report.relist.is_some() {
-        // The caches hold the lost cluster's objects (`crate::history`): nothing is written
-        // from them; the next pass runs on caches listed anew.
-        return p.report;
-    }
-    let backup_risk = backup::ready::reconcile(&mut p);
-    backup::preop::reconcile(&mut p).await;
-    // The guard's budget follows etcd in every pass that read it, also one that stopped early
-    // (etcd not answering, a membership change just made).
-    if p.o.etcd_read
-        && p.o.managed
-        && !p.waits(ControllerName::QuorumGuard)
-        && let Err(e) = quorum_guard::reconcile(&mut p, backup_risk.as_ref()).await
-    {
-        failed(&mut p, e);
-        ok = false;
-    }
-    if p.o.etcd_read {
-        payload_status::reconcile(&mut p, backup_risk.as_ref());
-    }
-    if !ctx.plan_only {
-        write_status(&mut p).await;
-    }
-    if p.busy && p.report.requeue_after > BUSY_REQUEUE {
-        p.report.requeue_after = BUSY_REQUEUE;
-    }
-    // Settled: nothing in flight, no controller failed or backs off, and etcd answered. Until a
-    // watched object changes, the idle health check ([`etcd_changed`]) stands in for passes.
-    let settled = ok
-        && !p.busy
-        && p.report.requeue_after >= IDLE_REQUEUE
-        && p.o.etcd.error.is_none()
-        && !p.o.etcd.members.is_empty();
-    p.st.settled_etcd = settled.then(|| p.o.etcd.clone());
-    p.report
-}
-
-/// The idle health check of a settled cluster: one status call per started member, compared
-/// with what the last pass saw (who answers, as what, which leader, which alarms). True when
-/// something differs, or when the last pass did not leave the cluster settled (then nothing is
-/// asked), so a pass must run.
-pub async fn etcd_changed(ctx: &Context) -> bool {
-    let (client, last) = {
-        let st = ctx.state.lock().await;
-        match (st.etcd.current(), st.settled_etcd.clone()) {
-            (Some(c), Some(last)) => (c, last),
-            _ => return true,
-        }
-    };
-    let print = crate::etcd::probe(&client, &last).await;
-    let changed = print != last.health_print;
-    ctx.metrics.health_check(changed);
-    if changed {
-        tracing::info!(before = ?last.health_print, now = ?print, "etcd changed since the last pass");
-    }
-    changed
-}
-
-/// The controllers, in order. A controller backing off from a transient error ends the pass
-/// before it (what follows depends on it).
-async fn controllers(p: &mut Pass<'_>) -> Result<(), ControllerError> {
-    use ControllerName as N;
-    // Which nodes are control-plane nodes is every controller's input; a selector the API
-    // would refuse stops the pass before any of them acts on a wrong node set.
-    if let Err(e) = p.o.spec.node_label_selector() {
-        return Err(ControllerError::new(
-            N::Membership,
-            ErrorKind::Permanent,
-            Category::Spec,
-            e.to_string(),
-        ));
-    }
-    if p.waits(N::CertSigner) {
-        return Ok(());
-    }
-    let tls = cert_signer::reconcile(p).await?;
-    let known: std::collections::BTreeSet<String> = p.o.node_names().into_iter().collect();
-    p.control_plane =
-        membership::control_plane::observe(&p.ctx.client, &p.o.spec.control_plane_pods, &known)
-            .await;
-    if etcd_observer::reconcile(p, &tls).await == Flow::Stop {
-        return Ok(());
-    }
-    cluster_token::track(p);
-    version_report::reconcile(p).await;
-    defrag::collect(p).await;
-    corruption_check::collect(p).await;
-    backup::collect(p).await;
-    if defrag::holds(p)
-        || p.waits(N::Membership)
-        || p.waits(N::LearnerPromotion)
-        || membership::reconcile(p, &tls.with_certs).await? == Flow::Stop
-        || p.waits(N::TargetConfig)
-    {
-        return Ok(());
-    }
-    if let Some(line) = address_move::hold_line(&p.o.address_moves()) {
-        p.next(N::TargetConfig, line.clone());
-        p.next(N::Revision, line);
-    } else if !target_config::upgrade_may_start(p).await {
-        // An etcd upgrade waits for a backup taken for it (the plan says so); the pass goes
-        // on so the backup controller can take it.
-    } else {
-        let Some(pods) = target_config::reconcile(p).await? else {
-            return Ok(());
-        };
-        if p.waits(N::Revision) || revisions::reconcile(p, &tls, pods).await? == Flow::Stop {
-            return Ok(());
-        }
-    }
-    if p.waits(N::Installer) {
-        return Ok(());
-    }
-    installer::reconcile(p).await?;
-    if p.waits(N::Endpoints) {
-        return Ok(());
-    }
-    endpoints::reconcile(p).await?;
-    if p.waits(N::Defrag) {
-        return Ok(());
-    }
-    defrag::reconcile(p).await?;
-    corruption_check::reconcile(p);
-    backup::reconcile(p);
-    Ok(())
-}
-
-/// A controller failed: its Degraded condition, a metric, and when to come back.
-fn failed(p: &mut Pass<'_>, e: ControllerError) {
-    let name = e.controller.as_str();
-    p.ctx.metrics.error(name, e.category);
-    p.note(format!("{name}: {}", e.message));
-    let retry = match e.kind {
-        ErrorKind::Transient => {
-            let backoff = p.st.failures.entry(e.controller).or_default();
-            backoff.last = Some((e.category, e.message.clone()));
-            backoff.fail(p.o.now)
-        }
-        ErrorKind::Permanent => {
-            p.st.failures.remove(&e.controller);
-            IDLE_REQUEUE
-        }
-    };
-    p.cond(
-        e.controller.degraded(),
-        true,
-        Reason::Failed(e.category),
-        e.message,
-    );
-    // The failed controller's delay, not the short pause of work in flight.
-    p.busy = false;
-    p.report.requeue_after = retry;
-}
-
-/// No EtcdCluster yet: create the singleton with the default spec.
-async fn create_singleton(ctx: &Context) -> PassReport {
-    let mut report = PassReport {
-        requeue_after: Duration::from_secs(1),
-        ..Default::default()
-    };
-    if ctx.plan_only {
-        report.requeue_after = IDLE_REQUEUE;
-        report.plan.push(PlanEntry {
-            controller: "cluster".into(),
-            next: "would create EtcdCluster/cluster with the default spec".into(),
-        });
-        return report;
-    }
-    let cr = EtcdCluster::new(crate::api::SINGLETON, EtcdClusterSpec::default());
-    let w = Writer::new(ctx.client.clone(), false);
-    let line = match w.create_cluster(&cr).await {
-        Ok(()) => "created EtcdCluster/cluster with the default spec".to_owned(),
-        Err(e) => format!("could not create EtcdCluster/cluster: {e}"),
-    };
-    report.say(ctx, line);
-    report
-}
-
 #[path = "pass_methods.rs"]
 mod methods;
 pub use methods::denied_line;
 
-#[path = "pass_unreadable.rs"]
-pub mod unreadable;
-
-#[path = "pass_status.rs"]
-mod status_write;
-use status_write::write_status;
-
-#[cfg(test)]
-#[path = "pass_tests.rs"]
-mod tests;
+/// What the driver carries from pass to pass and lends each [`Pass`] (all of it can be rebuilt
+/// from observation). Each controller's own state is not here: the driver hands it to the
+/// controller that owns it.
+#[derive(Debug, Default)]
+pub struct PassState {
+    pub etcd: EtcdConnection,
+    /// The generation of an unreadable EtcdCluster already announced (Event, counter).
+    pub unreadable_reported: Option<i64>,
+    /// Writes the caches must show before the next pass acts.
+    pub awaited: Vec<Awaited>,
+    /// Since when the barrier has waited for `awaited` (see [`crate::history`]).
+    pub awaited_since: Option<OffsetDateTime>,
+    /// The etcd cluster id this process's caches were filled from (see [`crate::history`]).
+    pub cluster_id: Option<u64>,
+    /// Client URLs of the members last seen (to find etcd next time).
+    pub known_endpoints: BTreeSet<String>,
+    /// Consecutive failures of each controller, for the back-off of transient errors.
+    pub failures: BTreeMap<ControllerName, Backoff>,
+    /// etcd as the last pass saw it, when that pass left everything settled: what the idle
+    /// health check compares with.
+    pub settled_etcd: Option<crate::etcd::EtcdObservation>,
+    /// `status.backup` as this operator last wrote it (see `maintenance_status`).
+    pub backup_status: Option<Option<crate::api::BackupStatus>>,
+    /// `status.certificates` as this operator last wrote it: the CA rotation's phase must not
+    /// go back to what a lagging cache shows.
+    pub certificates_status: Option<Option<crate::api::CertificatesStatus>>,
+    /// A consumer Secret could not be written in the last pass (`cert_signer::consumers`): a
+    /// CA rotation holds its phase until every consumer has the phase's material.
+    pub consumers_behind: bool,
+    /// The backup schedule's longest gap between two runs, for the schedule it was computed
+    /// for and when (recomputed on a new schedule or after a day: it walks up to 500 runs).
+    pub backup_interval: Option<(String, OffsetDateTime, Option<std::time::Duration>)>,
+    /// Whether the API serves ClusterOperators, and when that was asked
+    /// (`driver::cluster_operator`).
+    pub cluster_operator_api: Option<(bool, OffsetDateTime)>,
+    /// `status.defragmentation` and `status.corruptionCheck` as this operator last wrote them:
+    /// status writes are awaited by the barrier now, so this cache only repeats what the next
+    /// pass reads anyway (kept until the pass redesign). `None` until this process wrote them.
+    pub maintenance_status: Option<(
+        crate::api::DefragmentationStatus,
+        Option<crate::api::CorruptionCheckStatus>,
+    )>,
+}

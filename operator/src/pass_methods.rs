@@ -9,7 +9,7 @@ use time::OffsetDateTime;
 
 use super::{Pass, PlanEntry};
 use crate::category::Category;
-use crate::controllers::ControllerName;
+use crate::controller::ControllerName;
 use crate::events::EventReason;
 use crate::metrics::{ActionLabel, RuleLabel};
 use crate::status::{Computed, ConditionType as C, Reason};

@@ -13,6 +13,7 @@
 use time::OffsetDateTime;
 
 use crate::api::Condition;
+use crate::events::EventReason;
 
 /// How long a detail `*Degraded` condition must stay True before the aggregate `Degraded` does.
 pub const DEGRADED_GRACE: time::Duration = time::Duration::seconds(60);
@@ -120,7 +121,7 @@ pub enum Reason {
     LearnerCatchingUp,
     LearnerNotCatchingUp,
     LearnerPromoted,
-    MemberRemoved(crate::controllers::membership::RemovalKind),
+    MemberRemoved(RemovalKind),
     MemberMoved,
     // installer
     AllNodesAtLatestRevision,
@@ -399,6 +400,34 @@ pub fn merge(previous: &[Condition], computed: &[Computed], now: &str) -> Vec<Co
         .collect();
     out.sort_by(|a, b| a.type_.cmp(&b.type_));
     out
+}
+
+/// Why a member is removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemovalKind {
+    UnstartedLearner,
+    NodeGone,
+    DataDirLost,
+    Unhealthy,
+    OddVoterCount,
+    Divergent,
+    /// A learner of a node that is leaving.
+    LeavingNode,
+}
+
+impl RemovalKind {
+    /// The Event it raises (its reason is also the metric label and the condition reason).
+    pub fn event(self) -> EventReason {
+        match self {
+            RemovalKind::UnstartedLearner => EventReason::UnstartedLearnerRemoved,
+            RemovalKind::NodeGone => EventReason::MemberOfGoneNodeRemoved,
+            RemovalKind::DataDirLost => EventReason::MemberWithLostDataRemoved,
+            RemovalKind::Unhealthy => EventReason::UnhealthyMemberReplaced,
+            RemovalKind::OddVoterCount => EventReason::VoterRemovedForOddCount,
+            RemovalKind::Divergent => EventReason::DivergentMemberReplaced,
+            RemovalKind::LeavingNode => EventReason::MemberOfLeavingNodeRemoved,
+        }
+    }
 }
 
 #[cfg(test)]

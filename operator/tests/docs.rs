@@ -773,3 +773,91 @@ fn the_architecture_document_lists_every_event_reason() {
         "docs/architecture.md's Events table lacks the rows starting {missing:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The pass's order (`driver::steps::PASS`) in the architecture document
+// ---------------------------------------------------------------------------------------------
+
+/// The controllers in the order of a pass, learner promotion right after membership (it is a
+/// priority of membership's one change, listed as a controller of its own).
+fn pass_order() -> Vec<&'static str> {
+    use etcd_operator::controller::ControllerName;
+    use etcd_operator::driver::steps::PASS;
+    let mut names = Vec::new();
+    for step in PASS {
+        names.push(step.controller.as_str());
+        if step.controller == ControllerName::Membership {
+            names.push(ControllerName::LearnerPromotion.as_str());
+        }
+    }
+    names
+}
+
+/// The first column of the pass table (the rows of "| `name` | `controllers/…`").
+fn table_order(doc: &str) -> Vec<String> {
+    let start = doc
+        .find("## The pass and its controllers")
+        .expect("the pass section");
+    let section = &doc[start..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+    section
+        .lines()
+        .filter(|l| l.starts_with("| `") && l.contains("| `controllers/"))
+        .filter_map(|l| l.split('`').nth(1).map(str::to_owned))
+        .collect()
+}
+
+/// The controllers the chart's boxes name, in the order the chart first names them.
+fn chart_order(doc: &str, names: &[&str]) -> Vec<String> {
+    let start = doc.find("```mermaid").expect("a mermaid chart");
+    let chart = &doc[start..];
+    let chart = &chart[..chart[3..].find("```").map_or(chart.len(), |e| e + 3)];
+    let mut seen: Vec<String> = Vec::new();
+    for label in chart.split('[').skip(1) {
+        let first = label
+            .split([':', '<', ']', ','])
+            .next()
+            .unwrap_or("")
+            .trim();
+        if names.contains(&first) && !seen.iter().any(|s| s == first) {
+            seen.push(first.to_owned());
+        }
+    }
+    seen
+}
+
+#[test]
+fn the_pass_table_and_chart_follow_the_one_ordered_list() {
+    let doc = read("docs/architecture.md");
+    let order = pass_order();
+    assert_eq!(
+        table_order(&doc),
+        order,
+        "docs/architecture.md's pass table"
+    );
+    let boxed: Vec<&str> = order
+        .iter()
+        .copied()
+        .filter(|n| *n != "learner-promotion")
+        .collect();
+    assert_eq!(
+        chart_order(&doc, &order),
+        boxed,
+        "docs/architecture.md's chart"
+    );
+}
+
+#[test]
+fn the_pass_order_check_sees_two_rows_swapped() {
+    let doc = read("docs/architecture.md");
+    let swapped = doc
+        .replacen("| `revision` |", "| `REVISION` |", 1)
+        .replacen("| `installer` |", "| `revision` |", 1);
+    let swapped = swapped.replacen("| `REVISION` |", "| `installer` |", 1);
+    assert_ne!(table_order(&swapped), pass_order());
+    let chart = doc.replacen("rv[revision]", "rv[installer]", 1);
+    assert_ne!(
+        chart_order(&chart, &pass_order()).len(),
+        pass_order().len() - 1
+    );
+}

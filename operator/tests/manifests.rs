@@ -767,7 +767,7 @@ const OPERATOR: &[Need] = &[
         "etcdclusters",
         &["create"],
         &[],
-        "pass.rs create_singleton: the singleton with the default spec when none exists",
+        "driver create_singleton: the singleton with the default spec when none exists",
     ),
     need(
         CLUSTER,
@@ -800,7 +800,7 @@ const OPERATOR: &[Need] = &[
         "clusteroperators",
         &["get"],
         &["etcd"],
-        "controllers/cluster_operator.rs mirror: get_opt of ClusterOperator etcd (where served)",
+        "driver/cluster_operator.rs mirror: get_opt of ClusterOperator etcd (where served)",
     ),
     need(
         CLUSTER,
@@ -808,7 +808,7 @@ const OPERATOR: &[Need] = &[
         "clusteroperators",
         &["create"],
         &[],
-        "controllers/cluster_operator.rs mirror: ClusterOperator etcd when missing",
+        "driver/cluster_operator.rs mirror: ClusterOperator etcd when missing",
     ),
     need(
         CLUSTER,
@@ -816,7 +816,7 @@ const OPERATOR: &[Need] = &[
         "clusteroperators/status",
         &["patch"],
         &["etcd"],
-        "controllers/cluster_operator.rs mirror: its status (merge patch)",
+        "driver/cluster_operator.rs mirror: its status (merge patch)",
     ),
     need(
         STATIC_POD_NAMESPACE,
@@ -930,7 +930,7 @@ const OPERATOR: &[Need] = &[
         "pods",
         &["list"],
         &[],
-        "controllers/consumers/pods.rs: render's kube-apiserver consumer (reload Restart, \
+        "controllers/cert_signer/consumers/pods.rs: render's kube-apiserver consumer (reload Restart, \
          component=kube-apiserver), its mirror pods listed once per pass",
     ),
     need(
@@ -1489,11 +1489,11 @@ async fn the_api_stand_in_accepts_the_manifests_and_rendered_pods() {
 }
 
 /// The role an admin binds in a consumer's namespace grants the Secret verbs
-/// `controllers/consumers/` uses there and the pods list of `reload: Restart`, nothing else,
+/// `controllers/cert_signer/consumers/` uses there and the pods list of `reload: Restart`, nothing else,
 /// and the manifests bind it nowhere.
 #[test]
 fn the_consumer_secrets_role_is_exactly_what_consumers_rs_does_and_unbound() {
-    use etcd_operator::controllers::consumers::CONSUMER_ROLE;
+    use etcd_operator::controllers::cert_signer::consumers::CONSUMER_ROLE;
     let docs = all_docs();
     let rules = docs
         .iter()

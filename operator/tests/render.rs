@@ -221,7 +221,7 @@ fn each_cluster_gets_its_own_token_and_a_rerun_keeps_it() {
 /// revision carries that token.
 #[test]
 fn the_operator_learns_the_token_render_made() {
-    use etcd_operator::controllers::cluster_token::{candidates, learn};
+    use etcd_operator::controllers::etcd_observer::cluster_token::{candidates, learn};
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let r = render(&out, "n1", "127.0.100.9");

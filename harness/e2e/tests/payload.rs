@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use e2e::controlplane::{LocalControlPlane, wait_for};
 use etcd_operator::api::EtcdClusterSpec;
-use etcd_operator::controllers::cluster_operator::{CLUSTER_OPERATOR, resource};
+use etcd_operator::driver::cluster_operator::{CLUSTER_OPERATOR, resource};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::DynamicObject;

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! **Adoption.** The operator treats kube-apiserver as any consumer in `spec.clients`
-//! (`controllers/consumers.rs`): the EtcdCluster render writes names consumer
+//! (`controllers/cert_signer/consumers.rs`): the EtcdCluster render writes names consumer
 //! [`CONSUMER`] with common name [`COMMON_NAME`], and the Secret render writes is exactly the one
 //! the operator maintains for it (same namespace, name, label, keys; placed by
 //! `consumers::plan` itself), judged by the same function ([`certs::client_secret_data`]). A
@@ -33,7 +33,7 @@ use crate::api::{
     ConsumerPods, EtcdCluster, EtcdClusterSpec, EtcdConsumer, Reload, ReloadMode, SINGLETON,
 };
 use crate::certs::{self, CertPolicy, ClientCertKind, EtcdCa};
-use crate::controllers::consumers;
+use crate::controllers::cert_signer::consumers;
 
 /// The consumer's name in `spec.clients`.
 pub const CONSUMER: &str = "kube-apiserver";

@@ -41,7 +41,7 @@ use crate::events::EventReason;
 use crate::metrics::ResultLabel;
 use crate::pass::Pass;
 
-use super::ControllerName;
+use crate::controller::ControllerName;
 
 const NAME: ControllerName = ControllerName::Backup;
 
@@ -235,12 +235,13 @@ pub fn to_delete(spec: &Backup, stored: &[Kept], now: OffsetDateTime) -> Vec<Bac
         .collect()
 }
 
-/// Takes a finished backup into status (after the observer).
-pub async fn collect(p: &mut Pass<'_>) {
-    if !p.st.backup.as_ref().is_some_and(|r| r.handle.is_finished()) {
+/// Takes a finished backup into status (after the observer). `running` is this controller's
+/// own state: the backup it started and has not collected.
+pub async fn collect(p: &mut Pass<'_>, running: &mut Option<BackupRun>) {
+    if !running.as_ref().is_some_and(|r| r.handle.is_finished()) {
         return;
     }
-    let Some(done) = p.st.backup.take() else {
+    let Some(done) = running.take() else {
         return;
     };
     let outcome = match done.handle.await {
@@ -313,15 +314,15 @@ pub async fn collect(p: &mut Pass<'_>) {
     p.backup = Some(status);
 }
 
-/// Starts a backup when one is due (after the corruption check).
-pub fn reconcile(p: &mut Pass<'_>) {
+/// Starts a backup into `running` when one is due (after the corruption check).
+pub fn reconcile(p: &mut Pass<'_>, running: &mut Option<BackupRun>) {
     let Some(spec) = p.o.spec.backup.clone() else {
         p.ctx.metrics.backup_enabled.set(0);
         p.next(NAME, "off (spec.backup is not set)");
         return;
     };
     set_gauges(p, &spec);
-    if let Some(r) = &p.st.backup {
+    if let Some(r) = running.as_ref() {
         p.next(NAME, format!("taking {}", r.name));
         p.busy = true;
         return;
@@ -345,7 +346,7 @@ pub fn reconcile(p: &mut Pass<'_>) {
     if p.w.dry_run() {
         return;
     }
-    start(p, name, spec);
+    *running = Some(start(p, name, spec));
 }
 
 /// Sets the backup gauges from status and the schedule.
@@ -414,19 +415,19 @@ fn due_time(p: &mut Pass<'_>, spec: &Backup) -> Option<OffsetDateTime> {
 }
 
 /// Marks the backup `name` in progress in status and spawns its run.
-fn start(p: &mut Pass<'_>, name: BackupName, spec: Backup) {
+fn start(p: &mut Pass<'_>, name: BackupName, spec: Backup) -> BackupRun {
     let mut status = p.backup.clone().unwrap_or_default();
     status.last_attempt_time = format_time(p.o.now);
     status.in_progress = name.to_string();
     p.backup = Some(status);
     let prepared = prepare(p, &spec);
     let handle = tokio::spawn(run::take(name.clone(), spec.clone(), prepared));
-    p.st.backup = Some(BackupRun {
+    p.busy = true;
+    BackupRun {
         name,
         request: spec.request,
         handle,
-    });
-    p.busy = true;
+    }
 }
 
 /// Everything the run needs from the pass, or why it cannot start.

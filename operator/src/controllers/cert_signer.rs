@@ -6,7 +6,7 @@
 //! [`crate::certs::plan_client_cert`], pure): which certificates are missing, expiring or no
 //! longer match their node. Writes: the CA Secret (only when none exists and the cluster is
 //! Managed), `etcd-all-certs`, `etcd-all-bundles`, the operator's client certificates, the
-//! consumers' ([`super::consumers`]) and whether each consumer picked them up
+//! consumers' ([`consumers`]) and whether each consumer picked them up
 //! (`status.certificates.consumers`, which a CA rotation waits on); Events
 //! `CaGenerated`, `CertificatesUpdated`; the expiry metrics. It never issues anything for an
 //! Unmanaged cluster and never replaces an existing CA.
@@ -16,10 +16,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Secret;
 use membership::TlsPem;
 
-use super::consumers::{self, reload};
-use super::{ControllerError, ControllerName};
 use crate::category::Category;
 use crate::certs::{self, CaOrigin, CertPolicy, ClientCertKind, EtcdCa};
+use crate::controller::{ControllerError, ControllerName};
 use crate::events::EventReason;
 use crate::metrics::{CertLabels, Metrics};
 use crate::observed::find;
@@ -29,6 +28,10 @@ use crate::podspec::paths::{ALL_BUNDLES_CONFIGMAP, ALL_CERTS_SECRET};
 use crate::retry::ErrorKind;
 use crate::status::{ConditionType as C, Reason};
 use crate::writer::NO_MARKS;
+use consumers::reload;
+
+pub mod ca_rotation;
+pub mod consumers;
 
 const NAME: ControllerName = ControllerName::CertSigner;
 /// How soon a consumer Secret that could not be written is tried again.
@@ -85,7 +88,7 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
         .iter()
         .filter_map(reload::Pickup::line)
         .collect();
-    let trust = super::ca_rotation::run(p, adopted, &policy, &waiting).await?;
+    let trust = ca_rotation::run(p, adopted, &policy, &waiting).await?;
     let ca = std::sync::Arc::clone(&trust.signing);
     let bundle = trust.bundle_pem();
     let bundles = trust.bundles();

@@ -28,7 +28,7 @@ use crate::metrics::ResultLabel;
 use crate::pass::Pass;
 use crate::status::{Computed, ConditionType as C, Reason};
 
-use super::ControllerName;
+use crate::controller::ControllerName;
 
 const NAME: ControllerName = ControllerName::CorruptionCheck;
 /// How long one member may take to hash its store.
@@ -122,17 +122,13 @@ pub fn condition(
     ))
 }
 
-/// Takes a finished check into status (after the observer).
-pub async fn collect(p: &mut Pass<'_>) {
-    if !p
-        .st
-        .corruption
-        .as_ref()
-        .is_some_and(|r| r.handle.is_finished())
-    {
+/// Takes a finished check into status (after the observer). `running` is this controller's own
+/// state: the check it started and has not collected.
+pub async fn collect(p: &mut Pass<'_>, running: &mut Option<CheckRun>) {
+    if !running.as_ref().is_some_and(|r| r.handle.is_finished()) {
         return;
     }
-    let Some(run) = p.st.corruption.take() else {
+    let Some(run) = running.take() else {
         return;
     };
     let result = match run.handle.await {
@@ -179,8 +175,9 @@ pub async fn collect(p: &mut Pass<'_>) {
     p.corruption = Some(result);
 }
 
-/// Starts a check when one is due (the last step of a pass).
-pub fn reconcile(p: &mut Pass<'_>) {
+/// Starts a check when one is due (the last step of a pass) into `running`; none starts while
+/// a defragmentation runs (`defrag_running`).
+pub fn reconcile(p: &mut Pass<'_>, running: &mut Option<CheckRun>, defrag_running: bool) {
     if let Some(c) = condition(
         p.corruption.as_ref(),
         &p.o.etcd,
@@ -188,7 +185,7 @@ pub fn reconcile(p: &mut Pass<'_>) {
     ) {
         p.conds.push(c);
     }
-    if p.st.corruption.is_some() {
+    if running.is_some() {
         p.next(NAME, "checking");
         return;
     }
@@ -213,7 +210,7 @@ pub fn reconcile(p: &mut Pass<'_>) {
     if p.not_yet(NAME, due, "next check") {
         return;
     }
-    if voters.len() < 2 || p.st.defrag.is_some() {
+    if voters.len() < 2 || defrag_running {
         p.next(
             NAME,
             "due; waiting for two healthy voters and no defragmentation",
@@ -228,7 +225,7 @@ pub fn reconcile(p: &mut Pass<'_>) {
         return;
     };
     let handle = tokio::spawn(check(client, voters));
-    p.st.corruption = Some(CheckRun { handle });
+    *running = Some(CheckRun { handle });
     p.busy = true;
 }
 

@@ -14,11 +14,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use membership::{ClusterView, MemberId, MemberUrl};
 
 use super::cert_signer::Issued;
-use super::{ControllerName, Flow, learner_promotion};
+use crate::controller::{ControllerName, Flow};
 use crate::etcd::{self, EtcdObservation};
 use crate::metrics::{MemberRoleLabels, Metrics};
 use crate::pass::Pass;
 use crate::status::{Computed, ConditionType as C, Reason};
+
+pub mod cluster_token;
+pub mod member_status;
+pub mod version_report;
 
 const NAME: ControllerName = ControllerName::EtcdObserver;
 
@@ -77,7 +81,6 @@ pub async fn reconcile(p: &mut Pass<'_>, issued: &Issued) -> Flow {
                 .flat_map(|m| m.client_urls.iter().map(ToString::to_string))
                 .collect();
     }
-    learner_promotion::track(p);
     record_members(&p.ctx.metrics, &p.o.etcd);
     if p.o.etcd.error.is_some() {
         p.note("etcd not reachable; nothing else can be decided");

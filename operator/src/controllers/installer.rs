@@ -32,19 +32,21 @@ use k8s_openapi::api::core::v1::Pod;
 use membership::{Action, ClusterView, Denial, Verdict, gate};
 use time::OffsetDateTime;
 
-use super::node_problems::missing_pod_line;
-pub use super::node_problems::node_problems;
-pub use super::node_view::{
-    InstallerPhase, InstallerState, NodeView, PodState, STARTING_REQUEUE, STARTING_WINDOW,
-};
-use super::{ControllerError, ControllerName, rollout_hold};
 use crate::api::NodeStatus;
 use crate::certs::{format_time, parse_time};
+use crate::controller::{ControllerError, ControllerName};
 use crate::metrics::NodeLabel;
+pub use crate::observed::node_view::{
+    InstallerPhase, InstallerState, NodeView, PodState, STARTING_REQUEUE, STARTING_WINDOW,
+};
 use crate::pass::Pass;
 use crate::podspec::STATIC_POD_NAMESPACE as NS;
+use node_problems::missing_pod_line;
+pub use node_problems::node_problems;
 
 mod act;
+pub mod node_problems;
+pub mod rollout_hold;
 use act::act;
 pub use act::describe;
 
@@ -306,8 +308,12 @@ pub fn with_target(mut statuses: Vec<NodeStatus>, node: &str, revision: i64) -> 
     statuses
 }
 
-/// Runs the installer controller.
-pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
+/// Runs the installer controller. `add_refused`: membership's learner add that etcd refuses for
+/// its health window (membership's hand-off: serving nodes' restarts wait meanwhile).
+pub async fn reconcile(
+    p: &mut Pass<'_>,
+    add_refused: Option<&rollout_hold::AddRefused>,
+) -> Result<(), ControllerError> {
     let _t = p.ctx.metrics.time(NAME.as_str());
     let views: Vec<NodeView> = p.o.node_views(&p.node_statuses);
     let d = decide(
@@ -345,7 +351,7 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
     }
     p.conds
         .push(node_problems(&p.node_statuses, missing_pod_grace(p)));
-    let action = rollout_hold::hold(d.action, &views, p.st.add_refused.as_ref(), p.o.now);
+    let action = rollout_hold::hold(d.action, &views, add_refused, p.o.now);
     p.next(NAME, describe(&action));
     for line in p
         .node_statuses

@@ -17,8 +17,8 @@ use membership::{Action, ClusterView, EtcdClient, EtcdRefusal, Member, MemberId}
 use time::OffsetDateTime;
 
 use super::membership::{MembershipStep, gated};
-use super::{ControllerError, ControllerName};
 use crate::category::Category;
+use crate::controller::{ControllerError, ControllerName};
 use crate::etcd::EtcdObservation;
 use crate::events::EventReason;
 use crate::metrics::MemberLabel;
@@ -87,8 +87,9 @@ pub fn not_catching_up(
     ))
 }
 
-/// Keeps when each learner was first seen (for the start deadline) and the learner metrics.
-pub fn track(p: &mut Pass<'_>) {
+/// Keeps when each learner was first seen (for the start deadline: membership's
+/// [`super::membership::State::learner_added`]) and the learner metrics.
+pub fn track(p: &Pass<'_>, added: &mut BTreeMap<MemberId, OffsetDateTime>) {
     let now = p.o.now;
     let learners: BTreeSet<MemberId> =
         p.o.etcd
@@ -97,7 +98,6 @@ pub fn track(p: &mut Pass<'_>) {
             .filter(|m| m.is_learner)
             .map(|m| m.id)
             .collect();
-    let added = &mut p.st.learner_added;
     added.retain(|id, _| learners.contains(id));
     for id in &learners {
         added.entry(*id).or_insert(now);

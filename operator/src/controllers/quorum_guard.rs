@@ -34,9 +34,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 use membership::MemberId;
 
-use super::{ControllerError, ControllerName, voter_policy};
+use super::membership::voter_policy;
 use crate::api::QuorumGuardStatus;
 use crate::category::Category;
+use crate::controller::{ControllerError, ControllerName};
 use crate::observed::{ControlPlaneNode, Observed, find};
 use crate::pass::Pass;
 use crate::podspec::{
@@ -130,7 +131,7 @@ pub struct GuardPlan {
     pub blocked_by: Vec<String>,
 }
 
-/// What kind of risk holds drains (and upgrades: [`super::payload_status`]).
+/// What kind of risk holds drains (and upgrades: [`crate::driver::payload_status`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RiskKind {
     EtcdUnreachable,

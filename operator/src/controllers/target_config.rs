@@ -1,12 +1,12 @@
 //! Target config: the static-pod manifest every node with a member should run.
 //!
 //! Inputs: the control-plane nodes, etcd's members, the spec, the images, the cluster's
-//! initial-cluster token ([`super::cluster_token`]; none while not known). Decision
+//! initial-cluster token ([`super::etcd_observer::cluster_token`]; none while not known). Decision
 //! ([`render_all`], pure): one manifest per node that has a member, rendered with the revision
 //! left as a token (the revision controller fills it in), deterministic so an unchanged input
 //! never makes a new revision. Writes: ConfigMap `etcd-pod` (one key per node). A node without
 //! a member gets no manifest: it first joins as a learner. Nothing else follows while no node
-//! has a member. An etcd image the version policy refuses ([`super::etcd_version`]: below the
+//! has a member. An etcd image the version policy refuses ([`crate::etcd_version`]: below the
 //! cluster version, skipping a minor, below the patch floor of an upgrade, a known-bad release,
 //! no version known) is a permanent error before anything is rendered, so no revision is made
 //! and no etcd restarts.
@@ -15,9 +15,10 @@ use std::collections::BTreeMap;
 
 use membership::{Member, MemberId};
 
-use super::{ControllerError, ControllerName, etcd_version};
 use crate::api::EtcdClusterSpec;
 use crate::category::Category;
+use crate::controller::{ControllerError, ControllerName};
+use crate::etcd_version;
 use crate::observed::{ControlPlaneNode, find};
 use crate::pass::Pass;
 use crate::podspec::paths::POD_CONFIGMAP;

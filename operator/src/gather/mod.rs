@@ -145,8 +145,9 @@ async fn plan_and_etcd(
         instance: None,
     };
     let ctx = Context::new(client.clone(), config.clone(), reporter, true);
-    let report = crate::pass::pass(&ctx, inputs, now).await;
-    let etcd_client = ctx.state.lock().await.etcd.current();
+    let mut driver = crate::driver::Driver::default();
+    let report = driver.pass(&ctx, inputs, now).await;
+    let etcd_client = driver.etcd_client();
     let obs = match etcd_client {
         Some(c) => crate::etcd::observe(&c).await,
         None => EtcdObservation {

@@ -6,6 +6,8 @@
 //! certificate is one of that controller's outputs; everything else is read before any
 //! controller runs.
 
+pub mod address_move;
+pub mod node_view;
 pub mod objects;
 
 use std::collections::BTreeMap;
@@ -21,9 +23,9 @@ use crate::api::{
     EtcdCluster, EtcdClusterSpec, EtcdClusterStatus, ManagementState, NodeStatus, StoredCluster,
     Unreadable,
 };
-use crate::controllers::installer::{InstallerState, NodeView, PodState};
 use crate::etcd::EtcdObservation;
 use crate::writer::Awaited;
+use node_view::{InstallerState, NodeView, PodState};
 
 /// A snapshot of the watch caches.
 #[derive(Clone, Debug, Default)]
@@ -202,7 +204,7 @@ impl Observed {
                     serves_elsewhere: member
                         .and_then(|id| self.etcd.members.iter().find(|m| m.id == id))
                         .is_some_and(|m| {
-                            crate::controllers::address_move::serves_elsewhere(&n.target, m)
+                            crate::observed::address_move::serves_elsewhere(&n.target, m)
                         }),
                     status: statuses
                         .iter()
@@ -215,14 +217,14 @@ impl Observed {
     }
 
     /// Members that have to follow their node to a new address (see
-    /// [`crate::controllers::address_move`]).
-    pub fn address_moves(&self) -> Vec<crate::controllers::address_move::AddressMove> {
+    /// [`crate::observed::address_move`]).
+    pub fn address_moves(&self) -> Vec<crate::observed::address_move::AddressMove> {
         let nodes = self
             .nodes
             .iter()
             .filter(|n| n.leaving().is_none())
             .map(|n| &n.target);
-        crate::controllers::address_move::pending_moves(nodes, &self.etcd.members)
+        crate::observed::address_move::pending_moves(nodes, &self.etcd.members)
     }
 
     /// Names of the selected nodes.

@@ -8,8 +8,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use membership::VerifyReport;
 use time::OffsetDateTime;
 
-use crate::controllers::installer::{InstallerPhase, InstallerState, PodState};
-use crate::controllers::membership::{Leaving, NodeInfo};
+use super::node_view::{InstallerPhase, InstallerState, Leaving, NodeInfo, PodState};
 use crate::podspec::NodeTarget;
 
 /// Label on installer pods.

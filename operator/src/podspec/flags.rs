@@ -21,7 +21,7 @@
 //! An image whose tag names no version (`latest`, a digest only) gets the 3.4 set: those flags
 //! are accepted by 3.4, 3.5 and 3.6 alike (3.6 only warns that they are deprecated).
 
-use crate::controllers::etcd_version::{Minor, Release, Version};
+use crate::etcd_version::{Minor, Release, Version};
 
 /// The first 3.5 release with `--experimental-compact-hash-check-enabled`.
 const COMPACT_HASH_CHECK_SINCE: Version = Version {
@@ -66,7 +66,7 @@ fn version_args_35(version: Version) -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::etcd_version::image_release;
+    use crate::etcd_version::image_release;
 
     fn args(image: &str) -> Vec<&'static str> {
         version_args(image_release(image, "").unwrap())

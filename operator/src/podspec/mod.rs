@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use membership::{Member, MemberUrl};
 
 use crate::api::EtcdClusterSpec;
-use crate::controllers::etcd_version::{VersionError, image_release};
+use crate::etcd_version::{VersionError, image_release};
 pub use env::{EnvInput, contract_env, member_client_urls, voter_endpoints};
 use paths::CertPaths;
 

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::context::{Context, OperatorConfig};
+use crate::driver::Driver;
 use crate::observed::Inputs;
 use crate::pass::{self, PassReport};
 pub use node_watch::NodeWatch;
@@ -117,7 +118,8 @@ pub async fn plan(client: Client, config: OperatorConfig) -> Result<PassReport, 
         instance: None,
     };
     let ctx = Context::new(client, config, reporter, true);
-    Ok(pass::pass(&ctx, &inputs, time::OffsetDateTime::now_utc()).await)
+    let now = time::OffsetDateTime::now_utc();
+    Ok(Driver::default().pass(&ctx, &inputs, now).await)
 }
 
 /// Takes or renews the leader Lease; whether this instance leads now. `seen` is what this
@@ -171,6 +173,17 @@ async fn release_lease(client: &Client, opts: &RunOptions) {
     }
 }
 
+/// The liveness and readiness the HTTP server reports, over the context's metrics.
+fn health_of(ctx: &Context) -> http::Health {
+    http::Health {
+        metrics: ctx.metrics.clone(),
+        ready: Arc::new(AtomicBool::new(false)),
+        last_loop: Arc::new(AtomicI64::new(
+            time::OffsetDateTime::now_utc().unix_timestamp(),
+        )),
+    }
+}
+
 /// Runs the operator until SIGTERM / Ctrl-C.
 pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
     let reporter = Reporter {
@@ -178,13 +191,7 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         instance: Some(opts.identity.clone()),
     };
     let ctx = Context::new(client.clone(), opts.config.clone(), reporter, false);
-    let health = http::Health {
-        metrics: ctx.metrics.clone(),
-        ready: Arc::new(AtomicBool::new(false)),
-        last_loop: Arc::new(AtomicI64::new(
-            time::OffsetDateTime::now_utc().unix_timestamp(),
-        )),
-    };
+    let health = health_of(&ctx);
     let addr = opts.listen;
     let server = tokio::spawn(http::serve(addr, health.clone()));
     let mut stores = Stores::start(&client, &opts.config.operator_namespace);
@@ -198,6 +205,7 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         .store(true, std::sync::atomic::Ordering::SeqCst);
     tracing::info!(identity = %opts.identity, "caches synced");
     let mut lead = Leadership::default();
+    let mut driver = Driver::default();
     let mut next_pass = Instant::now();
     let mut last_full = Instant::now();
     let mut resync = pass::RESYNC;
@@ -222,7 +230,7 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
             // Just took over: decide from a full pass at once, not from what this instance saw
             // when it last led.
             next_pass = Instant::now();
-            ctx.state.lock().await.settled_etcd = None;
+            driver.forget_settled();
         }
         health.beat();
         if !lead.leading {
@@ -232,11 +240,11 @@ pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
         if !changed && Instant::now() < next_pass {
             continue;
         }
-        if !changed && last_full.elapsed() < resync && !pass::etcd_changed(&ctx).await {
+        if !changed && last_full.elapsed() < resync && !driver.etcd_changed(&ctx).await {
             next_pass = Instant::now() + pass::IDLE_REQUEUE;
             continue;
         }
-        let Some(report) = lead.fenced_pass(&ctx, &stores).await else {
+        let Some(report) = lead.fenced_pass(&ctx, &mut driver, &stores).await else {
             continue;
         };
         if report.relist.is_some() {
@@ -310,7 +318,12 @@ impl Leadership {
     /// cut short when that runs out (the caches and etcd decide the next pass; every step is
     /// idempotent, so a cut pass is like a killed operator). `None`: no pass ran to its end,
     /// and the lease is renewed first.
-    async fn fenced_pass(&mut self, ctx: &Context, stores: &Stores) -> Option<PassReport> {
+    async fn fenced_pass(
+        &mut self,
+        ctx: &Context,
+        driver: &mut Driver,
+        stores: &Stores,
+    ) -> Option<PassReport> {
         let Some(until) = self.act_until.filter(|u| Instant::now() < *u) else {
             self.next_renew = Instant::now();
             return None;
@@ -318,7 +331,7 @@ impl Leadership {
         let now = time::OffsetDateTime::now_utc();
         let span = tracing::info_span!("reconcile", cluster = crate::api::SINGLETON);
         let inputs = stores.snapshot();
-        let pass = pass::pass(ctx, &inputs, now).instrument(span);
+        let pass = driver.pass(ctx, &inputs, now).instrument(span);
         let report = tokio::time::timeout_at(until, pass).await.ok();
         if report.is_none() {
             tracing::warn!(

@@ -24,8 +24,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use etcd_operator::controllers::consumers::MATERIAL_DIGEST_ANNOTATION;
-use etcd_operator::controllers::endpoints::{ENDPOINTS_CONFIGMAP, EndpointNode, read_nodes};
+use etcd_operator::controllers::cert_signer::consumers::MATERIAL_DIGEST_ANNOTATION;
+use etcd_operator::controllers::host_endpoints::{ENDPOINTS_CONFIGMAP, EndpointNode, read_nodes};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::ListParams;
 use kube::{Api, Client};

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::Path;
 
-use etcd_operator::controllers::consumers::MATERIAL_DIGEST_ANNOTATION;
+use etcd_operator::controllers::cert_signer::consumers::MATERIAL_DIGEST_ANNOTATION;
 use k8s_openapi::api::core::v1::{
     Container, HTTPGetAction, HostPathVolumeSource, Pod, PodSpec, Probe, Volume, VolumeMount,
 };

@@ -28,7 +28,7 @@ use std::time::Duration;
 use base64::Engine;
 use etcd_fixture::{KubeSubject, LoopbackAddr, Pki};
 use etcd_operator::bootstrap::apiserver;
-use etcd_operator::controllers::endpoints::EndpointNode;
+use etcd_operator::controllers::host_endpoints::EndpointNode;
 use k8s_openapi::api::core::v1::Secret;
 use kube_testapi::TestApi;
 use kubelet_standin::images::ImageTable;

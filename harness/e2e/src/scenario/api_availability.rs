@@ -426,7 +426,7 @@ async fn plant_expiring(h: &Harness, secrets: &Api<Secret>) -> Result<Vec<u8>, C
     policy.leaf_validity = lifetime + time::Duration::hours(1);
     let issued = ca
         .issue(
-            &etcd_operator::controllers::consumers::leaf_spec(&consumer),
+            &etcd_operator::controllers::cert_signer::consumers::leaf_spec(&consumer),
             &policy,
             now - time::Duration::hours(1),
         )

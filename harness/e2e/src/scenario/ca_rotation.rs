@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use etcd_operator::api::EtcdClusterStatus;
 use etcd_operator::certs::{inspect_certs, inspect_pem};
-use etcd_operator::controllers::consumers::MATERIAL_DIGEST_ANNOTATION;
+use etcd_operator::controllers::cert_signer::consumers::MATERIAL_DIGEST_ANNOTATION;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::Api;
 use kube::api::ListParams;

@@ -14,8 +14,8 @@
 use std::time::Duration;
 
 use etcd_operator::api::{ConsumerStatus, EtcdClusterStatus};
-use etcd_operator::controllers::consumers::CONSUMER_ROLE;
-use etcd_operator::controllers::consumers::reload::MIRROR_ANNOTATION;
+use etcd_operator::controllers::cert_signer::consumers::CONSUMER_ROLE;
+use etcd_operator::controllers::cert_signer::consumers::reload::MIRROR_ANNOTATION;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::Api;

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use etcd_operator::controllers::consumers::{CONSUMER_LABEL, CONSUMER_ROLE};
+use etcd_operator::controllers::cert_signer::consumers::{CONSUMER_LABEL, CONSUMER_ROLE};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};

@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use etcd_operator::controllers::endpoints::{ENDPOINTS_CONFIGMAP, EndpointNode, read_nodes};
+use etcd_operator::controllers::host_endpoints::{ENDPOINTS_CONFIGMAP, EndpointNode, read_nodes};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use etcd_operator::certs::inspect_certs;
-use etcd_operator::controllers::endpoints::ENDPOINTS_CONFIGMAP;
+use etcd_operator::controllers::host_endpoints::ENDPOINTS_CONFIGMAP;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 

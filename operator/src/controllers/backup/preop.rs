@@ -27,7 +27,7 @@
 //! Rounded down instead, a backup taken earlier in the need's second would count although it
 //! misses what was written between it and the need.
 //!
-//! A defragmentation under `NOSPACE` never asks (see `defrag::waits_for_backup`): it is the
+//! A defragmentation under `NOSPACE` never asks (see `defragmentation::waits_for_backup`): it is the
 //! remedy for an outage, and etcd refuses writes meanwhile anyway.
 
 use time::OffsetDateTime;
@@ -209,7 +209,7 @@ pub fn held_by_failure(
 /// disruptive step this pass.
 pub async fn gate(
     p: &mut crate::pass::Pass<'_>,
-    controller: crate::controllers::ControllerName,
+    controller: crate::controller::ControllerName,
     op: Operation,
     under_way: bool,
 ) -> bool {

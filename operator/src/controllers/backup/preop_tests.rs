@@ -220,7 +220,7 @@ fn the_backup_taken_for_a_need_counts_for_it() {
 
 #[test]
 fn an_upgrade_is_due_until_every_member_runs_the_target() {
-    use crate::controllers::etcd_version::{Version, upgrade_state};
+    use crate::etcd_version::{Version, upgrade_state};
     let v = |s: &str| Version::parse(s).expect("a version");
     assert_eq!(
         upgrade_state(Some(v("3.5.9")), &[v("3.5.9"), v("3.5.9")]),

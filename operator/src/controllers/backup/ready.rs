@@ -20,7 +20,7 @@
 //!
 //! While backups are configured and `BackupReady` is False, it is a [`Risk`] of kind
 //! [`RiskKind::BackupNotReady`]: `Upgradeable` is False with reason `BackupNotReady`
-//! ([`super::super::payload_status`]) and the quorum guard's budget allows no eviction at all
+//! ([`crate::driver::payload_status`]) and the quorum guard's budget allows no eviction at all
 //! ([`super::super::quorum_guard`]). A backup taken at once (`spec.backup.request`) that is
 //! verified lifts both.
 
@@ -32,9 +32,9 @@ use time::OffsetDateTime;
 use super::{RETRY_AFTER, max_interval, parse_schedule, parse_stamp};
 use crate::api::{Backup, BackupStatus};
 use crate::certs::parse_time;
-use crate::context::PassState;
 use crate::controllers::quorum_guard::{Risk, RiskKind};
 use crate::pass::Pass;
+use crate::pass::PassState;
 use crate::status::{ConditionType as C, Reason};
 
 /// What the allowed age adds to the schedule's gap and the timeout: a pass's latency in

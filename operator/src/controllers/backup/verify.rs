@@ -15,7 +15,7 @@ use tokio::process::Command;
 use etcd_snapshot::tool::{Tool, tool_of_version};
 
 use super::run::MARKER_KEY;
-use crate::controllers::etcd_version::image_release;
+use crate::etcd_version::image_release;
 
 /// How long the restore, and then the start until the marker reads back, may each take.
 const STEP_LIMIT: Duration = Duration::from_secs(120);

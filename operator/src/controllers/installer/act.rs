@@ -10,7 +10,7 @@ use super::{NAME, RolloutAction, with_target};
 use crate::api::NodeStatus;
 use crate::category::Category;
 use crate::certs::format_time;
-use crate::controllers::ControllerError;
+use crate::controller::ControllerError;
 use crate::events::EventReason;
 use crate::pass::Pass;
 use crate::podspec::{STATIC_POD_NAMESPACE as NS, render_installer};

@@ -5,7 +5,7 @@
 //! instead of taking "no pods" for "all Ready".
 
 use crate::api::ControlPlanePodSelector;
-use crate::controllers::consumers::{self, Refused};
+use crate::controllers::cert_signer::consumers::{self, Refused};
 use membership::ControlPlanePods;
 
 /// The pods `selector` picks, as the gate sees them (sorted by `<namespace>/<name>`), less

@@ -7,7 +7,7 @@ use super::{
     MembershipInput, MembershipStep, RemovalKind, desired_voters, gated, learner_promotion,
     node_for, pending_moves, voter_to_shrink,
 };
-use crate::controllers::remediation::Assessment;
+use crate::controllers::membership::remediation::Assessment;
 
 /// A removal through the gate.
 fn remove(

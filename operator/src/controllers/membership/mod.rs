@@ -1,7 +1,7 @@
 //! Membership: adds, promotes and removes etcd members, one change per pass, each through the
 //! quorum gate. [`fn@decide`] is pure; [`reconcile`] carries out the step it returns.
 //!
-//! The voter count follows the odd-voter policy ([`super::voter_policy`]).
+//! The voter count follows the odd-voter policy ([`voter_policy`]).
 //!
 //! Inputs: the control-plane nodes (eligible: Ready, certificates issued, not being deleted),
 //! etcd's members and their health, `etcd-verify`'s data-lost reports, the remediation records.
@@ -15,13 +15,13 @@
 //!    wedge every later join (etcd 3.4 allows one learner, even an unstarted one);
 //! 2. a started member whose node's address changed (a node of its name has a peer URL no
 //!    member has) moves there with `MemberUpdate`: same member id, same data dir, nothing copied
-//!    (see [`super::address_move`]; the gate's rule 9);
+//!    (see [`crate::observed::address_move`]; the gate's rule 9);
 //! 3. a member whose node is gone (no control-plane node has its peer address or its name any
 //!    more) is removed, before any replacement is added;
 //! 4. a member whose node reports, through `etcd-verify`, that its data dir was lost is removed,
 //!    so the node can join again as a new learner (verify archives what is left);
 //! 5. a member that stayed unhealthy past `spec.memberRemediation` is removed, so its node joins
-//!    again as a learner (see [`crate::controllers::remediation`] for timing, retries, a node
+//!    again as a learner (see [`crate::controllers::membership::remediation`] for timing, retries, a node
 //!    held by the admin and the wait for a replacement in flight); with
 //!    `spec.corruptionCheck.replaceMinority`, so is a voter whose data the last corruption check
 //!    found diverged from the majority's (the gate counts it as unhealthy: its copy is no copy);
@@ -31,8 +31,8 @@
 //! 8. a learner is added for the first eligible node (Ready, certificates issued, not being
 //!    deleted) that has no member.
 
+use super::installer::rollout_hold::AddRefused;
 use crate::category::Category;
-use crate::controllers::rollout_hold::AddRefused;
 use crate::events::EventReason;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -43,9 +43,9 @@ use membership::{
 };
 use time::OffsetDateTime;
 
-use super::member_status::member_statuses;
-use super::{ControllerError, ControllerName, Flow, remediation};
+use super::etcd_observer::member_status::member_statuses;
 use crate::certs::format_time;
+use crate::controller::{ControllerError, ControllerName, Flow};
 use crate::pass::Pass;
 use crate::retry::ErrorKind;
 use crate::status::{ConditionType as C, Reason};
@@ -54,73 +54,16 @@ const NAME: ControllerName = ControllerName::Membership;
 
 pub mod control_plane;
 mod decide;
+pub mod remediation;
+pub mod voter_policy;
 
-pub use super::address_move::{AddressMove, pending_moves};
 use super::learner_promotion;
-pub use super::voter_policy::{desired_voters, node_for, voter_target, voter_to_shrink};
-use crate::controllers::remediation::Candidate;
-use crate::podspec::NodeTarget;
+pub use crate::observed::address_move::{AddressMove, pending_moves};
+pub use crate::observed::node_view::{Leaving, NodeInfo};
+pub use crate::status::RemovalKind;
 pub use decide::decide;
-
-/// A control-plane node as membership sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeInfo {
-    pub target: NodeTarget,
-    /// Ready, certificates issued, not leaving.
-    pub eligible: bool,
-    /// The node is leaving the control plane: its member is removed and none is added.
-    pub leaving: Option<Leaving>,
-}
-
-/// Why a node leaves the control plane.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Leaving {
-    /// The Node has a deletion timestamp.
-    Deleted,
-    /// An admin set [`crate::observed::objects::REMOVE_MEMBER_ANNOTATION`] (its value: why).
-    RemovalRequested(String),
-}
-
-impl Leaving {
-    /// "its node is being deleted", "an admin asked for its removal (…)".
-    pub fn describe(&self) -> String {
-        match self {
-            Leaving::Deleted => "its node is being deleted".to_owned(),
-            Leaving::RemovalRequested(why) => format!(
-                "an admin asked for its removal ({}: {why})",
-                crate::observed::objects::REMOVE_MEMBER_ANNOTATION
-            ),
-        }
-    }
-}
-
-/// Why a member is removed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RemovalKind {
-    UnstartedLearner,
-    NodeGone,
-    DataDirLost,
-    Unhealthy,
-    OddVoterCount,
-    Divergent,
-    /// A learner of a node that is leaving.
-    LeavingNode,
-}
-
-impl RemovalKind {
-    /// The Event it raises (its reason is also the metric label and the condition reason).
-    pub fn event(self) -> EventReason {
-        match self {
-            RemovalKind::UnstartedLearner => EventReason::UnstartedLearnerRemoved,
-            RemovalKind::NodeGone => EventReason::MemberOfGoneNodeRemoved,
-            RemovalKind::DataDirLost => EventReason::MemberWithLostDataRemoved,
-            RemovalKind::Unhealthy => EventReason::UnhealthyMemberReplaced,
-            RemovalKind::OddVoterCount => EventReason::VoterRemovedForOddCount,
-            RemovalKind::Divergent => EventReason::DivergentMemberReplaced,
-            RemovalKind::LeavingNode => EventReason::MemberOfLeavingNodeRemoved,
-        }
-    }
-}
+use remediation::Candidate;
+pub use voter_policy::{desired_voters, node_for, voter_target, voter_to_shrink};
 
 /// The one membership step of this pass.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -187,14 +130,26 @@ pub fn gated(cluster: &ClusterView, action: Action, step: MembershipStep) -> Mem
     }
 }
 
+/// What membership carries from pass to pass (all of it rebuilt from observation after a
+/// restart: a learner's first-seen time restarts its deadline, a refused add is asked again).
+#[derive(Debug, Default)]
+pub struct State {
+    /// When each pending learner was first seen ([`learner_promotion::track`]).
+    pub learner_added: BTreeMap<MemberId, OffsetDateTime>,
+    /// The learner add etcd refuses for its health window: the installer holds serving nodes'
+    /// restarts meanwhile (`installer::rollout_hold`).
+    pub add_refused: Option<AddRefused>,
+}
+
 /// Runs membership: at most one change, then [`Flow::Stop`] so the next pass sees it. Also
 /// stops for an Unmanaged cluster (observing only).
 pub async fn reconcile(
     p: &mut Pass<'_>,
+    st: &mut State,
     with_certs: &BTreeSet<String>,
 ) -> Result<Flow, ControllerError> {
     let now = p.o.now;
-    let (step, remediation_lines) = step_of(p, with_certs);
+    let (step, remediation_lines) = step_of(p, st, with_certs);
     if let MembershipStep::Remove {
         id,
         kind: RemovalKind::Unhealthy,
@@ -209,11 +164,11 @@ pub async fn reconcile(
         remediation::record_attempt(&mut p.remediations, node, *id, message, &format_time(now));
     }
     if !matches!(step, MembershipStep::AddLearner { .. }) {
-        p.st.add_refused = None;
+        st.add_refused = None;
     }
     let changed = {
         let _t = p.ctx.metrics.time(NAME.as_str());
-        act(p, &step).await?
+        act(p, st, &step).await?
     };
     // After the step's own line: remediation's timing is the detail.
     for line in remediation_lines {
@@ -227,7 +182,7 @@ pub async fn reconcile(
         _ => None,
     };
     let deadline = time::Duration::seconds(i64::from(p.o.spec.learner_start_deadline_seconds));
-    let learners = &p.st.learner_added;
+    let learners = &st.learner_added;
     if let Some(c) =
         learner_promotion::not_catching_up(&p.o.etcd, learners, promoting, deadline, now)
     {
@@ -246,7 +201,11 @@ pub async fn reconcile(
 
 /// Gathers the decision's input from the pass, decides, and records the remediation condition
 /// and the policy metrics; returns the step and remediation's plan lines.
-fn step_of(p: &mut Pass<'_>, with_certs: &BTreeSet<String>) -> (MembershipStep, Vec<String>) {
+fn step_of(
+    p: &mut Pass<'_>,
+    st: &State,
+    with_certs: &BTreeSet<String>,
+) -> (MembershipStep, Vec<String>) {
     let now = p.o.now;
     let infos = crate::observed::objects::node_infos(&p.o.nodes, with_certs);
     let data_lost: BTreeMap<String, MemberId> =
@@ -284,7 +243,7 @@ fn step_of(p: &mut Pass<'_>, with_certs: &BTreeSet<String>) -> (MembershipStep, 
         nodes: &infos,
         cluster: &cluster,
         data_lost: &data_lost,
-        learner_added: &p.st.learner_added,
+        learner_added: &st.learner_added,
         start_deadline: Duration::from_secs(u64::from(p.o.spec.learner_start_deadline_seconds)),
         leader: p.o.etcd.leader,
         remediation: &candidates,
@@ -330,14 +289,18 @@ pub fn describe(step: &MembershipStep) -> String {
 }
 
 /// Carries out `step`; `Ok(true)` when etcd's membership changed.
-async fn act(p: &mut Pass<'_>, step: &MembershipStep) -> Result<bool, ControllerError> {
+async fn act(
+    p: &mut Pass<'_>,
+    st: &mut State,
+    step: &MembershipStep,
+) -> Result<bool, ControllerError> {
     if !due(p, step).await {
         return Ok(false);
     }
     let Some(client) = p.st.etcd.current() else {
         return Ok(false);
     };
-    change(p, &client, step).await
+    change(p, st, &client, step).await
 }
 
 /// Whether `step` changes etcd now: its pre-operation backup allows it, it is a change at all,
@@ -403,12 +366,13 @@ async fn due(p: &mut Pass<'_>, step: &MembershipStep) -> bool {
 /// The etcd change of `step` (one that is due).
 async fn change(
     p: &mut Pass<'_>,
+    st: &mut State,
     client: &EtcdClient,
     step: &MembershipStep,
 ) -> Result<bool, ControllerError> {
     match step {
         MembershipStep::AddLearner { node, peer_url } => {
-            add_learner(p, client, node, peer_url).await
+            add_learner(p, st, client, node, peer_url).await
         }
         MembershipStep::Promote { id, node } => {
             learner_promotion::promote(p, client, *id, node).await
@@ -472,6 +436,7 @@ async fn remove(
 
 async fn add_learner(
     p: &mut Pass<'_>,
+    st: &mut State,
     client: &EtcdClient,
     node: &str,
     peer_url: &MemberUrl,
@@ -479,8 +444,8 @@ async fn add_learner(
     let progressing = C::EtcdMembersProgressing;
     match client.add_learner(peer_url).await {
         Ok(m) => {
-            p.st.add_refused = None;
-            p.st.learner_added.insert(m.id, p.o.now);
+            st.add_refused = None;
+            st.learner_added.insert(m.id, p.o.now);
             p.count_change("add_learner");
             p.note(format!("added learner {} for {node}", m.id));
             let note = format!("added {node} ({peer_url}) as learner {}", m.id);
@@ -492,7 +457,7 @@ async fn add_learner(
         Err(e) if e.refused(EtcdRefusal::UnhealthyCluster) => {
             // etcd's strict reconfiguration check: every voter connected to the leader for
             // 5 s. Asked again soon; serving nodes' restarts wait meanwhile (rollout_hold).
-            let refused = AddRefused::again(p.st.add_refused.as_ref(), node, p.o.now);
+            let refused = AddRefused::again(st.add_refused.as_ref(), node, p.o.now);
             let message = format!(
                 "etcd refused adding {node} (unhealthy cluster: it adds a member only once every voter has been connected to the leader for 5 s); retrying since {}",
                 format_time(refused.since)
@@ -500,7 +465,7 @@ async fn add_learner(
             if refused.since == p.o.now {
                 p.note(message.clone());
             }
-            p.st.add_refused = Some(refused);
+            st.add_refused = Some(refused);
             p.cond(progressing, true, Reason::EtcdNotReady, message);
             p.report.requeue_after = p.report.requeue_after.min(ADD_RETRY);
             Ok(false)

@@ -1,5 +1,6 @@
 //! Membership decisions: priorities, the gate, replacement order.
 
+use crate::podspec::NodeTarget;
 use std::net::{IpAddr, Ipv4Addr};
 
 use membership::{DenyRule, Member, MemberHealth};
@@ -429,7 +430,7 @@ fn too_many_voters_for_the_remaining_nodes_removes_one_never_the_leader() {
 
 #[test]
 fn a_member_unhealthy_past_its_time_is_replaced_through_the_gate() {
-    use crate::controllers::remediation::Assessment;
+    use crate::controllers::membership::remediation::Assessment;
     let nodes = [node(1, true), node(2, true), node(3, true)];
     let members = vec![voter(1, true), voter(2, false), voter(3, true)];
     let due = |n: u8| Candidate {

@@ -13,8 +13,8 @@
 //! and [`super::cluster_operator`] mirrors them into a ClusterOperator where the API has one.
 //! Restores and CA rotations (issues 15 and 17) will hold `Upgradeable` the same way.
 
-use super::quorum_guard::{self, Risk, RiskKind};
 use crate::api::{EtcdVersionStatus, OperandVersion, RelatedObject};
+use crate::controllers::quorum_guard::{self, Risk, RiskKind};
 use crate::etcd::EtcdObservation;
 use crate::pass::Pass;
 use crate::podspec::STATIC_POD_NAMESPACE;
@@ -46,7 +46,9 @@ pub fn upgradeable(
             why.push((Reason::QuorumAtRisk, text));
         }
     }
-    if let Some(v) = version.filter(|v| super::version_report::in_flight(v)) {
+    if let Some(v) =
+        version.filter(|v| crate::controllers::etcd_observer::version_report::in_flight(v))
+    {
         why.push((
             Reason::EtcdVersionChanging,
             format!("the etcd version change is {}: {}", v.state, v.message),

@@ -9,8 +9,13 @@
 //! `observedGeneration` stays at the last generation acted on. A spec edit wakes the loop, and
 //! the first readable generation runs a whole pass again.
 
-use super::*;
+use time::OffsetDateTime;
+
 use crate::api::{Condition, Unreadable};
+use crate::context::Context;
+use crate::pass::{IDLE_REQUEUE, PassReport, PassState, PlanEntry};
+use crate::status::{Computed, ConditionType as C, Reason, merge};
+use crate::writer::Writer;
 
 /// Holds every action and reports the unreadable object.
 pub(super) async fn hold(

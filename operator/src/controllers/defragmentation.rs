@@ -386,5 +386,5 @@ pub fn failures(status: &DefragmentationStatus) -> Vec<String> {
 }
 
 #[cfg(test)]
-#[path = "defrag_tests.rs"]
+#[path = "defragmentation_tests.rs"]
 mod tests;

@@ -30,7 +30,7 @@ pub use gate_pods::control_plane_pod;
 pub use pods::{Refused, list_selected, observe as observe_pods};
 use reload::ReloadPolicy;
 
-use super::cert_signer::{client_data, secret_bytes};
+use super::{client_data, secret_bytes};
 use crate::api::EtcdConsumer;
 use crate::certs::{self, CertPolicy, EtcdCa};
 use crate::events::EventReason;
@@ -316,7 +316,10 @@ async fn one(
         .is_some_and(|s| !marks.carried_by(&s.metadata));
     if (changed.is_some() || remark) && p.o.managed {
         if let Some(reason) = &changed {
-            p.next(super::ControllerName::CertSigner, format!("{at}: {reason}"));
+            p.next(
+                crate::controller::ControllerName::CertSigner,
+                format!("{at}: {reason}"),
+            );
         }
         p.w.secret(&t.namespace, &t.name, found.as_ref(), &data, None, marks)
             .await
@@ -353,7 +356,7 @@ async fn remove(p: &mut Pass<'_>, ns: &str, name: &str) -> Result<bool, String> 
         return Ok(false);
     }
     p.next(
-        super::ControllerName::CertSigner,
+        crate::controller::ControllerName::CertSigner,
         format!("delete {at}: its consumer left spec.clients"),
     );
     if !p.o.managed {

@@ -5,6 +5,8 @@
 use super::*;
 use crate::api::EtcdClusterSpec;
 use crate::category::Category;
+use crate::pass::CACHES_POLL;
+use crate::status::{Computed, ConditionType as C};
 
 fn at(ms: i64) -> OffsetDateTime {
     // A whole second: no jitter, so the delays are exact.
@@ -129,7 +131,10 @@ async fn an_invalid_node_selector_stops_every_controller_with_a_precise_message(
     let mut st = PassState::default();
     let mut p = pass_at(&ctx, &mut st, &inputs, at(0));
     p.o.spec.control_plane_node_selector = [("node role".to_owned(), String::new())].into();
-    let e = controllers(&mut p).await.expect_err("refused");
+    let mut cs = Controllers::default();
+    let e = controllers(&mut p, &mut cs, &mut HandOffs::default())
+        .await
+        .expect_err("refused");
     assert_eq!(
         (e.controller, e.kind, e.category),
         (
@@ -223,7 +228,8 @@ fn unreadable_inputs(generation: i64) -> Inputs {
 #[tokio::test]
 async fn an_unreadable_cluster_runs_no_controller_and_says_why_once_per_generation() {
     let ctx = Context::for_tests();
-    let report = pass(&ctx, &unreadable_inputs(3), at(0)).await;
+    let mut d = Driver::default();
+    let report = d.pass(&ctx, &unreadable_inputs(3), at(0)).await;
     let why = report.unreadable.clone().expect("reported as unreadable");
     assert!(
         why.starts_with("EtcdCluster/cluster (generation 3) cannot be read: spec.clients[0]: ")
@@ -242,15 +248,15 @@ async fn an_unreadable_cluster_runs_no_controller_and_says_why_once_per_generati
     assert_eq!(ctx.metrics.spec_unreadable.get(), 1);
     assert_eq!(ctx.metrics.spec_unreadable_generations.get(), 1);
     // The same generation again: no second announcement; a new one is announced.
-    pass(&ctx, &unreadable_inputs(3), at(1000)).await;
+    d.pass(&ctx, &unreadable_inputs(3), at(1000)).await;
     assert_eq!(ctx.metrics.spec_unreadable_generations.get(), 1);
-    pass(&ctx, &unreadable_inputs(4), at(2000)).await;
+    d.pass(&ctx, &unreadable_inputs(4), at(2000)).await;
     assert_eq!(ctx.metrics.spec_unreadable_generations.get(), 2);
     // Readable again (here: no EtcdCluster at all): the gauge goes back to 0.
-    let readable = pass(&ctx, &Inputs::default(), at(3000)).await;
+    let readable = d.pass(&ctx, &Inputs::default(), at(3000)).await;
     assert_eq!(readable.unreadable, None);
     assert_eq!(ctx.metrics.spec_unreadable.get(), 0);
-    assert_eq!(ctx.state.lock().await.unreadable_reported, None);
+    assert_eq!(d.st.unreadable_reported, None);
 }
 
 #[test]
@@ -336,13 +342,14 @@ async fn an_etcd_minor_without_known_flags_is_refused_before_anything_is_rendere
 async fn a_pass_waiting_for_its_own_write_comes_back_as_a_whole_pass() {
     let ctx = Context::for_tests();
     let inputs = Inputs::default();
-    ctx.state.lock().await.awaited.push(Awaited {
+    let mut d = Driver::default();
+    d.st.awaited.push(Awaited {
         kind: "EtcdCluster",
         namespace: String::new(),
         name: crate::api::SINGLETON.into(),
         resource_version: Some("7".into()),
     });
-    let report = pass(&ctx, &inputs, at(0)).await;
+    let report = d.pass(&ctx, &inputs, at(0)).await;
     assert_eq!(
         report.plan[0].next,
         "waiting for the caches to show 1 write(s), e.g. EtcdCluster /cluster"

@@ -9,7 +9,7 @@
 
 use super::reload::{Pickup, Verdict};
 use crate::api::ConsumerStatus;
-use crate::controllers::ControllerName;
+use crate::controller::ControllerName;
 use crate::events::EventReason;
 use crate::metrics::ConsumerLabel;
 use crate::pass::Pass;

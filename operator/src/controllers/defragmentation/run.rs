@@ -13,7 +13,7 @@ use super::{
 use crate::api::DefragRecord;
 use crate::category::Category;
 use crate::certs::format_time;
-use crate::controllers::{ControllerError, ControllerName};
+use crate::controller::{ControllerError, ControllerName};
 use crate::etcd::DbSize;
 use crate::events::EventReason;
 use crate::metrics::{AlarmLabel, MemberLabel, ResultLabel};
@@ -35,10 +35,11 @@ pub struct DefragRun {
 }
 
 /// Takes a finished defragmentation into status; after an operator restart, closes the record
-/// of one that was running as `Interrupted` once its member is healthy and caught up.
-pub async fn collect(p: &mut Pass<'_>) {
-    if p.st.defrag.as_ref().is_some_and(|r| r.handle.is_finished()) {
-        let Some(run) = p.st.defrag.take() else {
+/// of one that was running as `Interrupted` once its member is healthy and caught up. `running`
+/// is this controller's own state: the defragmentation it started and has not collected.
+pub async fn collect(p: &mut Pass<'_>, running: &mut Option<DefragRun>) {
+    if running.as_ref().is_some_and(|r| r.handle.is_finished()) {
+        let Some(run) = running.take() else {
             return;
         };
         let elapsed = run.started.elapsed();
@@ -52,7 +53,7 @@ pub async fn collect(p: &mut Pass<'_>) {
         finish(p, run.record, outcome, elapsed).await;
         return;
     }
-    if p.st.defrag.is_some() {
+    if running.is_some() {
         return;
     }
     let Some(stale) = p.defrag.in_progress.clone() else {
@@ -160,12 +161,10 @@ async fn finish(
 
 /// True while a defragmentation runs (or one of a previous operator is not accounted for):
 /// membership changes and restarts wait for it, and the pass ends here.
-pub fn holds(p: &mut Pass<'_>) -> bool {
-    let running =
-        p.st.defrag
-            .as_ref()
-            .map(|r| r.record.member_name.clone())
-            .or_else(|| p.defrag.in_progress.as_ref().map(|r| r.member_name.clone()));
+pub fn holds(p: &mut Pass<'_>, running: Option<&DefragRun>) -> bool {
+    let running = running
+        .map(|r| r.record.member_name.clone())
+        .or_else(|| p.defrag.in_progress.as_ref().map(|r| r.member_name.clone()));
     let Some(name) = running else {
         return false;
     };
@@ -183,13 +182,13 @@ pub fn holds(p: &mut Pass<'_>) -> bool {
     true
 }
 
-/// What is in flight elsewhere, from this pass's view: a busy controller or a node that is not
-/// on the latest revision.
-fn unsettled(p: &Pass<'_>) -> Option<String> {
+/// What is in flight elsewhere, from this pass's view: a busy controller, a corruption check
+/// (`check_running`) or a node that is not on the latest revision.
+fn unsettled(p: &Pass<'_>, check_running: bool) -> Option<String> {
     if p.busy {
         return Some("the membership change or rollout in flight is done".into());
     }
-    if p.st.corruption.is_some() {
+    if check_running {
         // Its HashKV calls would wait for a held member.
         return Some("the corruption check in flight is done".into());
     }
@@ -236,8 +235,13 @@ fn record_metrics(p: &Pass<'_>) {
     }
 }
 
-/// The last step of a pass: the next defragmentation, leadership move or disarm.
-pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
+/// The last step of a pass: the next defragmentation, leadership move or disarm. `running`
+/// receives the defragmentation started; `check_running`: a corruption check is in flight.
+pub async fn reconcile(
+    p: &mut Pass<'_>,
+    running: &mut Option<DefragRun>,
+    check_running: bool,
+) -> Result<(), ControllerError> {
     record_metrics(p);
     let failed = failures(&p.defrag);
     p.cond(
@@ -254,7 +258,7 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
         p.next(NAME, "unmanaged: no defragmentation");
         return Ok(());
     }
-    let unsettled = unsettled(p);
+    let unsettled = unsettled(p, check_running);
     let spec = p.o.spec.defragmentation.clone();
     let view = View {
         obs: &p.o.etcd,
@@ -288,16 +292,17 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
         p.report.requeue_after = p.report.requeue_after.min(NOSPACE_REQUEUE);
     }
     let backup_first = waits_for_backup(&step, nospace);
-    act(p, step, &spec.request, spec.timeout_seconds, backup_first).await
+    let limits = (spec.request.as_str(), spec.timeout_seconds);
+    act(p, running, step, limits, backup_first).await
 }
 
 use crate::controllers::backup::preop::{self, Operation};
 
 async fn act(
     p: &mut Pass<'_>,
+    running: &mut Option<DefragRun>,
     step: Step,
-    request: &str,
-    timeout_seconds: u32,
+    (request, timeout_seconds): (&str, u32),
     backup_first: bool,
 ) -> Result<(), ControllerError> {
     // In a plan, or without a client, nothing is done to etcd (and no failure is forgotten).
@@ -333,7 +338,14 @@ async fn act(
             to,
         } => move_leader(p, client, &leader_url, from, to).await?,
         Step::Disarm(ids) => disarm(p, client, ids).await?,
-        Step::Defragment(due) => start(p, client, &due, request, timeout_seconds).await?,
+        Step::Defragment(due) => {
+            let started = start(p, client, &due, request, timeout_seconds).await?;
+            let started_any = started.is_some();
+            if let Some(run) = started {
+                *running = Some(run);
+            }
+            started_any
+        }
     };
     if done {
         p.st.failures.remove(&NAME);
@@ -399,17 +411,17 @@ async fn disarm(
 }
 
 /// Starts defragmenting `due` off the pass (the record is kept in status until it ends);
-/// false when there is no client.
+/// `None` when there is no client.
 async fn start(
     p: &mut Pass<'_>,
     client: Option<std::sync::Arc<EtcdClient>>,
     due: &Due,
     request: &str,
     timeout_seconds: u32,
-) -> Result<bool, ControllerError> {
+) -> Result<Option<DefragRun>, ControllerError> {
     p.next(NAME, format!("defragment {}", due.describe()));
     let Some(client) = client else {
-        return Ok(false);
+        return Ok(None);
     };
     let record = DefragRecord {
         member_name: due.name.clone(),
@@ -433,13 +445,12 @@ async fn start(
     p.cond(C::EtcdMembersProgressing, true, Reason::Defragmenting, line);
     p.ctx.metrics.defrag_in_progress.set(1);
     p.defrag.in_progress = Some(record.clone());
-    p.st.defrag = Some(DefragRun {
+    p.busy = true;
+    Ok(Some(DefragRun {
         record,
         started: Instant::now(),
         handle,
-    });
-    p.busy = true;
-    Ok(true)
+    }))
 }
 
 /// The task: defragment, then read the member's new database size.

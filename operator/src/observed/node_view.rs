@@ -1,8 +1,9 @@
-//! What the installer controller sees of one node: its etcd static pod as the mirror pod shows
-//! it, its newest installer pod, its status, and whether etcd itself reports its member healthy;
-//! and the two questions the rollout asks of that view (does etcd on it serve a revision, is it
-//! still starting on its target). Pure types, built by `observed/` and read by
-//! [`super::installer`] and [`super::rollout_hold`].
+//! What the controllers see of one control-plane node. For the installer: its etcd static pod
+//! as the mirror pod shows it, its newest installer pod, its status, and whether etcd itself
+//! reports its member healthy; and the two questions the rollout asks of that view (does etcd on
+//! it serve a revision, is it still starting on its target). For membership: whether the node
+//! may hold a member and whether it is leaving ([`NodeInfo`]). Pure types, built by `observed/`
+//! and read by `controllers::installer` (and its `rollout_hold`) and `controllers::membership`.
 
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use membership::MemberId;
 use time::OffsetDateTime;
 
 use crate::api::NodeStatus;
+use crate::podspec::NodeTarget;
 
 /// The node's etcd static pod as its mirror pod shows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -91,3 +93,35 @@ impl NodeView {
 pub const STARTING_WINDOW: time::Duration = time::Duration::seconds(10);
 /// The pause between passes while a node's etcd is starting.
 pub const STARTING_REQUEUE: Duration = Duration::from_millis(100);
+
+/// A control-plane node as membership sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub target: NodeTarget,
+    /// Ready, certificates issued, not leaving.
+    pub eligible: bool,
+    /// The node is leaving the control plane: its member is removed and none is added.
+    pub leaving: Option<Leaving>,
+}
+
+/// Why a node leaves the control plane.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Leaving {
+    /// The Node has a deletion timestamp.
+    Deleted,
+    /// An admin set [`crate::observed::objects::REMOVE_MEMBER_ANNOTATION`] (its value: why).
+    RemovalRequested(String),
+}
+
+impl Leaving {
+    /// "its node is being deleted", "an admin asked for its removal (…)".
+    pub fn describe(&self) -> String {
+        match self {
+            Leaving::Deleted => "its node is being deleted".to_owned(),
+            Leaving::RemovalRequested(why) => format!(
+                "an admin asked for its removal ({}: {why})",
+                crate::observed::objects::REMOVE_MEMBER_ANNOTATION
+            ),
+        }
+    }
+}

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ConfigMap;
 use membership::{Member, MemberId};
 
-use super::{ControllerError, ControllerName};
+use crate::controller::{ControllerError, ControllerName};
 use crate::observed::find;
 use crate::pass::Pass;
 use crate::podspec::{NodeTarget, STATIC_POD_NAMESPACE as NS, voter_endpoints};

@@ -11,7 +11,7 @@
 
 use membership::{ClusterView, Member, MemberId};
 
-use super::membership::NodeInfo;
+use super::NodeInfo;
 
 /// The voter count the policy grows to with `nodes` eligible nodes: the largest odd number
 /// `<= nodes` (0 for none).

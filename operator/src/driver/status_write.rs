@@ -3,7 +3,12 @@
 //! barrier recorded for the next pass, and the payload status mirrored into a ClusterOperator
 //! where the API serves one.
 
-use super::*;
+use super::cluster_operator;
+use crate::api::{DefragmentationStatus, EtcdClusterStatus};
+use crate::controllers::etcd_observer::member_status;
+use crate::controllers::membership::remediation;
+use crate::pass::Pass;
+use crate::status::{Computed, ConditionType as C, Reason, merge, with_aggregates};
 
 /// Writes status when it changed, and the barrier for the next pass.
 pub(super) async fn write_status(p: &mut Pass<'_>) {

@@ -24,8 +24,8 @@ use kube::ResourceExt;
 use sha2::{Digest, Sha256};
 
 use super::cert_signer::Issued;
-use super::{ControllerError, ControllerName, Flow};
 use crate::api::NodeStatus;
+use crate::controller::{ControllerError, ControllerName, Flow};
 use crate::events::EventReason;
 use crate::pass::Pass;
 use crate::podspec::paths::{ALL_BUNDLES_CONFIGMAP, ALL_CERTS_SECRET, POD_CONFIGMAP};
@@ -458,5 +458,5 @@ async fn delete(w: &mut Writer, n: i64) -> Result<(), WriteError> {
 }
 
 #[cfg(test)]
-#[path = "revisions_tests.rs"]
+#[path = "revision_tests.rs"]
 mod tests;

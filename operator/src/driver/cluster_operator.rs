@@ -134,7 +134,7 @@ mod tests {
                 name: "etcd".into(),
                 version: "3.4.23".into(),
             }],
-            related_objects: crate::controllers::payload_status::related_objects("etcd-operator"),
+            related_objects: crate::driver::payload_status::related_objects("etcd-operator"),
             ..EtcdClusterStatus::default()
         };
         let got = desired_status(&status);

@@ -8,12 +8,12 @@
 //! version and its members. Writes: an Event when the cluster version changes, version metrics.
 //! While a change is under way the pass stays busy, so the move of the cluster version (etcd's
 //! leader decides it a few seconds after the last member restarted) is seen at once. Never
-//! refuses or orders anything: the policy is [`super::etcd_version`], the rollout the installer's.
+//! refuses or orders anything: the policy is [`crate::etcd_version`], the rollout the installer's.
 
 use std::collections::BTreeMap;
 
-use super::etcd_version::{Version, image_version};
 use crate::api::EtcdVersionStatus;
+use crate::etcd_version::{Version, image_version};
 use crate::events::EventReason;
 use crate::metrics::{MemberVersionLabels, VersionLabel};
 use crate::pass::Pass;
@@ -118,7 +118,7 @@ pub async fn reconcile(p: &mut Pass<'_>) {
     if in_flight(&now) {
         p.busy = true;
         p.next(
-            super::ControllerName::EtcdObserver,
+            crate::controller::ControllerName::EtcdObserver,
             format!("etcd version change: {}", now.message),
         );
     }
@@ -150,7 +150,7 @@ fn record(p: &Pass<'_>, running: &[(String, Version)], s: &EtcdVersionStatus) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::etcd_version::tests::{running, v};
+    use crate::etcd_version::tests::{running, v};
 
     #[test]
     fn an_upgrade_is_rolling_then_waits_for_the_cluster_version_then_is_done() {

@@ -19,7 +19,8 @@
 
 use time::OffsetDateTime;
 
-use super::installer::{NodeView, RolloutAction};
+use super::RolloutAction;
+use crate::observed::node_view::NodeView;
 
 /// The longest a restart is held for a refused add (three of etcd's 5 s health windows).
 pub const HOLD_LIMIT: time::Duration = time::Duration::seconds(15);

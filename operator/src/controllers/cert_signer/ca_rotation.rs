@@ -36,9 +36,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{ControllerError, ControllerName};
 use crate::api::{CaRotationStatus, CertificatesStatus};
 use crate::certs::{self, CertPolicy, EtcdCa, format_time};
+use crate::controller::{ControllerError, ControllerName};
 use crate::observed::find;
 use crate::pass::Pass;
 use crate::podspec::STATIC_POD_NAMESPACE as NS;

@@ -1,6 +1,6 @@
 //! What every controller shares: the API client, the operator's static configuration, its
 //! metrics and event reporter, and whether this is `plan`'s dry run. What is carried from pass to
-//! pass is not here: the driver keeps its own ([`crate::pass::PassState`]) and each controller's
+//! pass is not here: the driver keeps its own ([`crate::pass::Bookkeeping`]) and each controller's
 //! ([`crate::driver`]).
 
 use std::sync::Arc;

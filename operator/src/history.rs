@@ -17,7 +17,7 @@ use time::OffsetDateTime;
 
 use crate::context::Context;
 use crate::observed::Inputs;
-use crate::pass::PassState;
+use crate::pass::Bookkeeping;
 use crate::pass::{PassReport, PlanEntry};
 
 /// How long the barrier waits before asking etcd whether its cluster changed.
@@ -52,7 +52,7 @@ pub fn barrier_expired(waited: Duration, count: usize, first: Option<&str>) -> O
 /// [`ASK_AFTER`], etcd's cluster id through the last client (one bounded member list); past
 /// [`BARRIER_LIMIT`], the wait itself.
 pub async fn barrier_check(
-    state: &PassState,
+    state: &Bookkeeping,
     since: OffsetDateTime,
     now: OffsetDateTime,
     count: usize,
@@ -71,7 +71,7 @@ pub async fn barrier_check(
 
 /// Forgets what the old caches left (awaited writes, the settled view, the cluster id), says
 /// why, and asks the run loop to list every cache anew before the next pass.
-pub fn relist(ctx: &Context, state: &mut PassState, inputs: &Inputs, why: String) -> PassReport {
+pub fn relist(ctx: &Context, state: &mut Bookkeeping, inputs: &Inputs, why: String) -> PassReport {
     state.awaited.clear();
     state.awaited_since = None;
     state.settled_etcd = None;

@@ -4,13 +4,15 @@
 //! controllers act on a `Pass`; [`crate::driver`] builds one, walks the controllers over it in
 //! their order and writes status from it. This floor names no controller.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use time::OffsetDateTime;
 
 use crate::api::{
-    CorruptionCheckStatus, DefragmentationStatus, EtcdVersionStatus, NodeStatus, RemediationStatus,
+    BackupStatus, CertificatesStatus, ClusterIdentity, CorruptionCheckStatus,
+    DefragmentationStatus, EtcdClusterStatus, EtcdVersionStatus, NodeStatus, OperandVersion,
+    QuorumGuardStatus, RelatedObject, RemediationStatus,
 };
 use crate::context::Context;
 use crate::controller::ControllerName;
@@ -97,7 +99,7 @@ pub fn caches_lag(line: String) -> PassReport {
 /// One pass in progress: what it observed, what it writes with, and what it has to report.
 pub struct Pass<'a> {
     pub ctx: &'a Context,
-    pub st: &'a mut PassState,
+    pub st: &'a mut Bookkeeping,
     pub inputs: &'a Inputs,
     pub o: Observed,
     pub w: Writer,
@@ -105,25 +107,13 @@ pub struct Pass<'a> {
     pub report: PassReport,
     /// Something is in flight: come back soon.
     pub busy: bool,
-    /// Status fields the controllers move.
-    pub latest: i64,
-    pub node_statuses: Vec<NodeStatus>,
-    pub remediations: Vec<RemediationStatus>,
-    pub defrag: DefragmentationStatus,
-    pub corruption: Option<CorruptionCheckStatus>,
-    pub backup: Option<crate::api::BackupStatus>,
-    pub certificates: Option<crate::api::CertificatesStatus>,
+    /// The status sections the controllers move: one draft, written at the end of the pass.
+    pub status: StatusDraft,
     /// The kube-apiservers among the consumers' pods, as the certificate signer listed them
     /// this pass (the gate's rule 10; empty until then).
     pub api_servers: Vec<::membership::ApiServer>,
     /// `spec.controlPlanePods` as listed this pass (rule 10's preflight).
     pub control_plane: ::membership::ControlPlanePods,
-    pub etcd_version: Option<EtcdVersionStatus>,
-    pub quorum_guard: Option<crate::api::QuorumGuardStatus>,
-    pub versions: Vec<crate::api::OperandVersion>,
-    pub related_objects: Vec<crate::api::RelatedObject>,
-    /// The live cluster's token, once known ([`crate::controllers::etcd_observer::cluster_token`]).
-    pub cluster_identity: Option<crate::api::ClusterIdentity>,
 }
 
 impl std::fmt::Debug for Pass<'_> {
@@ -136,38 +126,16 @@ impl std::fmt::Debug for Pass<'_> {
 }
 
 impl<'a> Pass<'a> {
-    /// A pass over `o`, carrying on from the status last written (and, where this process
-    /// keeps a newer copy of a status section than the caches show, from that copy).
-    pub fn new(ctx: &'a Context, st: &'a mut PassState, inputs: &'a Inputs, o: Observed) -> Self {
+    /// A pass over `o` with the driver's bookkeeping `st`, carrying on from the status last
+    /// written (and, where this process keeps a newer copy of a status section than the caches
+    /// show, from its last draft).
+    pub fn new(ctx: &'a Context, st: &'a mut Bookkeeping, inputs: &'a Inputs, o: Observed) -> Self {
         Pass {
             w: Writer::new(ctx.client.clone(), ctx.plan_only).caching(&[
                 crate::podspec::STATIC_POD_NAMESPACE,
                 &ctx.config.operator_namespace,
             ]),
-            latest: o.prev.latest_available_revision,
-            node_statuses: o.prev.node_statuses.clone(),
-            remediations: o.prev.remediations.clone(),
-            defrag: st.maintenance_status.as_ref().map_or_else(
-                || o.prev.defragmentation.clone().unwrap_or_default(),
-                |m| m.0.clone(),
-            ),
-            corruption: st
-                .maintenance_status
-                .as_ref()
-                .map_or_else(|| o.prev.corruption_check.clone(), |m| m.1.clone()),
-            backup: st
-                .backup_status
-                .clone()
-                .unwrap_or_else(|| o.prev.backup.clone()),
-            certificates: st
-                .certificates_status
-                .clone()
-                .unwrap_or_else(|| o.prev.certificates.clone()),
-            etcd_version: o.prev.etcd_version.clone(),
-            quorum_guard: o.prev.quorum_guard.clone(),
-            versions: o.prev.versions.clone(),
-            related_objects: o.prev.related_objects.clone(),
-            cluster_identity: o.prev.cluster_identity.clone(),
+            status: StatusDraft::carried(&o.prev, st.written.as_ref()),
             report: PassReport {
                 requeue_after: IDLE_REQUEUE,
                 ..Default::default()
@@ -184,15 +152,66 @@ impl<'a> Pass<'a> {
     }
 }
 
+/// The EtcdCluster status sections the controllers move in a pass; conditions and members are
+/// computed at its end. Each controller writes only its own sections.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StatusDraft {
+    pub latest: i64,
+    pub node_statuses: Vec<NodeStatus>,
+    pub remediations: Vec<RemediationStatus>,
+    pub defrag: DefragmentationStatus,
+    pub corruption: Option<CorruptionCheckStatus>,
+    pub backup: Option<BackupStatus>,
+    pub certificates: Option<CertificatesStatus>,
+    pub etcd_version: Option<EtcdVersionStatus>,
+    pub quorum_guard: Option<QuorumGuardStatus>,
+    pub versions: Vec<OperandVersion>,
+    pub related_objects: Vec<RelatedObject>,
+    /// The live cluster's token, once known ([`crate::controllers::etcd_observer::cluster_token`]).
+    pub cluster_identity: Option<ClusterIdentity>,
+}
+
+impl StatusDraft {
+    /// The draft a pass starts from: the status as last written, except the sections whose
+    /// last write by this process may still be missing from the caches (the maintenance runs'
+    /// records and the CA rotation's phase must not go back to a lagging or failed write).
+    pub fn carried(prev: &EtcdClusterStatus, written: Option<&StatusDraft>) -> Self {
+        let mut draft = StatusDraft {
+            latest: prev.latest_available_revision,
+            node_statuses: prev.node_statuses.clone(),
+            remediations: prev.remediations.clone(),
+            defrag: prev.defragmentation.clone().unwrap_or_default(),
+            corruption: prev.corruption_check.clone(),
+            backup: prev.backup.clone(),
+            certificates: prev.certificates.clone(),
+            etcd_version: prev.etcd_version.clone(),
+            quorum_guard: prev.quorum_guard.clone(),
+            versions: prev.versions.clone(),
+            related_objects: prev.related_objects.clone(),
+            cluster_identity: prev.cluster_identity.clone(),
+        };
+        if let Some(w) = written {
+            draft.defrag = w.defrag.clone();
+            draft.corruption = w.corruption.clone();
+            draft.backup = w.backup.clone();
+            draft.certificates = w.certificates.clone();
+        }
+        draft
+    }
+}
+
 #[path = "pass_methods.rs"]
 mod methods;
 pub use methods::denied_line;
 
-/// What the driver carries from pass to pass and lends each [`Pass`] (all of it can be rebuilt
-/// from observation). Each controller's own state is not here: the driver hands it to the
-/// controller that owns it.
+/// The driver's own bookkeeping, carried from pass to pass and lent to each [`Pass`] (all of it
+/// can be rebuilt from observation): the etcd connection the observer keeps and every step
+/// that calls etcd uses, the read-your-writes barrier, each controller's back-off, the settled
+/// view of the idle health check, and the status draft last written. No controller's own state
+/// is here (the driver hands that only to the controller that owns it), and no controller
+/// hands another a fact through it.
 #[derive(Debug, Default)]
-pub struct PassState {
+pub struct Bookkeeping {
     pub etcd: EtcdConnection,
     /// The generation of an unreadable EtcdCluster already announced (Event, counter).
     pub unreadable_reported: Option<i64>,
@@ -202,32 +221,15 @@ pub struct PassState {
     pub awaited_since: Option<OffsetDateTime>,
     /// The etcd cluster id this process's caches were filled from (see [`crate::history`]).
     pub cluster_id: Option<u64>,
-    /// Client URLs of the members last seen (to find etcd next time).
-    pub known_endpoints: BTreeSet<String>,
     /// Consecutive failures of each controller, for the back-off of transient errors.
     pub failures: BTreeMap<ControllerName, Backoff>,
     /// etcd as the last pass saw it, when that pass left everything settled: what the idle
     /// health check compares with.
     pub settled_etcd: Option<crate::etcd::EtcdObservation>,
-    /// `status.backup` as this operator last wrote it (see `maintenance_status`).
-    pub backup_status: Option<Option<crate::api::BackupStatus>>,
-    /// `status.certificates` as this operator last wrote it: the CA rotation's phase must not
-    /// go back to what a lagging cache shows.
-    pub certificates_status: Option<Option<crate::api::CertificatesStatus>>,
-    /// A consumer Secret could not be written in the last pass (`cert_signer::consumers`): a
-    /// CA rotation holds its phase until every consumer has the phase's material.
-    pub consumers_behind: bool,
-    /// The backup schedule's longest gap between two runs, for the schedule it was computed
-    /// for and when (recomputed on a new schedule or after a day: it walks up to 500 runs).
-    pub backup_interval: Option<(String, OffsetDateTime, Option<std::time::Duration>)>,
+    /// The status draft this process last wrote: its maintenance records and CA rotation phase
+    /// carry over ([`StatusDraft::carried`]). `None` until this process wrote status.
+    pub written: Option<StatusDraft>,
     /// Whether the API serves ClusterOperators, and when that was asked
     /// (`driver::cluster_operator`).
     pub cluster_operator_api: Option<(bool, OffsetDateTime)>,
-    /// `status.defragmentation` and `status.corruptionCheck` as this operator last wrote them:
-    /// status writes are awaited by the barrier now, so this cache only repeats what the next
-    /// pass reads anyway (kept until the pass redesign). `None` until this process wrote them.
-    pub maintenance_status: Option<(
-        crate::api::DefragmentationStatus,
-        Option<crate::api::CorruptionCheckStatus>,
-    )>,
 }

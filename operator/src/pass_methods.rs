@@ -20,7 +20,7 @@ impl Pass<'_> {
         let mut view = self.o.etcd.cluster_view();
         view.api_servers = self.api_servers.clone();
         view.control_plane = self.control_plane.clone();
-        view.outage_approved = self.o.spec.lone_voter_restart.approves(self.latest);
+        view.outage_approved = self.o.spec.lone_voter_restart.approves(self.status.latest);
         view
     }
 

@@ -251,7 +251,7 @@ pub async fn collect(p: &mut Pass<'_>, running: &mut Option<BackupRun>) {
             format!("the backup task ended: {e}"),
         )),
     };
-    let mut status = p.backup.clone().unwrap_or_default();
+    let mut status = p.status.backup.clone().unwrap_or_default();
     status.in_progress.clear();
     if !done.request.is_empty() {
         status.handled_request = done.request.clone();
@@ -311,18 +311,27 @@ pub async fn collect(p: &mut Pass<'_>, running: &mut Option<BackupRun>) {
             });
         }
     }
-    p.backup = Some(status);
+    p.status.backup = Some(status);
 }
 
-/// Starts a backup into `running` when one is due (after the corruption check).
-pub fn reconcile(p: &mut Pass<'_>, running: &mut Option<BackupRun>) {
+/// What the backup controller carries from pass to pass.
+#[derive(Debug, Default)]
+pub struct State {
+    /// The backup being taken now.
+    pub running: Option<BackupRun>,
+    /// The schedule's longest gap between two runs (readiness and the gauge).
+    pub schedule: ready::State,
+}
+
+/// Starts a backup into `st.running` when one is due (after the corruption check).
+pub fn reconcile(p: &mut Pass<'_>, st: &mut State) {
     let Some(spec) = p.o.spec.backup.clone() else {
         p.ctx.metrics.backup_enabled.set(0);
         p.next(NAME, "off (spec.backup is not set)");
         return;
     };
-    set_gauges(p, &spec);
-    if let Some(r) = running.as_ref() {
+    set_gauges(p, &spec, &mut st.schedule);
+    if let Some(r) = st.running.as_ref() {
         p.next(NAME, format!("taking {}", r.name));
         p.busy = true;
         return;
@@ -346,15 +355,15 @@ pub fn reconcile(p: &mut Pass<'_>, running: &mut Option<BackupRun>) {
     if p.w.dry_run() {
         return;
     }
-    *running = Some(start(p, name, spec));
+    st.running = Some(start(p, name, spec));
 }
 
 /// Sets the backup gauges from status and the schedule.
-fn set_gauges(p: &mut Pass<'_>, spec: &Backup) {
+fn set_gauges(p: &mut Pass<'_>, spec: &Backup, schedule: &mut ready::State) {
     let m = &p.ctx.metrics;
     m.backup_enabled.set(1);
     // From status, so a restarted or newly elected operator reports what its predecessor did.
-    if let Some(st) = &p.backup {
+    if let Some(st) = &p.status.backup {
         m.backup_consecutive_failures
             .set(i64::from(st.consecutive_failures));
         if let Some(good) = &st.last_success {
@@ -366,7 +375,7 @@ fn set_gauges(p: &mut Pass<'_>, spec: &Backup) {
         }
     }
     // An invalid schedule leaves the gauge as it was (the controller is Degraded).
-    if let Ok(interval) = ready::interval(p.st, &spec.schedule, p.o.now) {
+    if let Ok(interval) = ready::interval(schedule, &spec.schedule, p.o.now) {
         m.backup_max_interval
             .set(interval.map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)));
     }
@@ -374,7 +383,12 @@ fn set_gauges(p: &mut Pass<'_>, spec: &Backup) {
 
 /// Records as failed a backup that status names but no task of this process runs.
 fn record_interrupted(p: &mut Pass<'_>) {
-    if let Some(status) = p.backup.as_mut().filter(|s| !s.in_progress.is_empty()) {
+    if let Some(status) = p
+        .status
+        .backup
+        .as_mut()
+        .filter(|s| !s.in_progress.is_empty())
+    {
         // Status names a backup no task of this process runs: the operator restarted (or lost
         // its leadership) while it ran.
         let name = std::mem::take(&mut status.in_progress);
@@ -393,7 +407,7 @@ fn record_interrupted(p: &mut Pass<'_>) {
 
 /// When the next backup is due; `None` (the controller Degraded) for an invalid schedule.
 fn due_time(p: &mut Pass<'_>, spec: &Backup) -> Option<OffsetDateTime> {
-    let due = match next_due(spec, p.backup.as_ref()) {
+    let due = match next_due(spec, p.status.backup.as_ref()) {
         Ok(d) => d,
         Err(e) => {
             p.cond(
@@ -408,6 +422,7 @@ fn due_time(p: &mut Pass<'_>, spec: &Backup) -> Option<OffsetDateTime> {
     };
     // Names are stamped to the second: never two attempts in one.
     let last_attempt = p
+        .status
         .backup
         .as_ref()
         .and_then(|s| parse_time(&s.last_attempt_time));
@@ -416,10 +431,10 @@ fn due_time(p: &mut Pass<'_>, spec: &Backup) -> Option<OffsetDateTime> {
 
 /// Marks the backup `name` in progress in status and spawns its run.
 fn start(p: &mut Pass<'_>, name: BackupName, spec: Backup) -> BackupRun {
-    let mut status = p.backup.clone().unwrap_or_default();
+    let mut status = p.status.backup.clone().unwrap_or_default();
     status.last_attempt_time = format_time(p.o.now);
     status.in_progress = name.to_string();
-    p.backup = Some(status);
+    p.status.backup = Some(status);
     let prepared = prepare(p, &spec);
     let handle = tokio::spawn(run::take(name.clone(), spec.clone(), prepared));
     p.busy = true;
@@ -470,7 +485,7 @@ fn prepare(p: &Pass<'_>, spec: &Backup) -> Result<run::Inputs, Failure> {
         etcd_version: p.o.etcd.cluster_version.clone().unwrap_or_default(),
         image,
         image_version: p.o.spec.etcd_image_version.clone(),
-        resources: run::resources(&p.inputs.configmaps, &p.inputs.secrets, p.latest),
+        resources: run::resources(&p.inputs.configmaps, &p.inputs.secrets, p.status.latest),
         paths: p.ctx.config.backup.clone(),
     })
 }

@@ -70,8 +70,16 @@ fn write_err(e: crate::writer::WriteError) -> ControllerError {
     ControllerError::write(NAME, &e)
 }
 
+/// What the cert signer carries from pass to pass.
+#[derive(Debug, Default)]
+pub struct State {
+    /// A consumer Secret could not be written in the last pass: a CA rotation holds its phase
+    /// until every consumer has the phase's material.
+    pub consumers_behind: bool,
+}
+
 /// Runs the certificate signer.
-pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
+pub async fn reconcile(p: &mut Pass<'_>, st: &mut State) -> Result<Issued, ControllerError> {
     let _t = p.ctx.metrics.time(NAME.as_str());
     let policy = CertPolicy::from_spec(&p.o.spec.certificates);
     let adopted = ca(p, &policy).await?;
@@ -80,6 +88,7 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
     let pods = consumers::observe_pods(&p.ctx.client, &decided.maintain, &known).await;
     p.api_servers = reload::api_servers(&pods);
     let records = p
+        .status
         .certificates
         .as_ref()
         .map(|c| c.consumers.clone())
@@ -88,7 +97,7 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
         .iter()
         .filter_map(reload::Pickup::line)
         .collect();
-    let trust = ca_rotation::run(p, adopted, &policy, &waiting).await?;
+    let trust = ca_rotation::run(p, adopted, &policy, (&waiting, st.consumers_behind)).await?;
     let ca = std::sync::Arc::clone(&trust.signing);
     let bundle = trust.bundle_pem();
     let bundles = trust.bundles();
@@ -108,9 +117,10 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<Issued, ControllerError> {
     status.last_ca_rotation = trust.last;
     status.consumer_secrets = served.secrets;
     status.consumers = consumer_status;
-    p.certificates = Some(status);
+    p.status.certificates = Some(status);
     let with_certs = nodes_with_certs(p, &all_certs);
     record_expiry(&p.ctx.metrics, &ca, &all_certs);
+    st.consumers_behind = !served.problems.is_empty();
     report_consumer_problems(p, &served.problems);
     Ok(Issued {
         tls,
@@ -156,7 +166,6 @@ fn nodes_with_certs(p: &Pass<'_>, all_certs: &BTreeMap<String, Vec<u8>>) -> BTre
 
 /// Succeeds, or reports the consumer Secrets that could not be served and comes back for them.
 fn report_consumer_problems(p: &mut Pass<'_>, problems: &[String]) {
-    p.st.consumers_behind = !problems.is_empty();
     if problems.is_empty() {
         p.succeeded(NAME);
     } else {

@@ -148,13 +148,13 @@ pub async fn collect(p: &mut Pass<'_>, running: &mut Option<CheckRun>) {
         .inc();
     let mut result = result;
     if result.result == INCONCLUSIVE
-        && let Some(previous) = p.corruption.as_ref()
+        && let Some(previous) = p.status.corruption.as_ref()
     {
         result.divergent_members = previous.divergent_members.clone();
     }
     m.members_divergent
         .set(i64::try_from(result.divergent_members.len()).unwrap_or(i64::MAX));
-    let before = p.corruption.as_ref().map(|c| c.result.clone());
+    let before = p.status.corruption.as_ref().map(|c| c.result.clone());
     let line = format!(
         "corruption check at revision {}: {}{}",
         result.revision,
@@ -172,14 +172,14 @@ pub async fn collect(p: &mut Pass<'_>, running: &mut Option<CheckRun>) {
     } else if changed && result.result == CONSISTENT && before.as_deref() == Some(DIVERGENT) {
         p.event(EventReason::MembersConsistent, line).await;
     }
-    p.corruption = Some(result);
+    p.status.corruption = Some(result);
 }
 
 /// Starts a check when one is due (the last step of a pass) into `running`; none starts while
 /// a defragmentation runs (`defrag_running`).
 pub fn reconcile(p: &mut Pass<'_>, running: &mut Option<CheckRun>, defrag_running: bool) {
     if let Some(c) = condition(
-        p.corruption.as_ref(),
+        p.status.corruption.as_ref(),
         &p.o.etcd,
         p.o.spec.corruption_check.replace_minority,
     ) {
@@ -203,7 +203,11 @@ pub fn reconcile(p: &mut Pass<'_>, running: &mut Option<CheckRun>, defrag_runnin
             })
             .collect();
     let names: Vec<&str> = voters.iter().map(|v| v.name.as_str()).collect();
-    let Some(due) = next_due(&p.o.spec.corruption_check, p.corruption.as_ref(), &names) else {
+    let Some(due) = next_due(
+        &p.o.spec.corruption_check,
+        p.status.corruption.as_ref(),
+        &names,
+    ) else {
         p.next(NAME, "off (spec.corruptionCheck.intervalSeconds is 0)");
         return;
     };

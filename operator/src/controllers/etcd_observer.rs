@@ -26,11 +26,12 @@ pub mod version_report;
 
 const NAME: ControllerName = ControllerName::EtcdObserver;
 
-/// Runs the observer; [`Flow::Stop`] when etcd could not be read.
-pub async fn reconcile(p: &mut Pass<'_>, issued: &Issued) -> Flow {
+/// Runs the observer; [`Flow::Stop`] when etcd could not be read. `known` is the observer's own
+/// state: the client URLs of the members it last saw, to find etcd next time.
+pub async fn reconcile(p: &mut Pass<'_>, issued: &Issued, known: &mut BTreeSet<String>) -> Flow {
     let obs = {
         let _t = p.ctx.metrics.time(NAME.as_str());
-        let mut endpoints: BTreeSet<String> = p.st.known_endpoints.clone();
+        let mut endpoints: BTreeSet<String> = known.clone();
         endpoints.extend(
             p.o.nodes
                 .iter()
@@ -74,7 +75,7 @@ pub async fn reconcile(p: &mut Pass<'_>, issued: &Issued) -> Flow {
         p.next(NAME, b);
     }
     if p.o.etcd.error.is_none() {
-        p.st.known_endpoints =
+        *known =
             p.o.etcd
                 .members
                 .iter()

@@ -315,17 +315,21 @@ pub async fn reconcile(
     add_refused: Option<&rollout_hold::AddRefused>,
 ) -> Result<(), ControllerError> {
     let _t = p.ctx.metrics.time(NAME.as_str());
-    let views: Vec<NodeView> = p.o.node_views(&p.node_statuses);
+    let views: Vec<NodeView> = p.o.node_views(&p.status.node_statuses);
     let d = decide(
         &views,
-        p.latest,
+        p.status.latest,
         &p.cluster_view(),
         p.o.etcd.lagging_voter(),
         p.o.now,
         missing_pod_grace(p),
     );
     for s in &d.statuses {
-        let before = p.node_statuses.iter().find(|b| b.node_name == s.node_name);
+        let before = p
+            .status
+            .node_statuses
+            .iter()
+            .find(|b| b.node_name == s.node_name);
         if before.is_some_and(|b| b.current_revision < s.current_revision) {
             p.note(format!(
                 "etcd on {} serves revision {}",
@@ -337,9 +341,9 @@ pub async fn reconcile(
             p.report.requeue_after = p.report.requeue_after.min(STARTING_REQUEUE);
         }
     }
-    p.node_statuses = d.statuses;
+    p.status.node_statuses = d.statuses;
     p.ctx.metrics.node_current_revision.clear();
-    for s in &p.node_statuses {
+    for s in &p.status.node_statuses {
         let label = NodeLabel {
             node: s.node_name.clone(),
         };
@@ -350,10 +354,11 @@ pub async fn reconcile(
             .set(s.current_revision);
     }
     p.conds
-        .push(node_problems(&p.node_statuses, missing_pod_grace(p)));
+        .push(node_problems(&p.status.node_statuses, missing_pod_grace(p)));
     let action = rollout_hold::hold(d.action, &views, add_refused, p.o.now);
     p.next(NAME, describe(&action));
     for line in p
+        .status
         .node_statuses
         .iter()
         .filter_map(|s| missing_pod_line(s, missing_pod_grace(p)))
@@ -369,6 +374,7 @@ pub async fn reconcile(
         p.report.requeue_after = p.report.requeue_after.min(STARTING_REQUEUE);
     }
     let current: BTreeMap<String, i64> = p
+        .status
         .node_statuses
         .iter()
         .map(|s| (s.node_name.clone(), s.current_revision))

@@ -342,7 +342,7 @@ pub async fn reconcile(p: &mut Pass<'_>, backup: Option<&Risk>) -> Result<(), Co
     let plan = decide(&p.o.nodes, &guards, &at_risk);
     p.next(NAME, describe(&plan));
     p.ctx.metrics.quorum_guards(plan.expected, plan.ready);
-    p.quorum_guard = Some(QuorumGuardStatus {
+    p.status.quorum_guard = Some(QuorumGuardStatus {
         expected_guards: i64::try_from(plan.expected).unwrap_or(i64::MAX),
         ready_guards: i64::try_from(plan.ready).unwrap_or(i64::MAX),
         min_available: i64::from(plan.min_available),

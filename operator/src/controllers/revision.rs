@@ -327,19 +327,19 @@ pub async fn reconcile(
     let _t = p.ctx.metrics.time(NAME.as_str());
     let sources = sources(pods, issued);
     let found = found_revisions(&p.inputs.configmaps, &p.inputs.secrets);
-    let in_use = in_use(&p.node_statuses);
+    let in_use = in_use(&p.status.node_statuses);
     let spec = &p.o.spec.revision_history;
     let step = decide(&RevisionView {
         sources: &sources,
         found: &found,
-        published: p.latest,
+        published: p.status.latest,
         in_use: &in_use,
         limits: Limits {
             succeeded: spec.succeeded_limit as usize,
             failed: spec.failed_limit as usize,
         },
     });
-    p.next(NAME, describe(&step, p.latest));
+    p.next(NAME, describe(&step, p.status.latest));
     act(p, &step, &sources)
         .await
         .map_err(|e| ControllerError::write(NAME, &e))?;
@@ -351,7 +351,7 @@ pub async fn reconcile(
         return Ok(Flow::Stop);
     }
     p.succeeded(NAME);
-    p.ctx.metrics.latest_revision.set(p.latest);
+    p.ctx.metrics.latest_revision.set(p.status.latest);
     Ok(Flow::Continue)
 }
 
@@ -359,7 +359,7 @@ async fn act(p: &mut Pass<'_>, step: &RevisionStep, sources: &Sources) -> Result
     match step {
         RevisionStep::None => {}
         RevisionStep::Publish { number } => {
-            p.latest = *number;
+            p.status.latest = *number;
             p.note(format!("revision {number} is available"));
             let note = format!("revision {number} is available to roll out");
             p.event(EventReason::RevisionAvailable, note).await;

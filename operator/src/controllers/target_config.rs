@@ -111,7 +111,8 @@ pub async fn reconcile(
         &p.o.etcd.members,
         &p.o.spec,
         &p.ctx.config.images,
-        p.cluster_identity
+        p.status
+            .cluster_identity
             .as_ref()
             .map(|c| c.initial_cluster_token.as_str()),
     )

@@ -9,9 +9,10 @@
 //! anywhere and the next pass continues. A failed controller sets its Degraded condition and
 //! ends the pass; a transient failure is retried with back-off ([`crate::retry`]), a permanent
 //! one when an input changes. The driver owns what is carried from pass to pass ([`Driver`]):
-//! its own bookkeeping ([`PassState`]) and each controller's state, handed to the controller
+//! its own bookkeeping ([`Bookkeeping`]) and each controller's state, handed to the controller
 //! that owns it.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use time::OffsetDateTime;
@@ -20,9 +21,11 @@ use crate::api::{EtcdCluster, EtcdClusterSpec};
 use crate::category::Category;
 use crate::context::Context;
 use crate::controller::{ControllerError, ControllerName, Flow};
-use crate::controllers::{backup, corruption_check, defragmentation, membership};
+use crate::controllers::{backup, cert_signer, corruption_check, defragmentation, membership};
 use crate::observed::{Inputs, Observed};
-use crate::pass::{BUSY_REQUEUE, IDLE_REQUEUE, Pass, PassReport, PassState, PlanEntry, caches_lag};
+use crate::pass::{
+    BUSY_REQUEUE, Bookkeeping, IDLE_REQUEUE, Pass, PassReport, PlanEntry, caches_lag,
+};
 use crate::retry::ErrorKind;
 use crate::status::Reason;
 use crate::writer::{self, Awaited, Writer};
@@ -32,20 +35,22 @@ use steps::{HandOffs, Runs, Step};
 /// (all of it can be rebuilt from observation: a restarted operator loses nothing it needs).
 #[derive(Debug, Default)]
 pub struct Driver {
-    st: PassState,
+    st: Bookkeeping,
     controllers: Controllers,
 }
 
 /// The state each controller carries between passes, owned by that controller's module.
 #[derive(Debug, Default)]
 struct Controllers {
+    cert_signer: cert_signer::State,
+    /// The client URLs of the members the observer last saw.
+    etcd_observer: BTreeSet<String>,
     membership: membership::State,
     /// The defragmentation running now.
     defrag: Option<defragmentation::DefragRun>,
     /// The consistency check running now.
     corruption: Option<corruption_check::CheckRun>,
-    /// The backup being taken now.
-    backup: Option<backup::BackupRun>,
+    backup: backup::State,
 }
 
 impl Driver {
@@ -144,7 +149,7 @@ async fn run(ctx: &Context, d: &mut Driver, inputs: &Inputs, now: OffsetDateTime
         // from them; the next pass runs on caches listed anew.
         return p.report;
     }
-    h.backup_risk = backup::ready::reconcile(&mut p);
+    h.backup_risk = backup::ready::reconcile(&mut p, &mut cs.backup.schedule);
     backup::preop::reconcile(&mut p).await;
     // The guard's budget follows etcd in every pass that read it, also one that stopped early
     // (etcd not answering, a membership change just made).
@@ -180,7 +185,7 @@ async fn run(ctx: &Context, d: &mut Driver, inputs: &Inputs, now: OffsetDateTime
 /// with what the last pass saw (who answers, as what, which leader, which alarms). True when
 /// something differs, or when the last pass did not leave the cluster settled (then nothing is
 /// asked), so a pass must run.
-async fn etcd_changed(ctx: &Context, st: &PassState) -> bool {
+async fn etcd_changed(ctx: &Context, st: &Bookkeeping) -> bool {
     let (client, last) = match (st.etcd.current(), st.settled_etcd.clone()) {
         (Some(c), Some(last)) => (c, last),
         _ => return true,

@@ -138,10 +138,10 @@ pub fn reconcile(p: &mut Pass<'_>, backup: Option<&Risk>) {
             .filter(|m| m.is_started() && !p.o.etcd.is_healthy(m.id))
             .map(|m| m.name.clone())
             .collect();
-    let (status, reason, message) = upgradeable(&risks, &unhealthy, p.etcd_version.as_ref());
+    let (status, reason, message) = upgradeable(&risks, &unhealthy, p.status.etcd_version.as_ref());
     p.cond(C::Upgradeable, status, reason, message);
-    p.versions = versions(&p.o.etcd, &p.o.prev.versions);
-    p.related_objects = related_objects(&p.ctx.config.operator_namespace);
+    p.status.versions = versions(&p.o.etcd, &p.o.prev.versions);
+    p.status.related_objects = related_objects(&p.ctx.config.operator_namespace);
 }
 
 #[cfg(test)]

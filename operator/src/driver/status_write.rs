@@ -7,7 +7,7 @@ use super::cluster_operator;
 use crate::api::{DefragmentationStatus, EtcdClusterStatus};
 use crate::controllers::etcd_observer::member_status;
 use crate::controllers::membership::remediation;
-use crate::pass::Pass;
+use crate::pass::{Pass, StatusDraft};
 use crate::status::{Computed, ConditionType as C, Reason, merge, with_aggregates};
 
 /// Writes status when it changed, and the barrier for the next pass.
@@ -26,36 +26,26 @@ pub(super) async fn write_status(p: &mut Pass<'_>) {
         &p.o.prev.conditions,
         now,
     );
+    let remediations = remediation::settle_records(
+        &p.o.spec.member_remediation,
+        &p.status.remediations,
+        &members,
+        &p.o.by_node,
+        &p.o.node_names(),
+        now,
+    );
+    let draft = std::mem::take(&mut p.status);
     let status = EtcdClusterStatus {
         observed_generation: p.o.cluster.metadata.generation,
         conditions: merge(&p.o.prev.conditions, &conds, &stamp),
-        latest_available_revision: p.latest,
-        node_statuses: std::mem::take(&mut p.node_statuses),
-        remediations: remediation::settle_records(
-            &p.o.spec.member_remediation,
-            &p.remediations,
-            &members,
-            &p.o.by_node,
-            &p.o.node_names(),
-            now,
-        ),
         members,
-        defragmentation: (p.defrag != DefragmentationStatus::default()).then(|| p.defrag.clone()),
-        corruption_check: p.corruption.clone(),
-        backup: p.backup.clone(),
-        certificates: p.certificates.clone(),
-        etcd_version: p.etcd_version.clone(),
-        quorum_guard: p.quorum_guard.clone(),
-        versions: std::mem::take(&mut p.versions),
-        related_objects: std::mem::take(&mut p.related_objects),
-        cluster_identity: p.cluster_identity.clone(),
+        remediations,
+        ..drafted(draft.clone())
     };
     for c in &status.conditions {
         p.ctx.metrics.condition(&c.type_, &c.status);
     }
-    p.st.maintenance_status = Some((p.defrag.clone(), p.corruption.clone()));
-    p.st.backup_status = Some(p.backup.clone());
-    p.st.certificates_status = Some(p.certificates.clone());
+    p.st.written = Some(draft);
     if status != p.o.prev
         && let Err(e) = p.w.cluster_status(&p.o.cluster, &status).await
     {
@@ -65,6 +55,24 @@ pub(super) async fn write_status(p: &mut Pass<'_>) {
     mirror_cluster_operator(p, &status).await;
     // Last: the status write itself is awaited too.
     p.st.awaited.append(&mut p.w.awaited);
+}
+
+/// The status sections of `draft`; conditions, members and remediations are the pass's own.
+fn drafted(draft: StatusDraft) -> EtcdClusterStatus {
+    EtcdClusterStatus {
+        latest_available_revision: draft.latest,
+        node_statuses: draft.node_statuses,
+        defragmentation: (draft.defrag != DefragmentationStatus::default()).then_some(draft.defrag),
+        corruption_check: draft.corruption,
+        backup: draft.backup,
+        certificates: draft.certificates,
+        etcd_version: draft.etcd_version,
+        quorum_guard: draft.quorum_guard,
+        versions: draft.versions,
+        related_objects: draft.related_objects,
+        cluster_identity: draft.cluster_identity,
+        ..EtcdClusterStatus::default()
+    }
 }
 
 /// Mirrors the payload status into ClusterOperator `etcd` where the API serves the kind

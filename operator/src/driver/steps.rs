@@ -136,7 +136,7 @@ pub(super) async fn run_step(
 ) -> Result<Flow, ControllerError> {
     match controller {
         N::CertSigner => {
-            h.issued = Some(cert_signer::reconcile(p).await?);
+            h.issued = Some(cert_signer::reconcile(p, &mut cs.cert_signer).await?);
             let known: BTreeSet<String> = p.o.node_names().into_iter().collect();
             let pods = &p.o.spec.control_plane_pods;
             p.control_plane = membership::control_plane::observe(&p.ctx.client, pods, &known).await;
@@ -201,7 +201,7 @@ async fn observe(
     cs: &mut Controllers,
     issued: &Issued,
 ) -> Result<Flow, ControllerError> {
-    let flow = etcd_observer::reconcile(p, issued).await;
+    let flow = etcd_observer::reconcile(p, issued, &mut cs.etcd_observer).await;
     learner_promotion::track(p, &mut cs.membership.learner_added);
     if flow == Flow::Stop {
         return Ok(Flow::Stop);
@@ -210,7 +210,7 @@ async fn observe(
     version_report::reconcile(p).await;
     defragmentation::collect(p, &mut cs.defrag).await;
     corruption_check::collect(p, &mut cs.corruption).await;
-    backup::collect(p, &mut cs.backup).await;
+    backup::collect(p, &mut cs.backup.running).await;
     Ok(Flow::Continue)
 }
 

@@ -15,7 +15,7 @@ fn at(ms: i64) -> OffsetDateTime {
 
 fn pass_at<'a>(
     ctx: &'a Context,
-    st: &'a mut PassState,
+    st: &'a mut Bookkeeping,
     inputs: &'a Inputs,
     now: OffsetDateTime,
 ) -> Pass<'a> {
@@ -34,18 +34,7 @@ fn pass_at<'a>(
         busy: true,
         api_servers: Vec::new(),
         control_plane: ::membership::ControlPlanePods::NotListed,
-        latest: 0,
-        node_statuses: Vec::new(),
-        remediations: Vec::new(),
-        defrag: Default::default(),
-        corruption: None,
-        backup: None,
-        certificates: None,
-        etcd_version: None,
-        quorum_guard: None,
-        versions: Vec::new(),
-        related_objects: Vec::new(),
-        cluster_identity: None,
+        status: crate::pass::StatusDraft::default(),
     }
 }
 
@@ -69,7 +58,7 @@ fn degraded(p: &Pass<'_>) -> Option<Computed> {
 async fn transient_errors_back_off_and_the_controller_waits() {
     let ctx = Context::for_tests();
     let inputs = Inputs::default();
-    let mut st = PassState::default();
+    let mut st = Bookkeeping::default();
     let mut delays = Vec::new();
     let mut t = 0;
     for _ in 0..7 {
@@ -105,7 +94,7 @@ async fn transient_errors_back_off_and_the_controller_waits() {
 async fn permanent_errors_wait_for_an_input_not_a_timer() {
     let ctx = Context::for_tests();
     let inputs = Inputs::default();
-    let mut st = PassState::default();
+    let mut st = Bookkeeping::default();
     let mut p = pass_at(&ctx, &mut st, &inputs, at(0));
     let e = ControllerError::new(
         ControllerName::TargetConfig,
@@ -128,7 +117,7 @@ async fn permanent_errors_wait_for_an_input_not_a_timer() {
 async fn an_invalid_node_selector_stops_every_controller_with_a_precise_message() {
     let ctx = Context::for_tests();
     let inputs = Inputs::default();
-    let mut st = PassState::default();
+    let mut st = Bookkeeping::default();
     let mut p = pass_at(&ctx, &mut st, &inputs, at(0));
     p.o.spec.control_plane_node_selector = [("node role".to_owned(), String::new())].into();
     let mut cs = Controllers::default();
@@ -295,7 +284,7 @@ fn held_conditions_set_spec_degraded_and_keep_the_rest() {
 async fn an_etcd_minor_without_known_flags_is_refused_before_anything_is_rendered() {
     let ctx = Context::for_tests();
     let inputs = Inputs::default();
-    let mut st = PassState::default();
+    let mut st = Bookkeeping::default();
     for (image, named) in [
         (
             "registry.example/etcd:3.8.0",

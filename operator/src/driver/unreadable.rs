@@ -13,14 +13,14 @@ use time::OffsetDateTime;
 
 use crate::api::{Condition, Unreadable};
 use crate::context::Context;
-use crate::pass::{IDLE_REQUEUE, PassReport, PassState, PlanEntry};
+use crate::pass::{Bookkeeping, IDLE_REQUEUE, PassReport, PlanEntry};
 use crate::status::{Computed, ConditionType as C, Reason, merge};
 use crate::writer::Writer;
 
 /// Holds every action and reports the unreadable object.
 pub(super) async fn hold(
     ctx: &Context,
-    st: &mut PassState,
+    st: &mut Bookkeeping,
     u: &Unreadable,
     now: OffsetDateTime,
 ) -> PassReport {

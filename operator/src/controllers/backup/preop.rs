@@ -219,8 +219,8 @@ pub async fn gate(
         configured: spec.is_some(),
         verify: spec.as_ref().is_some_and(|b| b.verify),
         under_way,
-        since: since(p.backup.as_ref(), op, now),
-        status: p.backup.as_ref(),
+        since: since(p.status.backup.as_ref(), op, now),
+        status: p.status.backup.as_ref(),
         now,
     };
     let gate = decide(&view);
@@ -229,7 +229,7 @@ pub async fn gate(
         // The need stays until [`done`]: every step of the operation counts from one backup.
         return true;
     }
-    let status = p.backup.get_or_insert_with(Default::default);
+    let status = p.status.backup.get_or_insert_with(Default::default);
     let fresh = !status
         .pre_operation
         .iter()
@@ -265,7 +265,7 @@ pub async fn reconcile(p: &mut crate::pass::Pass<'_>) {
     let Some(spec) = p.o.spec.backup.as_ref() else {
         return;
     };
-    let Some(status) = p.backup.as_ref() else {
+    let Some(status) = p.status.backup.as_ref() else {
         return;
     };
     let held = held_by_failure(status, spec.verify, p.o.now);
@@ -306,7 +306,7 @@ pub async fn reconcile(p: &mut crate::pass::Pass<'_>) {
 
 /// `op` has nothing left to do (its controller is idle): its need, if any, is cleared.
 pub fn done(p: &mut crate::pass::Pass<'_>, op: Operation) {
-    if let Some(s) = p.backup.as_mut() {
+    if let Some(s) = p.status.backup.as_mut() {
         s.pre_operation.retain(|r| r.operation != op.as_str());
     }
 }

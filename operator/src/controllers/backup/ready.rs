@@ -3,7 +3,7 @@
 //!
 //! Inputs: `spec.backup`, `status.backup` (its last good and last verified backup, its failures),
 //! the schedule's longest gap between two runs ([`super::max_interval`], cached per schedule for
-//! a day in [`PassState::backup_interval`]) and `now`. Decision ([`decide`], pure):
+//! a day in [`State`]) and `now`. Decision ([`decide`], pure):
 //! - **no `spec.backup`**: False, reason `BackupsNotConfigured`. Nothing waits for a backup then
 //!   (no backup will ever come); False, not Unknown, because the operator knows there is none.
 //! - **True** (`AsExpected`) when the last good backup was taken no longer ago than the
@@ -34,7 +34,6 @@ use crate::api::{Backup, BackupStatus};
 use crate::certs::parse_time;
 use crate::controllers::quorum_guard::{Risk, RiskKind};
 use crate::pass::Pass;
-use crate::pass::PassState;
 use crate::status::{ConditionType as C, Reason};
 
 /// What the allowed age adds to the schedule's gap and the timeout: a pass's latency in
@@ -211,11 +210,11 @@ pub fn decide(
 /// schedule within the last day (computing it walks up to 500 runs); why there is none when the
 /// schedule does not parse.
 pub fn interval(
-    st: &mut PassState,
+    st: &mut State,
     schedule: &str,
     now: OffsetDateTime,
 ) -> Result<Option<Duration>, String> {
-    if let Some((cached, at, interval)) = &st.backup_interval
+    if let Some((cached, at, interval)) = &st.interval
         && cached == schedule
         && now - *at < time::Duration::days(1)
     {
@@ -223,19 +222,27 @@ pub fn interval(
     }
     let cron = parse_schedule(schedule)?;
     let interval = max_interval(&cron, now);
-    st.backup_interval = Some((schedule.to_owned(), now, interval));
+    st.interval = Some((schedule.to_owned(), now, interval));
     Ok(interval)
+}
+
+/// What readiness carries from pass to pass: the schedule's longest gap between two runs, for
+/// the schedule it was computed for and when (recomputed on a new schedule or after a day: it
+/// walks up to 500 runs).
+#[derive(Debug, Default)]
+pub struct State {
+    interval: Option<(String, OffsetDateTime, Option<Duration>)>,
 }
 
 /// Sets `BackupReady` for this pass (every pass, also one that stopped early: it needs no
 /// etcd) and returns what it holds.
-pub fn reconcile(p: &mut Pass<'_>) -> Option<Risk> {
+pub fn reconcile(p: &mut Pass<'_>, st: &mut State) -> Option<Risk> {
     let spec = p.o.spec.backup.clone();
     let interval = match &spec {
-        Some(s) => interval(p.st, &s.schedule, p.o.now),
+        Some(s) => interval(st, &s.schedule, p.o.now),
         None => Ok(None),
     };
-    let r = decide(spec.as_ref(), p.backup.as_ref(), interval, p.o.now);
+    let r = decide(spec.as_ref(), p.status.backup.as_ref(), interval, p.o.now);
     p.cond(C::BackupReady, r.ready, r.reason, r.message.clone());
     r.risk()
 }

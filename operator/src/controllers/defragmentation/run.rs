@@ -56,7 +56,7 @@ pub async fn collect(p: &mut Pass<'_>, running: &mut Option<DefragRun>) {
     if running.is_some() {
         return;
     }
-    let Some(stale) = p.defrag.in_progress.clone() else {
+    let Some(stale) = p.status.defrag.in_progress.clone() else {
         return;
     };
     let member =
@@ -148,12 +148,14 @@ async fn finish(
         EventReason::Defragmented
     };
     p.event(reason, line).await;
-    p.defrag.in_progress = None;
-    p.defrag
+    p.status.defrag.in_progress = None;
+    p.status
+        .defrag
         .members
         .retain(|r| r.member_name != record.member_name);
-    p.defrag.members.push(record);
-    p.defrag
+    p.status.defrag.members.push(record);
+    p.status
+        .defrag
         .members
         .sort_by(|a, b| a.member_name.cmp(&b.member_name));
     p.busy = true;
@@ -162,9 +164,13 @@ async fn finish(
 /// True while a defragmentation runs (or one of a previous operator is not accounted for):
 /// membership changes and restarts wait for it, and the pass ends here.
 pub fn holds(p: &mut Pass<'_>, running: Option<&DefragRun>) -> bool {
-    let running = running
-        .map(|r| r.record.member_name.clone())
-        .or_else(|| p.defrag.in_progress.as_ref().map(|r| r.member_name.clone()));
+    let running = running.map(|r| r.record.member_name.clone()).or_else(|| {
+        p.status
+            .defrag
+            .in_progress
+            .as_ref()
+            .map(|r| r.member_name.clone())
+    });
     let Some(name) = running else {
         return false;
     };
@@ -192,13 +198,14 @@ fn unsettled(p: &Pass<'_>, check_running: bool) -> Option<String> {
         // Its HashKV calls would wait for a held member.
         return Some("the corruption check in flight is done".into());
     }
-    p.node_statuses
+    p.status
+        .node_statuses
         .iter()
-        .find(|n| n.target_revision.is_some() || n.current_revision != p.latest)
+        .find(|n| n.target_revision.is_some() || n.current_revision != p.status.latest)
         .map(|n| {
             format!(
                 "node {} runs the latest revision {} (it runs {})",
-                n.node_name, p.latest, n.current_revision
+                n.node_name, p.status.latest, n.current_revision
             )
         })
 }
@@ -243,7 +250,7 @@ pub async fn reconcile(
     check_running: bool,
 ) -> Result<(), ControllerError> {
     record_metrics(p);
-    let failed = failures(&p.defrag);
+    let failed = failures(&p.status.defrag);
     p.cond(
         C::DefragControllerDegraded,
         !failed.is_empty(),
@@ -263,7 +270,7 @@ pub async fn reconcile(
     let view = View {
         obs: &p.o.etcd,
         spec: &spec,
-        status: &p.defrag,
+        status: &p.status.defrag,
         quota_bytes: p.o.spec.quota_bytes(),
         running: None,
         unsettled: unsettled.as_deref(),
@@ -278,7 +285,7 @@ pub async fn reconcile(
             "defragmentation request {:?} done on every voter",
             spec.request
         ));
-        p.defrag.handled_request = spec.request.clone();
+        p.status.defrag.handled_request = spec.request.clone();
     }
     if nospace {
         let message = match &step {
@@ -427,7 +434,7 @@ async fn start(
         member_name: due.name.clone(),
         member_id: due.id.to_string(),
         trigger: due.trigger.as_str().to_owned(),
-        request: if p.defrag.handled_request == request {
+        request: if p.status.defrag.handled_request == request {
             String::new()
         } else {
             request.to_owned()
@@ -444,7 +451,7 @@ async fn start(
     p.event(EventReason::Defragmenting, line.clone()).await;
     p.cond(C::EtcdMembersProgressing, true, Reason::Defragmenting, line);
     p.ctx.metrics.defrag_in_progress.set(1);
-    p.defrag.in_progress = Some(record.clone());
+    p.status.defrag.in_progress = Some(record.clone());
     p.busy = true;
     Ok(Some(DefragRun {
         record,

@@ -109,11 +109,11 @@ pub fn learn(
 /// Learns the token of the cluster the etcd observer just read, and says when it changed.
 pub fn track(p: &mut crate::pass::Pass<'_>) {
     let found = learn(
-        p.cluster_identity.as_ref(),
+        p.status.cluster_identity.as_ref(),
         p.o.etcd.cluster_id,
         &candidates(&p.inputs.pods),
     );
-    if found != p.cluster_identity {
+    if found != p.status.cluster_identity {
         match &found {
             Some(id) => p.note(format!(
                 "cluster {} was made with initial-cluster token {} (read from {}): every revision carries it",
@@ -124,7 +124,7 @@ pub fn track(p: &mut crate::pass::Pass<'_>) {
             ),
         }
     }
-    p.cluster_identity = found;
+    p.status.cluster_identity = found;
 }
 
 #[cfg(test)]

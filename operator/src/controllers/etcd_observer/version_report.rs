@@ -96,7 +96,7 @@ pub async fn reconcile(p: &mut Pass<'_>) {
     let running = p.o.etcd.member_versions();
     let target = image_version(&p.etcd_image());
     let stamp = crate::certs::format_time(p.o.now);
-    let prev = p.etcd_version.clone();
+    let prev = p.status.etcd_version.clone();
     let now = report(
         p.o.etcd.cluster_version(),
         &running,
@@ -123,7 +123,7 @@ pub async fn reconcile(p: &mut Pass<'_>) {
         );
     }
     record(p, &running, &now);
-    p.etcd_version = Some(now);
+    p.status.etcd_version = Some(now);
 }
 
 fn record(p: &Pass<'_>, running: &[(String, Version)], s: &EtcdVersionStatus) {

@@ -50,10 +50,10 @@ pub(super) async fn act(p: &mut Pass<'_>, action: &RolloutAction) -> Result<(), 
     p.ctx
         .metrics
         .lone_voter_restart_pending
-        .set(if lone { p.latest } else { 0 });
+        .set(if lone { p.status.latest } else { 0 });
     match action {
         RolloutAction::Done => {
-            let message = done_message(&p.node_statuses);
+            let message = done_message(&p.status.node_statuses);
             p.cond(
                 progressing,
                 false,
@@ -88,7 +88,7 @@ pub(super) async fn act(p: &mut Pass<'_>, action: &RolloutAction) -> Result<(), 
         RolloutAction::Denied { node, denial } if lone => {
             let what = format!(
                 "{node}: revision {} waits (approve with spec.loneVoterRestart.approvedRevision: {})",
-                p.latest, p.latest
+                p.status.latest, p.status.latest
             );
             p.denied(progressing, what, denial);
         }
@@ -130,7 +130,8 @@ async fn install(
     p.w.create(NS, &pod)
         .await
         .map_err(|e| ControllerError::write(NAME, &e))?;
-    p.node_statuses = with_target(std::mem::take(&mut p.node_statuses), node, revision);
+    p.status.node_statuses =
+        with_target(std::mem::take(&mut p.status.node_statuses), node, revision);
     let line = format!("installing revision {revision} on {node} (attempt {attempt})");
     p.note(line.clone());
     p.event(EventReason::InstallerPodCreated, line).await;

@@ -161,7 +161,13 @@ pub async fn reconcile(
     {
         // Recorded before the call: an attempt that fails still counts, so a failing
         // removal backs off like a successful one that did not help.
-        remediation::record_attempt(&mut p.remediations, node, *id, message, &format_time(now));
+        remediation::record_attempt(
+            &mut p.status.remediations,
+            node,
+            *id,
+            message,
+            &format_time(now),
+        );
     }
     if !matches!(step, MembershipStep::AddLearner { .. }) {
         st.add_refused = None;
@@ -225,17 +231,17 @@ fn step_of(
         members: &statuses,
         nodes: &p.o.nodes,
         by_node: &p.o.by_node,
-        records: &p.remediations,
+        records: &p.status.remediations,
         skip: &planned,
         voter_target: desired,
         now,
     });
-    remediation::record_holds(&mut p.remediations, &candidates, &format_time(now));
+    remediation::record_holds(&mut p.status.remediations, &candidates, &format_time(now));
     let (exhausted, lines) = remediation::conditions(&candidates);
     p.conds.push(exhausted);
     let cluster = p.cluster_view();
     let divergent = if p.o.spec.corruption_check.replace_minority {
-        super::corruption_check::divergent(p.corruption.as_ref(), &p.o.etcd)
+        super::corruption_check::divergent(p.status.corruption.as_ref(), &p.o.etcd)
     } else {
         Vec::new()
     };

@@ -16,18 +16,22 @@ fn failed(message: String) -> ControllerError {
 }
 
 /// What the last pass's rollout shows about `old` and `next` (see [`RolloutView`]); `waiting`
-/// names the consumers that have not picked up their Secret's material.
+/// names the consumers that have not picked up their Secret's material; `behind`: a consumer
+/// Secret could not be written in the last pass.
 fn rollout_view(
     p: &Pass<'_>,
     old: &EtcdCa,
     next: Option<&EtcdCa>,
     swapped: bool,
-    waiting: &[String],
+    (waiting, behind): (&[String], bool),
 ) -> RolloutView {
-    let latest = p.latest;
+    let latest = p.status.latest;
     let settled = latest > 0
-        && !p.node_statuses.is_empty()
-        && p.node_statuses.iter().all(|n| n.current_revision == latest);
+        && !p.status.node_statuses.is_empty()
+        && p.status
+            .node_statuses
+            .iter()
+            .all(|n| n.current_revision == latest);
     let bundle = find(
         &p.inputs.configmaps,
         NS,
@@ -61,17 +65,19 @@ fn rollout_view(
         bundle_has_old: has_old,
         bundle_has_new: has_new,
         leaves_new,
-        consumers_current: !p.st.consumers_behind && waiting.is_empty(),
+        consumers_current: !behind && waiting.is_empty(),
     }
 }
 
 /// Decides and carries out this pass's rotation step; `ca` is `etcd-signer` as adopted;
-/// `waiting` names each consumer that has not picked up its Secret's material, one line each.
+/// `waiting` names each consumer that has not picked up its Secret's material, one line each;
+/// `behind`: a consumer Secret could not be written in the last pass (the cert signer's own
+/// state), so the rotation holds its phase.
 pub async fn run(
     p: &mut Pass<'_>,
     ca: EtcdCa,
     policy: &CertPolicy,
-    waiting: &[String],
+    (waiting, behind): (&[String], bool),
 ) -> Result<Trust, ControllerError> {
     let op_ns = p.ctx.config.operator_namespace.clone();
     let next = next_ca(p, &op_ns)?;
@@ -79,7 +85,7 @@ pub async fn run(
     let swapped = next.as_ref().is_some_and(|n| n.cert_pem() == ca.cert_pem());
     let r = Rotation {
         now: p.o.now,
-        previous: p.certificates.clone().unwrap_or_default(),
+        previous: p.status.certificates.clone().unwrap_or_default(),
         op_ns,
         ca,
         next,
@@ -90,7 +96,7 @@ pub async fn run(
         swapped,
         ca_due: r.now >= policy.renew_after(r.ca.not_before(), r.ca.not_after()),
     };
-    let view = rollout_view(p, &r.ca, r.next.as_deref(), swapped, waiting);
+    let view = rollout_view(p, &r.ca, r.next.as_deref(), swapped, (waiting, behind));
     let step = decide(
         &p.o.spec.certificates.ca_rotation_request,
         &r.previous.handled_ca_rotation,

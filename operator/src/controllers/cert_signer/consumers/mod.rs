@@ -222,7 +222,8 @@ pub fn decided(p: &Pass<'_>) -> ConsumerPlan {
 }
 
 fn recorded(p: &Pass<'_>) -> Vec<String> {
-    p.certificates
+    p.status
+        .certificates
         .as_ref()
         .map(|c| c.consumer_secrets.clone())
         .unwrap_or_default()

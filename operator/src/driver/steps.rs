@@ -26,8 +26,9 @@ pub enum Hold {
     /// The controller backs off from a transient error: its Degraded condition stays as the
     /// error set it, the plan says when it runs again.
     BackingOff(N),
-    /// The controller's work runs off the pass (a defragmentation holds a member's store).
-    Running(N),
+    /// A defragmentation runs off the pass: it holds a member's store, so membership changes
+    /// and restarts wait.
+    Defragmenting,
 }
 
 /// When a step runs.
@@ -48,50 +49,35 @@ pub struct Step {
     pub runs: Runs,
 }
 
-const fn step(controller: N) -> Step {
+/// A step of the pipeline.
+const fn step(controller: N, held_by: &'static [Hold]) -> Step {
     Step {
         controller,
-        held_by: &[],
+        held_by,
         runs: Runs::Pipeline,
-    }
-}
-
-const fn own_backoff(controller: N) -> Step {
-    Step {
-        held_by: match controller {
-            N::CertSigner => &[Hold::BackingOff(N::CertSigner)],
-            N::TargetConfig => &[Hold::BackingOff(N::TargetConfig)],
-            N::Revision => &[Hold::BackingOff(N::Revision)],
-            N::Installer => &[Hold::BackingOff(N::Installer)],
-            N::Endpoints => &[Hold::BackingOff(N::Endpoints)],
-            N::Defrag => &[Hold::BackingOff(N::Defrag)],
-            _ => &[],
-        },
-        ..step(controller)
     }
 }
 
 /// The pass, in order. Learner promotion is a priority of membership's one change per pass
 /// (one gate question per pass), so it is no step of its own; its back-off holds membership.
 pub const PASS: [Step; 11] = [
-    own_backoff(N::CertSigner),
-    step(N::EtcdObserver),
-    Step {
-        controller: N::Membership,
-        held_by: &[
-            Hold::Running(N::Defrag),
+    step(N::CertSigner, &[Hold::BackingOff(N::CertSigner)]),
+    step(N::EtcdObserver, &[]),
+    step(
+        N::Membership,
+        &[
+            Hold::Defragmenting,
             Hold::BackingOff(N::Membership),
             Hold::BackingOff(N::LearnerPromotion),
         ],
-        runs: Runs::Pipeline,
-    },
-    own_backoff(N::TargetConfig),
-    own_backoff(N::Revision),
-    own_backoff(N::Installer),
-    own_backoff(N::Endpoints),
-    own_backoff(N::Defrag),
-    step(N::CorruptionCheck),
-    step(N::Backup),
+    ),
+    step(N::TargetConfig, &[Hold::BackingOff(N::TargetConfig)]),
+    step(N::Revision, &[Hold::BackingOff(N::Revision)]),
+    step(N::Installer, &[Hold::BackingOff(N::Installer)]),
+    step(N::Endpoints, &[Hold::BackingOff(N::Endpoints)]),
+    step(N::Defrag, &[Hold::BackingOff(N::Defrag)]),
+    step(N::CorruptionCheck, &[]),
+    step(N::Backup, &[]),
     Step {
         controller: N::QuorumGuard,
         held_by: &[Hold::BackingOff(N::QuorumGuard)],
@@ -116,8 +102,7 @@ pub(super) struct HandOffs {
 pub(super) fn holds(hold: Hold, p: &mut Pass<'_>, cs: &Controllers) -> bool {
     match hold {
         Hold::BackingOff(c) => p.waits(c),
-        Hold::Running(N::Defrag) => defragmentation::holds(p, cs.defrag.as_ref()),
-        Hold::Running(_) => false,
+        Hold::Defragmenting => defragmentation::holds(p, cs.defrag.as_ref()),
     }
 }
 

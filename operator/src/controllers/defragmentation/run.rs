@@ -345,14 +345,13 @@ async fn act(
             to,
         } => move_leader(p, client, &leader_url, from, to).await?,
         Step::Disarm(ids) => disarm(p, client, ids).await?,
-        Step::Defragment(due) => {
-            let started = start(p, client, &due, request, timeout_seconds).await?;
-            let started_any = started.is_some();
-            if let Some(run) = started {
+        Step::Defragment(due) => match start(p, client, &due, request, timeout_seconds).await? {
+            Some(run) => {
                 *running = Some(run);
+                true
             }
-            started_any
-        }
+            None => false,
+        },
     };
     if done {
         p.st.failures.remove(&NAME);

@@ -20,6 +20,7 @@ use crate::etcd::EtcdConnection;
 use crate::observed::{Inputs, Observed};
 use crate::retry::Backoff;
 use crate::status::Computed;
+use crate::writer::etcd::EtcdWriter;
 use crate::writer::{Awaited, Writer};
 
 /// What one pass did and what it waits for, one line each.
@@ -103,6 +104,8 @@ pub struct Pass<'a> {
     pub inputs: &'a Inputs,
     pub o: Observed,
     pub w: Writer,
+    /// The pass's changes to etcd (see [`crate::writer::etcd`]).
+    pub ew: EtcdWriter,
     pub conds: Vec<Computed>,
     pub report: PassReport,
     /// Something is in flight: come back soon.
@@ -135,6 +138,7 @@ impl<'a> Pass<'a> {
                 crate::podspec::STATIC_POD_NAMESPACE,
                 &ctx.config.operator_namespace,
             ]),
+            ew: EtcdWriter::new(ctx.plan_only),
             status: StatusDraft::carried(&o.prev, st.written.as_ref()),
             report: PassReport {
                 requeue_after: IDLE_REQUEUE,

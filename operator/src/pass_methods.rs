@@ -1,10 +1,12 @@
 //! What the controllers call on a [`Pass`]: report lines and plan entries, conditions, the
 //! back-off check of a controller that failed before, Events, the membership-change and
-//! quorum-gate metrics, and the plan line of a refused step ([`denied_line`]).
+//! quorum-gate metrics, changes to etcd through the pass's etcd writer, and the plan line of a
+//! refused step ([`denied_line`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use ::membership::Denial;
+use ::membership::{ClientError, Denial, EtcdClient};
 use time::OffsetDateTime;
 
 use super::{Pass, PlanEntry};
@@ -13,6 +15,7 @@ use crate::controller::ControllerName;
 use crate::events::EventReason;
 use crate::metrics::{ActionLabel, RuleLabel};
 use crate::status::{Computed, ConditionType as C, Reason};
+use crate::writer::etcd::{EtcdIntent, Made, Outcome, Task};
 
 impl Pass<'_> {
     /// The quorum gate's view: etcd as observed, with the kube-apiservers listed this pass.
@@ -141,6 +144,18 @@ impl Pass<'_> {
         self.note(format!("gate: {what}: {denial}"));
     }
 
+    /// Makes `intent` through the pass's etcd writer (nothing in a plan or without a
+    /// connection: see [`Outcome`]).
+    pub async fn change_etcd(&mut self, intent: &EtcdIntent) -> Result<Outcome<Made>, ClientError> {
+        self.ew.apply(&self.st.etcd, intent).await
+    }
+
+    /// The client to run `task` on `subject` with off the pass (none in a plan or without a
+    /// connection).
+    pub fn start_etcd(&mut self, task: Task, subject: &str) -> Outcome<Arc<EtcdClient>> {
+        self.ew.start(&self.st.etcd, task, subject)
+    }
+
     /// Before `member` (the leader, else nothing happens) is restarted or removed, hands
     /// leadership to the healthy voter with the highest raft index, so the change costs no
     /// election. A failure is logged and the change goes on: etcd also hands leadership over
@@ -150,24 +165,21 @@ impl Pass<'_> {
         member: Option<::membership::MemberId>,
         before: &str,
     ) {
-        if self.w.dry_run() {
-            return;
-        }
-        let (Some((url, target)), Some(leader)) =
+        let (Some((leader_url, to)), Some(leader)) =
             (self.o.etcd.leadership_handover(member), self.o.etcd.leader)
         else {
             return;
         };
-        let Some(client) = self.st.etcd.current() else {
-            return;
-        };
-        match client.move_leader(&url, target).await {
-            Ok(()) => {
-                let note =
-                    format!("moved etcd leadership from {leader} to {target} before {before}");
+        match self
+            .change_etcd(&EtcdIntent::MoveLeader { leader_url, to })
+            .await
+        {
+            Ok(Outcome::Made(_)) => {
+                let note = format!("moved etcd leadership from {leader} to {to} before {before}");
                 self.note(note.clone());
                 self.event(EventReason::LeaderMoved, note).await;
             }
+            Ok(Outcome::Planned | Outcome::NoClient) => {}
             Err(e) => {
                 tracing::warn!(error = %e, before, "could not move leadership off the leader")
             }

@@ -18,6 +18,7 @@ use crate::api::{EtcdCluster, EtcdClusterStatus};
 
 mod barrier;
 mod error;
+pub mod etcd;
 pub use barrier::{Awaited, satisfied};
 pub use error::{WriteError, describe};
 
@@ -103,11 +104,6 @@ impl Writer {
         self.cached
             .as_ref()
             .is_none_or(|c| c.iter().any(|n| n == ns))
-    }
-
-    /// True in a dry run (`etcd-operator plan`): nothing is written, to the API or to etcd.
-    pub fn dry_run(&self) -> bool {
-        self.dry_run
     }
 
     /// Writes the EtcdCluster's status (a merge patch of the whole status).

@@ -233,7 +233,9 @@ async fn consumer_reload() {
 }
 
 /// `etcd-operator plan` explains a blocked state: with voter n3 down, a new node n4 cannot join
-/// (the gate refuses to add a learner while a voter is unhealthy), and plan says so, naming n3.
+/// (the gate refuses to add a learner while a voter is unhealthy), and plan says so, naming n3,
+/// with no change for etcd. With n3 back (and the operator stopped) the join is due, and plan
+/// prints the etcd writer's exact call while etcd keeps its three members.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_explains_a_blocked_join() {
     use e2e::scenario::Harness;
@@ -281,6 +283,11 @@ async fn plan_explains_a_blocked_join() {
         "{membership}"
     );
     assert!(membership.ends_with("[voter_unhealthy]"), "{membership}");
+    // A refused change never reaches the etcd writer: nothing would be sent to etcd.
+    assert!(
+        !text.lines().any(|l| l.starts_with("etcd-writer")),
+        "{text}"
+    );
     assert!(
         text.lines()
             .any(|l| l.starts_with("etcd") && l.contains("2 of 3 voters healthy")),
@@ -304,6 +311,33 @@ async fn plan_explains_a_blocked_join() {
     // Plan changed nothing: n4 still has no member.
     let s = h.status().await;
     assert!(s.members.iter().all(|m| m.name != "n4"), "{:?}", s.members);
+    // With the operator stopped and n3 back, the join is due: plan names the exact etcd call
+    // (the etcd writer's line) and still makes none.
+    h.cp.stop_operator(std::time::Duration::from_secs(5))
+        .unwrap();
+    h.cp.restart_node("n3").await.unwrap();
+    let n4_host = match h.cp.node("n4").unwrap().ip() {
+        std::net::IpAddr::V4(ip) => ip.to_string(),
+        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+    };
+    let n4_peer = format!("would add learner https://{n4_host}:2380");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut last = String::new();
+    while !last
+        .lines()
+        .any(|l| l.starts_with("etcd-writer") && l.contains(&n4_peer))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "plan never planned {n4_peer:?}; last plan:\n{last}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        last = h.plan().await.unwrap();
+    }
+    eprintln!("{last}");
+    h.step(format!("plan with n3 back: {n4_peer}"));
+    let listed = h.etcd().await.unwrap().member_list().await.unwrap().members;
+    assert_eq!(listed.len(), 3, "plan changed etcd: {listed:?}");
     let _ = h.finish().await;
 }
 

@@ -28,9 +28,11 @@ pub use schedule::{
     RETRY_AFTER, max_interval, next_due, next_scheduled, parse_schedule, parse_stamp, stamp,
 };
 
+use std::sync::Arc;
+
 use etcd_snapshot::store::{BackupName, Destination, S3Config};
 use k8s_openapi::api::core::v1::Secret;
-use membership::{MemberId, MemberUrl};
+use membership::{EtcdClient, MemberId, MemberUrl};
 use time::OffsetDateTime;
 use tokio::task::JoinHandle;
 
@@ -40,6 +42,7 @@ use crate::etcd::EtcdObservation;
 use crate::events::EventReason;
 use crate::metrics::ResultLabel;
 use crate::pass::Pass;
+use crate::writer::etcd::{Outcome, Task};
 
 use crate::controller::ControllerName;
 
@@ -352,10 +355,12 @@ pub fn reconcile(p: &mut Pass<'_>, st: &mut State) {
         return;
     };
     p.next(NAME, format!("take backup {name}"));
-    if p.w.dry_run() {
-        return;
-    }
-    st.running = Some(start(p, name, spec));
+    let client = match p.start_etcd(Task::Snapshot, &name.to_string()) {
+        Outcome::Planned => return,
+        Outcome::Made(client) => Some(client),
+        Outcome::NoClient => None,
+    };
+    st.running = Some(start(p, name, spec, client));
 }
 
 /// Sets the backup gauges from status and the schedule.
@@ -430,12 +435,17 @@ fn due_time(p: &mut Pass<'_>, spec: &Backup) -> Option<OffsetDateTime> {
 }
 
 /// Marks the backup `name` in progress in status and spawns its run.
-fn start(p: &mut Pass<'_>, name: BackupName, spec: Backup) -> BackupRun {
+fn start(
+    p: &mut Pass<'_>,
+    name: BackupName,
+    spec: Backup,
+    client: Option<Arc<EtcdClient>>,
+) -> BackupRun {
     let mut status = p.status.backup.clone().unwrap_or_default();
     status.last_attempt_time = format_time(p.o.now);
     status.in_progress = name.to_string();
     p.status.backup = Some(status);
-    let prepared = prepare(p, &spec);
+    let prepared = prepare(p, &spec, client);
     let handle = tokio::spawn(run::take(name.clone(), spec.clone(), prepared));
     p.busy = true;
     BackupRun {
@@ -446,7 +456,11 @@ fn start(p: &mut Pass<'_>, name: BackupName, spec: Backup) -> BackupRun {
 }
 
 /// Everything the run needs from the pass, or why it cannot start.
-fn prepare(p: &Pass<'_>, spec: &Backup) -> Result<run::Inputs, Failure> {
+fn prepare(
+    p: &Pass<'_>,
+    spec: &Backup,
+    client: Option<Arc<EtcdClient>>,
+) -> Result<run::Inputs, Failure> {
     let destination = destination(
         spec,
         &p.ctx.config.backup.dir,
@@ -454,7 +468,7 @@ fn prepare(p: &Pass<'_>, spec: &Backup) -> Result<run::Inputs, Failure> {
         &p.inputs.operator_secrets,
     )?;
     let source = pick_source(&p.o.etcd)?;
-    let client = p.st.etcd.current().ok_or_else(|| {
+    let client = client.ok_or_else(|| {
         Failure::new(
             FailReason::NoSource,
             "no etcd client (etcd was not reached in this pass)",

@@ -27,6 +27,7 @@ use crate::etcd::EtcdObservation;
 use crate::metrics::ResultLabel;
 use crate::pass::Pass;
 use crate::status::{Computed, ConditionType as C, Reason};
+use crate::writer::etcd::{Outcome, Task};
 
 use crate::controller::ControllerName;
 
@@ -225,7 +226,8 @@ pub fn reconcile(p: &mut Pass<'_>, running: &mut Option<CheckRun>, defrag_runnin
         NAME,
         format!("compare the HashKV of {} voters", voters.len()),
     );
-    let Some(client) = p.st.etcd.current().filter(|_| !p.w.dry_run()) else {
+    let subject = format!("of {} voters", voters.len());
+    let Outcome::Made(client) = p.start_etcd(Task::CompareHashKv, &subject) else {
         return;
     };
     let handle = tokio::spawn(check(client, voters));

@@ -120,7 +120,7 @@ pub async fn reconcile(p: &mut Pass<'_>) -> Result<(), ControllerError> {
             nodes.len()
         ),
     );
-    if !data.is_empty() && !p.w.dry_run() {
+    if !data.is_empty() {
         let annotations = endpoint_annotations(&nodes).map_err(|e| {
             ControllerError::new(
                 NAME,

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use membership::{Action, ClusterView, EtcdClient, EtcdRefusal, Member, MemberId};
+use membership::{Action, ClientError, ClusterView, EtcdRefusal, Member, MemberId};
 use time::OffsetDateTime;
 
 use super::membership::{MembershipStep, gated};
@@ -137,47 +137,46 @@ pub fn record_standby(p: &Pass<'_>, step: &MembershipStep) {
     }
 }
 
-/// Promotes learner `id`; `Ok(true)` when etcd did. etcd refusing because the learner's log is
-/// behind is progress, not an error: the next pass asks again.
-pub async fn promote(
+/// Reports learner `id` (of `node`) promoted.
+pub async fn promoted(p: &mut Pass<'_>, id: MemberId, node: &str) {
+    p.count_change("promote");
+    p.note(format!("promoted {node} ({id})"));
+    p.event(
+        EventReason::MemberPromoted,
+        format!("promoted learner {id} ({node}) to voter"),
+    )
+    .await;
+    p.cond(
+        C::EtcdMembersProgressing,
+        true,
+        Reason::LearnerPromoted,
+        format!("promoted {node}"),
+    );
+}
+
+/// etcd refused to promote learner `id`. Because its log is behind is progress, not an error:
+/// the next pass asks again.
+pub fn not_promoted(
     p: &mut Pass<'_>,
-    client: &EtcdClient,
     id: MemberId,
     node: &str,
+    e: ClientError,
 ) -> Result<bool, ControllerError> {
-    match client.promote(id).await {
-        Ok(()) => {
-            p.count_change("promote");
-            p.note(format!("promoted {node} ({id})"));
-            p.event(
-                EventReason::MemberPromoted,
-                format!("promoted learner {id} ({node}) to voter"),
-            )
-            .await;
-            p.cond(
-                C::EtcdMembersProgressing,
-                true,
-                Reason::LearnerPromoted,
-                format!("promoted {node}"),
-            );
-            Ok(true)
-        }
-        Err(e) if e.refused(EtcdRefusal::LearnerNotInSync) => {
-            p.cond(
-                C::EtcdMembersProgressing,
-                true,
-                Reason::LearnerCatchingUp,
-                format!("learner {id} ({node}) is catching up with the leader"),
-            );
-            Ok(false)
-        }
-        Err(e) => Err(ControllerError::new(
+    if !e.refused(EtcdRefusal::LearnerNotInSync) {
+        return Err(ControllerError::new(
             NAME,
             ErrorKind::Transient,
             Category::Etcd,
             e.to_string(),
-        )),
+        ));
     }
+    p.cond(
+        C::EtcdMembersProgressing,
+        true,
+        Reason::LearnerCatchingUp,
+        format!("learner {id} ({node}) is catching up with the leader"),
+    );
+    Ok(false)
 }
 
 #[cfg(test)]

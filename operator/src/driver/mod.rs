@@ -164,7 +164,15 @@ async fn run(ctx: &Context, d: &mut Driver, inputs: &Inputs, now: OffsetDateTime
     if p.o.etcd_read {
         payload_status::reconcile(&mut p, h.backup_risk.as_ref());
     }
-    if !ctx.plan_only {
+    if ctx.plan_only {
+        // What would reach etcd, exactly as the etcd writer would send it.
+        for line in std::mem::take(&mut p.ew.planned) {
+            p.report.plan.push(PlanEntry {
+                controller: "etcd-writer".into(),
+                next: line,
+            });
+        }
+    } else {
         write_status(&mut p).await;
     }
     if p.busy && p.report.requeue_after > BUSY_REQUEUE {

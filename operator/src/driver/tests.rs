@@ -26,6 +26,7 @@ fn pass_at<'a>(
         inputs,
         o: Observed::new(inputs, cluster, now),
         w: Writer::new(ctx.client.clone(), true),
+        ew: crate::writer::etcd::EtcdWriter::new(true),
         conds: Vec::new(),
         report: PassReport {
             requeue_after: IDLE_REQUEUE,

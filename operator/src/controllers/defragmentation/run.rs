@@ -20,6 +20,7 @@ use crate::metrics::{AlarmLabel, MemberLabel, ResultLabel};
 use crate::pass::{Pass, denied_line};
 use crate::retry::ErrorKind;
 use crate::status::{ConditionType as C, Reason};
+use crate::writer::etcd::{EtcdIntent, Made, Outcome, Task};
 
 const NAME: ControllerName = ControllerName::Defrag;
 /// How often a pass looks again while `NOSPACE` is raised.
@@ -312,8 +313,8 @@ async fn act(
     (request, timeout_seconds): (&str, u32),
     backup_first: bool,
 ) -> Result<(), ControllerError> {
-    // In a plan, or without a client, nothing is done to etcd (and no failure is forgotten).
-    let client = p.st.etcd.current().filter(|_| !p.w.dry_run());
+    // In a plan, or without a client, the etcd writer does nothing (and no failure is
+    // forgotten).
     let done = match step {
         Step::Idle(why) => {
             preop::done(p, Operation::Defrag);
@@ -343,9 +344,9 @@ async fn act(
             leader_url,
             from,
             to,
-        } => move_leader(p, client, &leader_url, from, to).await?,
-        Step::Disarm(ids) => disarm(p, client, ids).await?,
-        Step::Defragment(due) => match start(p, client, &due, request, timeout_seconds).await? {
+        } => move_leader(p, leader_url, from, to).await?,
+        Step::Disarm(ids) => disarm(p, ids).await?,
+        Step::Defragment(due) => match start(p, &due, request, timeout_seconds).await {
             Some(run) => {
                 *running = Some(run);
                 true
@@ -363,12 +364,11 @@ fn etcd_error(e: ClientError) -> ControllerError {
     ControllerError::new(NAME, ErrorKind::Transient, Category::Etcd, e.to_string())
 }
 
-/// Hands leadership from `from` to `to` before `from` is defragmented; false when there is no
-/// client to do it with.
+/// Hands leadership from `from` to `to` before `from` is defragmented; false when etcd was not
+/// asked (a plan, no client).
 async fn move_leader(
     p: &mut Pass<'_>,
-    client: Option<std::sync::Arc<EtcdClient>>,
-    leader_url: &membership::MemberUrl,
+    leader_url: membership::MemberUrl,
     from: MemberId,
     to: MemberId,
 ) -> Result<bool, ControllerError> {
@@ -376,13 +376,10 @@ async fn move_leader(
         NAME,
         format!("move leadership from {from} to {to}, then defragment {from}"),
     );
-    let Some(client) = client else {
+    let intent = EtcdIntent::MoveLeader { leader_url, to };
+    if !made(p.change_etcd(&intent).await)? {
         return Ok(false);
-    };
-    client
-        .move_leader(leader_url, to)
-        .await
-        .map_err(etcd_error)?;
+    }
     let line = format!("moved etcd leadership from {from} to {to} before defragmenting {from}");
     p.note(line.clone());
     p.event(EventReason::LeaderMoved, line).await;
@@ -390,44 +387,45 @@ async fn move_leader(
     Ok(true)
 }
 
-/// Disarms the `NOSPACE` alarm of each member in `ids`; false when there is no client.
-async fn disarm(
-    p: &mut Pass<'_>,
-    client: Option<std::sync::Arc<EtcdClient>>,
-    ids: Vec<MemberId>,
-) -> Result<bool, ControllerError> {
+/// Whether etcd made the change (not a plan, a client); its refusal is the error.
+fn made(answer: Result<Outcome<Made>, ClientError>) -> Result<bool, ControllerError> {
+    Ok(matches!(answer.map_err(etcd_error)?, Outcome::Made(_)))
+}
+
+/// Disarms the `NOSPACE` alarm of each member in `ids`; false when etcd was not asked.
+async fn disarm(p: &mut Pass<'_>, ids: Vec<MemberId>) -> Result<bool, ControllerError> {
     let names: Vec<String> = ids.iter().map(MemberId::to_string).collect();
     p.next(
         NAME,
         format!("disarm NOSPACE of member(s) {}", names.join(", ")),
     );
-    let Some(client) = client else {
-        return Ok(false);
-    };
+    let mut all = true;
     for id in ids {
-        client.disarm_nospace(id).await.map_err(etcd_error)?;
+        if !made(p.change_etcd(&EtcdIntent::DisarmNoSpace { id }).await)? {
+            all = false;
+            continue;
+        }
         let line = format!(
             "disarmed the NOSPACE alarm of member {id}: every voter's database is back under the quota"
         );
         p.note(line.clone());
         p.event(EventReason::NoSpaceAlarmDisarmed, line).await;
     }
-    p.busy = true;
-    Ok(true)
+    p.busy |= all;
+    Ok(all)
 }
 
 /// Starts defragmenting `due` off the pass (the record is kept in status until it ends);
-/// `None` when there is no client.
+/// `None` when the etcd writer gives it no client (a plan, etcd not reached).
 async fn start(
     p: &mut Pass<'_>,
-    client: Option<std::sync::Arc<EtcdClient>>,
     due: &Due,
     request: &str,
     timeout_seconds: u32,
-) -> Result<Option<DefragRun>, ControllerError> {
+) -> Option<DefragRun> {
     p.next(NAME, format!("defragment {}", due.describe()));
-    let Some(client) = client else {
-        return Ok(None);
+    let Outcome::Made(client) = p.start_etcd(Task::Defragment, &due.describe()) else {
+        return None;
     };
     let record = DefragRecord {
         member_name: due.name.clone(),
@@ -452,11 +450,11 @@ async fn start(
     p.ctx.metrics.defrag_in_progress.set(1);
     p.status.defrag.in_progress = Some(record.clone());
     p.busy = true;
-    Ok(Some(DefragRun {
+    Some(DefragRun {
         record,
         started: Instant::now(),
         handle,
-    }))
+    })
 }
 
 /// The task: defragment, then read the member's new database size.

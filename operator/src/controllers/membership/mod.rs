@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use membership::{
-    Action, ClusterView, Denial, EtcdClient, EtcdRefusal, Member, MemberId, MemberUrl, Verdict,
+    Action, ClientError, ClusterView, Denial, EtcdRefusal, Member, MemberId, MemberUrl, Verdict,
     gate,
 };
 use time::OffsetDateTime;
@@ -49,6 +49,7 @@ use crate::controller::{ControllerError, ControllerName, Flow};
 use crate::pass::Pass;
 use crate::retry::ErrorKind;
 use crate::status::{ConditionType as C, Reason};
+use crate::writer::etcd::{EtcdIntent, Made, Outcome};
 
 const NAME: ControllerName = ControllerName::Membership;
 
@@ -150,25 +151,6 @@ pub async fn reconcile(
 ) -> Result<Flow, ControllerError> {
     let now = p.o.now;
     let (step, remediation_lines) = step_of(p, st, with_certs);
-    if let MembershipStep::Remove {
-        id,
-        kind: RemovalKind::Unhealthy,
-        message,
-    } = &step
-        && p.o.managed
-        && !p.w.dry_run()
-        && let Some((node, _)) = p.o.by_node.iter().find(|(_, m)| *m == id)
-    {
-        // Recorded before the call: an attempt that fails still counts, so a failing
-        // removal backs off like a successful one that did not help.
-        remediation::record_attempt(
-            &mut p.status.remediations,
-            node,
-            *id,
-            message,
-            &format_time(now),
-        );
-    }
     if !matches!(step, MembershipStep::AddLearner { .. }) {
         st.add_refused = None;
     }
@@ -303,14 +285,11 @@ async fn act(
     if !due(p, step).await {
         return Ok(false);
     }
-    let Some(client) = p.st.etcd.current() else {
-        return Ok(false);
-    };
-    change(p, st, &client, step).await
+    change(p, st, step).await
 }
 
-/// Whether `step` changes etcd now: its pre-operation backup allows it, it is a change at all,
-/// and the pass is neither a plan nor of an Unmanaged cluster (each says so in conditions).
+/// Whether `step` is carried out now: its pre-operation backup allows it, it is a change at
+/// all, and the cluster is not Unmanaged (each says so in conditions).
 async fn due(p: &mut Pass<'_>, step: &MembershipStep) -> bool {
     use super::backup::preop::{self, Operation};
     match step {
@@ -346,15 +325,6 @@ async fn due(p: &mut Pass<'_>, step: &MembershipStep) -> bool {
             p.denied(progressing, format!("{step} is waiting"), denial);
             return false;
         }
-        _ if p.w.dry_run() => {
-            p.cond(
-                progressing,
-                true,
-                Reason::Planned,
-                "a membership change is due",
-            );
-            return false;
-        }
         _ if !p.o.managed => {
             p.cond(
                 progressing,
@@ -369,87 +339,85 @@ async fn due(p: &mut Pass<'_>, step: &MembershipStep) -> bool {
     true
 }
 
-/// The etcd change of `step` (one that is due).
+/// The etcd change a step makes (`None`: it makes none).
+pub fn intent(step: &MembershipStep) -> Option<EtcdIntent> {
+    match step {
+        MembershipStep::AddLearner { peer_url, .. } => Some(EtcdIntent::AddLearner {
+            peer_url: peer_url.clone(),
+        }),
+        MembershipStep::Promote { id, .. } => Some(EtcdIntent::Promote { id: *id }),
+        MembershipStep::Remove { id, .. } => Some(EtcdIntent::Remove { id: *id }),
+        MembershipStep::Move(mv) => Some(EtcdIntent::MovePeerUrl {
+            id: mv.id,
+            to: mv.to.clone(),
+        }),
+        MembershipStep::None
+        | MembershipStep::Waiting { .. }
+        | MembershipStep::Standby { .. }
+        | MembershipStep::Denied { .. } => None,
+    }
+}
+
+/// Makes the etcd change of `step` (one that is due) through the pass's etcd writer, and
+/// reports what etcd answered.
 async fn change(
     p: &mut Pass<'_>,
     st: &mut State,
-    client: &EtcdClient,
     step: &MembershipStep,
 ) -> Result<bool, ControllerError> {
-    match step {
-        MembershipStep::AddLearner { node, peer_url } => {
-            add_learner(p, st, client, node, peer_url).await
-        }
-        MembershipStep::Promote { id, node } => {
-            learner_promotion::promote(p, client, *id, node).await
-        }
-        MembershipStep::Remove { id, kind, message } => {
-            if p.o.etcd.leader == Some(*id) {
-                p.move_leadership_off(Some(*id), &format!("removing member {id}"))
-                    .await;
-            }
-            remove(p, client, *id, *kind, message).await
-        }
-        MembershipStep::Move(mv) => match client.update_peer_url(mv.id, &mv.to).await {
-            Ok(()) => {
-                let message = format!(
-                    "moved {}: the node's address changed; the next revision carries the new address",
-                    mv.describe()
-                );
-                p.count_change("move_peer_url");
-                p.note(message.clone());
-                p.event(EventReason::MemberPeerURLMoved, message.clone())
-                    .await;
-                p.cond(
-                    C::EtcdMembersProgressing,
-                    true,
-                    Reason::MemberMoved,
-                    message,
-                );
-                Ok(true)
-            }
-            Err(e) => Err(etcd_err(e)),
-        },
-        _ => Ok(false),
+    let Some(intent) = intent(step) else {
+        return Ok(false);
+    };
+    if let MembershipStep::Remove { id, .. } = step
+        && p.o.etcd.leader == Some(*id)
+    {
+        p.move_leadership_off(Some(*id), &format!("removing member {id}"))
+            .await;
     }
-}
-
-/// Removes member `id`; true when it was removed.
-async fn remove(
-    p: &mut Pass<'_>,
-    client: &EtcdClient,
-    id: MemberId,
-    kind: RemovalKind,
-    message: &str,
-) -> Result<bool, ControllerError> {
-    let progressing = C::EtcdMembersProgressing;
-    match client.remove(id).await {
-        Ok(()) => {
-            p.count_change(kind.event().as_str());
-            p.note(message.to_owned());
-            p.event(kind.event(), message.to_owned()).await;
+    let answer = p.change_etcd(&intent).await;
+    if matches!(answer, Ok(Outcome::Made(_)) | Err(_)) {
+        record_remediation(p, step);
+    }
+    match answer {
+        Ok(Outcome::Made(made)) => {
+            made_by(p, st, step, made).await;
+            Ok(true)
+        }
+        Ok(Outcome::Planned) => {
+            let progressing = C::EtcdMembersProgressing;
             p.cond(
                 progressing,
                 true,
-                Reason::MemberRemoved(kind),
-                message.to_owned(),
+                Reason::Planned,
+                "a membership change is due",
             );
-            Ok(true)
+            Ok(false)
         }
-        Err(e) => Err(etcd_err(e)),
+        Ok(Outcome::NoClient) => Ok(false),
+        Err(e) => refused(p, st, step, e),
     }
 }
 
-async fn add_learner(
-    p: &mut Pass<'_>,
-    st: &mut State,
-    client: &EtcdClient,
-    node: &str,
-    peer_url: &MemberUrl,
-) -> Result<bool, ControllerError> {
+/// A remediation's removal counts as an attempt once etcd was asked, whatever it answered: a
+/// failing removal backs off like a successful one that did not help.
+fn record_remediation(p: &mut Pass<'_>, step: &MembershipStep) {
+    if let MembershipStep::Remove {
+        id,
+        kind: RemovalKind::Unhealthy,
+        message,
+    } = step
+        && let Some((node, _)) = p.o.by_node.iter().find(|(_, m)| *m == id)
+    {
+        let now = format_time(p.o.now);
+        remediation::record_attempt(&mut p.status.remediations, node, *id, message, &now);
+    }
+}
+
+/// Reports the change etcd made for `step`.
+async fn made_by(p: &mut Pass<'_>, st: &mut State, step: &MembershipStep, made: Made) {
     let progressing = C::EtcdMembersProgressing;
-    match client.add_learner(peer_url).await {
-        Ok(m) => {
+    match (step, made) {
+        (MembershipStep::AddLearner { node, peer_url }, Made::Added(m)) => {
             st.add_refused = None;
             st.learner_added.insert(m.id, p.o.now);
             p.count_change("add_learner");
@@ -458,26 +426,73 @@ async fn add_learner(
             p.event(EventReason::MemberAddedAsLearner, note).await;
             let message = format!("learner {} added for {node}", m.id);
             p.cond(progressing, true, Reason::LearnerAdded, message);
-            Ok(true)
         }
-        Err(e) if e.refused(EtcdRefusal::UnhealthyCluster) => {
-            // etcd's strict reconfiguration check: every voter connected to the leader for
-            // 5 s. Asked again soon; serving nodes' restarts wait meanwhile (rollout_hold).
-            let refused = AddRefused::again(st.add_refused.as_ref(), node, p.o.now);
-            let message = format!(
-                "etcd refused adding {node} (unhealthy cluster: it adds a member only once every voter has been connected to the leader for 5 s); retrying since {}",
-                format_time(refused.since)
+        (MembershipStep::Promote { id, node }, _) => {
+            learner_promotion::promoted(p, *id, node).await;
+        }
+        (MembershipStep::Remove { kind, message, .. }, _) => {
+            p.count_change(kind.event().as_str());
+            p.note(message.clone());
+            p.event(kind.event(), message.clone()).await;
+            p.cond(
+                progressing,
+                true,
+                Reason::MemberRemoved(*kind),
+                message.clone(),
             );
-            if refused.since == p.o.now {
-                p.note(message.clone());
-            }
-            st.add_refused = Some(refused);
-            p.cond(progressing, true, Reason::EtcdNotReady, message);
-            p.report.requeue_after = p.report.requeue_after.min(ADD_RETRY);
+        }
+        (MembershipStep::Move(mv), _) => {
+            let message = format!(
+                "moved {}: the node's address changed; the next revision carries the new address",
+                mv.describe()
+            );
+            p.count_change("move_peer_url");
+            p.note(message.clone());
+            p.event(EventReason::MemberPeerURLMoved, message.clone())
+                .await;
+            p.cond(progressing, true, Reason::MemberMoved, message);
+        }
+        _ => {}
+    }
+}
+
+/// etcd refused the change of `step`: a refusal that is progress (a learner still catching up,
+/// the health window before an add) is reported as such; any other is the controller's error.
+fn refused(
+    p: &mut Pass<'_>,
+    st: &mut State,
+    step: &MembershipStep,
+    e: ClientError,
+) -> Result<bool, ControllerError> {
+    match step {
+        MembershipStep::Promote { id, node } => learner_promotion::not_promoted(p, *id, node, e),
+        MembershipStep::AddLearner { node, .. } if e.refused(EtcdRefusal::UnhealthyCluster) => {
+            add_refused(p, st, node);
             Ok(false)
         }
-        Err(e) => Err(etcd_err(e)),
+        _ => Err(etcd_err(e)),
     }
+}
+
+/// etcd's strict reconfiguration check refused adding `node`: every voter connected to the
+/// leader for 5 s. Asked again soon; serving nodes' restarts wait meanwhile (rollout_hold).
+fn add_refused(p: &mut Pass<'_>, st: &mut State, node: &str) {
+    let refused = AddRefused::again(st.add_refused.as_ref(), node, p.o.now);
+    let message = format!(
+        "etcd refused adding {node} (unhealthy cluster: it adds a member only once every voter has been connected to the leader for 5 s); retrying since {}",
+        format_time(refused.since)
+    );
+    if refused.since == p.o.now {
+        p.note(message.clone());
+    }
+    st.add_refused = Some(refused);
+    p.cond(
+        C::EtcdMembersProgressing,
+        true,
+        Reason::EtcdNotReady,
+        message,
+    );
+    p.report.requeue_after = p.report.requeue_after.min(ADD_RETRY);
 }
 
 /// How soon a learner add etcd refused for its health window is asked again.

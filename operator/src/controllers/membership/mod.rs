@@ -32,29 +32,24 @@
 //!    deleted) that has no member.
 
 use super::installer::rollout_hold::AddRefused;
-use crate::category::Category;
-use crate::events::EventReason;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use membership::{
-    Action, ClientError, ClusterView, Denial, EtcdRefusal, Member, MemberId, MemberUrl, Verdict,
-    gate,
-};
+use membership::{Action, ClusterView, Denial, Member, MemberId, MemberUrl, Verdict, gate};
 use time::OffsetDateTime;
 
 use super::etcd_observer::member_status::member_statuses;
 use crate::certs::format_time;
 use crate::controller::{ControllerError, ControllerName, Flow};
 use crate::pass::Pass;
-use crate::retry::ErrorKind;
 use crate::status::{ConditionType as C, Reason};
-use crate::writer::etcd::{EtcdIntent, Made, Outcome};
 
 const NAME: ControllerName = ControllerName::Membership;
 
+mod change;
 pub mod control_plane;
 mod decide;
+pub use change::intent;
 pub mod remediation;
 pub mod voter_policy;
 
@@ -285,7 +280,7 @@ async fn act(
     if !due(p, step).await {
         return Ok(false);
     }
-    change(p, st, step).await
+    change::change(p, st, step).await
 }
 
 /// Whether `step` is carried out now: its pre-operation backup allows it, it is a change at
@@ -337,169 +332,6 @@ async fn due(p: &mut Pass<'_>, step: &MembershipStep) -> bool {
         _ => {}
     }
     true
-}
-
-/// The etcd change a step makes (`None`: it makes none).
-pub fn intent(step: &MembershipStep) -> Option<EtcdIntent> {
-    match step {
-        MembershipStep::AddLearner { peer_url, .. } => Some(EtcdIntent::AddLearner {
-            peer_url: peer_url.clone(),
-        }),
-        MembershipStep::Promote { id, .. } => Some(EtcdIntent::Promote { id: *id }),
-        MembershipStep::Remove { id, .. } => Some(EtcdIntent::Remove { id: *id }),
-        MembershipStep::Move(mv) => Some(EtcdIntent::MovePeerUrl {
-            id: mv.id,
-            to: mv.to.clone(),
-        }),
-        MembershipStep::None
-        | MembershipStep::Waiting { .. }
-        | MembershipStep::Standby { .. }
-        | MembershipStep::Denied { .. } => None,
-    }
-}
-
-/// Makes the etcd change of `step` (one that is due) through the pass's etcd writer, and
-/// reports what etcd answered.
-async fn change(
-    p: &mut Pass<'_>,
-    st: &mut State,
-    step: &MembershipStep,
-) -> Result<bool, ControllerError> {
-    let Some(intent) = intent(step) else {
-        return Ok(false);
-    };
-    if let MembershipStep::Remove { id, .. } = step
-        && p.o.etcd.leader == Some(*id)
-    {
-        p.move_leadership_off(Some(*id), &format!("removing member {id}"))
-            .await;
-    }
-    let answer = p.change_etcd(&intent).await;
-    if matches!(answer, Ok(Outcome::Made(_)) | Err(_)) {
-        record_remediation(p, step);
-    }
-    match answer {
-        Ok(Outcome::Made(made)) => {
-            made_by(p, st, step, made).await;
-            Ok(true)
-        }
-        Ok(Outcome::Planned) => {
-            let progressing = C::EtcdMembersProgressing;
-            p.cond(
-                progressing,
-                true,
-                Reason::Planned,
-                "a membership change is due",
-            );
-            Ok(false)
-        }
-        Ok(Outcome::NoClient) => Ok(false),
-        Err(e) => refused(p, st, step, e),
-    }
-}
-
-/// A remediation's removal counts as an attempt once etcd was asked, whatever it answered: a
-/// failing removal backs off like a successful one that did not help.
-fn record_remediation(p: &mut Pass<'_>, step: &MembershipStep) {
-    if let MembershipStep::Remove {
-        id,
-        kind: RemovalKind::Unhealthy,
-        message,
-    } = step
-        && let Some((node, _)) = p.o.by_node.iter().find(|(_, m)| *m == id)
-    {
-        let now = format_time(p.o.now);
-        remediation::record_attempt(&mut p.status.remediations, node, *id, message, &now);
-    }
-}
-
-/// Reports the change etcd made for `step`.
-async fn made_by(p: &mut Pass<'_>, st: &mut State, step: &MembershipStep, made: Made) {
-    let progressing = C::EtcdMembersProgressing;
-    match (step, made) {
-        (MembershipStep::AddLearner { node, peer_url }, Made::Added(m)) => {
-            st.add_refused = None;
-            st.learner_added.insert(m.id, p.o.now);
-            p.count_change("add_learner");
-            p.note(format!("added learner {} for {node}", m.id));
-            let note = format!("added {node} ({peer_url}) as learner {}", m.id);
-            p.event(EventReason::MemberAddedAsLearner, note).await;
-            let message = format!("learner {} added for {node}", m.id);
-            p.cond(progressing, true, Reason::LearnerAdded, message);
-        }
-        (MembershipStep::Promote { id, node }, _) => {
-            learner_promotion::promoted(p, *id, node).await;
-        }
-        (MembershipStep::Remove { kind, message, .. }, _) => {
-            p.count_change(kind.event().as_str());
-            p.note(message.clone());
-            p.event(kind.event(), message.clone()).await;
-            p.cond(
-                progressing,
-                true,
-                Reason::MemberRemoved(*kind),
-                message.clone(),
-            );
-        }
-        (MembershipStep::Move(mv), _) => {
-            let message = format!(
-                "moved {}: the node's address changed; the next revision carries the new address",
-                mv.describe()
-            );
-            p.count_change("move_peer_url");
-            p.note(message.clone());
-            p.event(EventReason::MemberPeerURLMoved, message.clone())
-                .await;
-            p.cond(progressing, true, Reason::MemberMoved, message);
-        }
-        _ => {}
-    }
-}
-
-/// etcd refused the change of `step`: a refusal that is progress (a learner still catching up,
-/// the health window before an add) is reported as such; any other is the controller's error.
-fn refused(
-    p: &mut Pass<'_>,
-    st: &mut State,
-    step: &MembershipStep,
-    e: ClientError,
-) -> Result<bool, ControllerError> {
-    match step {
-        MembershipStep::Promote { id, node } => learner_promotion::not_promoted(p, *id, node, e),
-        MembershipStep::AddLearner { node, .. } if e.refused(EtcdRefusal::UnhealthyCluster) => {
-            add_refused(p, st, node);
-            Ok(false)
-        }
-        _ => Err(etcd_err(e)),
-    }
-}
-
-/// etcd's strict reconfiguration check refused adding `node`: every voter connected to the
-/// leader for 5 s. Asked again soon; serving nodes' restarts wait meanwhile (rollout_hold).
-fn add_refused(p: &mut Pass<'_>, st: &mut State, node: &str) {
-    let refused = AddRefused::again(st.add_refused.as_ref(), node, p.o.now);
-    let message = format!(
-        "etcd refused adding {node} (unhealthy cluster: it adds a member only once every voter has been connected to the leader for 5 s); retrying since {}",
-        format_time(refused.since)
-    );
-    if refused.since == p.o.now {
-        p.note(message.clone());
-    }
-    st.add_refused = Some(refused);
-    p.cond(
-        C::EtcdMembersProgressing,
-        true,
-        Reason::EtcdNotReady,
-        message,
-    );
-    p.report.requeue_after = p.report.requeue_after.min(ADD_RETRY);
-}
-
-/// How soon a learner add etcd refused for its health window is asked again.
-const ADD_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
-
-fn etcd_err(e: membership::ClientError) -> ControllerError {
-    ControllerError::new(NAME, ErrorKind::Transient, Category::Etcd, e.to_string())
 }
 
 #[cfg(test)]

@@ -22,17 +22,16 @@ pub mod preop;
 pub mod ready;
 pub mod run;
 pub mod schedule;
+mod start;
 pub mod verify;
 
 pub use schedule::{
     RETRY_AFTER, max_interval, next_due, next_scheduled, parse_schedule, parse_stamp, stamp,
 };
 
-use std::sync::Arc;
-
 use etcd_snapshot::store::{BackupName, Destination, S3Config};
 use k8s_openapi::api::core::v1::Secret;
-use membership::{EtcdClient, MemberId, MemberUrl};
+use membership::{MemberId, MemberUrl};
 use time::OffsetDateTime;
 use tokio::task::JoinHandle;
 
@@ -360,7 +359,7 @@ pub fn reconcile(p: &mut Pass<'_>, st: &mut State) {
         Outcome::Made(client) => Some(client),
         Outcome::NoClient => None,
     };
-    st.running = Some(start(p, name, spec, client));
+    st.running = Some(start::start(p, name, spec, client));
 }
 
 /// Sets the backup gauges from status and the schedule.
@@ -432,76 +431,6 @@ fn due_time(p: &mut Pass<'_>, spec: &Backup) -> Option<OffsetDateTime> {
         .as_ref()
         .and_then(|s| parse_time(&s.last_attempt_time));
     Some(last_attempt.map_or(due, |t| due.max(t + time::Duration::seconds(1))))
-}
-
-/// Marks the backup `name` in progress in status and spawns its run.
-fn start(
-    p: &mut Pass<'_>,
-    name: BackupName,
-    spec: Backup,
-    client: Option<Arc<EtcdClient>>,
-) -> BackupRun {
-    let mut status = p.status.backup.clone().unwrap_or_default();
-    status.last_attempt_time = format_time(p.o.now);
-    status.in_progress = name.to_string();
-    p.status.backup = Some(status);
-    let prepared = prepare(p, &spec, client);
-    let handle = tokio::spawn(run::take(name.clone(), spec.clone(), prepared));
-    p.busy = true;
-    BackupRun {
-        name,
-        request: spec.request,
-        handle,
-    }
-}
-
-/// Everything the run needs from the pass, or why it cannot start.
-fn prepare(
-    p: &Pass<'_>,
-    spec: &Backup,
-    client: Option<Arc<EtcdClient>>,
-) -> Result<run::Inputs, Failure> {
-    let destination = destination(
-        spec,
-        &p.ctx.config.backup.dir,
-        &p.ctx.config.operator_namespace,
-        &p.inputs.operator_secrets,
-    )?;
-    let source = pick_source(&p.o.etcd)?;
-    let client = client.ok_or_else(|| {
-        Failure::new(
-            FailReason::NoSource,
-            "no etcd client (etcd was not reached in this pass)",
-        )
-    })?;
-    let image =
-        p.o.spec
-            .etcd_image
-            .clone()
-            .unwrap_or_else(|| p.ctx.config.images.etcd.clone());
-    Ok(run::Inputs {
-        destination,
-        source,
-        client,
-        members: p
-            .o
-            .etcd
-            .members
-            .iter()
-            .map(|m| format!("{}={}", m.id, m.name))
-            .collect(),
-        cluster_id: p
-            .o
-            .etcd
-            .cluster_id
-            .map(|c| format!("{c:x}"))
-            .unwrap_or_default(),
-        etcd_version: p.o.etcd.cluster_version.clone().unwrap_or_default(),
-        image,
-        image_version: p.o.spec.etcd_image_version.clone(),
-        resources: run::resources(&p.inputs.configmaps, &p.inputs.secrets, p.status.latest),
-        paths: p.ctx.config.backup.clone(),
-    })
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use crate::plan::Plan;
 use crate::pod::{self, EtcdPod};
+use crate::readdress::Move;
 use crate::wait;
 
 /// Where the node keeps its files.
@@ -151,43 +152,75 @@ pub struct Done {
     pub raft_index: u64,
 }
 
+/// What `from-member` acts on: the node's pod as it is, and, with `--address`, the move.
+#[derive(Debug)]
+pub struct Subject<'a> {
+    pub current: &'a EtcdPod,
+    /// The move (`None`: the member stays where it is).
+    pub moving: Option<Moving<'a>>,
+    pub call_timeout: Duration,
+}
+
+/// `from-member --address`: the pod at the new address, and where its TLS files go.
+#[derive(Debug)]
+pub struct Moving<'a> {
+    pub pod: EtcdPod,
+    pub mv: &'a Move,
+    /// The new TLS dir, below the node root (in the recovery record dir).
+    pub resources: PathBuf,
+}
+
+impl Subject<'_> {
+    /// The pod recovery starts: at the new address when moving.
+    fn target(&self) -> &EtcdPod {
+        self.moving.as_ref().map_or(self.current, |m| &m.pod)
+    }
+}
+
 /// Runs the steps of the module docs. `say` prints one step.
 pub async fn from_member(
-    current: &EtcdPod,
+    subject: &Subject<'_>,
     plan: &Plan,
     layout: &Layout,
-    client: &EtcdClient,
     stamp: &str,
     deadline: Instant,
     say: &mut dyn FnMut(String),
 ) -> Result<Done, ActError> {
+    let (current, target) = (subject.current, subject.target());
+    let total = if subject.moving.is_some() { 5 } else { 4 };
+    let mut step = 0;
+    let mut next = || {
+        step += 1;
+        format!("{step}/{total}")
+    };
     let record_dir = layout.record_dir(stamp);
     layout
-        .stop_etcd(&record_dir, &current.client_url, deadline, "1/4", say)
+        .stop_etcd(&record_dir, &target.client_url, deadline, &next(), say)
         .await?;
 
-    let member = current.data_dir.join("member");
-    let data_copy = current
-        .data_dir
-        .join(format!("member-before-recovery-{stamp}"));
-    say(format!(
-        "2/4 copying {} to {} (kept; nothing is deleted)",
-        member.display(),
-        data_copy.display()
-    ));
-    copy_tree(&member, &data_copy)?;
+    let data_copy = copy_data(current, stamp, &next(), say)?;
+    if let Some(moving) = &subject.moving {
+        move_files(current, moving, layout, &next(), say)?;
+    }
+    let client = crate::probe::client(
+        target,
+        vec![target.client_url.clone()],
+        subject.call_timeout,
+    )
+    .map_err(|e| ActError::Failed(e.to_string()))?;
 
     let header = format!(
         "etcd static pod written by etcd-recover from-member at {stamp}.\nThe operator replaces it with its next revision once the API is back."
     );
     let forced = pod::one_member(
-        current,
+        target,
         plan.member_id,
         true,
         &format!("from-member {stamp}: first start with --force-new-cluster"),
     );
     say(format!(
-        "3/4 starting etcd once with {}: member {} alone in cluster {:x}",
+        "{} starting etcd once with {}: member {} alone in cluster {:x}",
+        next(),
         pod::FORCE_NEW_CLUSTER,
         plan.member_id,
         plan.cluster_id
@@ -199,19 +232,21 @@ pub async fn from_member(
         .map(|(id, _)| id)
         .filter(|id| *id != plan.member_id)
         .collect();
-    let index = wait::leading(client, &current.client_url, plan.member_id, &gone, deadline).await?;
+    let index = wait::leading(&client, &target.client_url, plan.member_id, &gone, deadline).await?;
     say(format!(
         "    etcd answers as its own leader, every other member dropped, at raft index {index}"
     ));
+    own_peer_url(&client, target, plan.member_id, say).await?;
 
     let normal = pod::one_member(
-        current,
+        target,
         plan.member_id,
         false,
         &format!("from-member {stamp}: one-member cluster, normal start"),
     );
     say(format!(
-        "4/4 restarting etcd without {} (a later restart must not force again)",
+        "{} restarting etcd without {} (a later restart must not force again)",
+        next(),
         pod::FORCE_NEW_CLUSTER
     ));
     // Once etcd served in step 3 the API can come back, and the operator's installer may
@@ -219,12 +254,12 @@ pub async fn from_member(
     // drops the flag, and this one is not needed.
     if layout.still_forces()? {
         layout.write_manifest(&normal, &header)?;
-        wait::down(&current.client_url, deadline).await?;
+        wait::down(&target.client_url, deadline).await?;
     } else {
         say("    the operator already replaced the forced manifest with its own revision".into());
     }
     let (leader, members, raft_index) =
-        wait::serving(client, &current.client_url, plan.member_id, deadline).await?;
+        wait::serving(&client, &target.client_url, plan.member_id, deadline).await?;
     say(format!(
         "    etcd restarted and answers as member {} with leader {leader:x} ({members} member(s)) at raft index {raft_index}",
         plan.member_id
@@ -234,6 +269,98 @@ pub async fn from_member(
         data_copy,
         raft_index,
     })
+}
+
+/// Copies `<data dir>/member` aside (step `step`), never to be deleted; returns the copy.
+fn copy_data(
+    current: &EtcdPod,
+    stamp: &str,
+    step: &str,
+    say: &mut dyn FnMut(String),
+) -> Result<PathBuf, ActError> {
+    let member = current.data_dir.join("member");
+    let data_copy = current
+        .data_dir
+        .join(format!("member-before-recovery-{stamp}"));
+    say(format!(
+        "{step} copying {} to {} (kept; nothing is deleted)",
+        member.display(),
+        data_copy.display()
+    ));
+    copy_tree(&member, &data_copy)?;
+    Ok(data_copy)
+}
+
+/// The move's files (step `step`): the TLS files copied beside the recovery record and this
+/// node's certificates issued there for the new address.
+fn move_files(
+    current: &EtcdPod,
+    moving: &Moving<'_>,
+    layout: &Layout,
+    step: &str,
+    say: &mut dyn FnMut(String),
+) -> Result<(), ActError> {
+    let (mv, to) = (moving.mv, &moving.resources);
+    say(format!(
+        "{step} moving to {}: the TLS files copied to {}, {}'s certificates issued there for {} by {}",
+        mv.ip,
+        to.display(),
+        current.name,
+        mv.ip,
+        mv.signer.subject()
+    ));
+    let issued = crate::readdress::prepare(
+        current,
+        &layout.root,
+        to,
+        mv,
+        time::OffsetDateTime::now_utc(),
+    )?;
+    for f in issued {
+        say(format!("    issued {}", f.display()));
+    }
+    Ok(())
+}
+
+/// Moves member `id`'s peer URL to the target's, when etcd kept another one (it keeps the
+/// one it had across `--force-new-cluster`): `MemberUpdate`, which one member commits alone.
+async fn own_peer_url(
+    client: &EtcdClient,
+    target: &EtcdPod,
+    id: MemberId,
+    say: &mut dyn FnMut(String),
+) -> Result<(), ActError> {
+    let list = client
+        .member_list_at(&target.client_url)
+        .await
+        .map_err(|e| ActError::Failed(format!("listing the members: {e}")))?;
+    let Some(own) = list.iter().find(|m| m.id == id) else {
+        return Err(ActError::Failed(format!(
+            "member {id} is not in its own member list"
+        )));
+    };
+    if own.peer_urls.len() == 1 && own.peer_urls.contains(&target.peer_url) {
+        return Ok(());
+    }
+    client
+        .update_peer_url(id, &target.peer_url)
+        .await
+        .map_err(|e| {
+            ActError::Failed(format!(
+                "moving member {id}'s peer URL to {}: {e}",
+                target.peer_url
+            ))
+        })?;
+    say(format!(
+        "    member {id}'s peer URL moved from {} to {} (MemberUpdate)",
+        own.peer_urls
+            .iter()
+            .map(MemberUrl::as_str)
+            .collect::<Vec<_>>()
+            .join(","),
+        target.peer_url
+    ));
+    Ok(())
 }
 
 /// Copies the tree at `from` to the new directory `to` (files fsynced), refusing to overwrite.

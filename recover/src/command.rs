@@ -14,6 +14,8 @@ use crate::probe;
 use crate::snapshot::{self, Contents, LocalIdentity, Origin, Tool, Verified};
 use crate::{restore, restore_steps};
 
+pub use crate::from_member::{AddressArgs, from_member};
+
 /// How a command ended (the process exit code).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
@@ -25,6 +27,15 @@ pub enum Exit {
     Invalid = 2,
     /// Failed while acting: the printed steps say how far it got.
     Failed = 3,
+}
+
+/// How a recovery command runs: what it accepts, whether it only prints its plan, and its bound.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    pub accept: Accept,
+    pub dry_run: bool,
+    /// Bound on the whole recovery.
+    pub timeout: Duration,
 }
 
 /// Where to find the node's etcd.
@@ -80,23 +91,26 @@ impl Target {
 }
 
 /// Prints `message` as invalid input.
-fn invalid(out: &mut dyn FnMut(String), message: impl std::fmt::Display) -> Exit {
+pub(crate) fn invalid(out: &mut dyn FnMut(String), message: impl std::fmt::Display) -> Exit {
     out(format!("invalid input: {message}\nnothing was changed."));
     Exit::Invalid
 }
 
-fn refused(out: &mut dyn FnMut(String), refusal: &Refusal) -> Exit {
+pub(crate) fn refused(out: &mut dyn FnMut(String), refusal: &Refusal) -> Exit {
     out(format!("refused: {refusal}\nnothing was changed."));
     Exit::Refused
 }
 
 /// The node's manifest, read (invalid input when it cannot be).
-fn read(target: &Target, out: &mut dyn FnMut(String)) -> Result<(Layout, EtcdPod), Exit> {
+pub(crate) fn read(
+    target: &Target,
+    out: &mut dyn FnMut(String),
+) -> Result<(Layout, EtcdPod), Exit> {
     target.read().map_err(|e| invalid(out, e))
 }
 
 /// The survey, printed as a table.
-async fn surveyed(
+pub(crate) async fn surveyed(
     target: &Target,
     pod: &EtcdPod,
     out: &mut dyn FnMut(String),
@@ -119,7 +133,7 @@ fn local_client(
 }
 
 /// How acting ended: `done` says what was done, or the failure is printed.
-fn ended<T>(
+pub(crate) fn ended<T>(
     out: &mut dyn FnMut(String),
     result: Result<T, act::ActError>,
     done: impl FnOnce(T) -> String,
@@ -150,71 +164,18 @@ pub async fn status(target: &Target, out: &mut dyn FnMut(String)) -> Exit {
     .unwrap_or_else(|e| e)
 }
 
-/// `from-member`.
-pub async fn from_member(
-    target: &Target,
-    accept: Accept,
-    dry_run: bool,
-    timeout: Duration,
-    out: &mut dyn FnMut(String),
-) -> Exit {
-    let deadline = Instant::now() + timeout;
-    async {
-        let (layout, pod) = read(target, out)?;
-        out(format!(
-            "etcd-recover from-member on {} (manifest {}, revision {}, data dir {})",
-            pod.name,
-            layout.manifest.display(),
-            pod.revision.as_deref().unwrap_or("?"),
-            pod.data_dir.display()
-        ));
-        let survey = surveyed(target, &pod, out).await?;
-        let plan = plan::decide_from_member(&survey, accept).map_err(|r| refused(out, &r))?;
-        let stamp = stamp();
-        out(format!(
-            "plan: member {} of cluster {:x} (raft index {}) becomes a one-member cluster:\n  1. stop etcd (its manifest moves to {})\n  2. copy {}/member to member-before-recovery-{stamp}\n  3. start once with {}\n  4. restart without it\nthen the operator adds the other nodes back as learners once the API is back.",
-            plan.member_id,
-            plan.cluster_id,
-            plan.raft_index
-                .map_or("unknown: etcd does not answer".into(), |i| i.to_string()),
-            layout.record_dir(&stamp).display(),
-            pod.data_dir.display(),
-            pod::FORCE_NEW_CLUSTER,
-        ));
-        for lost in &plan.losing {
-            out(format!(
-                "WARNING (--accept-losing-newer-writes): writes only {lost} holds will be lost"
-            ));
-        }
-        if dry_run {
-            out("dry run: nothing was changed.".into());
-            return Ok(Exit::Ok);
-        }
-        let client = local_client(target, &pod, out)?;
-        let result = act::from_member(&pod, &plan, &layout, &client, &stamp, deadline, out).await;
-        Ok(ended(out, result, |done| {
-            format!(
-                "recovered: {} is a one-member cluster at raft index {}. Kept: the old manifest in {}, the data as it was in {}.",
-                pod.name,
-                done.raft_index,
-                done.record_dir.display(),
-                done.data_copy.display()
-            )
-        }))
-    }
-    .await
-    .unwrap_or_else(|e| e)
-}
-
 /// `from-snapshot PATH`.
 pub async fn from_snapshot(
     target: &Target,
     path: &Path,
-    accept: Accept,
-    dry_run: bool,
-    timeout: Duration,
+    opts: Options,
     out: &mut dyn FnMut(String),
 ) -> Exit {
+    let Options {
+        accept,
+        dry_run,
+        timeout,
+    } = opts;
     let deadline = Instant::now() + timeout;
     async {
         let (layout, pod) = read(target, out)?;
@@ -360,7 +321,7 @@ fn restored_line(pod: &EtcdPod, done: restore_steps::Restored) -> String {
 }
 
 /// UTC `YYYYMMDDTHHMMSSZ`, for the names of what recovery keeps.
-fn stamp() -> String {
+pub(crate) fn stamp() -> String {
     etcd_verify::datadir::stamp(time::OffsetDateTime::now_utc())
 }
 

@@ -4,12 +4,15 @@
 //! node while the Kubernetes API is down (in a real control plane the API is served from this
 //! very etcd, so nothing declarative can start a recovery once quorum is lost).
 //!
-//! * `etcd-recover status` lists every member this node can reach, with its raft index, and
+//! * `etcd-recover status` lists every member this node can reach, with its raft index, the
+//!   commit index this node's WAL holds (read from disk: there when its etcd cannot start), and
 //!   whether a quorum answers. It changes nothing.
 //! * `etcd-recover from-member [--dry-run]` makes this node's surviving data a one-member
 //!   cluster: it refuses while quorum is healthy and when another survivor is further ahead
 //!   (the table in [`plan`]), prints the survey and the plan, then acts ([`act`]): the data dir is
-//!   copied aside, never deleted, and every manifest lands atomically.
+//!   copied aside, never deleted, and every manifest lands atomically. With `--address IP
+//!   --signer FILE` the member starts at the node's new address ([`readdress`]): for when every
+//!   member's address changed at once and no peer URL can move through a quorum.
 //!
 //! Once the API is back, the operator adopts the one-member cluster and adds the other nodes
 //! back as learners; `etcd-verify` archives their stale data. The runbook
@@ -27,9 +30,11 @@
 pub mod act;
 pub mod command;
 pub mod fetch;
+mod from_member;
 pub mod plan;
 pub mod pod;
 pub mod probe;
+pub mod readdress;
 pub mod restore;
 pub mod restore_steps;
 pub mod snapshot;

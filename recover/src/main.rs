@@ -55,6 +55,16 @@ enum Cmd {
         /// only it holds are lost.
         #[arg(long)]
         accept_losing_newer_writes: bool,
+        /// This node's new IP address, when every member's address changed at once: the
+        /// member starts there (every URL of the manifest follows, its peer URL is moved with
+        /// MemberUpdate once it leads alone).
+        #[arg(long, value_name = "IP")]
+        address: Option<std::net::IpAddr>,
+        /// With --address: the cluster's signer, Secret etcd-signer as `kubectl get secret
+        /// -o yaml` prints it (or as `etcd-operator render` wrote it), to issue this node's
+        /// certificates for the new address.
+        #[arg(long, value_name = "FILE", requires = "address")]
+        signer: Option<PathBuf>,
         /// Bound on the whole recovery.
         #[arg(long, default_value = "300s", value_parser = duration)]
         timeout: Duration,
@@ -145,13 +155,21 @@ async fn run(command: Cmd, target: &Target, out: &mut dyn FnMut(String)) -> Exit
         Cmd::FromMember {
             dry_run,
             accept_losing_newer_writes,
+            address,
+            signer,
             timeout,
         } => {
             let accept = Accept {
                 losing_newer_writes: accept_losing_newer_writes,
                 ..Accept::default()
             };
-            command::from_member(target, accept, dry_run, timeout, out).await
+            let address = address.map(|ip| command::AddressArgs { ip, signer });
+            let opts = command::Options {
+                accept,
+                dry_run,
+                timeout,
+            };
+            command::from_member(target, opts, address.as_ref(), out).await
         }
         Cmd::FromSnapshot {
             path,
@@ -169,7 +187,12 @@ async fn run(command: Cmd, target: &Target, out: &mut dyn FnMut(String)) -> Exit
                 Ok(p) => p,
                 Err(exit) => return exit,
             };
-            command::from_snapshot(target, &path, accept, dry_run, timeout, out).await
+            let opts = command::Options {
+                accept,
+                dry_run,
+                timeout,
+            };
+            command::from_snapshot(target, &path, opts, out).await
         }
     }
 }

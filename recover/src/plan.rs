@@ -12,12 +12,14 @@
 //! | no data dir here, or its WAL cannot be read | refuse: nothing to recover from on this node |
 //! | this node's member is a learner | refuse: a learner may lack committed writes |
 //! | another member answers with a higher raft index | refuse, naming it, unless `--accept-losing-newer-writes` |
-//! | this node's etcd does not answer while another member does | refuse (its index cannot be compared), unless `--accept-losing-newer-writes` |
+//! | this node's etcd does not answer | its index is the commit index of its WAL (read from disk), compared as above |
+//! | that cannot be read either, while another member answers | refuse (its index cannot be compared), unless `--accept-losing-newer-writes` |
 //! | otherwise | the plan: stop, copy the data aside, start once with `--force-new-cluster`, start normally |
 
 use std::fmt::Write as _;
 
 use etcd_verify::decide::DataDir;
+use etcd_verify::wal::WalCommit;
 use membership::{EndpointStatus, Member, MemberId, MemberUrl};
 
 use crate::snapshot::{Contents, Origin, Tool, revision_bump};
@@ -37,6 +39,9 @@ pub struct Survey {
     pub data_dir: DataDir,
     /// This node's etcd, at its own client URL.
     pub own: Reached,
+    /// The last commit index and term this node's WAL holds, read from disk (what etcd, and
+    /// `--force-new-cluster`, restart from): this node's index when its etcd does not answer.
+    pub wal_commit: Result<WalCommit, String>,
     /// Every other endpoint tried, in a stable order.
     pub others: Vec<Reached>,
     /// The members as this node's etcd lists them (empty when it does not answer).
@@ -209,9 +214,13 @@ pub fn decide_from_member(s: &Survey, accept: Accept) -> Result<Plan, Refusal> {
             }
             Some(st.raft_index)
         }
+        Err(_) if s.wal_commit.is_ok() => s.wal_commit.as_ref().ok().map(|w| w.commit),
         Err(reason) if !answered.is_empty() && !accept.losing_newer_writes => {
             return Err(Refusal::OwnIndexUnknown {
-                reason: reason.clone(),
+                reason: format!(
+                    "{reason}; its WAL: {}",
+                    s.wal_commit.as_ref().err().map_or("", String::as_str)
+                ),
                 answered: describe(&answered),
             });
         }
@@ -275,6 +284,18 @@ pub fn table(s: &Survey) -> String {
             Err(e) => format!("no answer: {e}"),
         };
         let _ = writeln!(out, "{who:<40}{answer}");
+    }
+    match &s.wal_commit {
+        Ok(w) => {
+            let _ = writeln!(
+                out,
+                "this node's data: commit index {} (term {}) in its WAL, read from disk",
+                w.commit, w.term
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(out, "this node's data: no commit index in its WAL ({e})");
+        }
     }
     match &s.quorum_read {
         Ok(url) => {

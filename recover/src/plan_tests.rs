@@ -1,7 +1,7 @@
 //! The refusal table of [`crate::plan`], row by row.
 
 use etcd_verify::decide::DataDir;
-use etcd_verify::wal::WalIdentity;
+use etcd_verify::wal::{WalCommit, WalIdentity};
 use membership::{EndpointStatus, Member, MemberId, MemberUrl};
 
 use crate::plan::{Accept, Reached, Refusal, Survey, decide_from_member, table};
@@ -66,6 +66,10 @@ fn survey() -> Survey {
             cluster_id: CLUSTER,
         }),
         own: up(1, 100),
+        wal_commit: Ok(WalCommit {
+            term: 2,
+            commit: 100,
+        }),
         others: vec![down(2), down(3)],
         members: vec![member(1), member(2), member(3)],
         quorum_read: Err("context deadline exceeded".into()),
@@ -161,9 +165,33 @@ fn survivors_behind_or_level_do_not_stop_recovery() {
 }
 
 #[test]
-fn an_own_etcd_that_does_not_answer_cannot_be_compared() {
+fn an_own_etcd_that_does_not_answer_is_compared_by_its_wal() {
     let mut s = survey();
     s.own = down(1);
+    // Its WAL says commit 100: ahead of n2, so it recovers without any flag.
+    s.others = vec![up(2, 99), down(3)];
+    assert_eq!(
+        decide_from_member(&s, Accept::default())
+            .unwrap()
+            .raft_index,
+        Some(100)
+    );
+    // n2 is further ahead than the WAL: refused, naming n2.
+    s.others = vec![up(2, 101), down(3)];
+    match decide_from_member(&s, Accept::default()) {
+        Err(Refusal::Behind { own_index, ahead }) => {
+            assert_eq!(own_index, 100);
+            assert!(ahead.contains("raft index 101"), "{ahead}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_own_etcd_that_does_not_answer_cannot_be_compared_without_its_wal() {
+    let mut s = survey();
+    s.own = down(1);
+    s.wal_commit = Err("no raft hard state in any WAL file".into());
     s.others = vec![up(2, 10), down(3)];
     assert!(matches!(
         decide_from_member(&s, Accept::default()),
@@ -192,6 +220,10 @@ fn the_table_lists_every_endpoint_and_the_quorum_verdict() {
     assert!(text.contains("raft index 100"), "{text}");
     assert!(text.contains("no answer: connection refused"), "{text}");
     assert!(text.contains("quorum: lost"), "{text}");
+    assert!(
+        text.contains("this node's data: commit index 100 (term 2) in its WAL"),
+        "{text}"
+    );
 }
 
 mod from_snapshot {

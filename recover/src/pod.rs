@@ -208,7 +208,7 @@ pub fn one_member(current: &EtcdPod, id: MemberId, force: bool, note: &str) -> P
 }
 
 /// Every init container and container of `pod`.
-fn containers_mut(pod: &mut Pod) -> impl Iterator<Item = &mut Container> {
+pub(crate) fn containers_mut(pod: &mut Pod) -> impl Iterator<Item = &mut Container> {
     pod.spec.iter_mut().flat_map(|spec| {
         spec.init_containers
             .iter_mut()

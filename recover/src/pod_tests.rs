@@ -303,3 +303,84 @@ mod restore_phase {
         assert!(t("registry:5000/etcd").is_err());
     }
 }
+
+#[test]
+fn a_moved_pod_listens_advertises_and_probes_at_the_new_address_only() {
+    use crate::readdress;
+    let current = read(GOLDEN).unwrap();
+    let ip: std::net::IpAddr = "10.9.9.9".parse().unwrap();
+    assert!(!readdress::already_at(&current, ip));
+    let resources = Path::new("/var/lib/etcd-recovery/T/resources");
+    let moved = readdress::moved(&current, ip, Path::new(ROOT), resources).unwrap();
+    assert!(readdress::already_at(&moved, ip));
+    assert_eq!(moved.peer_url.as_str(), "https://10.9.9.9:2380");
+    assert_eq!(moved.client_url.as_str(), "https://10.9.9.9:2379");
+    let one = pod::one_member(&moved, MemberId::new(0x1111).unwrap(), true, "T");
+    let text = pod::render(&one, "T").unwrap();
+    assert!(
+        !text.contains("10.0.0.1:") && !text.contains("\"10.0.0.1\""),
+        "{text}"
+    );
+    for want in [
+        "--listen-client-urls=https://10.9.9.9:2379,https://127.0.0.1:2379,https://[::1]:2379",
+        "--listen-peer-urls=https://10.9.9.9:2380",
+        "--listen-metrics-urls=https://10.9.9.9:2381,http://127.0.0.1:2382",
+        "master-1=https://10.9.9.9:2380",
+        "1111=https://10.9.9.9:2380",
+        "/var/lib/etcd-recovery/T/resources",
+    ] {
+        assert!(text.contains(want), "{want} missing:\n{text}");
+    }
+    let probes: Vec<String> = one.spec.as_ref().unwrap().containers[0]
+        .readiness_probe
+        .iter()
+        .chain(&one.spec.as_ref().unwrap().containers[0].startup_probe)
+        .filter_map(|p| {
+            p.http_get
+                .as_ref()
+                .and_then(|h| h.host.clone())
+                .or_else(|| p.tcp_socket.as_ref().and_then(|t| t.host.clone()))
+        })
+        .collect();
+    assert_eq!(probes, ["127.0.0.1", "10.9.9.9"]);
+    let tls = moved.tls.unwrap();
+    assert_eq!(
+        tls.cert,
+        PathBuf::from(ROOT).join(
+            "var/lib/etcd-recovery/T/resources/secrets/etcd-all-certs/etcd-peer-master-1.crt"
+        )
+    );
+    assert_eq!(
+        tls.ca,
+        PathBuf::from(ROOT).join(
+            "var/lib/etcd-recovery/T/resources/configmaps/etcd-all-bundles/server-ca-bundle.crt"
+        )
+    );
+}
+
+#[test]
+fn only_url_hosts_equal_to_the_old_address_move() {
+    let current = read(&GOLDEN.replace(
+        "- --listen-peer-urls=https://10.0.0.1:2380",
+        "- --listen-peer-urls=https://10.0.0.1:2380\n    - --note=https://10.0.0.12:1/10.0.0.1:2",
+    ))
+    .unwrap();
+    let ip: std::net::IpAddr = "fd00::9".parse().unwrap();
+    let moved = crate::readdress::moved(
+        &current,
+        ip,
+        Path::new(ROOT),
+        Path::new("/var/lib/etcd-recovery/T/resources"),
+    )
+    .unwrap();
+    assert_eq!(moved.peer_url.as_str(), "https://[fd00::9]:2380");
+    let text = pod::render(&moved.pod, "T").unwrap();
+    assert!(
+        text.contains("--note=https://10.0.0.12:1/10.0.0.1:2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("--listen-peer-urls=https://[fd00::9]:2380"),
+        "{text}"
+    );
+}

@@ -72,10 +72,18 @@ pub async fn survey(pod: &EtcdPod, call_timeout: Duration) -> Result<Survey, Pro
         }
     }
     let quorum_read = quorum_read(pod, &own, &others, call_timeout).await;
+    let wal_commit = match &data_dir {
+        etcd_verify::decide::DataDir::Present(_) => {
+            etcd_verify::wal::read_commit(&pod.data_dir.join("member").join("wal"))
+                .map_err(|e| e.to_string())
+        }
+        _ => Err("no data dir".to_owned()),
+    };
     Ok(Survey {
         name: pod.name.clone(),
         data_dir,
         own,
+        wal_commit,
         others,
         members,
         quorum_read,

@@ -39,16 +39,7 @@ const MAX_RECORD_BYTES: u64 = 16 << 20;
 
 /// Reads the identity from the oldest WAL file under `wal_dir`.
 pub fn read_identity(wal_dir: &Path) -> Result<WalIdentity, WalError> {
-    let io = |source| WalError::Io {
-        path: wal_dir.to_owned(),
-        source,
-    };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(wal_dir)
-        .map_err(io)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
-        .collect();
-    files.sort();
+    let files = wal_files(wal_dir)?;
     let first = files
         .first()
         .ok_or_else(|| WalError::NoWalFiles(wal_dir.to_owned()))?;
@@ -86,51 +77,167 @@ fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
 
 /// Finds the metadata record in the bytes of a WAL file.
 pub fn identity_from_bytes(bytes: &[u8]) -> Result<WalIdentity, String> {
-    let mut pos = 0usize;
-    for _ in 0..MAX_RECORDS {
-        let word = pos
-            .checked_add(8)
-            .and_then(|end| bytes.get(pos..end))
-            .ok_or("WAL ends before its metadata record")?;
-        let word = u64::from_le_bytes(word.try_into().map_err(|_| "short length word")?);
-        if word == 0 {
+    for record in Frames::new(bytes).take(MAX_RECORDS) {
+        let Some(record) = record? else {
             return Err("WAL has no metadata record".into());
-        }
-        let len = word & 0x00ff_ffff_ffff_ffff;
-        let pad = if word & (1 << 63) != 0 {
-            (word >> 56) & 0x7
-        } else {
-            0
         };
-        pos += 8;
-        let len = usize::try_from(len).map_err(|_| "record length overflows")?;
-        let record = pos
-            .checked_add(len)
-            .and_then(|end| bytes.get(pos..end))
-            .ok_or_else(|| format!("record at byte {} is truncated ({len} bytes)", pos - 8))?;
         let fields = decode_fields(record)?;
         if field_varint(&fields, 1) == Some(METADATA_RECORD) {
-            let data = fields
-                .iter()
-                .find_map(|(n, v)| match (n, v) {
-                    (3, Field::Bytes(b)) => Some(*b),
-                    _ => None,
-                })
-                .ok_or("metadata record has no data")?;
-            let meta = decode_fields(data)?;
+            let meta = decode_fields(record_data(&fields).ok_or("metadata record has no data")?)?;
             return Ok(WalIdentity {
                 member_id: field_varint(&meta, 1).ok_or("metadata has no NodeID")?,
                 cluster_id: field_varint(&meta, 2).ok_or("metadata has no ClusterID")?,
             });
         }
-        pos = usize::try_from(pad)
-            .ok()
-            .and_then(|pad| pos.checked_add(len)?.checked_add(pad))
-            .ok_or("record length overflows")?;
     }
     Err(format!(
         "no metadata record in the first {MAX_RECORDS} records"
     ))
+}
+
+/// The last raft hard state a data dir's WAL holds: the commit index etcd restarts from (and
+/// the one `--force-new-cluster` keeps: it drops every entry past it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalCommit {
+    pub term: u64,
+    pub commit: u64,
+}
+
+const STATE_RECORD: u64 = 3;
+
+/// Reads the last hard state of every WAL file under `wal_dir`, oldest file first, each up to
+/// its preallocated tail or a torn last record (where etcd stops reading too).
+pub fn read_commit(wal_dir: &Path) -> Result<WalCommit, WalError> {
+    let mut last = None;
+    for file in wal_files(wal_dir)? {
+        let mut bytes = Vec::new();
+        open_regular(&file)
+            .and_then(|mut f| f.read_to_end(&mut bytes))
+            .map_err(|source| WalError::Io {
+                path: file.clone(),
+                source,
+            })?;
+        let corrupt = |reason| WalError::Corrupt {
+            path: file.clone(),
+            reason,
+        };
+        if let Some(state) = commit_from_bytes(&bytes).map_err(corrupt)? {
+            last = Some(state);
+        }
+    }
+    last.ok_or_else(|| WalError::Corrupt {
+        path: wal_dir.to_owned(),
+        reason: "no raft hard state in any WAL file".into(),
+    })
+}
+
+/// The last hard state in the bytes of one WAL file, if it has one.
+pub fn commit_from_bytes(bytes: &[u8]) -> Result<Option<WalCommit>, String> {
+    let mut last = None;
+    for record in Frames::new(bytes) {
+        let record = match record {
+            Ok(Some(r)) => r,
+            // The preallocated tail, or a record torn by a crash: etcd reads no further.
+            Ok(None) | Err(_) => break,
+        };
+        let Ok(fields) = decode_fields(record) else {
+            break;
+        };
+        if field_varint(&fields, 1) != Some(STATE_RECORD) {
+            continue;
+        }
+        let state = decode_fields(record_data(&fields).unwrap_or_default())?;
+        last = Some(WalCommit {
+            term: field_varint(&state, 1).unwrap_or(0),
+            commit: field_varint(&state, 3).unwrap_or(0),
+        });
+    }
+    Ok(last)
+}
+
+/// The `.wal` files under `wal_dir`, oldest first.
+fn wal_files(wal_dir: &Path) -> Result<Vec<PathBuf>, WalError> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(wal_dir)
+        .map_err(|source| WalError::Io {
+            path: wal_dir.to_owned(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(WalError::NoWalFiles(wal_dir.to_owned()));
+    }
+    Ok(files)
+}
+
+/// The `data` field (3) of a `walpb.Record`.
+fn record_data<'a>(fields: &[(u64, Field<'a>)]) -> Option<&'a [u8]> {
+    fields.iter().find_map(|(n, v)| match (n, v) {
+        (3, Field::Bytes(b)) => Some(*b),
+        _ => None,
+    })
+}
+
+/// The records of a WAL file, in order: `Ok(None)` at the first zero length word (preallocated
+/// space), an error for a frame that does not fit, nothing after either.
+struct Frames<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    done: bool,
+}
+
+impl<'a> Frames<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Self {
+            bytes,
+            pos: 0,
+            done: false,
+        }
+    }
+
+    fn next_frame(&mut self) -> Result<Option<&'a [u8]>, String> {
+        let pos = self.pos;
+        let word = pos
+            .checked_add(8)
+            .and_then(|end| self.bytes.get(pos..end))
+            .ok_or("WAL ends before its metadata record")?;
+        let word = u64::from_le_bytes(word.try_into().map_err(|_| "short length word")?);
+        if word == 0 {
+            return Ok(None);
+        }
+        let len =
+            usize::try_from(word & 0x00ff_ffff_ffff_ffff).map_err(|_| "record length overflows")?;
+        let pad = if word & (1 << 63) != 0 {
+            (word >> 56) & 0x7
+        } else {
+            0
+        };
+        let start = pos + 8;
+        let record = start
+            .checked_add(len)
+            .and_then(|end| self.bytes.get(start..end))
+            .ok_or_else(|| format!("record at byte {pos} is truncated ({len} bytes)"))?;
+        self.pos = usize::try_from(pad)
+            .ok()
+            .and_then(|pad| start.checked_add(len)?.checked_add(pad))
+            .ok_or("record length overflows")?;
+        Ok(Some(record))
+    }
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = Result<Option<&'a [u8]>, String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let frame = self.next_frame();
+        self.done = !matches!(frame, Ok(Some(_)));
+        Some(frame)
+    }
 }
 
 #[derive(Debug)]
@@ -310,6 +417,70 @@ mod tests {
         assert!(read_identity(&wal).is_err());
     }
 
+    fn state(term: u64, commit: u64) -> Vec<u8> {
+        let mut hs = vec![0x08];
+        varint(term, &mut hs);
+        hs.push(0x10);
+        varint(7, &mut hs);
+        hs.push(0x18);
+        varint(commit, &mut hs);
+        record(STATE_RECORD, &hs)
+    }
+
+    #[test]
+    fn the_last_hard_state_wins_and_a_torn_tail_ends_the_file() {
+        let mut wal = Vec::new();
+        frame(&record(4, &[]), &mut wal);
+        frame(&state(2, 10), &mut wal);
+        frame(&record(2, &[1, 2, 3]), &mut wal);
+        frame(&state(3, 41), &mut wal);
+        let whole = wal.clone();
+        // A record torn by a crash, then stale bytes: ignored, as etcd ignores them.
+        frame(&state(9, 999), &mut wal);
+        wal.truncate(wal.len() - 3);
+        let want = Some(WalCommit {
+            term: 3,
+            commit: 41,
+        });
+        assert_eq!(commit_from_bytes(&wal).unwrap(), want);
+        let mut preallocated = whole.clone();
+        preallocated.extend_from_slice(&[0u8; 64]);
+        frame(&state(9, 999), &mut preallocated);
+        assert_eq!(commit_from_bytes(&preallocated).unwrap(), want);
+        assert_eq!(commit_from_bytes(&[0u8; 16]).unwrap(), None);
+    }
+
+    #[test]
+    fn read_commit_takes_the_newest_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut old = Vec::new();
+        frame(&state(2, 10), &mut old);
+        let mut new = Vec::new();
+        frame(&state(4, 77), &mut new);
+        std::fs::write(
+            dir.path().join("0000000000000000-0000000000000000.wal"),
+            old,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("0000000000000001-0000000000000011.wal"),
+            new,
+        )
+        .unwrap();
+        assert_eq!(
+            read_commit(dir.path()).unwrap(),
+            WalCommit {
+                term: 4,
+                commit: 77
+            }
+        );
+        let empty = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            read_commit(empty.path()),
+            Err(WalError::NoWalFiles(_))
+        ));
+    }
+
     proptest::proptest! {
         /// Any bytes give an identity or an error: never a panic, never a hang.
         #[test]
@@ -329,6 +500,7 @@ mod tests {
             }
             wal.extend_from_slice(&word.to_le_bytes());
             let _ = identity_from_bytes(&wal);
+            let _ = commit_from_bytes(&wal);
         }
     }
 }

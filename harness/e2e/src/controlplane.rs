@@ -298,24 +298,32 @@ impl LocalControlPlane {
         result
     }
 
-    /// The node's address changes, as after a reboot into another DHCP lease: its agent stops
-    /// (its pods with it), it comes back on a new loopback address with the same root (its
-    /// Node's InternalIP follows with the agent's first status patch), and the old address is
-    /// retired ([`RetiredAddress`], held until the returned value is dropped).
-    pub async fn change_node_address(
+    /// The addresses of nodes `names` change at once, as after a reboot (or a whole control
+    /// plane's power loss) into new DHCP leases: their agents stop (their pods with them), then
+    /// each comes back on a new loopback address with the same root (its Node's InternalIP
+    /// follows with the agent's first status patch); each old address is retired
+    /// ([`RetiredAddress`], held until the returned value is dropped).
+    pub async fn change_node_addresses(
         &mut self,
-        name: &str,
-    ) -> Result<RetiredAddress, ControlPlaneError> {
-        self.stop_node(name).await?;
-        let new = LoopbackAddr::acquire()?;
-        let node = self
-            .nodes
-            .iter_mut()
-            .find(|n| n.name == name)
-            .ok_or_else(|| ControlPlaneError::Failed(format!("no node {name}")))?;
-        let old = std::mem::replace(&mut node.addr, new);
-        let retired = RetiredAddress::hold(old).await?;
-        self.restart_node(name).await?;
+        names: &[&str],
+    ) -> Result<Vec<RetiredAddress>, ControlPlaneError> {
+        for name in names {
+            self.stop_node(name).await?;
+        }
+        let mut retired = Vec::new();
+        for name in names {
+            let new = LoopbackAddr::acquire()?;
+            let node = self
+                .nodes
+                .iter_mut()
+                .find(|n| n.name == *name)
+                .ok_or_else(|| ControlPlaneError::Failed(format!("no node {name}")))?;
+            let old = std::mem::replace(&mut node.addr, new);
+            retired.push(RetiredAddress::hold(old).await?);
+        }
+        for name in names {
+            self.restart_node(name).await?;
+        }
         Ok(retired)
     }
 

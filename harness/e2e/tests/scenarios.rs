@@ -156,6 +156,21 @@ async fn node_address_change() {
     );
 }
 
+/// Every node's address changes at once: `etcd-recover from-member --address` on the node whose
+/// WAL is furthest ahead, then the operator adds the others back; no acknowledged write lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_address_changed() {
+    let report = scenario("every-address-changed").await;
+    assert_eq!(report.rpo_writes, Some(0), "{report:?}");
+    assert!(
+        report
+            .steps
+            .iter()
+            .any(|s| s.what.starts_with("3 voters at the new addresses")),
+        "{report:?}"
+    );
+}
+
 /// An EtcdCluster the operator cannot decode holds every action and says so; fixed, it is acted on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreadable_spec() {

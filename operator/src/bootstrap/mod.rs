@@ -341,13 +341,7 @@ fn existing_ca(output_dir: &Path) -> Result<Option<EtcdCa>, BootstrapError> {
     };
     let secret: Secret =
         serde_json::from_slice(&bytes).map_err(|e| bad(format!("not a Secret: {e}")))?;
-    let data: BTreeMap<String, Vec<u8>> = secret
-        .data
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| (k, v.0))
-        .collect();
-    EtcdCa::from_secret_data(&data)
+    EtcdCa::from_secret(secret)
         .map(Some)
         .map_err(|e| bad(e.to_string()))
 }

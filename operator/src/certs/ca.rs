@@ -136,6 +136,17 @@ impl EtcdCa {
         Self::from_pem(text(CA_CERT_KEY)?, text(CA_KEY_KEY)?)
     }
 
+    /// Adopts the CA of a whole Secret [`CA_SECRET`] (as `kubectl get -o json` prints it).
+    pub fn from_secret(secret: k8s_openapi::api::core::v1::Secret) -> Result<Self, CertError> {
+        let data: BTreeMap<String, Vec<u8>> = secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        Self::from_secret_data(&data)
+    }
+
     /// The CA from Secret [`CA_SECRET`] if it exists, else a new one. A Secret that exists but
     /// can't be read is an error: replacing it would orphan every certificate it signed.
     pub fn adopt_or_generate(

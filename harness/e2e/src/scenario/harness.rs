@@ -416,6 +416,7 @@ impl Harness {
                 "no private key in the operator's logs or any of {events} Events"
             ));
         }
+        let two_leaders = self.two_leaders();
         self.step("load stopped and verified; tearing down");
         let steps = std::mem::take(&mut self.steps);
         // Stop watching before the API goes away.
@@ -431,6 +432,11 @@ impl Harness {
                 Err(format!("checking the writes: {e}")),
             ),
         };
+        if check.is_ok()
+            && let Err(e) = two_leaders
+        {
+            check = Err(e);
+        }
         if check.is_ok() && !leaks.is_empty() {
             check = Err(format!(
                 "private key material shown to admins: {}",
@@ -438,6 +444,29 @@ impl Harness {
             ));
         }
         Finished { load, steps, check }
+    }
+
+    /// The two-leader check over every etcd log of the sandbox ([`super::leader_terms`]).
+    fn two_leaders(&mut self) -> Result<(), String> {
+        let elections = super::leader_terms::read(self.cp.path());
+        let violations = elections.violations();
+        if elections.leaders.is_empty() {
+            return Err(format!(
+                "the two-leader check found no election in any etcd log ({})",
+                elections.summary()
+            ));
+        }
+        if !violations.is_empty() {
+            return Err(format!(
+                "two leaders in one term, by etcd's own logs: {}",
+                violations.join("; ")
+            ));
+        }
+        self.step(format!(
+            "no two leaders in one term: {}",
+            elections.summary()
+        ));
+        Ok(())
     }
 
     /// Where a private key shows in what admins read: each operator process's log, every Event;

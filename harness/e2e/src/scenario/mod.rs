@@ -1,5 +1,7 @@
 //! Named scenarios on the local control plane, each under a write load that checks no
-//! acknowledged write is lost, and ending with every member's `HashKV` compared at one revision. `sandbox run <name>` runs one and writes `report.json`.
+//! acknowledged write is lost, and ending with every member's `HashKV` compared at one revision
+//! and the two-leader check over etcd's own logs ([`leader_terms`]). `sandbox run <name>` runs
+//! one and writes `report.json`.
 //! Every scenario runs etcd 3.5.16 (the operator's default image, Debian trixie's build) but
 //! `upgrade`, which starts on 3.4.23 ([`STARTING_ETCD`]).
 //!
@@ -29,6 +31,7 @@
 //! | `backups` | the backup half of `restore-from-backup` on its own, so that it also runs against a real kube-apiserver (`TEST_API=kas`): the spec patches, the credentials Secret created and changed, `status.backup` written and read back |
 //! | `ca-rotation` | under write load (a client that reloads its certificate and `ca.crt` from Secret `etcd-client` every second), `spec.certificates.caRotationRequest` rotates the CA in three phases, each rolled to every node before the next: trust both CAs, re-issue every leaf and client certificate from the new one, drop the old one; at the end etcd-signer holds the new CA, every leaf and the client certificate are its, every bundle trusts it alone, etcd-signer-next is deleted; the longest write gap is the report's |
 //! | `node-address-change` | under write load n2 comes back on another address, its old one retired (held: a stale etcd can't bind it, dials to it are closed); the operator re-issues n2's certificates for the new address, moves member n2 there with `MemberUpdate` and rolls a revision with the new URL, n2 first; n2 is the same member id on its own data dir (nothing archived), no member keeps the old URL, `etcd-endpoints` and n2's certificates name the new address |
+//! | `every-address-changed` | under write load every node comes back on a new address at once, the old ones retired: no etcd can start and no peer URL can move; `etcd-recover status` on each node finds quorum lost and prints the commit index its WAL holds; `etcd-recover from-member --address <new IP> --signer <etcd-signer Secret as JSON>` on the node with the highest one starts its member alone at the new address (certificates issued for it, peer URL moved with `MemberUpdate`); the operator adds the other two back: 3 voters, every peer URL at a new address, only the recovered node keeps its member id; `rto_s` from the change to the first write acknowledged after recovery started, `rpo_writes` 0 |
 //! | `unreadable-spec` | the CRD is loosened (a newer CRD than the operator: `spec.clients[].commonName` not required) and a client without one is patched in with a `forceRedeploymentReason`: the operator cannot decode the spec, so it acts on nothing; `SpecDegraded` and `Degraded` True with reason `SpecUnreadable` naming `spec.clients[0]`, a warning Event, `observedGeneration` and the latest revision unchanged, `etcd-operator plan` exits non-zero naming the field; the spec fixed, the held redeployment rolls one new revision to every node and the condition clears |
 //! | `scale-down` | 5 voters, then the admin annotates two Nodes `etcd.static-operator.io/remove-member` (the leader's node and one the odd-voter policy would not pick): exactly those two members are removed, one at a time, the leader last after handing its leadership off; the three others keep their member ids, and the chosen nodes get no member again |
 //! | `unmanaged` | `managementState: Unmanaged`, then a forced redeployment and a fourth node: for 15 s no revision, no member, and every ConfigMap, Secret, budget and operator-made pod of the operator's and static-pod namespaces keeps its resourceVersion; `Managed` again, the held redeployment rolls one new revision to every node and n4 joins as the standby, the voters keeping their ids |
@@ -53,11 +56,13 @@ mod corruption;
 mod dangling_learner;
 mod drain;
 mod endpoints;
+mod every_address;
 pub mod failover;
 mod failover_audit;
 mod failover_instances;
 pub mod harness;
 mod leader_probe;
+mod leader_terms;
 pub mod load;
 mod lone_voter;
 mod maintenance;
@@ -80,7 +85,7 @@ use std::time::Instant;
 pub use harness::{Harness, Recovery, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 31] = [
+pub const NAMES: [&str; 32] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -105,6 +110,7 @@ pub const NAMES: [&str; 31] = [
     "backups",
     "ca-rotation",
     "node-address-change",
+    "every-address-changed",
     "unreadable-spec",
     "scale-down",
     "unmanaged",

@@ -47,7 +47,7 @@ pub async fn node_address_change(h: &mut Harness) -> Result<(), ControlPlaneErro
     let changes_before = count_events(h, &REPLACING).await?;
     let old_ip = h.cp.node(NODE)?.ip();
     let started = Instant::now();
-    let retired = h.cp.change_node_address(NODE).await?;
+    let retired = h.cp.change_node_addresses(&[NODE]).await?;
     let new_ip = h.cp.node(NODE)?.ip();
     h.step(format!(
         "{NODE} came back on {new_ip}; {old_ip} is retired (held, nothing can listen there)"

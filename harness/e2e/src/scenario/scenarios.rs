@@ -84,6 +84,7 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "backups" => super::backups::backups(&mut h).await,
         "ca-rotation" => super::ca_rotation::ca_rotation(&mut h).await,
         "node-address-change" => super::node_address::node_address_change(&mut h).await,
+        "every-address-changed" => super::every_address::every_address_changed(&mut h).await,
         "unreadable-spec" => super::unreadable_spec::unreadable_spec(&mut h).await,
         "scale-down" => super::scale_down::scale_down(&mut h).await,
         "unmanaged" => super::unmanaged::unmanaged(&mut h).await,

@@ -21,7 +21,7 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use etcd_operator::certs::{CertKind, CertPolicy, EtcdCa, LeafSpec, Sans};
+use etcd_pki::{CertKind, CertPolicy, EtcdCa, LeafSpec, Sans};
 use k8s_openapi::api::core::v1::{Pod, Probe, Secret};
 use membership::{MemberUrl, TlsFiles};
 

@@ -9,10 +9,10 @@ use super::reload::{ConsumerStatus, Reload};
 
 mod defaults {
     pub fn leaf_validity_days() -> u32 {
-        3 * 365
+        etcd_pki::DEFAULT_LEAF_VALIDITY_DAYS
     }
     pub fn renew_at_percent() -> u32 {
-        67
+        etcd_pki::DEFAULT_RENEW_AT_PERCENT
     }
 }
 

@@ -8,8 +8,8 @@ use std::net::IpAddr;
 
 use time::OffsetDateTime;
 
-use super::node::{CertKind, ClientCertKind, LeafSpec, Usage, is_key_safe};
 use super::{CertError, CertPolicy, EtcdCa, format_time};
+use super::{CertKind, ClientCertKind, LeafSpec, Usage, is_key_safe};
 
 #[path = "plan_evaluate.rs"]
 mod evaluate;

@@ -4,9 +4,9 @@
 use time::OffsetDateTime;
 
 use super::Reason;
-use crate::certs::inspect::{ParsedCert, parse_cert_pem};
-use crate::certs::node::{LeafSpec, Sans};
 use crate::certs::{CertPolicy, EtcdCa};
+use crate::certs::{LeafSpec, Sans};
+use crate::certs::{ParsedCert, parse_cert_pem};
 
 /// Judges one certificate (`cert`, `key`: PEM bytes as stored) against `spec` at `now`.
 pub fn evaluate(

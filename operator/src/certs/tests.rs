@@ -192,7 +192,7 @@ fn ca_is_adopted_from_pem_and_from_its_secret() {
     // A Secret that exists but is broken is an error, never a reason to make a new CA.
     let broken = BTreeMap::from([(CA_CERT_KEY.to_owned(), b"garbage".to_vec())]);
     let err = EtcdCa::adopt_or_generate(Some(&broken), &policy(), t0()).unwrap_err();
-    assert_eq!(err.category(), crate::category::Category::InvalidCa);
+    assert_eq!(category_of(&err), crate::category::Category::InvalidCa);
 
     // Key of another CA.
     let other = EtcdCa::generate(t0()).unwrap();

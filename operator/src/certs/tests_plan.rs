@@ -427,7 +427,10 @@ fn leaf_certificates_never_outlive_the_ca_and_do_not_churn_near_its_end() {
             t0() + Duration::days(401),
         )
         .unwrap_err();
-    assert_eq!(err.category(), crate::category::Category::CaExpired);
+    assert_eq!(
+        super::category_of(&err),
+        crate::category::Category::CaExpired
+    );
 }
 
 #[test]

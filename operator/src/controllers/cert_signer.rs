@@ -63,7 +63,12 @@ pub fn secret_bytes(s: &Secret) -> BTreeMap<String, Vec<u8>> {
 }
 
 fn cert_err(e: certs::CertError) -> ControllerError {
-    ControllerError::new(NAME, ErrorKind::Permanent, e.category(), e.to_string())
+    ControllerError::new(
+        NAME,
+        ErrorKind::Permanent,
+        certs::category_of(&e),
+        e.to_string(),
+    )
 }
 
 fn write_err(e: crate::writer::WriteError) -> ControllerError {
@@ -81,7 +86,7 @@ pub struct State {
 /// Runs the certificate signer.
 pub async fn reconcile(p: &mut Pass<'_>, st: &mut State) -> Result<Issued, ControllerError> {
     let _t = p.ctx.metrics.time(NAME.as_str());
-    let policy = CertPolicy::from_spec(&p.o.spec.certificates);
+    let policy = crate::certs::policy_for(&p.o.spec.certificates);
     let adopted = ca(p, &policy).await?;
     let decided = consumers::decided(p);
     let known: BTreeSet<String> = p.o.node_names().into_iter().collect();

@@ -27,7 +27,7 @@ fn leaf(key: &str, node: Option<&str>, from: &str, to: &str) -> certs::CertInfo 
 fn renewal_comes_at_the_configured_share_of_each_lifetime() {
     let spec = crate::api::Certificates::default();
     assert_eq!((spec.leaf_validity_days, spec.renew_at_percent), (1095, 67));
-    let policy = CertPolicy::from_spec(&spec);
+    let policy = crate::certs::policy_for(&spec);
     let ca = certs::CaInfo {
         subject: "etcd-signer".into(),
         not_before: t("2026-01-01T00:00:00Z"),
@@ -80,7 +80,7 @@ fn a_later_renewal_share_moves_renewal_later() {
         renew_at_percent: 90,
         ca_rotation_request: String::new(),
     };
-    let policy = CertPolicy::from_spec(&spec);
+    let policy = crate::certs::policy_for(&spec);
     assert_eq!(policy.leaf_validity, time::Duration::days(100));
     let from = t("2026-01-01T00:00:00Z");
     assert_eq!(

@@ -418,7 +418,7 @@ async fn plant_expiring(h: &Harness, secrets: &Api<Secret>) -> Result<Vec<u8>, C
         .cloned()
         .ok_or_else(|| failed("spec.clients names no kube-apiserver"))?;
     let ca = h.signer().await?;
-    let mut policy = etcd_operator::certs::CertPolicy::from_spec(&cluster.spec.certificates);
+    let mut policy = etcd_operator::certs::policy_for(&cluster.spec.certificates);
     let now = time::OffsetDateTime::now_utc();
     let lifetime =
         time::Duration::try_from(PLANTED_LIFETIME).map_err(|e| failed(format!("lifetime: {e}")))?;

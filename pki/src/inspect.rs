@@ -8,12 +8,12 @@ use time::OffsetDateTime;
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-use super::node::{CertKind, Usage};
-use super::{EtcdCa, format_time};
+use crate::node::{CertKind, Usage};
+use crate::{EtcdCa, format_time};
 
 /// The fields of a certificate the operator cares about.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ParsedCert {
+pub struct ParsedCert {
     pub subject: String,
     pub common_name: Option<String>,
     pub not_before: OffsetDateTime,
@@ -30,7 +30,7 @@ pub(crate) struct ParsedCert {
 }
 
 /// Parses the first PEM block of `bytes` as a certificate; returns it and its DER.
-pub(crate) fn parse_cert_pem(bytes: &[u8]) -> Result<(ParsedCert, Vec<u8>), String> {
+pub fn parse_cert_pem(bytes: &[u8]) -> Result<(ParsedCert, Vec<u8>), String> {
     let (_, pem) = x509_parser::pem::parse_x509_pem(bytes).map_err(|e| format!("not PEM: {e}"))?;
     if pem.label != "CERTIFICATE" {
         return Err(format!("PEM block is a {:?}, not a CERTIFICATE", pem.label));
@@ -45,7 +45,7 @@ pub fn not_after_of_der(der: &[u8]) -> Result<i64, String> {
 }
 
 /// Parses a DER certificate.
-pub(crate) fn parse_cert_der(der: &[u8]) -> Result<ParsedCert, String> {
+pub fn parse_cert_der(der: &[u8]) -> Result<ParsedCert, String> {
     let (_, cert) = X509Certificate::from_der(der).map_err(|e| format!("not X.509: {e}"))?;
     let mut dns = BTreeSet::new();
     let mut ips = BTreeSet::new();

@@ -7,9 +7,9 @@ use std::fmt;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use time::OffsetDateTime;
 
-use super::inspect::{ParsedCert, parse_cert_pem};
-use super::node::LeafSpec;
-use super::{CertError, CertPolicy, format_time};
+use crate::inspect::{ParsedCert, parse_cert_pem};
+use crate::node::LeafSpec;
+use crate::{CertError, CertPolicy, format_time};
 
 /// Secret holding the CA (namespace of the operator's operands).
 pub const CA_SECRET: &str = "etcd-signer";
@@ -194,7 +194,7 @@ impl EtcdCa {
     }
 
     /// Whether the certificate `der` carries a valid signature by this CA.
-    pub(crate) fn signed(&self, der: &[u8]) -> bool {
+    pub fn signed(&self, der: &[u8]) -> bool {
         let (Ok(ca), Ok(leaf)) = (
             x509_parser::parse_x509_certificate(&self.cert_der),
             x509_parser::parse_x509_certificate(der),
@@ -206,11 +206,7 @@ impl EtcdCa {
     }
 
     /// The `notAfter` a leaf issued at `now` gets: `now + leaf_validity`, capped at the CA's.
-    pub(crate) fn leaf_not_after(
-        &self,
-        policy: &CertPolicy,
-        now: OffsetDateTime,
-    ) -> OffsetDateTime {
+    pub fn leaf_not_after(&self, policy: &CertPolicy, now: OffsetDateTime) -> OffsetDateTime {
         (now + policy.leaf_validity).min(self.parsed.not_after)
     }
 

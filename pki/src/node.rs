@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyUsagePurpose, SanType};
 
-use super::{CertError, EtcdCa};
+use crate::{CertError, EtcdCa};
 
 /// Secret holding every node's certificates: `<kind>-<node>.crt` / `.key`.
 pub const ALL_CERTS_SECRET: &str = "etcd-all-certs";
@@ -255,7 +255,7 @@ pub struct LeafSpec {
 
 impl LeafSpec {
     /// rcgen parameters for this spec (validity is set by the issuer).
-    pub(crate) fn to_params(&self) -> Result<CertificateParams, CertError> {
+    pub fn to_params(&self) -> Result<CertificateParams, CertError> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name = rcgen::DistinguishedName::new();
         params
@@ -297,7 +297,7 @@ pub fn is_dns_name(name: &str) -> bool {
 }
 
 /// Whether `node` can be part of a Secret key (`[-._a-zA-Z0-9]+`, as the API requires).
-pub(crate) fn is_key_safe(node: &str) -> bool {
+pub fn is_key_safe(node: &str) -> bool {
     !node.is_empty()
         && node.len() <= 253 - "etcd-serving-metrics-.crt".len()
         && node

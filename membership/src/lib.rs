@@ -52,7 +52,7 @@ pub use http_version::{VersionInfo, http_get};
 pub use id::{IdError, MemberId, new_cluster_id, new_cluster_member_id};
 pub use maintenance::KvHash;
 pub use member::Member;
-pub use peer_url::{MemberUrl, UrlError};
+pub use peer_url::{MemberUrl, UrlError, url_host};
 pub use preflight::{AlarmKind, Preflight, RaisedAlarm, disagreements};
 pub use quorum::{fault_tolerance, is_quorate, quorum, voters};
 pub use tls::{TlsFiles, TlsPem, https_config, is_tls_failure};

@@ -5,6 +5,14 @@
 use std::fmt;
 use std::str::FromStr;
 
+/// `ip` as the host of a URL: IPv6 in brackets (`[fd00::1]`), IPv4 as it is.
+pub fn url_host(ip: std::net::IpAddr) -> String {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+    }
+}
+
 /// A validated member URL, kept in its canonical text form (`https://10.0.0.1:2380`).
 #[derive(
     Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use crate::plan::Plan;
 use crate::pod::{self, EtcdPod};
-use crate::readdress::Move;
+use crate::readdress::{Move, Moved};
 use crate::wait;
 
 /// Where the node keeps its files.
@@ -161,19 +161,17 @@ pub struct Subject<'a> {
     pub call_timeout: Duration,
 }
 
-/// `from-member --address`: the pod at the new address, and where its TLS files go.
+/// `from-member --address`: the pod at the new address with its TLS dirs, and the move.
 #[derive(Debug)]
 pub struct Moving<'a> {
-    pub pod: EtcdPod,
+    pub moved: Moved,
     pub mv: &'a Move,
-    /// The new TLS dir, below the node root (in the recovery record dir).
-    pub resources: PathBuf,
 }
 
 impl Subject<'_> {
     /// The pod recovery starts: at the new address when moving.
     fn target(&self) -> &EtcdPod {
-        self.moving.as_ref().map_or(self.current, |m| &m.pod)
+        self.moving.as_ref().map_or(self.current, |m| &m.moved.pod)
     }
 }
 
@@ -200,7 +198,7 @@ pub async fn from_member(
 
     let data_copy = copy_data(current, stamp, &next(), say)?;
     if let Some(moving) = &subject.moving {
-        move_files(current, moving, layout, &next(), say)?;
+        move_files(current, moving, &next(), say)?;
     }
     let client = crate::probe::client(
         target,
@@ -296,11 +294,10 @@ fn copy_data(
 fn move_files(
     current: &EtcdPod,
     moving: &Moving<'_>,
-    layout: &Layout,
     step: &str,
     say: &mut dyn FnMut(String),
 ) -> Result<(), ActError> {
-    let (mv, to) = (moving.mv, &moving.resources);
+    let (mv, to) = (moving.mv, &moving.moved.tls_to);
     say(format!(
         "{step} moving to {}: the TLS files copied to {}, {}'s certificates issued there for {} by {}",
         mv.ip,
@@ -310,9 +307,8 @@ fn move_files(
         mv.signer.subject()
     ));
     let issued = crate::readdress::prepare(
-        current,
-        &layout.root,
-        to,
+        &moving.moved,
+        &current.name,
         mv,
         time::OffsetDateTime::now_utc(),
     )?;

@@ -76,12 +76,7 @@ pub async fn from_member(
                 let resources = Path::new("/var/lib/etcd-recovery").join(&stamp).join("resources");
                 let moved = readdress::moved(&pod, mv.ip, &target.root, &resources)
                     .map_err(|e| invalid(out, format!("--address {}: {e}", mv.ip)))?;
-                let resources = pod::below_root(&target.root, &resources).unwrap_or_default();
-                Some(act::Moving {
-                    pod: moved,
-                    mv,
-                    resources,
-                })
+                Some(act::Moving { moved, mv })
             }
         };
         let survey = surveyed(target, &pod, out).await?;
@@ -143,7 +138,7 @@ fn plan_text(
             "move from {} to {}: copy the TLS files to {} and issue {}'s certificates there for {}; every URL of the manifest follows",
             pod.peer_url.host(),
             m.mv.ip,
-            m.resources.display(),
+            m.moved.tls_to.display(),
             pod.name,
             m.mv.ip
         ));

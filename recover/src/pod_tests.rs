@@ -311,7 +311,19 @@ fn a_moved_pod_listens_advertises_and_probes_at_the_new_address_only() {
     let ip: std::net::IpAddr = "10.9.9.9".parse().unwrap();
     assert!(!readdress::already_at(&current, ip));
     let resources = Path::new("/var/lib/etcd-recovery/T/resources");
-    let moved = readdress::moved(&current, ip, Path::new(ROOT), resources).unwrap();
+    let readdress::Moved {
+        pod: moved,
+        tls_from,
+        tls_to,
+    } = readdress::moved(&current, ip, Path::new(ROOT), resources).unwrap();
+    assert_eq!(
+        tls_from,
+        PathBuf::from(ROOT).join("etc/kubernetes/static-pod-resources/etcd-pod-7")
+    );
+    assert_eq!(
+        tls_to,
+        PathBuf::from(ROOT).join("var/lib/etcd-recovery/T/resources")
+    );
     assert!(readdress::already_at(&moved, ip));
     assert_eq!(moved.peer_url.as_str(), "https://10.9.9.9:2380");
     assert_eq!(moved.client_url.as_str(), "https://10.9.9.9:2379");
@@ -372,7 +384,8 @@ fn only_url_hosts_equal_to_the_old_address_move() {
         Path::new(ROOT),
         Path::new("/var/lib/etcd-recovery/T/resources"),
     )
-    .unwrap();
+    .unwrap()
+    .pod;
     assert_eq!(moved.peer_url.as_str(), "https://[fd00::9]:2380");
     let text = pod::render(&moved.pod, "T").unwrap();
     assert!(

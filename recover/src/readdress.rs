@@ -21,9 +21,9 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use etcd_pki::{CertKind, CertPolicy, EtcdCa, LeafSpec, Sans};
+use etcd_pki::{CertKind, CertPolicy, EtcdCa};
 use k8s_openapi::api::core::v1::{Pod, Probe, Secret};
-use membership::{MemberUrl, TlsFiles};
+use membership::{MemberUrl, TlsFiles, url_host};
 
 use crate::act::{ActError, copy_tree, io};
 use crate::pod::{EtcdPod, below_root, containers_mut, etcd_container};
@@ -56,14 +56,6 @@ pub fn load_signer(path: &Path) -> Result<EtcdCa, String> {
     EtcdCa::from_secret(secret).map_err(|e| format!("--signer {}: {e}", path.display()))
 }
 
-/// `ip` as a URL host: bracketed when IPv6.
-fn url_host(ip: IpAddr) -> String {
-    match ip {
-        IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => format!("[{v6}]"),
-    }
-}
-
 /// `text` with every `//<old>:` replaced by `//<new>:` (URL hosts only: `10.0.0.1` in
 /// `10.0.0.12` or in a path is left alone).
 fn rehost(text: &str, old: &str, new: &str) -> String {
@@ -81,6 +73,16 @@ pub fn already_at(current: &EtcdPod, ip: IpAddr) -> bool {
     current.peer_url.host() == url_host(ip)
 }
 
+/// The pod at the new address, and the TLS dirs of the move on the host (below the node root).
+#[derive(Clone, Debug)]
+pub struct Moved {
+    pub pod: EtcdPod,
+    /// The revision's TLS dir, which [`prepare`] copies.
+    pub tls_from: PathBuf,
+    /// The copy the moved pod mounts instead.
+    pub tls_to: PathBuf,
+}
+
 /// The pod at `ip` (see the module docs), its TLS volume at `resources` (an absolute path on
 /// the node whose `/` is `root`).
 pub fn moved(
@@ -88,7 +90,7 @@ pub fn moved(
     ip: IpAddr,
     root: &Path,
     resources: &Path,
-) -> Result<EtcdPod, String> {
+) -> Result<Moved, String> {
     let old = current.peer_url.host().to_owned();
     let new = url_host(ip);
     let bare = old.trim_start_matches('[').trim_end_matches(']').to_owned();
@@ -124,7 +126,7 @@ pub fn moved(
         cert: rebase(&t.cert, &old_host, &new_host),
         key: rebase(&t.key, &old_host, &new_host),
     });
-    Ok(EtcdPod {
+    let pod = EtcdPod {
         pod,
         peer_url: rehost_url(&current.peer_url, &old, &new)?,
         client_url: rehost_url(&current.client_url, &old, &new)?,
@@ -135,6 +137,11 @@ pub fn moved(
             .collect::<Result<_, _>>()?,
         tls,
         ..current.clone()
+    };
+    Ok(Moved {
+        pod,
+        tls_from: old_host,
+        tls_to: new_host,
     })
 }
 
@@ -215,31 +222,21 @@ pub fn check_signer(current: &EtcdPod, signer: &EtcdCa) -> Result<(), String> {
     }
 }
 
-/// Copies the revision's TLS files from `current`'s volume (below `root`) to `to` (below the
-/// node root, new), then replaces this node's certificates there with ones for `mv.ip` (a
-/// signer [`check_signer`] accepted). Returns what was issued.
+/// Copies the revision's TLS files (`moved.tls_from`) to `moved.tls_to` (new), then replaces
+/// the certificates of node `node` there with ones for `mv.ip` (a signer [`check_signer`]
+/// accepted). Returns what was issued.
 pub fn prepare(
-    current: &EtcdPod,
-    root: &Path,
-    to: &Path,
+    moved: &Moved,
+    node: &str,
     mv: &Move,
     now: time::OffsetDateTime,
 ) -> Result<Vec<PathBuf>, ActError> {
-    let failed = |m: String| ActError::Failed(m);
-    let volume = tls_volume(&current.pod)
-        .ok_or_else(|| failed("no hostPath volume holds the etcd TLS files".into()))?;
-    let from = volume_path(&current.pod, &volume)
-        .and_then(|p| below_root(root, Path::new(&p)))
-        .ok_or_else(|| {
-            failed(format!(
-                "volume {volume} is not a hostPath below the node root"
-            ))
-        })?;
+    let to = &moved.tls_to;
     if let Some(parent) = to.parent() {
         etcd_installer::atomic::ensure_dir_all(parent, 0o700).map_err(io("creating", parent))?;
     }
-    copy_tree(&from, to)?;
-    issue_into(to, &current.name, mv, now)
+    copy_tree(&moved.tls_from, to)?;
+    issue_into(to, node, mv, now)
 }
 
 /// Whether the PEM bundle holds `cert_pem` (compared without whitespace).
@@ -263,11 +260,7 @@ fn issue_into(
         let Some(kind) = CertKind::ALL.into_iter().find(|k| k.cert_key(node) == name) else {
             continue;
         };
-        let spec = LeafSpec {
-            common_name: kind.name(node),
-            sans: Sans::for_node(node, &[mv.ip].into()),
-            usage: kind.usage(),
-        };
+        let spec = kind.spec(node, &[mv.ip].into());
         let issued = mv
             .signer
             .issue(&spec, &CertPolicy::default(), now)

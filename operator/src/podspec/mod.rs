@@ -62,10 +62,7 @@ impl NodeTarget {
 
     /// The host part of URLs (IPv6 in brackets).
     pub fn url_host(&self) -> String {
-        match self.ip {
-            IpAddr::V4(v4) => v4.to_string(),
-            IpAddr::V6(v6) => format!("[{v6}]"),
-        }
+        membership::url_host(self.ip)
     }
 
     fn url(&self, port: u16) -> Result<MemberUrl, RenderError> {

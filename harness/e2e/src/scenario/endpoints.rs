@@ -54,11 +54,7 @@ fn check(
         return Err(format!("nodes {names:?}, wanted {wanted:?}: {listed:?}"));
     }
     for (n, (_, ip)) in listed.iter().zip(nodes) {
-        let host = match ip {
-            IpAddr::V4(v4) => v4.to_string(),
-            IpAddr::V6(v6) => format!("[{v6}]"),
-        };
-        let addr = format!("{host}:2379");
+        let addr = format!("{}:2379", membership::url_host(*ip));
         let in_data = n.member_id.as_ref().and_then(|id| data.get(id));
         if !n.voter || n.client_url != format!("https://{addr}") || in_data != Some(&addr) {
             return Err(format!("{n:?} (data {data:?}): not a voter at {addr}"));

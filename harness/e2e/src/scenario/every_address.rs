@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Secret;
 
 use super::harness::{Harness, Recovery, describe_members, member_of, members_of};
-use super::runbook::{Ran, Untouched, run};
+use super::runbook::{Ran, Untouched, etcd_recover};
 use crate::controlplane::{ControlPlaneError, OPERATOR_NS, RetiredAddress};
 
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
@@ -236,16 +236,7 @@ fn write_secret(
 
 /// Runs `etcd-recover args` on `node`.
 async fn recover(h: &Harness, node: &str, args: &[&str]) -> Result<Ran, ControlPlaneError> {
-    let root = h.cp.node(node)?.root.display().to_string();
-    let binary = crate::binaries::binary("etcd-recover")
-        .map_err(|e| failed(format!("etcd-recover: {e}")))?;
-    run(
-        COMMAND_DEADLINE,
-        &binary,
-        args,
-        &[("ETCD_RECOVER_NODE_ROOT", root)],
-    )
-    .await
+    etcd_recover(COMMAND_DEADLINE, &h.cp.node(node)?.root, args, &[]).await
 }
 
 /// Secret `etcd-signer` in a file: what the admin brings from where the platform keeps it.

@@ -23,16 +23,25 @@ pub struct Elections {
 }
 
 impl Elections {
-    /// Adds one container run's log.
+    /// Adds one container run's log (zap's JSON lines; other lines are skipped).
     pub fn add_run(&mut self, text: &str) {
         self.files += 1;
-        let cluster = text
+        let lines: Vec<serde_json::Value> = text
             .lines()
-            .find_map(|l| field(l, "cluster-id"))
-            .unwrap_or("unknown")
-            .to_owned();
-        for line in text.lines() {
-            let Some((id, term)) = field(line, "msg").and_then(became_leader) else {
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let text_of = |line: &serde_json::Value, name: &str| -> Option<String> {
+            line.get(name)?.as_str().map(str::to_owned)
+        };
+        let cluster = lines
+            .iter()
+            .find_map(|l| text_of(l, "cluster-id"))
+            .unwrap_or_else(|| "unknown".to_owned());
+        for line in &lines {
+            let Some(msg) = text_of(line, "msg") else {
+                continue;
+            };
+            let Some((id, term)) = became_leader(&msg) else {
                 continue;
             };
             self.leaders
@@ -66,14 +75,6 @@ impl Elections {
             self.files
         )
     }
-}
-
-/// The string value of JSON field `name` in a zap log line (`"name":"value"`).
-fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
-    let key = format!("\"{name}\":\"");
-    let start = line.find(&key)? + key.len();
-    let rest = &line[start..];
-    Some(&rest[..rest.find('"')?])
 }
 
 /// `<id> became leader at term <T>` → (id, T).

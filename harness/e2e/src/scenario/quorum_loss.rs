@@ -25,7 +25,9 @@ use membership::{EtcdClient, MemberUrl};
 
 use super::api_recovery::ApiAcrossRecovery;
 use super::harness::{Harness, Recovery, describe_members, member_of, members_of};
-use super::runbook::{RECORD_DIR, SCENARIO_INFO, Untouched, excerpt, run, scenario_blocks};
+use super::runbook::{
+    RECORD_DIR, SCENARIO_INFO, Untouched, etcd_recover, excerpt, run, scenario_blocks,
+};
 use crate::controlplane::ControlPlaneError;
 
 const SETTLE: Duration = Duration::from_secs(240);
@@ -225,15 +227,7 @@ async fn refused_while_healthy(h: &mut Harness) -> Result<(), ControlPlaneError>
     let node = h.cp.node("n1")?;
     let (root, data_dir) = (node.root.clone(), node.data_dir());
     let before = Untouched::take(&root, &node.manifest_dir())?;
-    let binary = crate::binaries::binary("etcd-recover")
-        .map_err(|e| failed(format!("etcd-recover: {e}")))?;
-    let ran = run(
-        COMMAND_DEADLINE,
-        &binary,
-        &["from-member"],
-        &[("ETCD_RECOVER_NODE_ROOT", root.display().to_string())],
-    )
-    .await?;
+    let ran = etcd_recover(COMMAND_DEADLINE, &root, &["from-member"], &[]).await?;
     let copies = data_copies(&data_dir);
     let also = if copies.is_empty() {
         Vec::new()

@@ -30,7 +30,7 @@ use kubelet_standin::images::DEFAULT_ETCD_BUILD;
 
 use super::api_recovery::ApiAcrossRecovery;
 use super::harness::{Harness, Recovery, describe_members, member_of, members_of};
-use super::runbook::{RECORD_DIR, Ran, Untouched, excerpt, run};
+use super::runbook::{RECORD_DIR, Ran, Untouched, etcd_recover, excerpt, run};
 use crate::controlplane::{ControlPlaneError, OPERATOR_NS};
 
 const SETTLE: Duration = Duration::from_secs(240);
@@ -156,16 +156,11 @@ async fn from_snapshot(
     snapshot: &str,
     env: &[(&'static str, String)],
 ) -> Result<Ran, ControlPlaneError> {
-    let binary = crate::binaries::binary("etcd-recover")
-        .map_err(|e| failed(format!("etcd-recover: {e}")))?;
-    let root = h.cp.node(TARGET)?.root.display().to_string();
-    let mut env = env.to_vec();
-    env.push(("ETCD_RECOVER_NODE_ROOT", root));
-    run(
+    etcd_recover(
         RECOVER_DEADLINE,
-        &binary,
+        &h.cp.node(TARGET)?.root,
         &["from-snapshot", snapshot],
-        &env,
+        env,
     )
     .await
 }

@@ -165,6 +165,21 @@ impl Untouched {
     }
 }
 
+/// `etcd-recover args` on the node whose `/` is `root` (`ETCD_RECOVER_NODE_ROOT`), with `env`
+/// besides, bounded by `limit`.
+pub async fn etcd_recover(
+    limit: Duration,
+    root: &Path,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> Result<Ran, ControlPlaneError> {
+    let binary = crate::binaries::binary("etcd-recover")
+        .map_err(|e| failed(format!("etcd-recover: {e}")))?;
+    let mut env = env.to_vec();
+    env.push(("ETCD_RECOVER_NODE_ROOT", root.display().to_string()));
+    run(limit, &binary, args, &env).await
+}
+
 /// The record dir `etcd-recover` keeps below a node root.
 pub const RECORD_DIR: &str = "var/lib/etcd-recovery";
 

@@ -10,7 +10,7 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use membership::MemberUrl;
 
-use super::load::{LoadReport, WriteLoad};
+use super::load::WriteLoad;
 use crate::controlplane::{ControlPlaneError, LocalControlPlane, OPERATOR_NS, STATIC_NS};
 use crate::status_watch::{Sighting, StatusWatch};
 
@@ -378,139 +378,12 @@ impl Harness {
         self.watch = None;
         self.cp.shutdown().await;
     }
-
-    /// Stops the load, checks every acknowledged write and that the members hold the same
-    /// data (`HashKV` at one revision), tears everything down.
-    pub async fn finish(mut self) -> Finished {
-        let endpoints = self.node_endpoints();
-        let load = match self.load.take() {
-            Some(l) => l.finish(&endpoints).await,
-            None => Ok(LoadReport::default()),
-        };
-        let hashes = match self.etcd().await {
-            Ok(client) => super::consistency::check(&client, HASH_DEADLINE).await,
-            Err(e) => Err(format!("no etcd client for HashKV: {e}")),
-        };
-        match &hashes {
-            Ok(h) => self.step(format!(
-                "HashKV at revision {}: {} member(s) equal{}",
-                h.revision,
-                h.members.len(),
-                if h.skipped.is_empty() {
-                    String::new()
-                } else {
-                    format!("; skipped {}", h.skipped.join("; "))
-                }
-            )),
-            Err(e) => self.step(format!("HashKV check failed: {e}")),
-        }
-        for seen in self.sightings() {
-            self.step(format!(
-                "the status showed (first at {:.1}s): {}",
-                seen.at_s, seen.what
-            ));
-        }
-        let (leaks, events) = self.leaked_keys().await;
-        if leaks.is_empty() {
-            self.step(format!(
-                "no private key in the operator's logs or any of {events} Events"
-            ));
-        }
-        let two_leaders = self.two_leaders();
-        self.step("load stopped and verified; tearing down");
-        let steps = std::mem::take(&mut self.steps);
-        // Stop watching before the API goes away.
-        self.watch = None;
-        self.cp.shutdown().await;
-        let (load, mut check) = match load {
-            Ok(r) => (
-                r,
-                hashes.map_err(|e| format!("checking the members' data: {e}")),
-            ),
-            Err(e) => (
-                LoadReport::default(),
-                Err(format!("checking the writes: {e}")),
-            ),
-        };
-        if check.is_ok()
-            && let Err(e) = two_leaders
-        {
-            check = Err(e);
-        }
-        if check.is_ok() && !leaks.is_empty() {
-            check = Err(format!(
-                "private key material shown to admins: {}",
-                leaks.join("; ")
-            ));
-        }
-        Finished { load, steps, check }
-    }
-
-    /// The two-leader check over every etcd log of the sandbox ([`super::leader_terms`]).
-    fn two_leaders(&mut self) -> Result<(), String> {
-        let elections = super::leader_terms::read(self.cp.path());
-        let violations = elections.violations();
-        if elections.leaders.is_empty() {
-            return Err(format!(
-                "the two-leader check found no election in any etcd log ({})",
-                elections.summary()
-            ));
-        }
-        if !violations.is_empty() {
-            return Err(format!(
-                "two leaders in one term, by etcd's own logs: {}",
-                violations.join("; ")
-            ));
-        }
-        self.step(format!(
-            "no two leaders in one term: {}",
-            elections.summary()
-        ));
-        Ok(())
-    }
-
-    /// Where a private key shows in what admins read: each operator process's log, every Event;
-    /// and how many Events were read.
-    async fn leaked_keys(&self) -> (Vec<String>, usize) {
-        const MARK: &str = "PRIVATE KEY";
-        let mut found: Vec<String> = self
-            .cp
-            .operators()
-            .iter()
-            .filter(|p| p.log().contains(MARK))
-            .map(|p| format!("the log of operator {}", p.identity))
-            .collect();
-        let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(self.cp.client());
-        let mut read = 0;
-        match events.list(&ListParams::default()).await {
-            Ok(list) => {
-                read = list.items.len();
-                found.extend(
-                    list.items
-                        .iter()
-                        .filter(|e| e.note.as_deref().is_some_and(|n| n.contains(MARK)))
-                        .map(|e| format!("Event {:?}", e.metadata.name)),
-                );
-            }
-            Err(e) => found.push(format!("(Events could not be listed: {e})")),
-        }
-        (found, read)
-    }
 }
 
-/// How long the members get to reach one revision (and one compaction) for `HashKV`.
-const HASH_DEADLINE: Duration = Duration::from_secs(15);
+/// What the end of a scenario checks: [`Harness::finish`].
+mod finish;
+pub use finish::Finished;
 
-/// What [`Harness::finish`] found.
-#[derive(Debug)]
-pub struct Finished {
-    pub load: LoadReport,
-    pub steps: Vec<Step>,
-    /// Every acknowledged write read back and the members' `HashKV` equal, or why not.
-    pub check: Result<super::consistency::HashReport, String>,
-}
-
-/// Ids of the members in a status.
 /// The status's members, one `name id role` each, for a step line.
 pub fn describe_members(s: &EtcdClusterStatus) -> String {
     s.members
@@ -528,6 +401,7 @@ pub fn describe_members(s: &EtcdClusterStatus) -> String {
         .join(", ")
 }
 
+/// Ids of the members in a status.
 pub fn member_ids(s: &EtcdClusterStatus) -> BTreeSet<String> {
     s.members.iter().map(|m| m.id.clone()).collect()
 }

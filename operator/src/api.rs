@@ -64,7 +64,6 @@ pub const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     doc = "The etcd cluster of the control plane, run as static pods on the control-plane nodes by etcd-static-operator. One exists, named `cluster` (the operator creates it with the defaults). The spec says how etcd runs: a change to its image, log level, timing, quota, client listener or forceRedeploymentReason becomes a new static-pod revision, rolled to one node at a time through the quorum gate. The status says what the operator sees and does: conditions (Available, Progressing, Degraded), the members, every node's revision, backups, certificates."
 )]
-#[x_kube(cel)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdClusterSpec {
     /// `Managed` (default): the operator acts. `Unmanaged`: it only observes and reports (no
@@ -305,8 +304,10 @@ mod defaults {
 
 /// Raft heartbeat and election timing (milliseconds).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, KubeSchema)]
+// `validate_cel` (kube's `cel` feature, a CEL interpreter) is for the unit tests only: the
+// operator never evaluates these rules itself, the API server does.
+#[cfg_attr(test, x_kube(cel))]
 #[x_kube(
-    cel,
     validation = Rule::new("self.electionTimeoutMs >= 5 * self.heartbeatIntervalMs").message("electionTimeoutMs must be at least 5 times heartbeatIntervalMs")
 )]
 #[serde(rename_all = "camelCase")]

@@ -53,9 +53,7 @@ impl Harness {
         let two_leaders = self.two_leaders();
         self.step("load stopped and verified; tearing down");
         let steps = std::mem::take(&mut self.steps);
-        // Stop watching before the API goes away.
-        self.watch = None;
-        self.cp.shutdown().await;
+        self.shutdown().await;
         let (load, mut check) = match load {
             Ok(r) => (
                 r,

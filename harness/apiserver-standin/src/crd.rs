@@ -26,12 +26,7 @@ pub fn mark_terminating(crd: &mut Value, now: &str) {
 
 /// The resources a CRD serves: one per served version.
 pub fn resources_of(crd: &Value) -> Vec<ResourceInfo> {
-    let s = |p: &str| {
-        crd.pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
-    };
+    let s = |p: &str| objects::str_at(crd, p);
     let group = s("/spec/group");
     let plural = s("/spec/names/plural");
     let kind = s("/spec/names/kind");

@@ -136,6 +136,14 @@ pub fn generation(obj: &Value) -> i64 {
         .unwrap_or(0)
 }
 
+/// The string at JSON pointer `pointer` in `obj`, empty when absent or not a string.
+pub fn str_at(obj: &Value, pointer: &str) -> String {
+    obj.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// The value at a dotted path (`spec.nodeName`), if present.
 pub fn path<'a>(obj: &'a Value, dotted: &str) -> Option<&'a Value> {
     dotted.split('.').try_fold(obj, |v, part| v.get(part))

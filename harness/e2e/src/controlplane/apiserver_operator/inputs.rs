@@ -7,7 +7,7 @@ use etcd_operator::controllers::host_endpoints::EndpointNode;
 use k8s_openapi::api::core::v1::Secret;
 use sha2::{Digest, Sha256};
 
-use super::super::kube_pods::{ApiServerInputs, RESOURCES_DIR};
+use crate::controlplane::kube_pods::{ApiServerInputs, RESOURCES_DIR};
 
 /// kube-apiserver's etcd client material (the consumer Secret's `ca.crt`, `tls.crt`,
 /// `tls.key`).

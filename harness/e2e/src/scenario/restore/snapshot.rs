@@ -48,7 +48,7 @@ pub(super) async fn write_tls(h: &Harness, dir: &Path) -> Result<Tls, ControlPla
 }
 
 /// `tool` (`etcdctl`, `etcdutl`) of the default etcd build with `args`; fails unless it exits 0.
-pub(super) async fn etcd_tool(tool: &str, args: &[&str]) -> Result<Ran, ControlPlaneError> {
+async fn etcd_tool(tool: &str, args: &[&str]) -> Result<Ran, ControlPlaneError> {
     let binary = Path::new(DEFAULT_ETCD_BUILD.dir).join(tool);
     let ran = run(
         ETCDCTL_DEADLINE,

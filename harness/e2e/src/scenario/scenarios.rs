@@ -4,10 +4,13 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use membership::EtcdRefusal;
-
 use super::harness::{Harness, member_ids, member_of};
 use crate::controlplane::ControlPlaneError;
+
+mod member_changes;
+use member_changes::{
+    data_loss, member_removed_externally, node_replacement, odd_voters, unhealthy_member_replaced,
+};
 
 const SETTLE: Duration = Duration::from_secs(240);
 
@@ -252,49 +255,6 @@ fn failed(msg: impl Into<String>) -> ControlPlaneError {
     ControlPlaneError::Failed(msg.into())
 }
 
-async fn data_loss(h: &mut Harness) -> Result<(), ControlPlaneError> {
-    let before = h.status().await;
-    let old = member_of(&before, "n2").ok_or_else(|| failed("n2 has no member"))?;
-    h.cp.stop_node("n2").await?;
-    let data = h.cp.node("n2")?.data_dir();
-    std::fs::remove_dir_all(&data)
-        .map_err(|e| failed(format!("wiping {}: {e}", data.display())))?;
-    h.step(format!(
-        "n2 stopped and its data dir {} destroyed (member {old})",
-        data.display()
-    ));
-    h.cp.restart_node("n2").await?;
-    h.step("n2 restarted with no data");
-    h.wait_status("n2's old member removed", SETTLE, |s| {
-        !member_ids(s).contains(&old)
-    })
-    .await?;
-    let s = h.wait_settled(3, SETTLE).await?;
-    let new = member_of(&s, "n2").ok_or_else(|| failed("n2 has no member after recovery"))?;
-    if new == old {
-        return Err(failed("n2 kept its old member id"));
-    }
-    h.step(format!("n2 rejoined as member {new}"));
-    Ok(())
-}
-
-async fn node_replacement(h: &mut Harness) -> Result<(), ControlPlaneError> {
-    let old = member_of(&h.status().await, "n3").ok_or_else(|| failed("n3 has no member"))?;
-    h.cp.delete_node("n3").await?;
-    h.step(format!("node n3 deleted (member {old})"));
-    h.wait_status("n3's member removed", SETTLE, |s| {
-        !member_ids(s).contains(&old)
-    })
-    .await?;
-    h.cp.add_node("n4").await?;
-    h.step("node n4 added");
-    let s = h.wait_settled(3, SETTLE).await?;
-    if member_of(&s, "n4").is_none() {
-        return Err(failed("n4 is not a member"));
-    }
-    Ok(())
-}
-
 async fn operator_crash(h: &mut Harness) -> Result<(), ControlPlaneError> {
     // Kill the operator (SIGKILL) the first time each step of the scale-up is seen.
     let mut seen: BTreeSet<&'static str> = BTreeSet::new();
@@ -505,160 +465,4 @@ async fn rollout(h: &mut Harness) -> Result<(), ControlPlaneError> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// The standby learner of an even node: n4 joins as a learner and stays one beside three voters;
-/// when n1 is deleted, n1's member goes and n4 is promoted.
-async fn odd_voters(h: &mut Harness) -> Result<(), ControlPlaneError> {
-    h.cp.add_node("n4").await?;
-    h.step("node n4 added (4 nodes)");
-    let s = h
-        .wait_status(
-            "n4 a started, healthy standby learner beside 3 healthy voters",
-            SETTLE,
-            |s| standby_of(s, "n4") && healthy_voters(s) == 3,
-        )
-        .await?;
-    let n4 = member_of(&s, "n4").ok_or_else(|| failed("n4 has no member"))?;
-    h.step(format!("n4 is standby learner {n4}; 3 voters"));
-    let progressing = s
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "EtcdMembersProgressing")
-        .map(|c| (c.status.clone(), c.message.clone()))
-        .unwrap_or_default();
-    if progressing.0 != "False" || !progressing.1.contains("standby") {
-        return Err(failed(format!(
-            "EtcdMembersProgressing should be False and name the standby: {progressing:?}"
-        )));
-    }
-    // Hold for a while: the standby must not be promoted nor the status churn to Degraded.
-    let hold = std::time::Instant::now() + Duration::from_secs(10);
-    while std::time::Instant::now() < hold {
-        let s = h.status().await;
-        if !standby_of(&s, "n4") || s.members.iter().filter(|m| m.role == "Voter").count() != 3 {
-            return Err(failed(format!(
-                "the standby did not stay a standby: {}",
-                h.describe().await
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    h.step("n4 stayed a standby for 10 s with 3 voters");
-    let n1 = member_of(&s, "n1").ok_or_else(|| failed("n1 has no member"))?;
-    h.cp.delete_node("n1").await?;
-    h.step(format!("node n1 deleted (voter {n1})"));
-    let s = h.wait_settled(3, SETTLE).await?;
-    if member_of(&s, "n4").as_deref() != Some(n4.as_str()) {
-        return Err(failed(format!(
-            "n4 should have been promoted as member {n4}, status shows {:?}",
-            member_of(&s, "n4")
-        )));
-    }
-    h.step(format!("n4's standby {n4} promoted: 3 voters n2, n3, n4"));
-    Ok(())
-}
-
-/// `etcdctl member remove` of a running member (n2): its etcd exits, and the operator brings
-/// the node back as a new member by itself.
-async fn member_removed_externally(h: &mut Harness) -> Result<(), ControlPlaneError> {
-    let old = member_of(&h.status().await, "n2").ok_or_else(|| failed("n2 has no member"))?;
-    let id: membership::MemberId = old
-        .parse()
-        .map_err(|e| failed(format!("member id {old}: {e}")))?;
-    let etcd = h.etcd().await?;
-    // etcd refuses a removal for a few seconds after a member (re)connected ("unhealthy
-    // cluster"); an admin retries, and so does this.
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        match etcd.remove(id).await {
-            Ok(()) => break,
-            Err(e)
-                if e.refused(EtcdRefusal::UnhealthyCluster)
-                    && std::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            Err(e) => return Err(failed(format!("removing {old} as an admin would: {e}"))),
-        }
-    }
-    h.step(format!(
-        "n2's running member {old} removed from outside the operator"
-    ));
-    h.wait_status("the operator sees the removal", SETTLE, |s| {
-        !member_ids(s).contains(&old)
-    })
-    .await?;
-    let s = h.wait_settled(3, SETTLE).await?;
-    let new = member_of(&s, "n2").ok_or_else(|| failed("n2 has no member after recovery"))?;
-    if new == old {
-        return Err(failed("n2 kept the removed member id"));
-    }
-    h.step(format!("n2 rejoined as member {new}"));
-    Ok(())
-}
-
-/// n2's WAL becomes unreadable: etcd-verify keeps its etcd from starting, the member stays
-/// unhealthy, and after spec.memberRemediation.unhealthySeconds the operator replaces it.
-async fn unhealthy_member_replaced(h: &mut Harness) -> Result<(), ControlPlaneError> {
-    h.patch_spec(serde_json::json!({"memberRemediation": {"unhealthySeconds": 15}}))
-        .await?;
-    h.step("spec.memberRemediation.unhealthySeconds set to 15");
-    let old = member_of(&h.status().await, "n2").ok_or_else(|| failed("n2 has no member"))?;
-    h.cp.stop_node("n2").await?;
-    let wal_dir = h.cp.node("n2")?.data_dir().join("member").join("wal");
-    let mut damaged = 0;
-    for entry in std::fs::read_dir(&wal_dir)
-        .map_err(|e| failed(format!("{}: {e}", wal_dir.display())))?
-        .flatten()
-    {
-        if entry.path().extension().is_some_and(|x| x == "wal") {
-            std::fs::write(entry.path(), vec![0xa5_u8; 4096])
-                .map_err(|e| failed(format!("{}: {e}", entry.path().display())))?;
-            damaged += 1;
-        }
-    }
-    if damaged == 0 {
-        return Err(failed(format!("no WAL file in {}", wal_dir.display())));
-    }
-    h.step(format!(
-        "n2 stopped and its {damaged} WAL file(s) overwritten (member {old})"
-    ));
-    h.cp.restart_node("n2").await?;
-    h.step("n2 restarted on the unreadable WAL");
-    h.wait_status("n2's unhealthy member replaced", SETTLE, |s| {
-        !member_ids(s).contains(&old)
-    })
-    .await?;
-    h.step(format!("member {old} removed by remediation"));
-    let s = h.wait_settled(3, SETTLE).await?;
-    let new = member_of(&s, "n2").ok_or_else(|| failed("n2 has no member after recovery"))?;
-    let record = s
-        .remediations
-        .iter()
-        .find(|r| r.node_name == "n2")
-        .ok_or_else(|| failed("status.remediations has no record for n2"))?;
-    if record.attempts != 1 || record.last_member_id != old {
-        return Err(failed(format!(
-            "expected one attempt on member {old}, status shows {record:?}"
-        )));
-    }
-    h.step(format!(
-        "n2 rejoined as member {new}; status.remediations records attempt {} on {old}",
-        record.attempts
-    ));
-    Ok(())
-}
-
-fn standby_of(s: &etcd_operator::api::EtcdClusterStatus, node: &str) -> bool {
-    s.members
-        .iter()
-        .any(|m| m.name == node && m.role == "Learner" && m.started && m.healthy)
-}
-
-fn healthy_voters(s: &etcd_operator::api::EtcdClusterStatus) -> usize {
-    s.members
-        .iter()
-        .filter(|m| m.role == "Voter" && m.healthy)
-        .count()
 }

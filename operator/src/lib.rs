@@ -41,6 +41,8 @@ pub mod driver;
 pub mod etcd;
 pub mod etcd_version;
 pub mod events;
+#[cfg(test)]
+mod gate_model;
 pub mod gather;
 pub mod history;
 pub mod kubectl;

@@ -1,0 +1,144 @@
+//! The exhaustive search: every state reachable from the start within the bound, each step
+//! checked as [`super::steps::apply`] does, and every power loss followed by every order of the
+//! nodes' `etcd-verify` runs to see whether the cluster comes back without an admin.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use super::steps::{MemberList, Step, apply, steps, verify, verify_steps};
+use super::world::{Installer, World};
+
+/// A property the search found broken, with the steps that lead there from the start.
+#[derive(Debug)]
+pub struct Counterexample {
+    pub broken: String,
+    pub trace: Vec<String>,
+}
+
+/// What one search found.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub states: usize,
+    /// Safety broken (the first few).
+    pub violations: Vec<Counterexample>,
+    /// Power losses in a settled state after which some order of starts leaves quorum lost.
+    pub stuck_settled: Vec<Counterexample>,
+    /// The same for power losses while a rollout or a change was in flight.
+    pub stuck_in_flight: usize,
+    /// Power losses checked (a quorum of voters had its data).
+    pub power_losses: usize,
+}
+
+const KEEP: usize = 3;
+
+/// Searches every state reachable from `start` with the installer's `policy`, where `list` says
+/// who answers the member list.
+pub fn search(start: &World, policy: Installer, list: MemberList) -> Report {
+    let mut report = Report::default();
+    let mut parent: HashMap<World, Option<(World, Step)>> = HashMap::new();
+    parent.insert(start.clone(), None);
+    let mut queue = VecDeque::from([start.clone()]);
+    while let Some(w) = queue.pop_front() {
+        for step in steps(&w, policy, list) {
+            match apply(&w, step) {
+                Ok(None) => {}
+                Ok(Some(next)) => {
+                    if parent.contains_key(&next) {
+                        continue;
+                    }
+                    if step == Step::PowerLoss {
+                        after_power_loss(&w, &next, (policy, list), &parent, &mut report);
+                    }
+                    parent.insert(next.clone(), Some((w.clone(), step)));
+                    queue.push_back(next);
+                }
+                Err(broken) if report.violations.len() < KEEP => {
+                    let mut trace = trace(&parent, &w);
+                    trace.push(step.to_string());
+                    report.violations.push(Counterexample { broken, trace });
+                }
+                Err(_) => {}
+            }
+        }
+    }
+    report.states = parent.len();
+    report
+}
+
+/// The steps from the start to `w`.
+fn trace(parent: &HashMap<World, Option<(World, Step)>>, w: &World) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut at = w;
+    while let Some(Some((before, step))) = parent.get(at) {
+        out.push(step.to_string());
+        at = before;
+    }
+    out.reverse();
+    out
+}
+
+fn after_power_loss(
+    before: &World,
+    after: &World,
+    (policy, list): (Installer, MemberList),
+    parent: &HashMap<World, Option<(World, Step)>>,
+    report: &mut Report,
+) {
+    if after.voters_with_data() < membership::quorum(after.voters()) {
+        return;
+    }
+    report.power_losses += 1;
+    let Some(stuck) = stuck_without_admin(after, list) else {
+        return;
+    };
+    if !before.settled(policy) {
+        report.stuck_in_flight += 1;
+        return;
+    }
+    if report.stuck_settled.len() < KEEP {
+        let mut trace = trace(parent, before);
+        trace.push(Step::PowerLoss.to_string());
+        trace.extend(stuck);
+        report.stuck_settled.push(Counterexample {
+            broken: "after a power loss the cluster stays without quorum until an admin acts"
+                .to_owned(),
+            trace,
+        });
+    }
+}
+
+/// Runs only the nodes' `etcd-verify` from `w` (no operator: the API is down without quorum; no
+/// further fault; a blocked or waiting init container is run again by the kubelet), in every
+/// order; returns the steps to a state where nothing more starts and
+/// quorum is still lost, if there is one.
+fn stuck_without_admin(w: &World, list: MemberList) -> Option<Vec<String>> {
+    let mut seen: HashMap<World, Vec<String>> = HashMap::new();
+    seen.insert(w.clone(), Vec::new());
+    let mut queue = VecDeque::from([w.clone()]);
+    let mut done: HashSet<World> = HashSet::new();
+    while let Some(at) = queue.pop_front() {
+        if at.has_quorum() || !done.insert(at.clone()) {
+            continue;
+        }
+        let path = seen.get(&at).cloned().unwrap_or_default();
+        let mut moved = false;
+        for step in verify_steps(&at, list) {
+            let Step::Verify { node, answers } = step else {
+                continue;
+            };
+            let Ok(Some(next)) = verify(&at, node, answers) else {
+                continue;
+            };
+            moved = true;
+            if !seen.contains_key(&next) {
+                let mut p = path.clone();
+                p.push(step.to_string());
+                seen.insert(next.clone(), p);
+                queue.push_back(next);
+            }
+        }
+        if !moved {
+            return Some(path);
+        }
+    }
+    None
+}

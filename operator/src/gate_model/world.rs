@@ -1,0 +1,284 @@
+//! The model's state: nodes, members, revisions; and the bridges from it to what the shipped
+//! functions take (a [`ClusterView`] for the gate, a rendered env read as a [`VerifyConfig`], a
+//! live member list and a data dir for `etcd-verify`).
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv4Addr};
+
+use etcd_verify::config::VerifyConfig;
+use etcd_verify::decide::{DataDir, LiveError, Observed};
+use etcd_verify::wal::WalIdentity;
+use membership::{ClusterView, LiveMembers, Member, MemberHealth, MemberId, MemberUrl, quorum};
+
+use crate::podspec::paths::CertPaths;
+use crate::podspec::{EnvInput, NodeTarget, contract_env};
+
+/// The cluster id every member's WAL carries (one cluster; a second would be a violation).
+pub const CLUSTER: u64 = 0xc1;
+/// The cluster token `render` gave the bootstrap manifest.
+pub const TOKEN: &str = "model-cluster";
+/// The id a forged revision gives a node's member.
+pub const FORGED_ID: u64 = 0xbad;
+
+/// How the installer chooses the nodes it moves to the latest revision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Installer {
+    /// Today's: every node below the latest revision, one at a time, as the gate allows.
+    Current,
+    /// The unsafe shortcut of `docs/benchmarks.md`: a node whose started member's revision
+    /// differs from the latest only by learners added since is left where it is.
+    NaiveLearnerAdd,
+}
+
+/// One member as the cluster's member list has it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ModelMember {
+    pub id: u64,
+    pub node: u8,
+    pub learner: bool,
+    pub started: bool,
+}
+
+/// What a revision was made from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RevKind {
+    /// `etcd-operator render`'s first manifest: a new cluster of one.
+    Bootstrap,
+    /// Rendered by the operator from the live member list.
+    Rendered,
+    /// Laid down by someone else, with a member list the cluster never had.
+    Forged,
+}
+
+/// A revision: the member list (id, node) it was rendered from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Rev {
+    pub kind: RevKind,
+    pub members: Vec<(u64, u8)>,
+}
+
+/// One node: the revision its static pod runs, whether etcd runs, its data dir.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Node {
+    pub rev: Option<u8>,
+    pub running: bool,
+    /// The member id the data dir's WAL names (`None`: no `member` dir).
+    pub data: Option<u64>,
+    /// A bootstrap mark or an archived member dir shows a member ran here.
+    pub earlier: bool,
+}
+
+/// The whole state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct World {
+    pub nodes: Vec<Node>,
+    /// Sorted by id.
+    pub members: Vec<ModelMember>,
+    pub revs: Vec<Rev>,
+    /// The operator's latest revision.
+    pub latest: Option<u8>,
+    /// The node the installer moved and whose etcd has not served since.
+    pub rolling: Option<u8>,
+    pub next_id: u64,
+    pub changes_left: u8,
+    pub faults_left: u8,
+}
+
+type ConfigKey = (u8, u8, Rev);
+
+thread_local! {
+    static CONFIGS: RefCell<HashMap<ConfigKey, Result<VerifyConfig, String>>> =
+        RefCell::new(HashMap::new());
+}
+
+pub fn node_name(n: u8) -> String {
+    format!("n{}", n + 1)
+}
+
+fn target(n: u8) -> NodeTarget {
+    NodeTarget::new(&node_name(n), IpAddr::V4(Ipv4Addr::new(10, 0, 0, n + 1)))
+}
+
+pub fn peer_url(n: u8) -> MemberUrl {
+    target(n).peer_url().expect("a node's peer URL renders")
+}
+
+fn member(id: u64, n: u8, learner: bool, started: bool) -> Member {
+    let id = MemberId::new(id).expect("model ids are not zero");
+    let mut m = Member::unstarted_learner(id, peer_url(n));
+    m.is_learner = learner;
+    if started {
+        m = m
+            .started_as(&node_name(n))
+            .with_client_url(target(n).client_url().expect("client URL renders"));
+    }
+    m
+}
+
+impl World {
+    /// The member of node `n`.
+    pub fn member_of(&self, n: u8) -> Option<ModelMember> {
+        self.members.iter().copied().find(|m| m.node == n)
+    }
+
+    pub fn voters(&self) -> usize {
+        self.members.iter().filter(|m| !m.learner).count()
+    }
+
+    /// Voters whose etcd runs.
+    pub fn running_voters(&self) -> usize {
+        self.members
+            .iter()
+            .filter(|m| !m.learner && m.started && self.nodes[usize::from(m.node)].running)
+            .count()
+    }
+
+    pub fn has_quorum(&self) -> bool {
+        self.voters() > 0 && self.running_voters() >= quorum(self.voters())
+    }
+
+    /// The member list as a revision records it.
+    pub fn member_list(&self) -> Vec<(u64, u8)> {
+        self.members.iter().map(|m| (m.id, m.node)).collect()
+    }
+
+    /// What the gate sees: a member is healthy while its etcd runs.
+    pub fn view(&self) -> ClusterView {
+        ClusterView {
+            members: self
+                .members
+                .iter()
+                .map(|m| MemberHealth {
+                    member: member(m.id, m.node, m.learner, m.started),
+                    healthy: m.started && self.nodes[usize::from(m.node)].running,
+                })
+                .collect(),
+            rolling_node: self.rolling.map(node_name),
+            ..ClusterView::default()
+        }
+    }
+
+    /// The live member list a running voter answers with.
+    pub fn live(&self) -> LiveMembers {
+        LiveMembers {
+            cluster_id: CLUSTER,
+            members: self
+                .members
+                .iter()
+                .map(|m| member(m.id, m.node, m.learner, m.started))
+                .collect(),
+            answered_by: "https://10.0.0.1:2379".parse().expect("a URL"),
+        }
+    }
+
+    /// Node `n`'s revision `rev` as rendered and read back by `etcd-verify` (remembered: a
+    /// revision never changes).
+    pub fn config(&self, n: u8, rev: &Rev) -> Result<VerifyConfig, String> {
+        let key = (self.node_count(), n, rev.clone());
+        if let Some(hit) = CONFIGS.with_borrow(|c| c.get(&key).cloned()) {
+            return hit;
+        }
+        let made = self.render(n, rev);
+        CONFIGS.with_borrow_mut(|c| c.insert(key, made.clone()));
+        made
+    }
+
+    fn render(&self, n: u8, rev: &Rev) -> Result<VerifyConfig, String> {
+        let nodes: Vec<NodeTarget> = (0..self.node_count()).map(target).collect();
+        let members: Vec<Member> = rev
+            .members
+            .iter()
+            .map(|&(id, node)| member(id, node, false, true))
+            .collect();
+        let name = node_name(n);
+        let env = contract_env(&EnvInput {
+            node: &nodes[usize::from(n)],
+            nodes: &nodes,
+            members: &members,
+            revision: "model",
+            bootstrap: rev.kind == RevKind::Bootstrap,
+            cluster_token: Some(TOKEN),
+            certs: &CertPaths::for_node(&name),
+        })
+        .map_err(|e| format!("rendering {name}: {e}"))?;
+        let env: BTreeMap<String, String> = env.into_iter().collect();
+        VerifyConfig::from_env(&env).map_err(|e| format!("{name}'s env: {e}"))
+    }
+
+    /// What `etcd-verify` on node `n` observes; `answers`: whether the member list is read.
+    pub fn observed<'a>(&self, n: u8, config: &'a VerifyConfig, answers: bool) -> Observed<'a> {
+        let node = self.nodes[usize::from(n)];
+        Observed {
+            config,
+            data_dir: node.data.map_or(DataDir::Absent, |id| {
+                DataDir::Present(WalIdentity {
+                    member_id: id,
+                    cluster_id: CLUSTER,
+                })
+            }),
+            live: if answers {
+                Ok(self.live())
+            } else {
+                Err(LiveError::NoAnswer("model: no voter answered".to_owned()))
+            },
+            earlier: node.earlier.then(|| "model: a member ran here".to_owned()),
+        }
+    }
+
+    pub fn node_count(&self) -> u8 {
+        u8::try_from(self.nodes.len()).unwrap_or(u8::MAX)
+    }
+
+    /// Whether the installer, with `policy`, would still move node `n`.
+    pub fn needs_roll(&self, n: u8, policy: Installer) -> bool {
+        let Some(latest) = self.latest else {
+            return false;
+        };
+        let node = self.nodes[usize::from(n)];
+        if node.rev == Some(latest) {
+            return false;
+        }
+        match (policy, node.rev, self.member_of(n)) {
+            (Installer::NaiveLearnerAdd, Some(rev), Some(own)) if own.started => {
+                !self.differs_by_learners_only(&self.revs[usize::from(rev)], latest)
+            }
+            _ => true,
+        }
+    }
+
+    /// `rev` lists a subset of the latest revision's members and every extra one is a learner.
+    fn differs_by_learners_only(&self, rev: &Rev, latest: u8) -> bool {
+        let latest = &self.revs[usize::from(latest)].members;
+        rev.kind == RevKind::Rendered
+            && rev.members.iter().all(|m| latest.contains(m))
+            && latest
+                .iter()
+                .filter(|m| !rev.members.contains(m))
+                .all(|(id, _)| self.members.iter().any(|m| m.id == *id && m.learner))
+    }
+
+    /// Nothing left for the operator or the installer to do with `policy`.
+    pub fn settled(&self, policy: Installer) -> bool {
+        self.rolling.is_none()
+            && self
+                .latest
+                .is_some_and(|l| self.revs[usize::from(l)].members == self.member_list())
+            && (0..self.node_count()).all(|n| !self.needs_roll(n, policy))
+    }
+
+    /// Voters whose node still holds their data on a revision that is not forged.
+    pub fn voters_with_data(&self) -> usize {
+        self.members
+            .iter()
+            .filter(|m| !m.learner && m.started)
+            .filter(|m| {
+                let node = self.nodes[usize::from(m.node)];
+                node.data == Some(m.id)
+                    && node
+                        .rev
+                        .is_some_and(|r| self.revs[usize::from(r)].kind != RevKind::Forged)
+            })
+            .count()
+    }
+}

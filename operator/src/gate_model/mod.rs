@@ -25,6 +25,11 @@
 //!   loss mid-rollout needs an admin are counted and reported (`docs/benchmarks.md`, "Why the
 //!   3 → 4 scale-up is still 5.0 s").
 //!
+//! What the model leaves out: a running voter answers with the committed member list (one whose
+//! log is behind could answer an older list), a member is healthy exactly while its etcd runs,
+//! etcd accepts a promotion as soon as the learner runs, and the kube-apiservers and alarms the
+//! gate also weighs are absent (their rules only deny more).
+//!
 //! The installer's policy is a parameter ([`Installer`]): the search proves the current one and
 //! finds the unsafe shortcut `docs/benchmarks.md` describes (voters left on the revision before a
 //! learner was added), which is how the tests show the checker catches what it is for.

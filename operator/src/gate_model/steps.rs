@@ -122,9 +122,10 @@ pub fn steps(w: &World, policy: Installer, list: MemberList) -> Vec<Step> {
 /// Who answers `etcd-verify`'s member list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemberList {
-    /// Any running voter, from its own copy (etcd 3.4 serves it without a quorum read).
+    /// Any running voter, from its own copy: what the project's client asks for on every etcd
+    /// version (etcd-client sends `linearizable: false`), and all etcd 3.4 serves.
     AnyVoter,
-    /// Only a cluster with quorum (a linearizable read, as etcd 3.5+ can serve it).
+    /// Only a cluster with quorum: etcd 3.5+'s linearizable read, when asked for.
     Quorum,
 }
 

@@ -20,10 +20,10 @@
 //!   not the live one (a forged list the cluster later comes to match is no longer forged);
 //! * **after a whole-control-plane power loss the cluster comes back without an admin** whenever
 //!   a quorum of voters still has its data: every order in which the nodes' `etcd-verify` run
-//!   (with the member list answered or not while quorum is short) reaches a running quorum. The
-//!   current rules guarantee this when the rollout is settled; the states found where a power
-//!   loss mid-rollout needs an admin are counted and reported (`docs/benchmarks.md`, "Why the
-//!   3 → 4 scale-up is still 5.0 s").
+//!   reaches a running quorum, whether the member list is answered by any running voter or only
+//!   by a quorum ([`steps::MemberList`]). The current rules guarantee this when the rollout is
+//!   settled; the states found where a power loss mid-rollout needs an admin are counted and
+//!   reported (`docs/benchmarks.md`, "Why the 3 → 4 scale-up is still 5.0 s").
 //!
 //! What the model leaves out: a running voter answers with the committed member list (one whose
 //! log is behind could answer an older list), a member is healthy exactly while its etcd runs,

@@ -1,8 +1,8 @@
 //! The exhaustive search: every state reachable from the start within the bound, each step
-//! checked as [`super::steps::apply`] does, and every power loss followed by every order of the
-//! nodes' `etcd-verify` runs to see whether the cluster comes back without an admin.
+//! checked as [`super::steps::apply`] does, and every state where no etcd runs followed by every
+//! order of the nodes' `etcd-verify` runs to see whether the cluster comes back without an admin.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use super::steps::{MemberList, Step, apply, steps, verify, verify_steps};
 use super::world::{Installer, World};
@@ -20,12 +20,13 @@ pub struct Report {
     pub states: usize,
     /// Safety broken (the first few).
     pub violations: Vec<Counterexample>,
-    /// Power losses in a settled state after which some order of starts leaves quorum lost.
+    /// Outages (every etcd down) in a settled state after which some order of starts leaves
+    /// quorum lost.
     pub stuck_settled: Vec<Counterexample>,
-    /// The same for power losses while a rollout or a change was in flight.
+    /// The same for outages while a rollout or a change was in flight.
     pub stuck_in_flight: usize,
-    /// Power losses checked (a quorum of voters had its data).
-    pub power_losses: usize,
+    /// Outages checked (a quorum of voters had its data).
+    pub outages: usize,
 }
 
 const KEEP: usize = 3;
@@ -45,10 +46,10 @@ pub fn search(start: &World, policy: Installer, list: MemberList) -> Report {
                     if parent.contains_key(&next) {
                         continue;
                     }
-                    if step == Step::PowerLoss {
-                        after_power_loss(&w, &next, (policy, list), &parent, &mut report);
-                    }
                     parent.insert(next.clone(), Some((w.clone(), step)));
+                    if next.nodes.iter().all(|n| !n.running) {
+                        after_outage(&next, (policy, list), &parent, &mut report);
+                    }
                     queue.push_back(next);
                 }
                 Err(broken) if report.violations.len() < KEEP => {
@@ -76,31 +77,33 @@ fn trace(parent: &HashMap<World, Option<(World, Step)>>, w: &World) -> Vec<Strin
     out
 }
 
-fn after_power_loss(
-    before: &World,
-    after: &World,
+/// Checks a newly found state in which no etcd runs (a power loss, or the last running node
+/// going down by any fault): whether every order of starts brings quorum back. Whether the
+/// rollout was settled is read from the state itself, which a fault leaves as it was.
+fn after_outage(
+    down: &World,
     (policy, list): (Installer, MemberList),
     parent: &HashMap<World, Option<(World, Step)>>,
     report: &mut Report,
 ) {
-    if after.voters_with_data() < membership::quorum(after.voters()) {
+    if down.voters_with_data() < membership::quorum(down.voters()) {
         return;
     }
-    report.power_losses += 1;
-    let Some(stuck) = stuck_without_admin(after, list) else {
+    report.outages += 1;
+    let Some(stuck) = stuck_without_admin(down, list) else {
         return;
     };
-    if !before.settled(policy) {
+    if !down.settled(policy) {
         report.stuck_in_flight += 1;
         return;
     }
     if report.stuck_settled.len() < KEEP {
-        let mut trace = trace(parent, before);
-        trace.push(Step::PowerLoss.to_string());
+        let mut trace = trace(parent, down);
         trace.extend(stuck);
         report.stuck_settled.push(Counterexample {
-            broken: "after a power loss the cluster stays without quorum until an admin acts"
-                .to_owned(),
+            broken:
+                "after every etcd went down the cluster stays without quorum until an admin acts"
+                    .to_owned(),
             trace,
         });
     }
@@ -113,10 +116,10 @@ fn after_power_loss(
 fn stuck_without_admin(w: &World, list: MemberList) -> Option<Vec<String>> {
     let mut seen: HashMap<World, Vec<String>> = HashMap::new();
     seen.insert(w.clone(), Vec::new());
+    // A state is queued once, when first seen.
     let mut queue = VecDeque::from([w.clone()]);
-    let mut done: HashSet<World> = HashSet::new();
     while let Some(at) = queue.pop_front() {
-        if at.has_quorum() || !done.insert(at.clone()) {
+        if at.has_quorum() {
             continue;
         }
         let path = seen.get(&at).cloned().unwrap_or_default();

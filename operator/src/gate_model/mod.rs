@@ -18,8 +18,8 @@
 //! * **one cluster**: the bootstrap manifest never starts a second, empty cluster;
 //! * **a forged revision never starts a member** while the cluster answers and its member list is
 //!   not the live one (a forged list the cluster later comes to match is no longer forged);
-//! * **after a whole-control-plane power loss the cluster comes back without an admin** whenever
-//!   a quorum of voters still has its data: every order in which the nodes' `etcd-verify` run
+//! * **after every etcd went down (a power loss, or faults that stopped the last running node)
+//!   the cluster comes back without an admin** whenever a quorum of voters still has its data: every order in which the nodes' `etcd-verify` run
 //!   reaches a running quorum, whether the member list is answered by any running voter or only
 //!   by a quorum ([`steps::MemberList`]). The current rules guarantee this when the rollout is
 //!   settled; the states found where a power loss mid-rollout needs an admin are counted and

@@ -72,9 +72,9 @@ fn three_of_four(changes: u8, faults: u8) -> World {
 
 fn show(what: &str, r: &Report) -> String {
     let mut out = format!(
-        "{what}: {} states, {} power losses checked, {} stuck in a settled state, {} stuck mid-rollout, {} safety violations\n",
+        "{what}: {} states, {} outages checked, {} stuck after an outage in a settled state, {} mid-rollout, {} safety violations\n",
         r.states,
-        r.power_losses,
+        r.outages,
         r.stuck_settled.len(),
         r.stuck_in_flight,
         r.violations.len()
@@ -97,7 +97,7 @@ fn holds(what: &str, start: &World) {
             report.violations.is_empty() && report.stuck_settled.is_empty(),
             "{text}"
         );
-        assert!(report.power_losses > 0, "no power loss was checked: {text}");
+        assert!(report.outages > 0, "no outage was checked: {text}");
     }
 }
 
@@ -116,7 +116,7 @@ fn current_rules_hold_adding_a_fourth_member_through_two_faults() {
     holds("3 -> 4, 1 change, 2 faults", &three_of_four(1, 2));
 }
 
-/// With etcd 3.4's member list (any running voter answers it), the voters left on the revision
+/// With the member list as the project reads it (any running voter answers), the voters left on the revision
 /// before the learner block each other after a power loss.
 #[test]
 fn the_checker_finds_the_naive_learner_add_unsafe() {

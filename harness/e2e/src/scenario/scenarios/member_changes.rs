@@ -24,16 +24,26 @@ pub(super) async fn data_loss(h: &mut Harness) -> Result<(), ControlPlaneError> 
     ));
     h.cp.restart_node("n2").await?;
     h.step("n2 restarted with no data");
-    h.wait_status("n2's old member removed", SETTLE, |s| {
-        !member_ids(s).contains(&old)
-    })
-    .await?;
+    rejoins_as_new_member(h, "n2", &old, "n2's old member removed").await
+}
+
+/// Waits until `old`, `node`'s member before, is gone from status (the wait named `gone`), then
+/// until three voters settle with `node` back under a new member id.
+async fn rejoins_as_new_member(
+    h: &mut Harness,
+    node: &str,
+    old: &str,
+    gone: &str,
+) -> Result<(), ControlPlaneError> {
+    h.wait_status(gone, SETTLE, |s| !member_ids(s).contains(old))
+        .await?;
     let s = h.wait_settled(3, SETTLE).await?;
-    let new = member_of(&s, "n2").ok_or_else(|| failed("n2 has no member after recovery"))?;
+    let new = member_of(&s, node)
+        .ok_or_else(|| failed(format!("{node} has no member after recovery")))?;
     if new == old {
-        return Err(failed("n2 kept its old member id"));
+        return Err(failed(format!("{node} kept its old member id {old}")));
     }
-    h.step(format!("n2 rejoined as member {new}"));
+    h.step(format!("{node} rejoined as member {new}"));
     Ok(())
 }
 
@@ -132,17 +142,7 @@ pub(super) async fn member_removed_externally(h: &mut Harness) -> Result<(), Con
     h.step(format!(
         "n2's running member {old} removed from outside the operator"
     ));
-    h.wait_status("the operator sees the removal", SETTLE, |s| {
-        !member_ids(s).contains(&old)
-    })
-    .await?;
-    let s = h.wait_settled(3, SETTLE).await?;
-    let new = member_of(&s, "n2").ok_or_else(|| failed("n2 has no member after recovery"))?;
-    if new == old {
-        return Err(failed("n2 kept the removed member id"));
-    }
-    h.step(format!("n2 rejoined as member {new}"));
-    Ok(())
+    rejoins_as_new_member(h, "n2", &old, "the operator sees the removal").await
 }
 
 /// n2's WAL becomes unreadable: etcd-verify keeps its etcd from starting, the member stays

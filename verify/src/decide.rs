@@ -22,6 +22,11 @@
 //! | no answer | — | other (also any other `state=new` manifest) | wait, then block at the deadline |
 //! | TLS handshake failed | — | any | wait, then block at the deadline (never "no answer") |
 //!
+//! The first row is [`RevisionRule::Exact`], the rule `etcd-verify` uses. The candidate rule of
+//! #36, [`RevisionRule::ListedAreLive`], lets a started member on its own data through it when
+//! the only difference is live members the revision does not list; the operator's model check
+//! searches both.
+//!
 //! The bootstrap render is the very first manifest of a cluster
 //! ([`VerifyConfig::is_first_bootstrap`]): `ETCD_INITIAL_CLUSTER_STATE=new`, no `ETCD_MEMBER_IDS`
 //! and this member alone in `ETCD_INITIAL_CLUSTER`. Only it starts a new cluster; a manifest
@@ -122,10 +127,31 @@ fn hex(id: u64) -> String {
     format!("{id:x}")
 }
 
-/// Decides from one observation.
+/// Which revisions a member that has started may restart on, when the live list answers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RevisionRule {
+    /// `ETCD_MEMBER_IDS` must be the live member list, id for id and URL for URL: what ships.
+    #[default]
+    Exact,
+    /// As `Exact`, except that a member that has started, named for this node and whose data
+    /// dir holds it, may also restart when the live list has members the revision does not
+    /// list (added after the revision was made: etcd restarts a started member from its own
+    /// data and ignores the revision's member list). A listed member that is not live, a
+    /// listed URL that moved, or this node's member missing, unstarted or without its data
+    /// keeps blocking. The candidate for restart-free learner adds (#36): checked by the
+    /// operator's model check (`operator/src/gate_model`), not yet used by `etcd-verify`.
+    ListedAreLive,
+}
+
+/// Decides from one observation, with the rule that ships ([`RevisionRule::Exact`]).
 pub fn decide(o: &Observed<'_>) -> Decision {
+    decide_by(o, RevisionRule::Exact)
+}
+
+/// Decides from one observation with `rule` for the revision's member list.
+pub fn decide_by(o: &Observed<'_>, rule: RevisionRule) -> Decision {
     match &o.live {
-        Ok(live) => decide_with_live(o.config, &o.data_dir, live),
+        Ok(live) => decide_with_live(o.config, &o.data_dir, live, rule),
         Err(LiveError::NoAnswer(why)) => {
             decide_without_live(o.config, &o.data_dir, o.earlier.as_deref(), why)
         }
@@ -139,8 +165,13 @@ pub fn decide(o: &Observed<'_>) -> Decision {
     }
 }
 
-fn decide_with_live(config: &VerifyConfig, data: &DataDir, live: &LiveMembers) -> Decision {
-    if let Some(block) = stale_revision(config, live) {
+fn decide_with_live(
+    config: &VerifyConfig,
+    data: &DataDir,
+    live: &LiveMembers,
+    rule: RevisionRule,
+) -> Decision {
+    if let Some(block) = stale_revision(config, data, live, rule) {
         return block;
     }
     if let DataDir::Present(wal) = data
@@ -172,14 +203,25 @@ fn decide_with_live(config: &VerifyConfig, data: &DataDir, live: &LiveMembers) -
     }
 }
 
-/// A block when the revision's `ETCD_MEMBER_IDS` disagree with the live member list.
-fn stale_revision(config: &VerifyConfig, live: &LiveMembers) -> Option<Decision> {
+/// A block when the revision's `ETCD_MEMBER_IDS` disagree with the live member list (as far
+/// as `rule` cares).
+fn stale_revision(
+    config: &VerifyConfig,
+    data: &DataDir,
+    live: &LiveMembers,
+    rule: RevisionRule,
+) -> Option<Decision> {
     if config.state == ClusterState::New && config.member_ids.is_empty() {
         return None;
     }
     let live_ids = MemberIds::from_members(&live.members);
     let diff = config.member_ids.diff(&live_ids);
     if diff.is_empty() {
+        return None;
+    }
+    let only_added = diff.only_left.is_empty() && diff.url_changed.is_empty();
+    if rule == RevisionRule::ListedAreLive && only_added && restarts_on_own_data(config, data, live)
+    {
         return None;
     }
     let mut parts = Vec::new();
@@ -207,6 +249,23 @@ fn stale_revision(config: &VerifyConfig, live: &LiveMembers) -> Option<Decision>
         ),
         member_id: config.member_ids.id_for_url(&config.peer_url),
     })
+}
+
+/// This node's live member (by peer URL) has started under this node's name, the revision
+/// lists it under this URL, and the data dir holds it, in the live cluster.
+fn restarts_on_own_data(config: &VerifyConfig, data: &DataDir, live: &LiveMembers) -> bool {
+    let Some(own) = live
+        .members
+        .iter()
+        .find(|m| m.has_peer_url(&config.peer_url))
+    else {
+        return false;
+    };
+    own.is_started()
+        && own.name == config.name
+        && config.member_ids.id_for_url(&config.peer_url) == Some(own.id)
+        && matches!(data, DataDir::Present(wal)
+            if wal.member_id == own.id.get() && wal.cluster_id == live.cluster_id)
 }
 
 /// No live member has this node's peer URL.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use membership::{BlockCode, LiveMembers, Member, MemberId, MemberUrl};
 
 use crate::config::VerifyConfig;
-use crate::decide::{DataDir, Decision, LiveError, Observed, decide};
+use crate::decide::{DataDir, Decision, LiveError, Observed, RevisionRule, decide, decide_by};
 use crate::wal::WalIdentity;
 
 const CLUSTER: u64 = 0xc1;
@@ -206,6 +206,61 @@ fn forged_or_stale_ids_block() {
         &decide_for(&stale, wal(3), live(grown)),
         BlockCode::StaleRevision,
         "live member 5=http://10.0.0.5:2380 is missing",
+    );
+}
+
+/// The candidate rule of #36 lets a started member on its own data restart on a revision made
+/// before members were added, and nothing else the exact rule blocks.
+#[test]
+fn listed_are_live_admits_only_members_added_since() {
+    let relaxed = |config: &VerifyConfig, data, members| {
+        decide_by(
+            &Observed {
+                config,
+                data_dir: data,
+                live: live(members),
+                earlier: None,
+            },
+            RevisionRule::ListedAreLive,
+        )
+    };
+    let three = with(voters12(), Member::voter(id(3), "n3", url(3)));
+    let added = |m: Member| with(three.clone(), m);
+    let stale = config_n3(ALL3, "existing");
+    let learner = Member::unstarted_learner(id(5), "http://10.0.0.5:2380".parse().unwrap());
+    expect_start(
+        &relaxed(&stale, wal(3), added(learner.clone())),
+        false,
+        "restarting member 3 (n3)",
+    );
+    let voter = Member::voter(id(5), "n5", "http://10.0.0.5:2380".parse().unwrap());
+    expect_start(&relaxed(&stale, wal(3), added(voter)), false, "member 3");
+    // What still blocks: this member's data lost, a listed member gone, a forged id for it.
+    expect_block(
+        &relaxed(&stale, DataDir::Absent, added(learner.clone())),
+        BlockCode::StaleRevision,
+        "live member 5=http://10.0.0.5:2380 is missing",
+    );
+    expect_block(
+        &relaxed(&stale, wal(3), with(voters12(), learner.clone())),
+        BlockCode::StaleRevision,
+        "3=http://10.0.0.3:2380 is in ETCD_MEMBER_IDS but not a live member",
+    );
+    let forged = config_n3(
+        "1=http://10.0.0.1:2380,2=http://10.0.0.2:2380,4=http://10.0.0.3:2380",
+        "existing",
+    );
+    expect_block(
+        &relaxed(&forged, wal(3), three.clone()),
+        BlockCode::StaleRevision,
+        "stale or forged revision",
+    );
+    // This node's member not started yet (a learner whose revision lacks a later member).
+    let unstarted = with(voters12(), Member::unstarted_learner(id(3), url(3)));
+    expect_block(
+        &relaxed(&stale, DataDir::Absent, with(unstarted, learner)),
+        BlockCode::StaleRevision,
+        "live member 5",
     );
 }
 

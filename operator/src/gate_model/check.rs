@@ -4,8 +4,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::steps::{MemberList, Step, apply, steps, verify, verify_steps};
-use super::world::{Installer, World};
+use super::steps::{Params, Step, apply, steps, verify, verify_steps};
+use super::world::World;
 
 /// A property the search found broken, with the steps that lead there from the start.
 #[derive(Debug)]
@@ -25,22 +25,25 @@ pub struct Report {
     pub stuck_settled: Vec<Counterexample>,
     /// The same for outages while a rollout or a change was in flight.
     pub stuck_in_flight: usize,
+    /// Of those, the ones reached without any member removal (a learner add's window).
+    pub stuck_in_flight_without_removal: usize,
+    /// The first few of those, shortest first.
+    pub in_flight_examples: Vec<Counterexample>,
     /// Outages checked (a quorum of voters had its data).
     pub outages: usize,
 }
 
 const KEEP: usize = 3;
 
-/// Searches every state reachable from `start` with the installer's `policy`, where `list` says
-/// who answers the member list.
-pub fn search(start: &World, policy: Installer, list: MemberList) -> Report {
+/// Searches every state reachable from `start` with `params`.
+pub fn search(start: &World, params: Params) -> Report {
     let mut report = Report::default();
     let mut parent: HashMap<World, Option<(World, Step)>> = HashMap::new();
     parent.insert(start.clone(), None);
     let mut queue = VecDeque::from([start.clone()]);
     while let Some(w) = queue.pop_front() {
-        for step in steps(&w, policy, list) {
-            match apply(&w, step) {
+        for step in steps(&w, params.installer, params.list) {
+            match apply(&w, step, params.rule) {
                 Ok(None) => {}
                 Ok(Some(next)) => {
                     if parent.contains_key(&next) {
@@ -48,7 +51,7 @@ pub fn search(start: &World, policy: Installer, list: MemberList) -> Report {
                     }
                     parent.insert(next.clone(), Some((w.clone(), step)));
                     if next.nodes.iter().all(|n| !n.running) {
-                        after_outage(&next, (policy, list), &parent, &mut report);
+                        after_outage(&next, params, &parent, &mut report);
                     }
                     queue.push_back(next);
                 }
@@ -77,12 +80,28 @@ fn trace(parent: &HashMap<World, Option<(World, Step)>>, w: &World) -> Vec<Strin
     out
 }
 
+/// Whether the path the search took to `w` has a step `pred` holds for.
+fn reached_by(
+    parent: &HashMap<World, Option<(World, Step)>>,
+    w: &World,
+    pred: impl Fn(Step) -> bool,
+) -> bool {
+    let mut at = w;
+    while let Some(Some((before, step))) = parent.get(at) {
+        if pred(*step) {
+            return true;
+        }
+        at = before;
+    }
+    false
+}
+
 /// Checks a newly found state in which no etcd runs (a power loss, or the last running node
 /// going down by any fault): whether every order of starts brings quorum back. Whether the
 /// rollout was settled is read from the state itself, which a fault leaves as it was.
 fn after_outage(
     down: &World,
-    (policy, list): (Installer, MemberList),
+    params: Params,
     parent: &HashMap<World, Option<(World, Step)>>,
     report: &mut Report,
 ) {
@@ -90,17 +109,25 @@ fn after_outage(
         return;
     }
     report.outages += 1;
-    let Some(stuck) = stuck_without_admin(down, list) else {
+    let Some(stuck) = stuck_without_admin(down, params) else {
         return;
     };
-    if !down.settled(policy) {
+    let settled = down.settled(params.installer);
+    if !settled {
         report.stuck_in_flight += 1;
-        return;
+        if !reached_by(parent, down, |s| matches!(s, Step::Remove(_))) {
+            report.stuck_in_flight_without_removal += 1;
+        }
     }
-    if report.stuck_settled.len() < KEEP {
+    let kept = if settled {
+        &mut report.stuck_settled
+    } else {
+        &mut report.in_flight_examples
+    };
+    if kept.len() < KEEP {
         let mut trace = trace(parent, down);
         trace.extend(stuck);
-        report.stuck_settled.push(Counterexample {
+        kept.push(Counterexample {
             broken:
                 "after every etcd went down the cluster stays without quorum until an admin acts"
                     .to_owned(),
@@ -113,7 +140,7 @@ fn after_outage(
 /// further fault; a blocked or waiting init container is run again by the kubelet), in every
 /// order; returns the steps to a state where nothing more starts and
 /// quorum is still lost, if there is one.
-fn stuck_without_admin(w: &World, list: MemberList) -> Option<Vec<String>> {
+fn stuck_without_admin(w: &World, params: Params) -> Option<Vec<String>> {
     let mut seen: HashMap<World, Vec<String>> = HashMap::new();
     seen.insert(w.clone(), Vec::new());
     // A state is queued once, when first seen.
@@ -124,11 +151,11 @@ fn stuck_without_admin(w: &World, list: MemberList) -> Option<Vec<String>> {
         }
         let path = seen.get(&at).cloned().unwrap_or_default();
         let mut moved = false;
-        for step in verify_steps(&at, list) {
+        for step in verify_steps(&at, params.list) {
             let Step::Verify { node, answers } = step else {
                 continue;
             };
-            let Ok(Some(next)) = verify(&at, node, answers) else {
+            let Ok(Some(next)) = verify(&at, node, answers, params.rule) else {
                 continue;
             };
             moved = true;

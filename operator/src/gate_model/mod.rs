@@ -32,7 +32,13 @@
 //!
 //! The installer's policy is a parameter ([`Installer`]): the search proves the current one and
 //! finds the unsafe shortcut `docs/benchmarks.md` describes (voters left on the revision before a
-//! learner was added), which is how the tests show the checker catches what it is for.
+//! learner was added), which is how the tests show the checker catches what it is for. So is the
+//! rule `etcd-verify` applies to a revision's member list (`etcd_verify::decide::RevisionRule`,
+//! through the same `decide_by`): the shipped exact rule, and the candidate of restart-free
+//! learner adds with its installer ([`Installer::Equivalent`]), which the search shows keeps every
+//! property, removes the shortcut's counterexample and leaves no outage mid-rollout needing an
+//! admin unless a member was removed on the way (`docs/benchmarks.md`, "The candidate rule,
+//! searched").
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

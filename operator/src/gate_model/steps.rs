@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use etcd_verify::decide::{Decision, decide};
+use etcd_verify::decide::{Decision, RevisionRule, decide_by};
 use membership::{Action, MemberId, Verdict, gate};
 
 use super::world::{FORGED_ID, Installer, ModelMember, Rev, RevKind, World, node_name, peer_url};
@@ -119,6 +119,15 @@ pub fn steps(w: &World, policy: Installer, list: MemberList) -> Vec<Step> {
     out
 }
 
+/// What a search varies: the installer's policy, who answers the member list, and the rule
+/// `etcd-verify` applies to a revision's member list.
+#[derive(Clone, Copy, Debug)]
+pub struct Params {
+    pub installer: Installer,
+    pub list: MemberList,
+    pub rule: RevisionRule,
+}
+
 /// Who answers `etcd-verify`'s member list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemberList {
@@ -142,7 +151,7 @@ pub fn verify_steps(w: &World, list: MemberList) -> Vec<Step> {
 }
 
 /// The state after `step`: `Ok(None)` when it changes nothing (or the gate denies it).
-pub fn apply(w: &World, step: Step) -> Result<Option<World>, Broken> {
+pub fn apply(w: &World, step: Step, rule: RevisionRule) -> Result<Option<World>, Broken> {
     let mut next = w.clone();
     let changed = match step {
         Step::AddLearner(n) => add_learner(&mut next, n),
@@ -156,7 +165,7 @@ pub fn apply(w: &World, step: Step) -> Result<Option<World>, Broken> {
         Step::Remove(id) => remove(&mut next, id),
         Step::Render => render(&mut next),
         Step::Roll(n) => roll(&mut next, n),
-        Step::Verify { node, answers } => return verify(w, node, answers),
+        Step::Verify { node, answers } => return verify(w, node, answers, rule),
         Step::Reboot(n) => fault(&mut next, |w| w.nodes[usize::from(n)].running = false),
         Step::PowerLoss => fault(&mut next, |w| {
             w.nodes.iter_mut().for_each(|x| x.running = false)
@@ -298,8 +307,13 @@ fn forge(w: &mut World, n: u8, omit: bool) -> bool {
     })
 }
 
-/// Node `n`'s `etcd-verify` decides; a start is checked against the properties.
-pub fn verify(w: &World, n: u8, answers: bool) -> Result<Option<World>, Broken> {
+/// Node `n`'s `etcd-verify` decides with `rule`; a start is checked against the properties.
+pub fn verify(
+    w: &World,
+    n: u8,
+    answers: bool,
+    rule: RevisionRule,
+) -> Result<Option<World>, Broken> {
     let node = w.nodes[usize::from(n)];
     let Some(rev_index) = node.rev else {
         return Ok(None);
@@ -311,7 +325,7 @@ pub fn verify(w: &World, n: u8, answers: bool) -> Result<Option<World>, Broken> 
         Err(_) if rev.kind == RevKind::Forged => return Ok(None),
         Err(e) => return Err(format!("a rendered revision etcd-verify cannot read: {e}")),
     };
-    let decision = decide(&w.observed(n, &config, answers));
+    let decision = decide_by(&w.observed(n, &config, answers), rule);
     let mut next = w.clone();
     let (archive, start) = match &decision {
         Decision::Start { archive, .. } => (archive.is_some(), true),
@@ -324,7 +338,7 @@ pub fn verify(w: &World, n: u8, answers: bool) -> Result<Option<World>, Broken> 
         node.data = None;
     }
     if start {
-        if rev.kind == RevKind::Forged && answers && rev.members != w.member_list() {
+        if rev.kind == RevKind::Forged && answers && forged_list_refused(rev, w, rule) {
             return Err(format!(
                 "a forged revision that disagrees with the live member list started {}'s etcd while the cluster answered: {decision:?}",
                 node_name(n)
@@ -334,6 +348,20 @@ pub fn verify(w: &World, n: u8, answers: bool) -> Result<Option<World>, Broken> 
             .map_err(|e| format!("{e}: {decision:?}"))?;
     }
     Ok((next != *w).then_some(next))
+}
+
+/// Whether `rule` must keep a forged revision's member list from starting anything while the
+/// cluster answers: with `Exact`, any list that is not the live one (a forged list the cluster
+/// later comes to match is no longer forged); with `ListedAreLive`, a list naming a member
+/// that is not live (a forged list that only omits live members reads as a stale one, on which
+/// a started member restarts from its own data, as etcd ignores the list then: what that start
+/// may not do is checked as for every start).
+fn forged_list_refused(rev: &Rev, w: &World, rule: RevisionRule) -> bool {
+    let live = w.member_list();
+    match rule {
+        RevisionRule::Exact => rev.members != live,
+        RevisionRule::ListedAreLive => rev.members.iter().any(|m| !live.contains(m)),
+    }
 }
 
 /// etcd starts on node `n` with what its data dir holds now.

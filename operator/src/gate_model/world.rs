@@ -29,6 +29,10 @@ pub enum Installer {
     /// The unsafe shortcut of `docs/benchmarks.md`: a node whose started member's revision
     /// differs from the latest only by learners added since is left where it is.
     NaiveLearnerAdd,
+    /// The candidate of #36: a node whose started member is on its own data, on a rendered
+    /// revision that lists it and lists no member the latest revision does not, is
+    /// *equivalent* and left where it is (what `RevisionRule::ListedAreLive` lets restart).
+    Equivalent,
 }
 
 /// One member as the cluster's member list has it.
@@ -243,8 +247,21 @@ impl World {
             (Installer::NaiveLearnerAdd, Some(rev), Some(own)) if own.started => {
                 !self.differs_by_learners_only(&self.revs[usize::from(rev)], latest)
             }
+            (Installer::Equivalent, Some(rev), Some(own))
+                if own.started && node.data == Some(own.id) =>
+            {
+                !self.lists_only_latest(&self.revs[usize::from(rev)], latest, (own.id, n))
+            }
             _ => true,
         }
+    }
+
+    /// `rev` is rendered, lists `own` and lists no member the latest revision does not.
+    fn lists_only_latest(&self, rev: &Rev, latest: u8, own: (u64, u8)) -> bool {
+        let latest = &self.revs[usize::from(latest)].members;
+        rev.kind == RevKind::Rendered
+            && rev.members.contains(&own)
+            && rev.members.iter().all(|m| latest.contains(m))
     }
 
     /// `rev` lists a subset of the latest revision's members and every extra one is a learner.

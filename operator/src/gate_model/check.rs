@@ -68,32 +68,21 @@ pub fn search(start: &World, params: Params) -> Report {
     report
 }
 
-/// The steps from the start to `w`.
-fn trace(parent: &HashMap<World, Option<(World, Step)>>, w: &World) -> Vec<String> {
+/// The steps the search took from the start to `w`, in order.
+fn path(parent: &HashMap<World, Option<(World, Step)>>, w: &World) -> Vec<Step> {
     let mut out = Vec::new();
     let mut at = w;
     while let Some(Some((before, step))) = parent.get(at) {
-        out.push(step.to_string());
+        out.push(*step);
         at = before;
     }
     out.reverse();
     out
 }
 
-/// Whether the path the search took to `w` has a step `pred` holds for.
-fn reached_by(
-    parent: &HashMap<World, Option<(World, Step)>>,
-    w: &World,
-    pred: impl Fn(Step) -> bool,
-) -> bool {
-    let mut at = w;
-    while let Some(Some((before, step))) = parent.get(at) {
-        if pred(*step) {
-            return true;
-        }
-        at = before;
-    }
-    false
+/// The same steps, as a counterexample prints them.
+fn trace(parent: &HashMap<World, Option<(World, Step)>>, w: &World) -> Vec<String> {
+    path(parent, w).iter().map(Step::to_string).collect()
 }
 
 /// Checks a newly found state in which no etcd runs (a power loss, or the last running node
@@ -115,7 +104,10 @@ fn after_outage(
     let settled = down.settled(params.installer);
     if !settled {
         report.stuck_in_flight += 1;
-        if !reached_by(parent, down, |s| matches!(s, Step::Remove(_))) {
+        if !path(parent, down)
+            .iter()
+            .any(|s| matches!(s, Step::Remove(_)))
+        {
             report.stuck_in_flight_without_removal += 1;
         }
     }

@@ -270,6 +270,9 @@ fn operator_metrics() -> BTreeSet<String> {
     m.node_current_revision
         .get_or_create(&NodeLabel { node: s() })
         .set(1);
+    m.node_equivalent_revision
+        .get_or_create(&NodeLabel { node: s() })
+        .set(1);
     let member = MemberLabel { member: s() };
     for f in [
         &m.learner_age_seconds,

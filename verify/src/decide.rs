@@ -3,7 +3,8 @@
 //!
 //! | live list | this node's member (by peer URL) | data dir | decision |
 //! |---|---|---|---|
-//! | answers, ids ≠ `ETCD_MEMBER_IDS` | any | any | block: stale or forged revision |
+//! | answers, a listed member not live, or a listed URL moved | any | any | block: stale or forged revision |
+//! | answers, live members the revision does not list | not this node's started member on its own data | any | block: stale or forged revision |
 //! | answers | any | from another cluster (WAL cluster id) | archive, wait |
 //! | answers, the revision lists this node's member under its old URL | any | any | block: stale revision (the member moved since) |
 //! | answers | missing, data dir's member live under another URL | present | block: the member has not moved to this revision's URL |
@@ -22,10 +23,12 @@
 //! | no answer | — | other (also any other `state=new` manifest) | wait, then block at the deadline |
 //! | TLS handshake failed | — | any | wait, then block at the deadline (never "no answer") |
 //!
-//! The first row is [`RevisionRule::Exact`], the rule `etcd-verify` uses. The candidate rule of
-//! #36, [`RevisionRule::ListedAreLive`], lets a started member on its own data through it when
-//! the only difference is live members the revision does not list; the operator's model check
-//! searches both.
+//! The first two rows are [`RevisionRule::ListedAreLive`], the rule `etcd-verify` uses (#36): a
+//! started member on its own data may restart on a revision made before members were added,
+//! since etcd restarts it from its data and ignores the revision's member list; that is what
+//! lets a learner add restart no healthy voter. [`RevisionRule::Exact`], the rule before it
+//! (`ETCD_MEMBER_IDS` must be the live list exactly), stays for the operator's model check,
+//! which searches both.
 //!
 //! The bootstrap render is the very first manifest of a cluster
 //! ([`VerifyConfig::is_first_bootstrap`]): `ETCD_INITIAL_CLUSTER_STATE=new`, no `ETCD_MEMBER_IDS`
@@ -130,22 +133,23 @@ fn hex(id: u64) -> String {
 /// Which revisions a member that has started may restart on, when the live list answers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RevisionRule {
-    /// `ETCD_MEMBER_IDS` must be the live member list, id for id and URL for URL: what ships.
-    #[default]
+    /// `ETCD_MEMBER_IDS` must be the live member list, id for id and URL for URL: the rule
+    /// before #36, kept for the model check's comparison.
     Exact,
     /// As `Exact`, except that a member that has started, named for this node and whose data
     /// dir holds it, may also restart when the live list has members the revision does not
     /// list (added after the revision was made: etcd restarts a started member from its own
     /// data and ignores the revision's member list). A listed member that is not live, a
     /// listed URL that moved, or this node's member missing, unstarted or without its data
-    /// keeps blocking. The candidate for restart-free learner adds (#36): checked by the
-    /// operator's model check (`operator/src/gate_model`), not yet used by `etcd-verify`.
+    /// keeps blocking. What ships: restart-free learner adds (#36), checked by the operator's
+    /// model check (`operator/src/gate_model`) together with the installer's equivalence.
+    #[default]
     ListedAreLive,
 }
 
-/// Decides from one observation, with the rule that ships ([`RevisionRule::Exact`]).
+/// Decides from one observation, with the rule that ships ([`RevisionRule::ListedAreLive`]).
 pub fn decide(o: &Observed<'_>) -> Decision {
-    decide_by(o, RevisionRule::Exact)
+    decide_by(o, RevisionRule::ListedAreLive)
 }
 
 /// Decides from one observation with `rule` for the revision's member list.
@@ -252,7 +256,11 @@ fn stale_revision(
 }
 
 /// This node's live member (by peer URL) has started under this node's name, the revision
-/// lists it under this URL, and the data dir holds it, in the live cluster.
+/// lists it under this URL, and the data dir holds it, in the live cluster (or is empty: see
+/// below).
+/// With its data dir gone instead, the decision is the started member's own (a
+/// `DataDirLost` block naming it, so the operator replaces it), not a stale revision's: the
+/// revision it would block on is the one its node was left on after a learner add.
 fn restarts_on_own_data(config: &VerifyConfig, data: &DataDir, live: &LiveMembers) -> bool {
     let Some(own) = live
         .members
@@ -261,11 +269,15 @@ fn restarts_on_own_data(config: &VerifyConfig, data: &DataDir, live: &LiveMember
     else {
         return false;
     };
+    let own_data = match data {
+        DataDir::Present(wal) => wal.member_id == own.id.get() && wal.cluster_id == live.cluster_id,
+        DataDir::Absent => true,
+        DataDir::Unreadable(_) => false,
+    };
     own.is_started()
         && own.name == config.name
         && config.member_ids.id_for_url(&config.peer_url) == Some(own.id)
-        && matches!(data, DataDir::Present(wal)
-            if wal.member_id == own.id.get() && wal.cluster_id == live.cluster_id)
+        && own_data
 }
 
 /// No live member has this node's peer URL.

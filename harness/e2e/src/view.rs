@@ -69,6 +69,9 @@ fn status_lines(s: &EtcdClusterStatus) -> Vec<String> {
         .iter()
         .map(|n| {
             let mut t = format!("{} r{}", n.node_name, n.current_revision);
+            if let Some(e) = n.equivalent_to_revision {
+                t.push_str(&format!("(=r{e})"));
+            }
             if let Some(target) = n.target_revision {
                 t.push_str(&format!("->r{target}"));
             }
@@ -123,7 +126,8 @@ pub fn settled_with_standby(status: &EtcdClusterStatus, voters: usize, learners:
         && status.members.len() == voters + learners
         && status.latest_available_revision > 0
         && status.node_statuses.len() == voters + learners
-        && status.node_statuses.iter().all(|n| {
-            n.current_revision == status.latest_available_revision && n.target_revision.is_none()
-        })
+        && status
+            .node_statuses
+            .iter()
+            .all(|n| n.runs(status.latest_available_revision))
 }

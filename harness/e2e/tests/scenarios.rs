@@ -361,6 +361,21 @@ async fn odd_voters() {
     scenario("odd-voters").await;
 }
 
+/// A learner add restarts no healthy voter; voters left on the revision before it reboot, lose
+/// power with the whole control plane, and keep their members through promotions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_free_learner_add() {
+    let report = scenario("restart-free-learner-add").await;
+    assert!(
+        report
+            .steps
+            .iter()
+            .any(|s| s.what.starts_with("no voter restarted")),
+        "{:?}",
+        report.steps
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_removed_externally() {
     scenario("member-removed-externally").await;

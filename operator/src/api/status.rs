@@ -161,6 +161,11 @@ pub struct NodeStatus {
     /// The revision running Ready on the node (0: none yet).
     #[serde(default)]
     pub current_revision: i64,
+    /// The latest revision, when `currentRevision` differs from it only in members added since:
+    /// the node's started member restarts from its own data on either, so the node is not
+    /// restarted for it (a learner add restarts no healthy voter).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub equivalent_to_revision: Option<i64>,
     /// The revision being installed, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_revision: Option<i64>,
@@ -183,6 +188,14 @@ pub struct NodeStatus {
     /// annotation): its revision is not installed again while it is set.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub etcd_stopped_by_admin: String,
+}
+
+impl NodeStatus {
+    /// The node runs `latest`, or a revision equivalent to it, and is not moving.
+    pub fn runs(&self, latest: i64) -> bool {
+        self.target_revision.is_none()
+            && (self.current_revision == latest || self.equivalent_to_revision == Some(latest))
+    }
 }
 
 /// One etcd member as the operator sees it.

@@ -45,6 +45,7 @@ use node_problems::missing_pod_line;
 pub use node_problems::node_problems;
 
 mod act;
+pub mod equivalence;
 pub mod node_problems;
 pub mod rollout_hold;
 use act::act;
@@ -97,7 +98,7 @@ pub fn backoff(failures: u32) -> Duration {
 /// (not while it is being moved) is recorded with the time it was first seen so; past `grace`,
 /// on a Ready node no admin marked as stopped, nothing runs there, so its current revision is 0
 /// and the rollout installs the latest again.
-fn observe(node: &NodeView, now: OffsetDateTime, grace: time::Duration) -> NodeStatus {
+fn observe(node: &NodeView, latest: i64, now: OffsetDateTime, grace: time::Duration) -> NodeStatus {
     let mut s = node.status.clone();
     s.node_name = node.name.clone();
     s.etcd_stopped_by_admin = node.etcd_stopped.clone().unwrap_or_default();
@@ -148,6 +149,15 @@ fn observe(node: &NodeView, now: OffsetDateTime, grace: time::Duration) -> NodeS
         }
         s.target_revision = None;
     }
+    let on_current = node
+        .pod
+        .as_ref()
+        .is_some_and(|p| p.revision == s.current_revision);
+    s.equivalent_to_revision = (node.equivalent_to_latest
+        && s.target_revision.is_none()
+        && s.current_revision < latest
+        && on_current)
+        .then_some(latest);
     s
 }
 
@@ -175,7 +185,7 @@ pub fn decide(
     let mut views: Vec<NodeView> = nodes.to_vec();
     views.sort_by(|a, b| a.name.cmp(&b.name));
     for v in &mut views {
-        v.status = observe(v, now, missing_pod_grace);
+        v.status = observe(v, latest, now, missing_pod_grace);
     }
     let statuses: Vec<NodeStatus> = views.iter().map(|v| v.status.clone()).collect();
     let decision = |action| RolloutDecision {
@@ -192,7 +202,7 @@ pub fn decide(
     }
     let mut pending: Vec<&NodeView> = views
         .iter()
-        .filter(|v| v.status.current_revision < latest)
+        .filter(|v| v.status.current_revision < latest && !v.status.runs(latest))
         .collect();
     pending.sort_by_key(|v| rank(v));
     let Some(next) = pending.first() else {
@@ -315,7 +325,8 @@ pub async fn reconcile(
     add_refused: Option<&rollout_hold::AddRefused>,
 ) -> Result<(), ControllerError> {
     let _t = p.ctx.metrics.time(NAME.as_str());
-    let views: Vec<NodeView> = p.o.node_views(&p.status.node_statuses);
+    let mut views: Vec<NodeView> = p.o.node_views(&p.status.node_statuses);
+    mark_equivalent(&mut views, p);
     let d = decide(
         &views,
         p.status.latest,
@@ -342,21 +353,14 @@ pub async fn reconcile(
         }
     }
     p.status.node_statuses = d.statuses;
-    p.ctx.metrics.node_current_revision.clear();
-    for s in &p.status.node_statuses {
-        let label = NodeLabel {
-            node: s.node_name.clone(),
-        };
-        p.ctx
-            .metrics
-            .node_current_revision
-            .get_or_create(&label)
-            .set(s.current_revision);
-    }
+    node_metrics(p);
     p.conds
         .push(node_problems(&p.status.node_statuses, missing_pod_grace(p)));
     let action = rollout_hold::hold(d.action, &views, add_refused, p.o.now);
     p.next(NAME, describe(&action));
+    for line in equivalent_lines(&p.status.node_statuses) {
+        p.next(NAME, line);
+    }
     for line in p
         .status
         .node_statuses
@@ -393,6 +397,79 @@ pub async fn reconcile(
     }
     p.succeeded(NAME);
     Ok(())
+}
+
+/// Each node's current revision and the one it is equivalent to (0: none).
+fn node_metrics(p: &Pass<'_>) {
+    let m = &p.ctx.metrics;
+    m.node_current_revision.clear();
+    m.node_equivalent_revision.clear();
+    for s in &p.status.node_statuses {
+        let label = NodeLabel {
+            node: s.node_name.clone(),
+        };
+        let current = m.node_current_revision.get_or_create(&label);
+        current.set(s.current_revision);
+        let equivalent = m.node_equivalent_revision.get_or_create(&label);
+        equivalent.set(s.equivalent_to_revision.unwrap_or(0));
+    }
+}
+
+/// "n1 runs revision 10, equivalent to revision 11 ...", for every node that does.
+pub fn equivalent_lines(statuses: &[NodeStatus]) -> Vec<String> {
+    statuses
+        .iter()
+        .filter_map(|s| {
+            let latest = s.equivalent_to_revision?;
+            Some(format!(
+                "{} runs revision {}, equivalent to revision {latest} (its revision lacks only members added since): not restarted",
+                s.node_name, s.current_revision
+            ))
+        })
+        .collect()
+}
+
+/// Marks the nodes whose revision is equivalent to the latest ([`equivalence::equivalent`]),
+/// from the revisions' copies: a node whose etcd serves on it, or one already found equivalent
+/// to this latest revision whose etcd pod is still on it (a voter rebooting on its revision is
+/// not moved while it starts; `etcd-verify` lets its member start there).
+fn mark_equivalent(views: &mut [NodeView], p: &Pass<'_>) {
+    let latest = p.status.latest;
+    for v in views.iter_mut() {
+        let s = &v.status;
+        let known = (s.equivalent_to_revision == Some(latest)).then_some(s.current_revision);
+        let Some(serving) = v.serving_revision().or(known).filter(|r| *r < latest) else {
+            continue;
+        };
+        let target = p.o.nodes.iter().find(|n| n.target.name == v.name);
+        let Some(peer_url) = target.and_then(|n| n.target.peer_url().ok()) else {
+            continue;
+        };
+        let started = v.member.filter(|id| {
+            p.o.etcd
+                .members
+                .iter()
+                .any(|m| m.id == *id && m.is_started())
+        });
+        let pod = p.inputs.pods.iter().find(|pod| {
+            let spec_node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            let labels = pod.metadata.labels.as_ref();
+            spec_node == Some(v.name.as_str())
+                && labels.and_then(|l| l.get("app")).map(String::as_str) == Some("etcd")
+        });
+        let member = equivalence::RunningMember {
+            id: started,
+            peer_url: &peer_url,
+            serving: Some(serving),
+            pod,
+        };
+        let copies = equivalence::Copies {
+            configmaps: &p.inputs.configmaps,
+            secrets: &p.inputs.secrets,
+        };
+        let found = equivalence::equivalent(copies, &v.name, member, latest);
+        v.equivalent_to_latest = found.is_ok();
+    }
 }
 
 fn missing_pod_grace(p: &Pass<'_>) -> time::Duration {

@@ -53,6 +53,7 @@ fn node(i: u64, revision: i64, ready: bool) -> NodeView {
         member_healthy: ready,
         node_ready: true,
         serves_elsewhere: false,
+        equivalent_to_latest: false,
         etcd_stopped: None,
         status: NodeStatus {
             node_name: format!("n{i}"),
@@ -576,4 +577,58 @@ fn a_node_whose_member_serves_on_its_old_address_goes_first() {
     nodes[2].serves_elsewhere = true;
     let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0), GRACE);
     assert_eq!(installs(&d).0, "n3", "{:?}", d.action);
+}
+
+#[test]
+fn an_equivalent_node_is_not_moved_and_says_so() {
+    // n4 is the learner's node, on no revision yet; n1..n3 serve revision 10, equivalent to 11.
+    let mut nodes: Vec<NodeView> = (1..=3).map(|i| node(i, 10, true)).collect();
+    for n in &mut nodes {
+        n.equivalent_to_latest = true;
+    }
+    nodes.push(NodeView {
+        name: "n4".into(),
+        ..Default::default()
+    });
+    let view = cluster(&[true, true, true]);
+    let d = decide(&nodes, 11, &view, None, t(0), GRACE);
+    assert_eq!(installs(&d).0, "n4");
+    let equivalent: Vec<_> = d
+        .statuses
+        .iter()
+        .map(|s| (s.node_name.as_str(), s.equivalent_to_revision))
+        .collect();
+    assert_eq!(
+        equivalent,
+        [
+            ("n1", Some(11)),
+            ("n2", Some(11)),
+            ("n3", Some(11)),
+            ("n4", None)
+        ]
+    );
+    assert_eq!(
+        equivalent_lines(&d.statuses)[0],
+        "n1 runs revision 10, equivalent to revision 11 (its revision lacks only members added since): not restarted"
+    );
+    // Once n4 serves revision 11 the rollout is done: no voter restarted.
+    nodes[3] = node(4, 11, true);
+    let d = decide(&nodes, 11, &view, None, t(1), GRACE);
+    assert_eq!(d.action, RolloutAction::Done);
+    assert!(d.statuses.iter().all(|s| s.runs(11)), "{:?}", d.statuses);
+    // Rebooting on its revision, a node found equivalent stays so (its pod is still on it).
+    for n in &mut nodes {
+        n.status.equivalent_to_revision = Some(11);
+    }
+    nodes[1].pod.as_mut().unwrap().ready = false;
+    nodes[1].pod.as_mut().unwrap().running = false;
+    nodes[1].member_healthy = false;
+    let d = decide(&nodes, 11, &view, None, t(2), GRACE);
+    assert_eq!(d.action, RolloutAction::Done);
+    assert_eq!(d.statuses[1].equivalent_to_revision, Some(11));
+    // One no longer found equivalent is moved to the latest revision.
+    nodes[1].equivalent_to_latest = false;
+    let d = decide(&nodes, 11, &view, None, t(3), GRACE);
+    assert_eq!(installs(&d), ("n2".into(), 11, 1));
+    assert_eq!(d.statuses[1].equivalent_to_revision, None);
 }

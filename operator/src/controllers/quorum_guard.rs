@@ -216,7 +216,7 @@ pub fn risks(o: &Observed, guards: &[GuardPod]) -> Vec<Risk> {
     }
     let latest = o.prev.latest_available_revision;
     for s in &o.prev.node_statuses {
-        if latest > 0 && s.current_revision != latest {
+        if latest > 0 && !s.runs(latest) {
             out.push(risk(
                 Rollout,
                 format!(

@@ -34,11 +34,12 @@
 //! finds the unsafe shortcut `docs/benchmarks.md` describes (voters left on the revision before a
 //! learner was added), which is how the tests show the checker catches what it is for. So is the
 //! rule `etcd-verify` applies to a revision's member list (`etcd_verify::decide::RevisionRule`,
-//! through the same `decide_by`): the shipped exact rule, and the candidate of restart-free
-//! learner adds with its installer ([`Installer::Equivalent`]), which the search shows keeps every
-//! property, removes the shortcut's counterexample and leaves no outage mid-rollout needing an
-//! admin unless a member was removed on the way (`docs/benchmarks.md`, "The candidate rule,
-//! searched").
+//! through the same `decide_by`): the exact rule used before #36, and the rule that ships since,
+//! restart-free learner adds with the installer's equivalence ([`Installer::Equivalent`], which
+//! calls the controller's `equivalence::members_allow`). The search shows the shipped pair keeps
+//! every property, removes the shortcut's counterexample and leaves no outage mid-rollout
+//! needing an admin unless a member was removed on the way (`docs/benchmarks.md`, "The candidate
+//! rule, searched").
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -1,5 +1,6 @@
-//! The model checks: the current rules from two starting points, the unsafe shortcut caught, and
-//! the candidate rules of restart-free learner adds (#36).
+//! The model checks: the rules before #36 (every node restarts for a membership change) from two
+//! starting points, the unsafe shortcut caught, and the rules that ship, restart-free learner
+//! adds (#36).
 
 use etcd_verify::decide::RevisionRule;
 

@@ -11,6 +11,7 @@ use etcd_verify::decide::{DataDir, LiveError, Observed};
 use etcd_verify::wal::WalIdentity;
 use membership::{ClusterView, LiveMembers, Member, MemberHealth, MemberId, MemberUrl, quorum};
 
+use crate::controllers::installer::equivalence;
 use crate::podspec::paths::CertPaths;
 use crate::podspec::{EnvInput, NodeTarget, contract_env};
 
@@ -29,9 +30,10 @@ pub enum Installer {
     /// The unsafe shortcut of `docs/benchmarks.md`: a node whose started member's revision
     /// differs from the latest only by learners added since is left where it is.
     NaiveLearnerAdd,
-    /// The candidate of #36: a node whose started member is on its own data, on a rendered
+    /// What ships (#36): a node whose started member is on its own data, on a rendered
     /// revision that lists it and lists no member the latest revision does not, is
-    /// *equivalent* and left where it is (what `RevisionRule::ListedAreLive` lets restart).
+    /// *equivalent* and left where it is (what `RevisionRule::ListedAreLive` lets restart); the
+    /// member lists are compared by the installer controller's own function.
     Equivalent,
 }
 
@@ -256,12 +258,22 @@ impl World {
         }
     }
 
-    /// `rev` is rendered, lists `own` and lists no member the latest revision does not.
+    /// The installer controller's equivalence on node `n`'s rendered env: `rev` lists `own` and
+    /// no member the latest revision does not ([`equivalence::members_allow`]); the rest of a
+    /// rendered revision is the same as the latest's (the model changes only members), a
+    /// bootstrap or forged one is not.
     fn lists_only_latest(&self, rev: &Rev, latest: u8, own: (u64, u8)) -> bool {
-        let latest = &self.revs[usize::from(latest)].members;
+        let latest = &self.revs[usize::from(latest)];
+        let (Ok(ours), Ok(last)) = (self.config(own.1, rev), self.config(own.1, latest)) else {
+            return false;
+        };
+        let Some(id) = MemberId::new(own.0) else {
+            return false;
+        };
         rev.kind == RevKind::Rendered
-            && rev.members.contains(&own)
-            && rev.members.iter().all(|m| latest.contains(m))
+            && latest.kind == RevKind::Rendered
+            && equivalence::members_allow(id, &peer_url(own.1), &ours.member_ids, &last.member_ids)
+                .is_ok()
     }
 
     /// `rev` lists a subset of the latest revision's members and every extra one is a learner.

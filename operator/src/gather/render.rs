@@ -48,8 +48,10 @@ pub fn nodes(status: &EtcdClusterStatus, pods: &[Pod]) -> String {
         if let Some(s) = status.node_statuses.iter().find(|s| s.node_name == *node) {
             let _ = writeln!(
                 out,
-                "status: current revision {}, target {:?}, last failed {:?} x{} {} {}",
+                "status: current revision {}{}, target {:?}, last failed {:?} x{} {} {}",
                 s.current_revision,
+                s.equivalent_to_revision
+                    .map_or_else(String::new, |e| format!(" (equivalent to {e})")),
                 s.target_revision,
                 s.last_failed_revision,
                 s.last_failed_count,

@@ -363,7 +363,7 @@ fn rolled(before: i64, status: &EtcdClusterStatus) -> Result<String, String> {
     let behind: Vec<String> = status
         .node_statuses
         .iter()
-        .filter(|n| n.current_revision != latest)
+        .filter(|n| !n.runs(latest))
         .map(|n| format!("{} on {}", n.node_name, n.current_revision))
         .collect();
     if latest > before && behind.is_empty() && !status.node_statuses.is_empty() {

@@ -131,6 +131,9 @@ fn nodes(nodes: &[NodeStatus]) -> Vec<Vec<String>> {
                     n.etcd_stopped_by_admin
                 ));
             }
+            if let Some(e) = n.equivalent_to_revision {
+                notes.push(format!("equivalent to revision {e}"));
+            }
             if !n.etcd_pod_missing_since.is_empty() {
                 notes.push(format!("no etcd pod since {}", n.etcd_pod_missing_since));
             }

@@ -72,6 +72,11 @@ impl Metrics {
             "The revision running Ready on each node",
             self.node_current_revision.clone(),
         );
+        registry.register(
+            "node_equivalent_revision",
+            "The latest revision when the node's running revision is equivalent to it (lacks only members added since; 0: not equivalent)",
+            self.node_equivalent_revision.clone(),
+        );
     }
 
     /// Registers the learner and voter metrics: learner progress, desired voters, leader index.

@@ -206,6 +206,7 @@ impl Observed {
                         .is_some_and(|m| {
                             crate::observed::address_move::serves_elsewhere(&n.target, m)
                         }),
+                    equivalent_to_latest: false,
                     status: statuses
                         .iter()
                         .find(|s| s.node_name == *name)

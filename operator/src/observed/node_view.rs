@@ -60,6 +60,9 @@ pub struct NodeView {
     /// The member last advertised another address than the node's: the node's address changed
     /// and its etcd has not restarted there yet ([`super::address_move::serves_elsewhere`]).
     pub serves_elsewhere: bool,
+    /// The revision its etcd serves on is equivalent to the latest
+    /// ([`crate::controllers::installer::equivalence`]): filled by the installer controller.
+    pub equivalent_to_latest: bool,
 }
 
 impl NodeView {

@@ -38,6 +38,7 @@
 //! | `dangling-learner` | an admin adds a learner at an address no node has and never starts it (it would hold etcd's one learner slot): the operator removes it (`MemberOfGoneNodeRemoved`; counted in `etcd_operator_members_without_node`, alert `EtcdMemberWithoutNode`), and n4, added meanwhile, joins as the standby, the voters keeping their ids |
 //! | `consumer-reload` | a consumer declared `reload: Restart` (`deadlineSeconds: 10`) selects a pod created through the API in its own namespace, with the mirror-pod annotation on the stand-in (kube-apiserver requires `spec.nodeName` with it; no node: never run; the test plays its kubelet by writing `status.containerStatuses[].state.running.startedAt` through the status subresource); a CA rotation rolls `TrustBoth` to every node and then waits for the pod: `caRotation.waitingFor`, `etcd-operator plan` and Event `CaRotationWaitingForConsumers` name the consumer and the pod, and past the deadline `CertSignerDegraded` says `ConsumerNotReloaded` while the rotation still waits; the pod "restarts" (`startedAt` now) and the rotation goes on, waits again in `ReissueLeaves` and `DropOld` until the pod restarts, and completes with the consumer current |
 //! | `lone-voter-restart` | a one-node control plane: the quorum gate's rule 11 holds n1's first revision (restarting its only voter stops etcd); `NodeInstallerProgressing` and `etcd-operator plan` name the revision and `spec.loneVoterRestart.approvedRevision`; approved, n1 restarts into it (writes fail for the outage, none acknowledged lost); n2 and n3 join and a forced redeployment rolls all three with no approval |
+//! | `restart-free-learner-add` | n4 joins as the standby learner and no voter restarts (each voter's manifest byte-identical, its etcd the same process; status and `etcd-operator plan` say each runs its revision, equivalent to the latest); a voter left on the revision before the learner reboots while it runs; the whole control plane is powered off and on right after the add and comes back by itself; manifests forged to omit the live learner from `ETCD_MEMBER_IDS`: on n2 (a voter on its own data) etcd restarts and serves, on n4 (the learner) `etcd-verify` blocks it, reported; n5 joins (two promotions to 5 voters) while a voter on an older revision reboots, and another reboots after; the first three voters keep their member ids throughout |
 //! | `api-availability` | (the stacked control plane only: `TEST_API=kas`) ConfigMaps created through every kube-apiserver (one loop each, 2 s per create) and a watch through the endpoint that relists on 410 Gone, while the operator bootstraps 1→3, scales to 5 and back to 3, rolls a forced redeployment, defragments on request, renews kube-apiserver's client certificate (a certificate past its renewal point planted; every kube-apiserver restarted onto the renewed one), rotates the CA, replaces n2's member (data dir lost), drains n3 and loses the etcd leader to SIGKILL; per phase in the report (`api_phases`): API writes acknowledged and failed, longest API write gap, watch reconnects, relists and events missed, objects lost; nothing acknowledged may be lost, unseen, shown twice or out of order, and no resourceVersion may go backwards |
 
 mod api_availability;
@@ -70,6 +71,7 @@ mod metrics_port;
 mod node_address;
 mod node_selector;
 mod quorum_loss;
+mod restart_free;
 mod restore;
 pub mod runbook;
 mod scale_down;
@@ -85,7 +87,7 @@ use std::time::Instant;
 pub use harness::{Harness, Recovery, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 32] = [
+pub const NAMES: [&str; 33] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -117,6 +119,7 @@ pub const NAMES: [&str; 32] = [
     "dangling-learner",
     "consumer-reload",
     "lone-voter-restart",
+    "restart-free-learner-add",
     "api-availability",
 ];
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::harness::{Harness, member_ids, member_of};
 use crate::controlplane::ControlPlaneError;
+use etcd_operator::api::EtcdClusterStatus;
 
 mod member_changes;
 use member_changes::{
@@ -94,6 +95,7 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "dangling-learner" => super::dangling_learner::dangling_learner(&mut h).await,
         "consumer-reload" => super::consumer_reload::consumer_reload(&mut h).await,
         "lone-voter-restart" => super::lone_voter::lone_voter_restart(&mut h).await,
+        "restart-free-learner-add" => super::restart_free::restart_free_learner_add(&mut h).await,
         "api-availability" => super::api_availability::api_availability(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
@@ -179,6 +181,7 @@ async fn certificate_expiries(h: &mut Harness) -> Result<(), ControlPlaneError> 
     let s = h.status().await;
     let c = s
         .certificates
+        .as_ref()
         .ok_or_else(|| failed("status.certificates is missing"))?;
     let per_node = |n: &str| c.leaves.iter().filter(|l| l.node == n).count();
     let counts: Vec<usize> = ["n1", "n2", "n3"].iter().map(|n| per_node(n)).collect();
@@ -210,14 +213,20 @@ async fn certificate_expiries(h: &mut Harness) -> Result<(), ControlPlaneError> 
         c.leaves.len(),
         c.next_renewal
     ));
-    own_keys_only(h, s.latest_available_revision)
+    own_keys_only(h, &s)
 }
 
-/// Every node's revision directory holds only that node's private keys, each 0600.
-fn own_keys_only(h: &mut Harness, revision: i64) -> Result<(), ControlPlaneError> {
+/// Every node's directory of the revision it runs (the latest, or one equivalent to it) holds
+/// only that node's private keys, each 0600.
+fn own_keys_only(h: &mut Harness, s: &EtcdClusterStatus) -> Result<(), ControlPlaneError> {
     use std::os::unix::fs::PermissionsExt;
     let mut seen = Vec::new();
     for n in ["n1", "n2", "n3"] {
+        let revision = s
+            .node_statuses
+            .iter()
+            .find(|st| st.node_name == n)
+            .map_or(0, |st| st.current_revision);
         let dir = h.cp.node(n)?.root.join(format!(
             "etc/kubernetes/static-pod-resources/etcd-pod-{revision}/secrets/etcd-all-certs"
         ));
@@ -242,10 +251,10 @@ fn own_keys_only(h: &mut Harness, revision: i64) -> Result<(), ControlPlaneError
             keys.push(name);
         }
         keys.sort();
-        seen.push(format!("{n}: {}", keys.join(", ")));
+        seen.push(format!("{n} (revision {revision}): {}", keys.join(", ")));
     }
     h.step(format!(
-        "revision {revision}: each node holds only its own private keys (0600): {}",
+        "each node holds only its own private keys (0600): {}",
         seen.join("; ")
     ));
     Ok(())

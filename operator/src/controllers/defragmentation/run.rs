@@ -202,7 +202,7 @@ fn unsettled(p: &Pass<'_>, check_running: bool) -> Option<String> {
     p.status
         .node_statuses
         .iter()
-        .find(|n| n.target_revision.is_some() || n.current_revision != p.status.latest)
+        .find(|n| !n.runs(p.status.latest))
         .map(|n| {
             format!(
                 "node {} runs the latest revision {} (it runs {})",

@@ -99,6 +99,7 @@ mod tests {
             installer: None,
             node_ready: true,
             serves_elsewhere: false,
+            equivalent_to_latest: false,
             etcd_stopped: None,
             status: NodeStatus {
                 node_name: name.into(),

@@ -28,10 +28,7 @@ fn rollout_view(
     let latest = p.status.latest;
     let settled = latest > 0
         && !p.status.node_statuses.is_empty()
-        && p.status
-            .node_statuses
-            .iter()
-            .all(|n| n.current_revision == latest);
+        && p.status.node_statuses.iter().all(|n| n.runs(latest));
     let bundle = find(
         &p.inputs.configmaps,
         NS,

@@ -149,12 +149,14 @@ fn observe(node: &NodeView, latest: i64, now: OffsetDateTime, grace: time::Durat
         }
         s.target_revision = None;
     }
+    // A node without its pod keeps it until the missing-pod rule reinstalls it (current 0).
     let on_current = node
         .pod
         .as_ref()
-        .is_some_and(|p| p.revision == s.current_revision);
+        .is_none_or(|p| p.revision == s.current_revision);
     s.equivalent_to_revision = (node.equivalent_to_latest
         && s.target_revision.is_none()
+        && s.current_revision > 0
         && s.current_revision < latest
         && on_current)
         .then_some(latest);

@@ -627,8 +627,19 @@ fn an_equivalent_node_is_not_moved_and_says_so() {
     assert_eq!(d.action, RolloutAction::Done);
     assert_eq!(d.statuses[1].equivalent_to_revision, Some(11));
     // One no longer found equivalent is moved to the latest revision.
-    nodes[1].equivalent_to_latest = false;
-    let d = decide(&nodes, 11, &view, None, t(3), GRACE);
+    let mut moved = nodes.clone();
+    moved[1].equivalent_to_latest = false;
+    let d = decide(&moved, 11, &view, None, t(3), GRACE);
+    assert_eq!(installs(&d), ("n2".into(), 11, 1));
+    assert_eq!(d.statuses[1].equivalent_to_revision, None);
+    // Its manifest moved away: nothing runs to restart, so it stays equivalent through the
+    // missing-pod grace; past it, it is installed again, at the latest revision.
+    nodes[1].pod = None;
+    let d = decide(&nodes, 11, &view, None, t(4), GRACE);
+    assert_eq!(d.action, RolloutAction::Done);
+    assert_eq!(d.statuses[1].equivalent_to_revision, Some(11));
+    carry_statuses(&mut nodes, &d);
+    let d = decide(&nodes, 11, &view, None, t(4) + GRACE, GRACE);
     assert_eq!(installs(&d), ("n2".into(), 11, 1));
     assert_eq!(d.statuses[1].equivalent_to_revision, None);
 }

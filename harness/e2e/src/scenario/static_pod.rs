@@ -50,7 +50,14 @@ async fn annotate(h: &mut Harness, value: Option<&str>) -> Result<(), ControlPla
 }
 
 pub async fn static_pod_removed(h: &mut Harness) -> Result<(), ControlPlaneError> {
-    let revision = h.status().await.latest_available_revision;
+    let before = h.status().await;
+    let revision = before.latest_available_revision;
+    // Its own revision: the latest, or one equivalent to it (made before a later learner add).
+    let n2_revision = before
+        .node_statuses
+        .iter()
+        .find(|n| n.node_name == "n2")
+        .map_or(0, |n| n.current_revision);
     h.patch_spec(serde_json::json!({ "missingPodGraceSeconds": GRACE_S }))
         .await?;
     annotate(h, Some("disk check, ticket 42")).await?;
@@ -80,7 +87,7 @@ pub async fn static_pod_removed(h: &mut Harness) -> Result<(), ControlPlaneError
     .await?;
     let s = h.status().await;
     let n2 = s.node_statuses.iter().find(|n| n.node_name == "n2");
-    if manifest.exists() || n2.is_none_or(|n| n.current_revision != revision) {
+    if manifest.exists() || n2.is_none_or(|n| n.current_revision != n2_revision) {
         return Err(failed(format!(
             "n2 was touched although an admin stopped it: manifest back: {}, status {n2:?}",
             manifest.exists()

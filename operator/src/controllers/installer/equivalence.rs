@@ -327,13 +327,15 @@ fn commands(pod: &Pod) -> Vec<CommandLine> {
 }
 
 /// The pod on the node is its revision's: a manifest written by someone else (a forged one,
-/// `etcd-recover`'s) under the revision's label is never taken for the revision.
+/// `etcd-recover`'s) under the revision's label is never taken for the revision. With no pod
+/// there is nothing to compare, and nothing running to restart: whether to install again is
+/// the missing-pod rule's to say (its grace, an admin's `etcd-stopped`).
 fn on_node_is(revision: &NodeRevision, pod: Option<&Pod>) -> Result<(), Difference> {
     match pod {
-        Some(p) if commands(p) == commands(&revision.pod) => Ok(()),
-        _ => Err(Difference::Content(
+        Some(p) if commands(p) != commands(&revision.pod) => Err(Difference::Content(
             "the manifest on the node and its revision",
         )),
+        _ => Ok(()),
     }
 }
 

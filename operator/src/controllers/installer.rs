@@ -39,6 +39,7 @@ use crate::metrics::NodeLabel;
 pub use crate::observed::node_view::{
     InstallerPhase, InstallerState, NodeView, PodState, STARTING_REQUEUE, STARTING_WINDOW,
 };
+use crate::observed::objects;
 use crate::pass::Pass;
 use crate::podspec::STATIC_POD_NAMESPACE as NS;
 use node_problems::missing_pod_line;
@@ -385,7 +386,7 @@ pub async fn reconcile(
         .iter()
         .map(|s| (s.node_name.clone(), s.current_revision))
         .collect();
-    let prunable = crate::observed::objects::prunable_installers(&p.inputs.pods, &current);
+    let prunable = objects::prunable_installers(&p.inputs.pods, &current);
     if !prunable.is_empty() {
         p.next(
             NAME,
@@ -453,12 +454,7 @@ fn mark_equivalent(views: &mut [NodeView], p: &Pass<'_>) {
                 .iter()
                 .any(|m| m.id == *id && m.is_started())
         });
-        let pod = p.inputs.pods.iter().find(|pod| {
-            let spec_node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-            let labels = pod.metadata.labels.as_ref();
-            spec_node == Some(v.name.as_str())
-                && labels.and_then(|l| l.get("app")).map(String::as_str) == Some("etcd")
-        });
+        let pod = objects::etcd_pod_of(&p.inputs.pods, &v.name);
         let member = equivalence::RunningMember {
             id: started,
             peer_url: &peer_url,

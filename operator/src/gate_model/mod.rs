@@ -36,10 +36,14 @@
 //! rule `etcd-verify` applies to a revision's member list (`etcd_verify::decide::RevisionRule`,
 //! through the same `decide_by`): the exact rule used before #36, and the rule that ships since,
 //! restart-free learner adds with the installer's equivalence ([`Installer::Equivalent`], which
-//! calls the controller's `equivalence::members_allow`). The search shows the shipped pair keeps
-//! every property, removes the shortcut's counterexample and leaves no outage mid-rollout
-//! needing an admin unless a member was removed on the way (`docs/benchmarks.md`, "The candidate
-//! rule, searched").
+//! calls the controller's `equivalence::members_allow`). Up to two changes and one fault (3 → 4,
+//! 3 → 5) or one change and two faults, and from one voter to three with two of each, the search
+//! shows the shipped pair keeps every property, removes the shortcut's counterexample and leaves
+//! no outage mid-rollout needing an admin unless a member was removed on the way. With two
+//! changes and two faults on four nodes it finds one class of violation, under either rule: a
+//! removed member restarting on its own data after a power loss in a replacement's window
+//! (`docs/benchmarks.md`, "The shipped rules at wider bounds"; `docs/architecture.md`, "Known
+//! gap").
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

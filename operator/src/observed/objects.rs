@@ -123,6 +123,19 @@ fn pod_node(pod: &Pod) -> Option<&str> {
     pod.spec.as_ref()?.node_name.as_deref()
 }
 
+/// An etcd static pod's mirror pod: labelled `app=etcd`.
+fn is_etcd_pod(pod: &Pod) -> bool {
+    let labels = pod.metadata.labels.as_ref();
+    labels.and_then(|l| l.get("app")).map(String::as_str) == Some("etcd")
+}
+
+/// The etcd pod the API lists on `node`, if any (the last listed, as [`etcd_pods`] keeps it).
+pub fn etcd_pod_of<'a>(pods: &'a [Pod], node: &str) -> Option<&'a Pod> {
+    pods.iter()
+        .rev()
+        .find(|pod| is_etcd_pod(pod) && pod_node(pod) == Some(node))
+}
+
 fn revision_of(pod: &Pod) -> Option<i64> {
     pod.metadata
         .labels
@@ -136,8 +149,7 @@ fn revision_of(pod: &Pod) -> Option<i64> {
 pub fn etcd_pods(pods: &[Pod]) -> BTreeMap<String, (PodState, Option<VerifyReport>)> {
     let mut out = BTreeMap::new();
     for pod in pods {
-        let labels = pod.metadata.labels.clone().unwrap_or_default();
-        if labels.get("app").map(String::as_str) != Some("etcd") {
+        if !is_etcd_pod(pod) {
             continue;
         }
         let Some(node) = pod_node(pod) else { continue };

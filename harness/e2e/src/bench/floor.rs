@@ -1,5 +1,6 @@
 //! The etcd floor: a learner added, started and promoted directly with etcd's API on a 3-member
-//! mTLS cluster of the fixture (no operator, no Kubernetes), with the same data in it.
+//! mTLS cluster of the fixture (no operator, no Kubernetes), with the same data in it, under the
+//! same write probe as the operator's scale-up.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -7,6 +8,7 @@ use std::time::{Duration, Instant};
 use etcd_fixture::{ClusterSpec, EtcdCluster};
 
 use super::fill::{FillReport, Size, db_size, fill};
+use super::probe::{Probe, longest_gap_ms};
 
 /// One floor measurement, milliseconds from the start of `add_learner`.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -17,6 +19,11 @@ pub struct FloorReport {
     pub learner_added_ms: f64,
     pub learner_started_ms: f64,
     pub promoted_ms: f64,
+    /// The same write probe as the operator's scale-up, from the add to the promotion: etcd's
+    /// own write gaps while a learner joins (its snapshot sent, received and applied).
+    pub probe_writes: usize,
+    pub probe_failed: usize,
+    pub probe_longest_gap_ms: f64,
 }
 
 /// etcd refuses membership changes for about 5 s after a cluster starts.
@@ -35,6 +42,7 @@ pub async fn measure(size: &Size) -> Result<FloorReport, String> {
     }
     let t0 = Instant::now();
     let ms = |t: Instant| t.duration_since(t0).as_secs_f64() * 1000.0;
+    let probe = Probe::on(cluster.client().map_err(|e| e.to_string())?, t0);
     let id = cluster
         .add_learner("n4")
         .await
@@ -60,6 +68,7 @@ pub async fn measure(size: &Size) -> Result<FloorReport, String> {
         }
     }
     let promoted = Instant::now();
+    let writes = probe.finish().await;
     Ok(FloorReport {
         size: size.label.clone(),
         db_bytes,
@@ -67,5 +76,8 @@ pub async fn measure(size: &Size) -> Result<FloorReport, String> {
         learner_added_ms: ms(added),
         learner_started_ms: ms(spawned),
         promoted_ms: ms(promoted),
+        probe_writes: writes.len(),
+        probe_failed: writes.iter().filter(|w| !w.ok).count(),
+        probe_longest_gap_ms: longest_gap_ms(&writes),
     })
 }

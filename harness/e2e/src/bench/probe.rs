@@ -1,6 +1,6 @@
 //! A light write probe for the scale-up timeline: one small put every 50 ms through the voters'
-//! published endpoints with the operator's client certificate, each put's start and latency
-//! recorded (acknowledged or not).
+//! published endpoints with the operator's client certificate (or, for the etcd floor, through
+//! the fixture cluster's client), each put's start and latency recorded (acknowledged or not).
 //!
 //! It fails over the way kube-apiserver's etcd client does: every published endpoint, the last
 //! one that answered first, each attempt bounded by [`ATTEMPT_TIMEOUT`], and a failed attempt
@@ -68,23 +68,35 @@ async fn put_with_failover(c: &EtcdClient, first: &mut usize, key: &str) -> bool
 }
 
 impl Probe {
+    /// Probes the control plane's published endpoints (read through `client`).
     pub fn start(client: Client, origin: Instant) -> Self {
+        Self::spawn(Some(client), None, origin)
+    }
+
+    /// Probes a fixed etcd client: the floor's fixture cluster, with no Kubernetes around it.
+    pub fn on(etcd: EtcdClient, origin: Instant) -> Self {
+        Self::spawn(None, Some(etcd), origin)
+    }
+
+    fn spawn(kube: Option<Client>, fixed: Option<EtcdClient>, origin: Instant) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let writes = Arc::new(Mutex::new(Vec::new()));
         let (s, w) = (stop.clone(), writes.clone());
         let task = tokio::spawn(async move {
-            let mut etcd: Option<EtcdClient> = None;
+            let mut etcd: Option<EtcdClient> = fixed;
             let mut read_at: Option<Instant> = None;
             let mut first = 0usize;
             let mut seq = 0u64;
             while !s.load(Ordering::SeqCst) {
-                if read_at.is_none_or(|at| at.elapsed() > Duration::from_secs(1)) {
+                if let Some(client) = kube.as_ref()
+                    && read_at.is_none_or(|at| at.elapsed() > Duration::from_secs(1))
+                {
                     read_at = Some(Instant::now());
-                    let endpoints = published_endpoints(&client, STATIC_NS).await;
+                    let endpoints = published_endpoints(client, STATIC_NS).await;
                     if etcd
                         .as_ref()
                         .is_none_or(|c| c.endpoints() != endpoints.as_slice())
-                        && let Ok(tls) = operator_tls(&client, OPERATOR_NS).await
+                        && let Ok(tls) = operator_tls(client, OPERATOR_NS).await
                         && let Ok(c) = EtcdClient::with_pem(endpoints, Some(&tls), ATTEMPT_TIMEOUT)
                     {
                         etcd = Some(c);

@@ -62,20 +62,23 @@ fn scaleup_tables(s: &mut String, r: &BenchReport) {
     );
     let _ = writeln!(
         s,
-        "| database | Node Ready after add | revisions created | probe puts (failed) | longest probe gap | operator CPU | operator max RSS | API requests (by kind) |"
+        "| database | Node Ready after add | revisions created | probe puts (failed) | longest probe gap | floor: probe puts (failed), longest gap | operator CPU | operator max RSS | API requests (by kind) |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|");
     for x in &r.scaleup {
         let o = &x.operator;
         let _ = writeln!(
             s,
-            "| {} | {:.2} s | {} | {} ({}) | {:.0} ms | {:.1}% of a core ({:.2} s) | {:.1} MiB | {} ({}) |",
+            "| {} | {:.2} s | {} | {} ({}) | {:.0} ms | {} ({}), {:.0} ms | {:.1}% of a core ({:.2} s) | {:.1} MiB | {} ({}) |",
             x.size,
             o.phases.node_ready_after_add_s,
             o.phases.revisions_created,
             o.probe_writes,
             o.probe_failed,
             o.probe_longest_gap_ms,
+            x.floor.probe_writes,
+            x.floor.probe_failed,
+            x.floor.probe_longest_gap_ms,
             o.cost.cpu_percent,
             o.cost.cpu_s,
             o.cost.max_rss_kib as f64 / 1024.0,

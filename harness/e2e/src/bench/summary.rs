@@ -22,6 +22,8 @@ pub struct SizeSummary {
     pub max_restarts_per_existing_member: u32,
     pub longest_write_gap_ms: f64,
     pub failed_writes: usize,
+    /// The same probe's longest gap on the floor cluster (add → promoted): etcd's own.
+    pub floor_longest_write_gap_ms: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -126,6 +128,7 @@ fn size_summary(size: &str, floor_ms: f64, ratio: f64, op: &ScaleUpReport) -> Si
         max_restarts_per_existing_member,
         longest_write_gap_ms: op.probe_longest_gap_ms,
         failed_writes: op.probe_failed,
+        floor_longest_write_gap_ms: 0.0,
     }
 }
 
@@ -140,7 +143,10 @@ pub fn summarize(r: &BenchReport) -> Summary {
         sizes: r
             .scaleup
             .iter()
-            .map(|x| size_summary(&x.size, x.floor.promoted_ms, x.ratio, &x.operator))
+            .map(|x| SizeSummary {
+                floor_longest_write_gap_ms: x.floor.probe_longest_gap_ms,
+                ..size_summary(&x.size, x.floor.promoted_ms, x.ratio, &x.operator)
+            })
             .collect(),
         idle: r.idle.as_ref().map(idle_summary),
         idle_at_scale: r.idle_at_scale.as_ref().map(|w| AtScaleSummary {

@@ -104,7 +104,16 @@ pub fn revision_changes(samples: &[Sample]) -> BTreeMap<String, u32> {
     changes
 }
 
-fn size_summary(size: &str, floor_ms: f64, ratio: f64, op: &ScaleUpReport) -> SizeSummary {
+/// What a scale-up's status samples and probe show of the operator, for a size or a growth step.
+struct OperatorFigures {
+    revisions_created: i64,
+    new_member_restarts: u32,
+    max_restarts_per_existing_member: u32,
+    longest_write_gap_ms: f64,
+    failed_writes: usize,
+}
+
+fn operator_figures(op: &ScaleUpReport) -> OperatorFigures {
     let changes = revision_changes(&op.samples);
     let new_member_restarts = op
         .nodes
@@ -118,17 +127,28 @@ fn size_summary(size: &str, floor_ms: f64, ratio: f64, op: &ScaleUpReport) -> Si
         .map(|(_, c)| *c)
         .max()
         .unwrap_or(0);
-    SizeSummary {
-        size: size.to_owned(),
-        floor_s: floor_ms / 1000.0,
-        scaleup_s: op.phases.done_s,
-        ratio,
+    OperatorFigures {
         revisions_created: op.phases.revisions_created,
         new_member_restarts,
         max_restarts_per_existing_member,
         longest_write_gap_ms: op.probe_longest_gap_ms,
         failed_writes: op.probe_failed,
-        floor_longest_write_gap_ms: 0.0,
+    }
+}
+
+fn size_summary(x: &super::run::SizeResult) -> SizeSummary {
+    let op = operator_figures(&x.operator);
+    SizeSummary {
+        size: x.size.clone(),
+        floor_s: x.floor.promoted_ms / 1000.0,
+        scaleup_s: x.operator.phases.done_s,
+        ratio: x.ratio,
+        revisions_created: op.revisions_created,
+        new_member_restarts: op.new_member_restarts,
+        max_restarts_per_existing_member: op.max_restarts_per_existing_member,
+        longest_write_gap_ms: op.longest_write_gap_ms,
+        failed_writes: op.failed_writes,
+        floor_longest_write_gap_ms: x.floor.probe_longest_gap_ms,
     }
 }
 
@@ -140,14 +160,7 @@ pub fn summarize(r: &BenchReport) -> Summary {
         } else {
             "release"
         },
-        sizes: r
-            .scaleup
-            .iter()
-            .map(|x| SizeSummary {
-                floor_longest_write_gap_ms: x.floor.probe_longest_gap_ms,
-                ..size_summary(&x.size, x.floor.promoted_ms, x.ratio, &x.operator)
-            })
-            .collect(),
+        sizes: r.scaleup.iter().map(size_summary).collect(),
         idle: r.idle.as_ref().map(idle_summary),
         idle_at_scale: r.idle_at_scale.as_ref().map(|w| AtScaleSummary {
             worker_nodes: w.worker_nodes,
@@ -161,12 +174,12 @@ pub fn summarize(r: &BenchReport) -> Summary {
             .growth
             .iter()
             .map(|g| {
-                let one = size_summary("", g.floor_ms_per_member, g.ratio, &g.operator);
+                let one = operator_figures(&g.operator);
                 GrowthSummary {
                     from: g.from,
                     to: g.to,
-                    floor_s_per_member: one.floor_s,
-                    scaleup_s: one.scaleup_s,
+                    floor_s_per_member: g.floor_ms_per_member / 1000.0,
+                    scaleup_s: g.operator.phases.done_s,
                     ratio: g.ratio,
                     revisions_created: one.revisions_created,
                     max_restarts_per_existing_member: one.max_restarts_per_existing_member,

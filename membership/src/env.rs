@@ -196,6 +196,15 @@ impl MemberIds {
         self.0.iter().find(|(_, u)| *u == url).map(|(id, _)| *id)
     }
 
+    /// The member this list names for `url` when etcd no longer has it (`live`: the ids etcd
+    /// has now): one removed since the list was made. A revision listing it for its own node's
+    /// URL is one on which `etcd-verify`, with no endpoint answering, starts that removed member
+    /// on its old data; the operator adds no learner for that URL until the node has moved off
+    /// it (#36).
+    pub fn removed_at(&self, url: &MemberUrl, live: &[MemberId]) -> Option<MemberId> {
+        self.id_for_url(url).filter(|id| !live.contains(id))
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (MemberId, &MemberUrl)> {
         self.0.iter().map(|(k, v)| (*k, v))
     }
@@ -257,6 +266,17 @@ mod tests {
 
     fn url(s: &str) -> MemberUrl {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn removed_at_names_only_a_listed_member_etcd_no_longer_has() {
+        let ids = MemberIds::parse("a=https://10.0.0.1:2380,b=https://10.0.0.2:2380").unwrap();
+        let a: MemberId = "a".parse().unwrap();
+        let b: MemberId = "b".parse().unwrap();
+        let n1 = url("https://10.0.0.1:2380");
+        assert_eq!(ids.removed_at(&n1, &[a, b]), None);
+        assert_eq!(ids.removed_at(&n1, &[b]), Some(a));
+        assert_eq!(ids.removed_at(&url("https://10.0.0.3:2380"), &[b]), None);
     }
 
     #[test]

@@ -118,6 +118,8 @@ pub enum Reason {
     EtcdNotReady,
     LearnerAdded,
     LearnerPending,
+    /// A learner add waits until the node's etcd pod no longer lists its removed member.
+    RemovedMemberListed,
     LearnerCatchingUp,
     LearnerNotCatchingUp,
     LearnerPromoted,
@@ -184,6 +186,7 @@ impl Reason {
             Reason::EtcdNotReady => "EtcdNotReady",
             Reason::LearnerAdded => "LearnerAdded",
             Reason::LearnerPending => "LearnerPending",
+            Reason::RemovedMemberListed => "RemovedMemberListed",
             Reason::LearnerCatchingUp => "LearnerCatchingUp",
             Reason::LearnerNotCatchingUp => "LearnerNotCatchingUp",
             Reason::LearnerPromoted => "LearnerPromoted",

@@ -8,8 +8,9 @@
 //! the quorum gate refuses.
 //!
 //! [`decide`] is pure. It first folds what it observes into each node's status (a pod on a newer
-//! revision whose etcd serves, [`NodeView::serving_revision`], becomes `currentRevision`; a
-//! failed installer becomes `lastFailed*`), then picks at most one action:
+//! revision whose etcd serves, [`NodeView::serving_revision`], becomes `currentRevision`, as does
+//! the pod's revision on a node without a member; a failed installer becomes `lastFailed*`),
+//! then picks at most one action:
 //! * a node already moving (`targetRevision` set) is followed to the end: its installer runs, then
 //!   its etcd must serve on the target; a newer revision supersedes the target once the
 //!   installer finished (the node moves straight on, without waiting on a stale one);
@@ -122,6 +123,15 @@ fn observe(node: &NodeView, latest: i64, now: OffsetDateTime, grace: time::Durat
         && revision > s.current_revision
     {
         s.current_revision = revision;
+    }
+    // A node without a member (its member removed, no learner added yet) has nothing to serve:
+    // it is on the revision its pod runs, where `etcd-verify` archives the removed member's data
+    // and waits. It holds no other node's move meanwhile.
+    if node.member.is_none()
+        && let Some(pod) = &node.pod
+        && pod.revision > s.current_revision
+    {
+        s.current_revision = pod.revision;
     }
     // An installer for a newer revision is a move in flight even if its target was never written
     // (the operator crashed between creating the pod and writing status).

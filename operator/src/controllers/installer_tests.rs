@@ -643,3 +643,40 @@ fn an_equivalent_node_is_not_moved_and_says_so() {
     assert_eq!(installs(&d), ("n2".into(), 11, 1));
     assert_eq!(d.statuses[1].equivalent_to_revision, None);
 }
+
+/// n2's member was removed (its etcd down): n2 goes first to the revision without it, and once
+/// its pod runs that revision it is on it (nothing to serve) and holds no other node's move.
+#[test]
+fn a_node_without_a_member_moves_first_and_rests_on_its_pod_s_revision() {
+    let mut n2 = node(2, 4, false);
+    n2.member = None;
+    n2.member_healthy = false;
+    n2.status.current_revision = 4;
+    let nodes = vec![node(1, 4, true), n2.clone(), node(3, 4, true)];
+    let mut two_voters = cluster(&[true, true, true]);
+    two_voters
+        .members
+        .retain(|m| m.member.id != MemberId::new(2).unwrap());
+    let d = decide(&nodes, 5, &two_voters, None, t(0), GRACE);
+    assert_eq!(installs(&d), ("n2".into(), 5, 1));
+    // Its installer finished and the kubelet runs revision 5 there: etcd-verify waits for the
+    // learner, and n2 is on revision 5; the next node moves.
+    n2.pod.as_mut().unwrap().revision = 5;
+    n2.status.target_revision = Some(5);
+    n2.installer = Some(InstallerState {
+        revision: 5,
+        attempt: 1,
+        phase: InstallerPhase::Succeeded,
+    });
+    let nodes = vec![node(1, 4, true), n2, node(3, 4, true)];
+    let d = decide(&nodes, 5, &two_voters, None, t(1), GRACE);
+    let s2 = d.statuses.iter().find(|s| s.node_name == "n2").unwrap();
+    assert_eq!((s2.current_revision, s2.target_revision), (5, None));
+    // n1 is next (with two voters left, the gate holds its restart until the learner joins).
+    match &d.action {
+        RolloutAction::Denied { node, denial } => {
+            assert_eq!((node.as_str(), denial.rule), ("n1", DenyRule::LoneVoter));
+        }
+        other => panic!("expected n1 to be next, got {other:?}"),
+    }
+}

@@ -5,15 +5,18 @@
 //! ([`render_all`], pure): one manifest per node that has a member, rendered with the revision
 //! left as a token (the revision controller fills it in), deterministic so an unchanged input
 //! never makes a new revision. Writes: ConfigMap `etcd-pod` (one key per node). A node without
-//! a member gets no manifest: it first joins as a learner. Nothing else follows while no node
-//! has a member. An etcd image the version policy refuses ([`crate::etcd_version`]: below the
+//! a member gets no manifest (it first joins as a learner), except one that still runs an etcd
+//! pod after its member was removed: its manifest lists the live members and none of its own,
+//! so `etcd-verify` there archives the removed member's data and waits for the new learner
+//! ([`crate::observed::Observed::rolled_nodes`]). Nothing else follows while no node has a
+//! member. An etcd image the version policy refuses ([`crate::etcd_version`]: below the
 //! cluster version, skipping a minor, below the patch floor of an upgrade, a known-bad release,
 //! no version known) is a permanent error before anything is rendered, so no revision is made
 //! and no etcd restarts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use membership::{Member, MemberId};
+use membership::Member;
 
 use crate::api::EtcdClusterSpec;
 use crate::category::Category;
@@ -29,10 +32,11 @@ use crate::retry::ErrorKind;
 
 const NAME: ControllerName = ControllerName::TargetConfig;
 
-/// `pod-<node>.yaml` → manifest, for every node that has a member.
+/// `pod-<node>.yaml` → manifest, for every node in `rolled`
+/// ([`crate::observed::Observed::rolled_nodes`]).
 pub fn render_all(
     nodes: &[ControlPlaneNode],
-    by_node: &BTreeMap<String, MemberId>,
+    rolled: &BTreeSet<String>,
     members: &[Member],
     spec: &EtcdClusterSpec,
     images: &Images,
@@ -40,7 +44,7 @@ pub fn render_all(
 ) -> Result<BTreeMap<String, String>, RenderError> {
     let all: Vec<NodeTarget> = nodes.iter().map(|n| n.target.clone()).collect();
     let mut out = BTreeMap::new();
-    for t in all.iter().filter(|t| by_node.contains_key(&t.name)) {
+    for t in all.iter().filter(|t| rolled.contains(&t.name)) {
         let text = render_pod(&PodInput {
             node: t,
             nodes: &all,
@@ -107,7 +111,7 @@ pub async fn reconcile(
     }
     let pods = render_all(
         &p.o.nodes,
-        &p.o.by_node,
+        &p.o.rolled_nodes(),
         &p.o.etcd.members,
         &p.o.spec,
         &p.ctx.config.images,

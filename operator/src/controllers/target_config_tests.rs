@@ -1,8 +1,8 @@
-//! Target config: one manifest per node with a member, deterministic.
+//! Target config: one manifest per rolled node, deterministic.
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use membership::MemberUrl;
+use membership::{MemberId, MemberUrl};
 
 use super::*;
 use crate::podspec::REVISION_TOKEN;
@@ -38,20 +38,18 @@ fn images() -> Images {
     }
 }
 
-fn by_node(ids: &[(&str, u64)]) -> BTreeMap<String, MemberId> {
-    ids.iter()
-        .map(|(n, i)| ((*n).to_owned(), MemberId::new(*i).unwrap()))
-        .collect()
+fn rolled(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|n| (*n).to_owned()).collect()
 }
 
 fn render(
     nodes: &[ControlPlaneNode],
-    by_node: &BTreeMap<String, MemberId>,
+    rolled: &BTreeSet<String>,
     members: &[Member],
 ) -> BTreeMap<String, String> {
     render_all(
         nodes,
-        by_node,
+        rolled,
         members,
         &EtcdClusterSpec::default(),
         &images(),
@@ -60,17 +58,17 @@ fn render(
     .unwrap()
 }
 
-/// (name, nodes, node → member, members, expected keys)
+/// (name, nodes, nodes to render, members, expected keys)
 type RenderCase = (
     &'static str,
     Vec<ControlPlaneNode>,
-    BTreeMap<String, MemberId>,
+    BTreeSet<String>,
     Vec<Member>,
     Vec<&'static str>,
 );
 
 #[test]
-fn only_nodes_with_a_member_get_a_manifest() {
+fn only_the_rolled_nodes_get_a_manifest() {
     let three = || vec![node(1), node(2), node(3)];
     let mut unready = three();
     unready[1].ready = false;
@@ -79,42 +77,42 @@ fn only_nodes_with_a_member_get_a_manifest() {
         (
             "no member anywhere",
             three(),
-            BTreeMap::new(),
+            BTreeSet::new(),
             Vec::new(),
             vec![],
         ),
         (
             "no node at all",
             Vec::new(),
-            by_node(&[("n1", 1)]),
+            rolled(&["n1"]),
             vec![voter(1)],
             vec![],
         ),
         (
             "one member of three nodes",
             three(),
-            by_node(&[("n1", 1)]),
+            rolled(&["n1"]),
             vec![voter(1)],
             vec!["pod-n1.yaml"],
         ),
         (
             "two members of three nodes",
             three(),
-            by_node(&[("n1", 1), ("n3", 3)]),
+            rolled(&["n1", "n3"]),
             vec![voter(1), voter(3)],
             vec!["pod-n1.yaml", "pod-n3.yaml"],
         ),
         (
             "a member of a node that is not a control-plane node",
             three(),
-            by_node(&[("n9", 9)]),
+            rolled(&["n9"]),
             Vec::new(),
             vec![],
         ),
         (
             "an unstarted learner's node is rendered",
             three(),
-            by_node(&[("n1", 1), ("n2", 2)]),
+            rolled(&["n1", "n2"]),
             vec![
                 voter(1),
                 Member::unstarted_learner(
@@ -125,15 +123,15 @@ fn only_nodes_with_a_member_get_a_manifest() {
             vec!["pod-n1.yaml", "pod-n2.yaml"],
         ),
         (
-            "readiness and deletion do not matter, the member does",
+            "readiness and deletion do not matter, being rolled does",
             unready,
-            by_node(&[("n1", 1), ("n2", 2), ("n3", 3)]),
+            rolled(&["n1", "n2", "n3"]),
             vec![voter(1), voter(2), voter(3)],
             vec!["pod-n1.yaml", "pod-n2.yaml", "pod-n3.yaml"],
         ),
     ];
-    for (name, nodes, by_node, members, want) in cases {
-        let out = render(&nodes, &by_node, &members);
+    for (name, nodes, rolled, members, want) in cases {
+        let out = render(&nodes, &rolled, &members);
         let keys: Vec<&str> = out.keys().map(String::as_str).collect();
         assert_eq!(keys, want, "case: {name}");
         for (key, text) in &out {
@@ -158,11 +156,25 @@ fn only_nodes_with_a_member_get_a_manifest() {
 }
 
 #[test]
+fn a_node_whose_member_was_removed_lists_the_live_members_and_none_of_its_own() {
+    let nodes = [node(1), node(2), node(3)];
+    let out = render(&nodes, &rolled(&["n1", "n2", "n3"]), &[voter(1), voter(3)]);
+    let n2 = &out["pod-n2.yaml"];
+    let ids =
+        "name: ETCD_MEMBER_IDS\n      value: \"1=https://10.0.0.1:2380,3=https://10.0.0.3:2380\"";
+    assert!(n2.contains(ids), "{n2}");
+    assert!(
+        n2.contains("ETCD_INITIAL_CLUSTER_STATE\n      value: \"existing\""),
+        "{n2}"
+    );
+}
+
+#[test]
 fn each_node_gets_its_own_manifest() {
     let nodes = [node(1), node(2), node(3)];
     let out = render(
         &nodes,
-        &by_node(&[("n1", 1), ("n2", 2), ("n3", 3)]),
+        &rolled(&["n1", "n2", "n3"]),
         &[voter(1), voter(2), voter(3)],
     );
     assert_eq!(out.len(), 3);
@@ -174,7 +186,7 @@ fn each_node_gets_its_own_manifest() {
 #[test]
 fn rendering_is_deterministic() {
     let nodes = [node(1), node(2), node(3)];
-    let ids = by_node(&[("n1", 1), ("n2", 2), ("n3", 3)]);
+    let ids = rolled(&["n1", "n2", "n3"]);
     let members = [voter(1), voter(2), voter(3)];
     let first = render(&nodes, &ids, &members);
     let second = render(&nodes, &ids, &members);
@@ -197,7 +209,7 @@ fn rendering_is_deterministic() {
 fn every_manifest_carries_the_cluster_token_once_known() {
     let nodes = [node(1), node(2), node(3)];
     let members = [voter(1), voter(2), voter(3)];
-    let ids = by_node(&[("n1", 1), ("n2", 2), ("n3", 3)]);
+    let ids = rolled(&["n1", "n2", "n3"]);
     let spec = EtcdClusterSpec::default();
     let with = |token| render_all(&nodes, &ids, &members, &spec, &images(), token).unwrap();
     let line = "name: ETCD_INITIAL_CLUSTER_TOKEN\n      value: \"etcd-0123abcd\"";

@@ -218,7 +218,7 @@ fn fault(w: &mut World, effect: impl FnOnce(&mut World)) -> bool {
 }
 
 fn add_learner(w: &mut World, n: u8) -> bool {
-    if w.changes_left == 0 || w.member_of(n).is_some() {
+    if w.changes_left == 0 || w.member_of(n).is_some() || w.removed_listed(n) {
         return false;
     }
     let action = Action::AddLearner {

@@ -236,7 +236,30 @@ impl World {
         u8::try_from(self.nodes.len()).unwrap_or(u8::MAX)
     }
 
-    /// Whether the installer, with `policy`, would still move node `n`.
+    /// Membership's hold on a learner add for node `n`
+    /// ([`membership::MemberIds::removed_at`], the operator's rule): the revision laid down on
+    /// `n` lists, for `n`'s peer URL, a member etcd no longer has.
+    pub fn removed_listed(&self, n: u8) -> bool {
+        let Some(rev) = self.nodes[usize::from(n)].rev else {
+            return false;
+        };
+        let Ok(config) = self.config(n, &self.revs[usize::from(rev)]) else {
+            return false;
+        };
+        let live: Vec<MemberId> = self
+            .members
+            .iter()
+            .filter_map(|m| MemberId::new(m.id))
+            .collect();
+        config
+            .member_ids
+            .removed_at(&config.peer_url, &live)
+            .is_some()
+    }
+
+    /// Whether the installer, with `policy`, would still move node `n`: never a node with
+    /// neither a member nor a revision laid down (the real installer moves a node without a
+    /// member only while it still runs an etcd pod, `Observed::rolled_nodes`).
     pub fn needs_roll(&self, n: u8, policy: Installer) -> bool {
         let Some(latest) = self.latest else {
             return false;
@@ -254,6 +277,7 @@ impl World {
             {
                 !self.lists_only_latest(&self.revs[usize::from(rev)], latest, (own.id, n))
             }
+            (_, None, None) => false,
             _ => true,
         }
     }

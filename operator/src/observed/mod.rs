@@ -10,7 +10,7 @@ pub mod address_move;
 pub mod node_view;
 pub mod objects;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -184,11 +184,38 @@ impl Observed {
             .collect()
     }
 
-    /// What the decision sees of each node that has a member.
-    pub fn node_views(&self, statuses: &[NodeStatus]) -> Vec<NodeView> {
+    /// The nodes `target_config` renders a manifest for and the installer moves: every node
+    /// with a member, and a node without one that still runs an etcd pod (its member was removed
+    /// while that pod's revision still names it) unless it is leaving or its member is only
+    /// waiting to follow it to a new address. Such a node gets a revision listing no member of
+    /// its own, on which `etcd-verify` archives the removed member's data and waits, before
+    /// membership adds it again ([`removed_listed`]).
+    pub fn rolled_nodes(&self) -> BTreeSet<String> {
+        let moving: BTreeSet<String> = self.address_moves().into_iter().map(|m| m.node).collect();
         self.nodes
             .iter()
-            .filter(|n| self.by_node.contains_key(&n.target.name))
+            .filter(|n| {
+                let name = &n.target.name;
+                self.by_node.contains_key(name)
+                    || (n.leaving().is_none()
+                        && self.pods.contains_key(name)
+                        && !moving.contains(name))
+            })
+            .map(|n| n.target.name.clone())
+            .collect()
+    }
+
+    /// What the decision sees of each node the installer moves ([`Self::rolled_nodes`]; one
+    /// without a member only while it is Ready: its installer could not run otherwise, and a
+    /// move that cannot finish would hold every other node's).
+    pub fn node_views(&self, statuses: &[NodeStatus]) -> Vec<NodeView> {
+        let rolled = self.rolled_nodes();
+        self.nodes
+            .iter()
+            .filter(|n| {
+                let name = &n.target.name;
+                self.by_node.contains_key(name) || (n.ready && rolled.contains(name))
+            })
             .map(|n| {
                 let name = &n.target.name;
                 let member = self.by_node.get(name).copied();
@@ -249,6 +276,40 @@ pub fn members_by_node(
         .collect()
 }
 
+/// A node's etcd pod still names, for the node's own peer URL, a member etcd no longer has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemovedListed {
+    /// The removed member.
+    pub id: MemberId,
+    /// The revision the pod runs.
+    pub revision: i64,
+}
+
+/// Per node: the removed member its etcd pod (the kubelet's mirror of the manifest on disk)
+/// still lists for the node's peer URL ([`membership::MemberIds::removed_at`]). With no
+/// endpoint answering, `etcd-verify` would start that member on its old data, so membership
+/// adds no learner for the node while it is listed.
+pub fn removed_listed(
+    nodes: &[ControlPlaneNode],
+    pods: &[Pod],
+    etcd: &EtcdObservation,
+) -> BTreeMap<String, RemovedListed> {
+    let live: Vec<MemberId> = etcd.members.iter().map(|m| m.id).collect();
+    nodes
+        .iter()
+        .filter_map(|n| {
+            let url = n.target.peer_url().ok()?;
+            let pod = objects::etcd_pod_of(pods, &n.target.name)?;
+            let listed = objects::etcd_env(pod, "ETCD_MEMBER_IDS")?;
+            let id = membership::MemberIds::parse(&listed)
+                .ok()?
+                .removed_at(&url, &live)?;
+            let revision = objects::revision_of(pod)?;
+            Some((n.target.name.clone(), RemovedListed { id, revision }))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,6 +330,88 @@ mod tests {
             cluster: Some(cluster),
             ..Inputs::default()
         }
+    }
+
+    fn node_object(i: u8, ready: bool) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("n{i}"), "labels": {crate::api::CONTROL_PLANE_LABEL: ""}},
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": format!("10.0.0.{i}")}],
+                "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]
+            }
+        }))
+        .unwrap()
+    }
+
+    /// n`i`'s etcd mirror pod on `revision`, listing members 1..=3 (member i on n`i`).
+    fn etcd_pod(i: u8, revision: i64) -> Pod {
+        let ids = "1=https://10.0.0.1:2380,2=https://10.0.0.2:2380,3=https://10.0.0.3:2380";
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("etcd-n{i}"), "namespace": "etcd",
+                "labels": {"app": "etcd", "revision": revision.to_string()}},
+            "spec": {"nodeName": format!("n{i}"), "containers": [{"name": "etcd",
+                "env": [{"name": "ETCD_MEMBER_IDS", "value": ids}]}]}
+        }))
+        .unwrap()
+    }
+
+    fn voter(i: u8) -> membership::Member {
+        let url = format!("https://10.0.0.{i}:2380").parse().unwrap();
+        membership::Member::voter(MemberId::new(u64::from(i)).unwrap(), &format!("n{i}"), url)
+    }
+
+    /// n2's member 2 was removed while its pod still lists it; n4 is a new node with no pod.
+    fn after_a_removal(n2_ready: bool) -> (Inputs, Observed) {
+        let inputs = Inputs {
+            nodes: vec![
+                node_object(1, true),
+                node_object(2, n2_ready),
+                node_object(3, true),
+                node_object(4, true),
+            ],
+            pods: vec![etcd_pod(1, 4), etcd_pod(2, 4), etcd_pod(3, 4)],
+            ..Inputs::default()
+        };
+        let cluster = EtcdCluster::new(crate::api::SINGLETON, EtcdClusterSpec::default());
+        let mut o = Observed::new(&inputs, cluster, OffsetDateTime::UNIX_EPOCH);
+        o.with_etcd(EtcdObservation {
+            members: vec![voter(1), voter(3)],
+            ..EtcdObservation::default()
+        });
+        (inputs, o)
+    }
+
+    #[test]
+    fn a_node_whose_pod_lists_its_removed_member_is_rolled_and_held() {
+        let (inputs, o) = after_a_removal(true);
+        let listed = removed_listed(&o.nodes, &inputs.pods, &o.etcd);
+        let want = RemovedListed {
+            id: MemberId::new(2).unwrap(),
+            revision: 4,
+        };
+        assert_eq!(listed, BTreeMap::from([("n2".to_owned(), want)]));
+        let rolled: Vec<String> = o.rolled_nodes().into_iter().collect();
+        assert_eq!(rolled, ["n1", "n2", "n3"]);
+        let views: Vec<(String, Option<MemberId>)> = o
+            .node_views(&[])
+            .into_iter()
+            .map(|v| (v.name, v.member))
+            .collect();
+        assert_eq!(
+            views,
+            [
+                ("n1".to_owned(), MemberId::new(1)),
+                ("n2".to_owned(), None),
+                ("n3".to_owned(), MemberId::new(3)),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unready_node_without_a_member_is_rendered_but_not_moved() {
+        let (_, o) = after_a_removal(false);
+        assert!(o.rolled_nodes().contains("n2"));
+        assert!(o.node_views(&[]).iter().all(|v| v.name != "n2"));
     }
 
     #[test]

@@ -136,7 +136,16 @@ pub fn etcd_pod_of<'a>(pods: &'a [Pod], node: &str) -> Option<&'a Pod> {
         .find(|pod| is_etcd_pod(pod) && pod_node(pod) == Some(node))
 }
 
-fn revision_of(pod: &Pod) -> Option<i64> {
+/// The value of `var` in the etcd container's env.
+pub fn etcd_env(pod: &Pod, var: &str) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    let etcd = spec.containers.iter().find(|c| c.name == "etcd")?;
+    let env = etcd.env.as_ref()?.iter().find(|e| e.name == var)?;
+    Some(env.value.clone().unwrap_or_default())
+}
+
+/// The revision a pod's `revision` label names.
+pub fn revision_of(pod: &Pod) -> Option<i64> {
     pod.metadata
         .labels
         .as_ref()?

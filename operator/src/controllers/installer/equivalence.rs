@@ -26,6 +26,7 @@ use std::fmt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use membership::{MemberId, MemberIds, MemberUrl};
 
+use crate::observed::objects::etcd_env;
 use crate::podspec::parse_pod;
 use crate::podspec::paths::{
     ALL_BUNDLES_CONFIGMAP, ALL_CERTS_SECRET, CONTAINER_RESOURCE_DIR, POD_CONFIGMAP,
@@ -258,14 +259,6 @@ impl NodeRevision {
         }
         pod
     }
-}
-
-/// The value of `var` in the etcd container's env.
-fn etcd_env(pod: &Pod, var: &str) -> Option<String> {
-    let spec = pod.spec.as_ref()?;
-    let etcd = spec.containers.iter().find(|c| c.name == "etcd")?;
-    let env = etcd.env.as_ref()?.iter().find(|e| e.name == var)?;
-    Some(env.value.clone().unwrap_or_default())
 }
 
 /// Everything but the member list and the revision number is the same in both: the pods, and

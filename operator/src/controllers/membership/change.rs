@@ -29,6 +29,7 @@ pub fn intent(step: &MembershipStep) -> Option<EtcdIntent> {
         }),
         MembershipStep::None
         | MembershipStep::Waiting { .. }
+        | MembershipStep::AddHeld { .. }
         | MembershipStep::Standby { .. }
         | MembershipStep::Denied { .. } => None,
     }

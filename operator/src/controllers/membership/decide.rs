@@ -213,27 +213,39 @@ fn voter_above_target(
     ))
 }
 
-/// 8. A learner for the first eligible node without a member.
+/// Priority 8: a learner for the first eligible node without a member; a node whose etcd pod
+/// still lists its removed member waits ([`MembershipStep::AddHeld`]) while another goes first.
 fn learner_for_new_node(
     input: &MembershipInput<'_>,
     members: &[&Member],
 ) -> Option<MembershipStep> {
-    input.nodes.iter().filter(|n| n.eligible).find_map(|n| {
-        let peer_url = n.target.peer_url().ok()?;
+    let mut held = None;
+    for n in input.nodes.iter().filter(|n| n.eligible) {
+        let Ok(peer_url) = n.target.peer_url() else {
+            continue;
+        };
         if members.iter().any(|m| m.has_peer_url(&peer_url)) {
-            return None;
+            continue;
         }
         let node = n.target.name.clone();
+        if let Some(listed) = input.removed_listed.get(&node) {
+            held.get_or_insert(MembershipStep::AddHeld {
+                node,
+                listed: listed.clone(),
+            });
+            continue;
+        }
         let action = Action::AddLearner {
             node: node.clone(),
             peer_url: peer_url.clone(),
         };
-        Some(gated(
+        return Some(gated(
             input.cluster,
             action,
             MembershipStep::AddLearner { node, peer_url },
-        ))
-    })
+        ));
+    }
+    held
 }
 
 /// Nothing to change: a started learner left is a standby.

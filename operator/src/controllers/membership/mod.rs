@@ -29,7 +29,10 @@
 //!    its log caught up; the pass retries); otherwise it stays a standby;
 //! 7. a voter is removed while the voters exceed the odd count of the remaining nodes;
 //! 8. a learner is added for the first eligible node (Ready, certificates issued, not being
-//!    deleted) that has no member.
+//!    deleted) that has no member, unless that node's etcd pod still runs a revision listing
+//!    its removed member for its address: then the add waits until the installer has moved the
+//!    node to a revision without it (on which `etcd-verify` archives that member's data), so a
+//!    power loss in between cannot start the removed member next to its replacement.
 
 use super::installer::rollout_hold::AddRefused;
 use std::collections::{BTreeMap, BTreeSet};
@@ -54,6 +57,7 @@ pub mod remediation;
 pub mod voter_policy;
 
 use super::learner_promotion;
+pub use crate::observed::RemovedListed;
 pub use crate::observed::address_move::{AddressMove, pending_moves};
 pub use crate::observed::node_view::{Leaving, NodeInfo};
 pub use crate::status::RemovalKind;
@@ -88,6 +92,12 @@ pub enum MembershipStep {
     Waiting {
         message: String,
     },
+    /// The learner add for `node` waits: its etcd pod still runs a revision listing its removed
+    /// member for its peer URL (the installer moves it to one that does not first).
+    AddHeld {
+        node: String,
+        listed: RemovedListed,
+    },
     /// Membership is as desired, with a started learner kept as a standby (even node count).
     Standby {
         id: MemberId,
@@ -112,6 +122,8 @@ pub struct MembershipInput<'a> {
     pub remediation: &'a [Candidate],
     /// Voters to replace because their data diverged (empty unless `replaceMinority`).
     pub divergent: &'a [MemberId],
+    /// Per node: the removed member its etcd pod still lists ([`crate::observed::removed_listed`]).
+    pub removed_listed: &'a BTreeMap<String, RemovedListed>,
     pub now: OffsetDateTime,
 }
 
@@ -231,6 +243,7 @@ fn step_of(
         leader: p.o.etcd.leader,
         remediation: &candidates,
         divergent: &divergent,
+        removed_listed: &crate::observed::removed_listed(&p.o.nodes, &p.inputs.pods, &p.o.etcd),
         now,
     });
     let desired = i64::try_from(desired).unwrap_or(i64::MAX);
@@ -257,6 +270,10 @@ pub fn describe(step: &MembershipStep) -> String {
     match step {
         MembershipStep::None => "nothing to do: every eligible node has a member".to_owned(),
         MembershipStep::Waiting { message } => format!("waiting: {message}"),
+        MembershipStep::AddHeld { node, listed } => format!(
+            "waiting: the learner add for {node} waits until the installer has moved {node} off revision {}, which still lists its removed member {} (with no endpoint answering, etcd-verify would start that member on its old data)",
+            listed.revision, listed.id
+        ),
         MembershipStep::Standby { message, .. } => format!("nothing to do: {message}"),
         MembershipStep::Denied { denial, .. } => crate::pass::denied_line(denial),
         MembershipStep::AddLearner { node, peer_url } => {
@@ -314,6 +331,12 @@ async fn due(p: &mut Pass<'_>, step: &MembershipStep) -> bool {
         MembershipStep::Waiting { message } => {
             p.cond(progressing, true, Reason::LearnerPending, message.clone());
             p.note(message.clone());
+            return false;
+        }
+        MembershipStep::AddHeld { .. } => {
+            let line = describe(step);
+            p.cond(progressing, true, Reason::RemovedMemberListed, line.clone());
+            p.note(line);
             return false;
         }
         MembershipStep::Denied { step, denial } => {

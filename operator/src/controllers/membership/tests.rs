@@ -98,6 +98,7 @@ fn step_full(
         leader: leader.map(id),
         remediation,
         divergent: &[],
+        removed_listed: &BTreeMap::new(),
         now: t(now),
     })
 }
@@ -556,29 +557,41 @@ fn describe_each_step() {
 /// With `replaceMinority`, a voter the corruption check outvoted is removed although etcd calls
 /// it healthy (its copy of the data does not count), once: a second divergent voter of three
 /// would leave no quorum and is refused by the gate.
-#[test]
-fn a_divergent_voter_is_replaced_through_the_gate() {
-    let nodes = [node(1, true), node(2, true), node(3, true)];
+/// `decide` with n1 the leader, nothing pending but `divergent` and `removed_listed`.
+fn decide_with(
+    nodes: &[NodeInfo],
+    members: Vec<MemberHealth>,
+    divergent: &[MemberId],
+    removed_listed: &BTreeMap<String, RemovedListed>,
+) -> MembershipStep {
     let cluster = ClusterView {
         api_servers: Vec::new(),
         control_plane: Default::default(),
         outage_approved: false,
-        members: vec![voter(1, true), voter(2, true), voter(3, true)],
+        members,
         rolling_node: None,
         preflight: Default::default(),
     };
+    decide(&MembershipInput {
+        nodes,
+        cluster: &cluster,
+        data_lost: &BTreeMap::new(),
+        learner_added: &BTreeMap::new(),
+        start_deadline: Duration::from_secs(300),
+        leader: Some(id(1)),
+        remediation: &[],
+        divergent,
+        removed_listed,
+        now: t(0),
+    })
+}
+
+#[test]
+fn a_divergent_voter_is_replaced_through_the_gate() {
+    let nodes = [node(1, true), node(2, true), node(3, true)];
     let input = |divergent: &[MemberId]| {
-        decide(&MembershipInput {
-            nodes: &nodes,
-            cluster: &cluster,
-            data_lost: &BTreeMap::new(),
-            learner_added: &BTreeMap::new(),
-            start_deadline: Duration::from_secs(300),
-            leader: Some(id(1)),
-            remediation: &[],
-            divergent,
-            now: t(0),
-        })
+        let voters = vec![voter(1, true), voter(2, true), voter(3, true)];
+        decide_with(&nodes, voters, divergent, &BTreeMap::new())
     };
     match input(&[id(2)]) {
         MembershipStep::Remove {
@@ -671,4 +684,51 @@ fn a_member_with_the_address_of_no_node_is_counted_and_removed() {
         step_full(&nodes, members, &[], &BTreeMap::new(), Some(1), &[], 0),
         MembershipStep::Remove { id: r, kind: RemovalKind::NodeGone, .. } if r == id(9)
     ));
+}
+
+#[test]
+fn a_node_whose_pod_lists_its_removed_member_gets_no_learner_until_it_moved_off() {
+    let nodes = [node(1, true), node(2, true), node(3, true), node(4, true)];
+    let listed = RemovedListed {
+        id: id(2),
+        revision: 7,
+    };
+    let with = |removed: &BTreeMap<String, RemovedListed>| {
+        let voters = vec![voter(1, true), voter(3, true), voter(4, true)];
+        decide_with(&nodes, voters, &[], removed)
+    };
+    let held = with(&BTreeMap::from([("n2".to_owned(), listed.clone())]));
+    assert_eq!(
+        held,
+        MembershipStep::AddHeld {
+            node: "n2".into(),
+            listed,
+        }
+    );
+    let line = describe(&held);
+    assert!(
+        line.contains("off revision 7") && line.contains("removed member 2"),
+        "{line}"
+    );
+    assert!(matches!(
+        with(&BTreeMap::new()),
+        MembershipStep::AddLearner { node, .. } if node == "n2"
+    ));
+}
+
+#[test]
+fn another_node_joins_while_one_waits_for_its_removed_member_to_go() {
+    let nodes = [node(1, true), node(2, true), node(3, true), node(5, true)];
+    let removed = BTreeMap::from([(
+        "n2".to_owned(),
+        RemovedListed {
+            id: id(2),
+            revision: 7,
+        },
+    )]);
+    let step = decide_with(&nodes, vec![voter(1, true), voter(3, true)], &[], &removed);
+    assert!(
+        matches!(&step, MembershipStep::AddLearner { node, .. } if node == "n5"),
+        "{step:?}"
+    );
 }

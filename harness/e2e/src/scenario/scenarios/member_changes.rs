@@ -194,7 +194,54 @@ pub(super) async fn unhealthy_member_replaced(h: &mut Harness) -> Result<(), Con
         "n2 rejoined as member {new}; status.remediations records attempt {} on {old}",
         record.attempts
     ));
+    let between = revisions_without_own_member(h, "n2")?;
+    if between.is_empty() {
+        return Err(failed(
+            "n2 never ran a revision without its removed member before its learner was added \
+             (a power loss in between could have started the removed member)",
+        ));
+    }
+    h.step(format!(
+        "before the learner add, n2 ran revision(s) {between:?}, which list no member for n2"
+    ));
     Ok(())
+}
+
+/// The revisions the installer laid down on `node` (each `etcd-pod-<N>/etcd-pod.yaml` there)
+/// whose `ETCD_MEMBER_IDS` names no member for the node's peer URL: what a node whose member
+/// was removed runs until a learner is added for it.
+fn revisions_without_own_member(h: &Harness, node: &str) -> Result<Vec<i64>, ControlPlaneError> {
+    let sim = h.cp.node(node)?;
+    let own = etcd_operator::podspec::NodeTarget::new(node, sim.ip())
+        .peer_url()
+        .map_err(|e| failed(format!("{node}'s peer URL: {e}")))?;
+    let dir = sim.root.join("etc/kubernetes/static-pod-resources");
+    let entries =
+        std::fs::read_dir(&dir).map_err(|e| failed(format!("listing {}: {e}", dir.display())))?;
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(revision) = name
+            .strip_prefix("etcd-pod-")
+            .and_then(|n| n.parse::<i64>().ok())
+        else {
+            continue;
+        };
+        let path = entry.path().join("etcd-pod.yaml");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| failed(format!("reading {}: {e}", path.display())))?;
+        let pod = etcd_operator::podspec::parse_pod(&text)
+            .map_err(|e| failed(format!("{}: {e}", path.display())))?;
+        let ids = etcd_operator::observed::objects::etcd_env(&pod, "ETCD_MEMBER_IDS")
+            .ok_or_else(|| failed(format!("{} has no ETCD_MEMBER_IDS", path.display())))?;
+        let ids = membership::MemberIds::parse(&ids)
+            .map_err(|e| failed(format!("{}: {e}", path.display())))?;
+        if ids.id_for_url(&own).is_none() {
+            out.push(revision);
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
 }
 
 fn standby_of(s: &etcd_operator::api::EtcdClusterStatus, node: &str) -> bool {

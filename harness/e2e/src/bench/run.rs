@@ -260,15 +260,7 @@ async fn rollout(h: &mut Harness, rep: &mut BenchReport) -> Result<(), String> {
     h.patch_spec(serde_json::json!({"forceRedeploymentReason": "bench rollout"}))
         .await
         .map_err(err)?;
-    h.wait_status(
-        "every node on the new revision",
-        SETTLE,
-        move |s: &etcd_operator::api::EtcdClusterStatus| {
-            s.latest_available_revision > before && crate::view::settled(s, 3)
-        },
-    )
-    .await
-    .map_err(err)?;
+    h.wait_settled_after(3, before, SETTLE).await.map_err(err)?;
     let lead = leader(h).await;
     h.step(format!("bench: etcd leader after the rollout: {lead}"));
     rep.rollout_steps = steps::rollout_steps(&h.cp.operator_log(), since, |n| {

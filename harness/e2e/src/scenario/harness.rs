@@ -295,6 +295,23 @@ impl Harness {
         .await
     }
 
+    /// Waits until `voters` healthy voters run and every node is on a revision newer than
+    /// `after`: right after a change the status may still show the pass before it, settled on
+    /// the old revision.
+    pub async fn wait_settled_after(
+        &mut self,
+        voters: usize,
+        after: i64,
+        deadline: Duration,
+    ) -> Result<EtcdClusterStatus, ControlPlaneError> {
+        self.wait_status(
+            &format!("{voters} healthy voters, every node on a revision newer than {after}"),
+            deadline,
+            |s| crate::view::settled(s, voters) && s.latest_available_revision > after,
+        )
+        .await
+    }
+
     /// `etcd-operator plan` against the cluster, as an admin runs it: its stdout, and its
     /// stderr in the error when it exits non-zero.
     pub async fn plan(&self) -> Result<String, ControlPlaneError> {

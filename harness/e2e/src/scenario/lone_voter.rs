@@ -101,12 +101,7 @@ pub async fn lone_voter_restart(h: &mut Harness) -> Result<(), ControlPlaneError
     let before = h.status().await.latest_available_revision;
     h.patch_spec(serde_json::json!({"forceRedeploymentReason": "three voters need no approval"}))
         .await?;
-    h.wait_status(
-        "a forced redeployment rolled to all three nodes unapproved",
-        DEADLINE,
-        |s| s.latest_available_revision > before && crate::view::settled(s, 3),
-    )
-    .await?;
+    h.wait_settled_after(3, before, DEADLINE).await?;
     h.step("n2 and n3 joined; a forced redeployment rolled all three without approval");
     Ok(())
 }

@@ -274,10 +274,8 @@ pub(super) async fn nospace(h: &mut Harness) -> Result<(), ControlPlaneError> {
     let revision = h.status().await.latest_available_revision;
     h.patch_spec(serde_json::json!({"backendQuotaMib": 48}))
         .await?;
-    h.wait_status("the 48 MiB quota rolled out", DEADLINE, |s| {
-        crate::view::settled(s, 3) && s.latest_available_revision > revision
-    })
-    .await?;
+    h.wait_settled_after(3, revision, DEADLINE).await?;
+    h.step("the 48 MiB quota rolled out");
     fill_until_an_admin_is_needed(h).await?;
     // The operator tried every voter first; what it does after the cleanup comes after these.
     let before = records(&h.status().await);

@@ -60,13 +60,7 @@ pub async fn node_address_change(h: &mut Harness) -> Result<(), ControlPlaneErro
         })
         .await?;
     let moved_after = started.elapsed();
-    let s = h
-        .wait_status(
-            "a newer revision on every node, 3 healthy voters",
-            DEADLINE,
-            |s| s.latest_available_revision > revision && crate::view::settled(s, 3),
-        )
-        .await?;
+    let s = h.wait_settled_after(3, revision, DEADLINE).await?;
     let took = started.elapsed();
     if member_of(&s, NODE).as_deref() != Some(id.as_str()) || s.members.len() != 3 {
         return Err(failed(format!(

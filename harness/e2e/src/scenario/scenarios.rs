@@ -361,13 +361,7 @@ async fn forged_member_id(h: &mut Harness) -> Result<(), ControlPlaneError> {
         .await?;
     // Settled on a newer revision: right after the patch the status may still show the pass
     // before it (n2's old etcd not yet stopped), which is settled on the old one.
-    let s = h
-        .wait_status(
-            "3 healthy voters, every node on a revision newer than the forged one's",
-            SETTLE,
-            |s| crate::view::settled(s, 3) && s.latest_available_revision > latest,
-        )
-        .await?;
+    let s = h.wait_settled_after(3, latest, SETTLE).await?;
     if member_of(&s, "n2") != Some(id) {
         return Err(failed(
             "n2's member changed; the forged manifest must only block, never replace",

@@ -16,6 +16,9 @@ use crate::controlplane::LocalControlPlane;
 pub struct IdleReport {
     pub window_s: f64,
     pub rss_kib: u64,
+    /// Of `rss_kib`: anonymous memory (heap, stacks) and file-backed pages (the binary's code).
+    pub rss_anon_kib: u64,
+    pub rss_file_kib: u64,
     pub cpu_percent: f64,
     pub api_requests_per_min: f64,
     pub api_watches_per_min: f64,
@@ -84,6 +87,8 @@ pub async fn measure(
     Ok(IdleReport {
         window_s: minutes * 60.0,
         rss_kib: cpu1.rss_kib,
+        rss_anon_kib: cpu1.rss_anon_kib,
+        rss_file_kib: cpu1.rss_file_kib,
         cpu_percent: procstat::cpu_percent(&cpu0, &cpu1),
         api_requests_per_min: api.values().sum::<u64>() as f64 / minutes,
         api_watches_per_min: proxy::total(&api, "watch") as f64 / minutes,

@@ -191,9 +191,11 @@ fn idle_table(s: &mut String, i: &super::idle::IdleReport) {
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|");
     let _ = writeln!(
         s,
-        "| {:.0} s | {:.1} MiB | {:.2}% of a core | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+        "| {:.0} s | {:.1} MiB (anon {:.1}, file {:.1}) | {:.2}% of a core | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
         i.window_s,
         i.rss_kib as f64 / 1024.0,
+        i.rss_anon_kib as f64 / 1024.0,
+        i.rss_file_kib as f64 / 1024.0,
         i.cpu_percent,
         i.api_requests_per_min,
         i.api_watches_per_min,

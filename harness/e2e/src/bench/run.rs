@@ -320,8 +320,13 @@ async fn idle_window(
     );
     let idle = idle::measure(&h.cp, &op, args.idle_window).await?;
     println!(
-        "bench: idle: RSS {} KiB, CPU {:.2}%, API {:.1}/min, etcd {:.1}/min",
-        idle.rss_kib, idle.cpu_percent, idle.api_requests_per_min, idle.etcd_requests_per_min
+        "bench: idle: RSS {} KiB (anon {}, file {}), CPU {:.2}%, API {:.1}/min, etcd {:.1}/min",
+        idle.rss_kib,
+        idle.rss_anon_kib,
+        idle.rss_file_kib,
+        idle.cpu_percent,
+        idle.api_requests_per_min,
+        idle.etcd_requests_per_min
     );
     if args.workers > 0 {
         println!(

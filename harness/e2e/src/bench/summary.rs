@@ -30,6 +30,9 @@ pub struct SizeSummary {
 pub struct IdleSummary {
     pub cpu_percent: f64,
     pub rss_mib: f64,
+    /// Of `rss_mib`: anonymous memory and file-backed pages.
+    pub rss_anon_mib: f64,
+    pub rss_file_mib: f64,
     pub passes_per_min: f64,
     pub etcd_requests_per_min: f64,
     pub api_requests_per_min: f64,
@@ -77,6 +80,8 @@ fn idle_summary(i: &super::idle::IdleReport) -> IdleSummary {
     IdleSummary {
         cpu_percent: i.cpu_percent,
         rss_mib: i.rss_kib as f64 / 1024.0,
+        rss_anon_mib: i.rss_anon_kib as f64 / 1024.0,
+        rss_file_mib: i.rss_file_kib as f64 / 1024.0,
         passes_per_min: i.reconcile_passes_per_min,
         etcd_requests_per_min: i.etcd_requests_per_min,
         api_requests_per_min: i.api_requests_per_min,

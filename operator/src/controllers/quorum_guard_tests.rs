@@ -2,11 +2,10 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use k8s_openapi::api::core::v1::Node;
 use membership::{Member, MemberId};
 
 use super::*;
-use crate::api::{CONTROL_PLANE_LABEL, EtcdCluster, EtcdClusterSpec, NodeStatus};
+use crate::api::{EtcdCluster, EtcdClusterSpec, NodeStatus};
 use crate::etcd::{EtcdObservation, MemberObs};
 use crate::observed::Inputs;
 use crate::podspec::NodeTarget;
@@ -127,17 +126,6 @@ fn a_single_node_is_never_held() {
     );
 }
 
-fn node_object(i: u8) -> Node {
-    serde_json::from_value(serde_json::json!({
-        "metadata": {"name": format!("n{i}"), "labels": {CONTROL_PLANE_LABEL: ""}},
-        "status": {
-            "addresses": [{"type": "InternalIP", "address": format!("10.0.0.{i}")}],
-            "conditions": [{"type": "Ready", "status": "True"}]
-        }
-    }))
-    .unwrap()
-}
-
 fn member(i: u8) -> Member {
     let t = target(i);
     Member::voter(
@@ -150,7 +138,9 @@ fn member(i: u8) -> Member {
 
 fn observed(nodes: u8, members: Vec<Member>, healthy: &[u8]) -> Observed {
     let inputs = Inputs {
-        nodes: (1..=nodes).map(node_object).collect(),
+        nodes: (1..=nodes)
+            .map(|i| crate::observed::fixtures::node_object(i, true))
+            .collect(),
         ..Inputs::default()
     };
     let cluster = EtcdCluster::new(crate::api::SINGLETON, EtcdClusterSpec::default());

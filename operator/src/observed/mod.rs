@@ -189,7 +189,7 @@ impl Observed {
     /// while that pod's revision still names it) unless it is leaving or its member is only
     /// waiting to follow it to a new address. Such a node gets a revision listing no member of
     /// its own, on which `etcd-verify` archives the removed member's data and waits, before
-    /// membership adds it again ([`removed_listed`]).
+    /// membership adds it again ([`Self::removed_listed`]).
     pub fn rolled_nodes(&self) -> BTreeSet<String> {
         let moving: BTreeSet<String> = self.address_moves().into_iter().map(|m| m.node).collect();
         self.nodes
@@ -202,6 +202,29 @@ impl Observed {
                         && !moving.contains(name))
             })
             .map(|n| n.target.name.clone())
+            .collect()
+    }
+
+    /// Per node: the removed member its etcd pod (the kubelet's mirror of the manifest on disk,
+    /// one of `pods`) still lists for the node's peer URL ([`membership::MemberIds::removed_at`]),
+    /// and the revision that pod runs. With no endpoint answering, `etcd-verify` would start that
+    /// member on its old data, so membership adds no learner for the node while it is listed.
+    pub fn removed_listed(&self, pods: &[Pod]) -> BTreeMap<String, RemovedListed> {
+        let live: Vec<MemberId> = self.etcd.members.iter().map(|m| m.id).collect();
+        self.nodes
+            .iter()
+            .filter_map(|n| {
+                let name = &n.target.name;
+                let url = n.target.peer_url().ok()?;
+                let (state, _) = self.pods.get(name)?;
+                let pod = objects::etcd_pod_of(pods, name)?;
+                let listed = objects::etcd_env(pod, "ETCD_MEMBER_IDS")?;
+                let id = membership::MemberIds::parse(&listed)
+                    .ok()?
+                    .removed_at(&url, &live)?;
+                let revision = state.revision;
+                Some((name.clone(), RemovedListed { id, revision }))
+            })
             .collect()
     }
 
@@ -285,33 +308,27 @@ pub struct RemovedListed {
     pub revision: i64,
 }
 
-/// Per node: the removed member its etcd pod (the kubelet's mirror of the manifest on disk)
-/// still lists for the node's peer URL ([`membership::MemberIds::removed_at`]). With no
-/// endpoint answering, `etcd-verify` would start that member on its old data, so membership
-/// adds no learner for the node while it is listed.
-pub fn removed_listed(
-    nodes: &[ControlPlaneNode],
-    pods: &[Pod],
-    etcd: &EtcdObservation,
-) -> BTreeMap<String, RemovedListed> {
-    let live: Vec<MemberId> = etcd.members.iter().map(|m| m.id).collect();
-    nodes
-        .iter()
-        .filter_map(|n| {
-            let url = n.target.peer_url().ok()?;
-            let pod = objects::etcd_pod_of(pods, &n.target.name)?;
-            let listed = objects::etcd_env(pod, "ETCD_MEMBER_IDS")?;
-            let id = membership::MemberIds::parse(&listed)
-                .ok()?
-                .removed_at(&url, &live)?;
-            let revision = objects::revision_of(pod)?;
-            Some((n.target.name.clone(), RemovedListed { id, revision }))
-        })
-        .collect()
+/// Objects for tests, built as the API serves them.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use k8s_openapi::api::core::v1::Node;
+
+    /// Control-plane Node `n<i>` at `10.0.0.<i>`, Ready or not.
+    pub fn node_object(i: u8, ready: bool) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("n{i}"), "labels": {crate::api::CONTROL_PLANE_LABEL: ""}},
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": format!("10.0.0.{i}")}],
+                "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]
+            }
+        }))
+        .unwrap()
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::fixtures::node_object;
     use super::*;
 
     fn awaited(rv: &str) -> Awaited {
@@ -330,17 +347,6 @@ mod tests {
             cluster: Some(cluster),
             ..Inputs::default()
         }
-    }
-
-    fn node_object(i: u8, ready: bool) -> Node {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": format!("n{i}"), "labels": {crate::api::CONTROL_PLANE_LABEL: ""}},
-            "status": {
-                "addresses": [{"type": "InternalIP", "address": format!("10.0.0.{i}")}],
-                "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]
-            }
-        }))
-        .unwrap()
     }
 
     /// n`i`'s etcd mirror pod on `revision`, listing members 1..=3 (member i on n`i`).
@@ -384,7 +390,7 @@ mod tests {
     #[test]
     fn a_node_whose_pod_lists_its_removed_member_is_rolled_and_held() {
         let (inputs, o) = after_a_removal(true);
-        let listed = removed_listed(&o.nodes, &inputs.pods, &o.etcd);
+        let listed = o.removed_listed(&inputs.pods);
         let want = RemovedListed {
             id: MemberId::new(2).unwrap(),
             revision: 4,

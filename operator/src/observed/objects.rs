@@ -144,8 +144,7 @@ pub fn etcd_env(pod: &Pod, var: &str) -> Option<String> {
     Some(env.value.clone().unwrap_or_default())
 }
 
-/// The revision a pod's `revision` label names.
-pub fn revision_of(pod: &Pod) -> Option<i64> {
+fn revision_of(pod: &Pod) -> Option<i64> {
     pod.metadata
         .labels
         .as_ref()?

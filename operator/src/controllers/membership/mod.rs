@@ -122,7 +122,8 @@ pub struct MembershipInput<'a> {
     pub remediation: &'a [Candidate],
     /// Voters to replace because their data diverged (empty unless `replaceMinority`).
     pub divergent: &'a [MemberId],
-    /// Per node: the removed member its etcd pod still lists ([`crate::observed::removed_listed`]).
+    /// Per node: the removed member its etcd pod still lists
+    /// ([`crate::observed::Observed::removed_listed`]).
     pub removed_listed: &'a BTreeMap<String, RemovedListed>,
     pub now: OffsetDateTime,
 }
@@ -243,7 +244,7 @@ fn step_of(
         leader: p.o.etcd.leader,
         remediation: &candidates,
         divergent: &divergent,
-        removed_listed: &crate::observed::removed_listed(&p.o.nodes, &p.inputs.pods, &p.o.etcd),
+        removed_listed: &p.o.removed_listed(&p.inputs.pods),
         now,
     });
     let desired = i64::try_from(desired).unwrap_or(i64::MAX);

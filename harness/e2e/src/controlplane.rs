@@ -43,6 +43,16 @@ pub enum ControlPlaneError {
     Io(String, std::io::Error),
     #[error("{0}")]
     Failed(String),
+    #[error(transparent)]
+    Runtime(#[from] crate::container_runtime::RuntimeError),
+}
+
+/// `cfg` with the container runtime the environment asks for ([`crate::container_runtime`]).
+fn with_runtime(cfg: NodeConfig) -> Result<NodeConfig, ControlPlaneError> {
+    Ok(match crate::container_runtime::from_env()? {
+        Some(runc) => cfg.with_runc(runc),
+        None => cfg,
+    })
 }
 
 fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> ControlPlaneError {
@@ -248,12 +258,15 @@ impl LocalControlPlane {
     }
 
     async fn start_agent(&self, node: &mut SimNode) -> Result<(), ControlPlaneError> {
-        let cfg = self.stacked_node_config(node).unwrap_or_else(|| {
-            NodeConfig::new(&node.name, node.ip(), &node.root, &self.bin_dir)
-                .with_client(self.client())
-                .with_kubeconfig(self.api.kubeconfig())
-                .with_api_service(self.api.server_url())
-        });
+        let cfg = match self.stacked_node_config(node) {
+            Some(cfg) => cfg,
+            None => with_runtime(
+                NodeConfig::new(&node.name, node.ip(), &node.root, &self.bin_dir)
+                    .with_client(self.client())
+                    .with_kubeconfig(self.api.kubeconfig())
+                    .with_api_service(self.api.server_url()),
+            )?,
+        };
         node.agent = Some(NodeAgent::start(cfg).await?);
         Ok(())
     }

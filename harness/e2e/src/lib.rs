@@ -17,6 +17,7 @@
 
 pub mod bench;
 pub mod binaries;
+pub mod container_runtime;
 pub mod controlplane;
 pub mod drain;
 pub mod scenario;

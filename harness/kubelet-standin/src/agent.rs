@@ -28,6 +28,7 @@ use crate::backoff::Backoff;
 use crate::context::{ApiClient, NodeContext};
 use crate::images::ImageTable;
 use crate::publish::{Publisher, delete_now, publish_loop};
+use crate::runc::{RuncConfig, RuncRuntime};
 use crate::static_pods::PodKey;
 use crate::status::{PodObservation, pod_status};
 use crate::worker::PodWorker;
@@ -45,6 +46,8 @@ pub enum AgentError {
     },
     #[error("node agent helper binary {0} does not exist (build the kubelet-standin binary)")]
     NoHelper(PathBuf),
+    #[error("runc runtime: {0}")]
+    Runc(#[from] crate::image_store::StoreError),
 }
 
 /// How to run one simulated node.
@@ -59,8 +62,11 @@ pub struct NodeConfig {
     pub helper: Option<PathBuf>,
     /// The Kubernetes API; `None` runs static pods only (no Node, no mirror pods).
     pub client: Option<kube::Client>,
-    /// Image table; default [`ImageTable::standard`] with `bin_dir`.
+    /// Image table; default [`ImageTable::standard`] with `bin_dir`. Unused under runc.
     pub images: Option<ImageTable>,
+    /// Run containers under runc from an image store instead of mapping images to host
+    /// binaries ([`crate::runc`]).
+    pub runc: Option<RuncConfig>,
     pub backoff: Backoff,
     /// Manifest directory poll interval where inotify is unavailable (then it bounds the
     /// latency of a manifest change; with inotify a change is seen at once).
@@ -85,6 +91,7 @@ impl std::fmt::Debug for NodeConfig {
             .field("ip", &self.ip)
             .field("root", &self.root)
             .field("bin_dir", &self.bin_dir)
+            .field("runc", &self.runc)
             .field("helper", &self.helper)
             .field("client", &self.client.as_ref().map(|_| "kube::Client"))
             .field("backoff", &self.backoff)
@@ -107,6 +114,7 @@ impl NodeConfig {
             helper: None,
             client: None,
             images: None,
+            runc: None,
             backoff: Backoff::kubelet(),
             manifest_poll: Duration::from_millis(250),
             heartbeat: Duration::from_secs(10),
@@ -126,6 +134,12 @@ impl NodeConfig {
     /// Gives every container `KUBECONFIG=<path>` (see [`NodeConfig::kubeconfig`]).
     pub fn with_kubeconfig(mut self, path: impl Into<PathBuf>) -> Self {
         self.kubeconfig = Some(path.into());
+        self
+    }
+
+    /// Runs containers under runc from `runc`'s image store.
+    pub fn with_runc(mut self, runc: RuncConfig) -> Self {
+        self.runc = Some(runc);
         self
     }
 
@@ -343,6 +357,10 @@ impl NodeAgent {
                     .clone()
                     .unwrap_or_else(|| ImageTable::standard(&config.bin_dir)),
             ),
+            runc: match &config.runc {
+                Some(r) => Some(Arc::new(RuncRuntime::start(r, &config.root).await?)),
+                None => None,
+            },
             backoff: config.backoff,
             kubeconfig: config.kubeconfig.clone(),
             client: config.client.clone().map(ApiClient),

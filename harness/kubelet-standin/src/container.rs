@@ -12,14 +12,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::env::container_env;
-use crate::expand::expand_with;
-use crate::mounts::BindMount;
 use crate::probes::{Action, ProbeEvent, ProbeKind, Timings, network_action, probe_loop};
-use crate::runner::{Exit, Launch, Process};
+use crate::runner::{Exit, Process};
 use crate::status::{ContainerPhase, Termination};
-use crate::volumes::container_binds;
 use crate::worker::{PodRun, RunOutcome, Slot};
+
+mod prepare;
+use prepare::{Prepared, exec_probe_launch, prepare};
 
 const MAX_TERMINATION_MESSAGE: usize = 4096;
 const FALLBACK_LOG_BYTES: usize = 2048;
@@ -29,106 +28,6 @@ fn container_of(spec: &PodSpec, slot: Slot) -> Option<&Container> {
         Slot::Init(i) => spec.init_containers.as_ref().and_then(|v| v.get(i)),
         Slot::App(i) => spec.containers.get(i),
     }
-}
-
-/// Everything prepared for one run of a container.
-struct Prepared {
-    launch: Launch,
-    termination_file: PathBuf,
-    env: Vec<(String, String)>,
-}
-
-fn prepare(run: &PodRun, c: &Container, restart: u32) -> Result<Prepared, (&'static str, String)> {
-    let ctx = &run.ctx;
-    let env =
-        container_env(c, &run.facts).map_err(|e| ("CreateContainerConfigError", e.to_string()))?;
-    let vars = env.iter().cloned().collect();
-    let command: Vec<String> = c
-        .command
-        .iter()
-        .flatten()
-        .map(|a| expand_with(a, &vars))
-        .collect();
-    let args: Vec<String> = c
-        .args
-        .iter()
-        .flatten()
-        .map(|a| expand_with(a, &vars))
-        .collect();
-    let image = c.image.clone().unwrap_or_default();
-    let resolved = ctx
-        .images
-        .resolve(&image, &command, &args)
-        .map_err(|e| ("CreateContainerError", e.to_string()))?;
-    let mut binds = container_binds(ctx, &run.spec, &run.uid, c)
-        .map_err(|e| ("CreateContainerConfigError", e.to_string()))?;
-    let container_dir = ctx.pod_dir(&run.uid).join("containers").join(&c.name);
-    std::fs::create_dir_all(&container_dir).map_err(|e| ("RunContainerError", e.to_string()))?;
-    let termination_file = container_dir.join(format!("termination-log-{restart}"));
-    std::fs::write(&termination_file, b"").map_err(|e| ("RunContainerError", e.to_string()))?;
-    binds.push(BindMount {
-        source: termination_file.clone(),
-        target: PathBuf::from(
-            c.termination_message_path
-                .clone()
-                .filter(|p| !p.is_empty())
-                .unwrap_or_else(|| "/dev/termination-log".into()),
-        ),
-        read_only: false,
-    });
-    let launch = Launch {
-        helper: ctx.helper.clone(),
-        program: resolved.program,
-        args: resolved.args,
-        env: env.clone(),
-        binds,
-        staging: ctx.staging_dir(),
-        working_dir: c
-            .working_dir
-            .clone()
-            .filter(|w| !w.is_empty())
-            .map(PathBuf::from),
-        log_path: Some(ctx.log_path(
-            &run.key.namespace,
-            &run.key.name,
-            &run.uid,
-            &c.name,
-            restart,
-        )),
-        error_file: Some(termination_file.clone()),
-        join: None,
-    };
-    Ok(Prepared {
-        launch,
-        termination_file,
-        env,
-    })
-}
-
-/// The launch for an exec probe: same image, env and mounts, no log.
-fn exec_probe_launch(
-    run: &PodRun,
-    c: &Container,
-    p: &Prepared,
-    command: &[String],
-    shim: i32,
-) -> Result<Launch, String> {
-    let image = c.image.clone().unwrap_or_default();
-    let resolved = run
-        .ctx
-        .images
-        .resolve(&image, command, &[])
-        .map_err(|e| e.to_string())?;
-    Ok(Launch {
-        program: resolved.program,
-        args: resolved.args,
-        env: p.env.clone(),
-        binds: Vec::new(),
-        log_path: None,
-        error_file: None,
-        join: Some(shim),
-        ..p.launch.clone()
-    })
 }
 
 fn probe_action(
@@ -212,7 +111,7 @@ async fn start(
     c: &Container,
     restart: u32,
 ) -> Result<(Prepared, Process), RunOutcome> {
-    let prepared = match prepare(run, c, restart) {
+    let prepared = match prepare(run, c, restart).await {
         Ok(p) => p,
         Err((reason, message)) => return Err(RunOutcome::StartFailed { reason, message }),
     };
@@ -464,13 +363,19 @@ pub(crate) async fn run_once(run: &PodRun, slot: Slot) -> RunOutcome {
         Ok(started) => started,
         Err(outcome) => return outcome,
     };
-    let container_id = format!("kubelet-standin://{}/{}", run.ctx.name, process.pid());
+    let container_id = match &prepared.runc_id {
+        Some(id) => format!("runc://{id}"),
+        None => format!("kubelet-standin://{}/{}", run.ctx.name, process.pid()),
+    };
     let probes = container_probes(run, c, &prepared, slot, process.pid());
     tracing::info!(pid = process.pid(), program = %prepared.launch.program.display(), "container started");
     let (mut tracker, mut rx) =
         ProbeTracker::start(run, slot, &process, container_id.clone(), probes);
     let followed = follow(run, &mut process, &mut tracker, &mut rx).await;
     tracker.stop(rx).await;
+    if let (Some(rt), Some(id)) = (&run.ctx.runc, &prepared.runc_id) {
+        rt.delete(id).await;
+    }
     let ran_for = process.started.elapsed();
     let cancelled = followed.cancelled;
     let term = termination(c, &prepared, &process, container_id, followed);

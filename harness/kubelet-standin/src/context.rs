@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::backoff::Backoff;
 use crate::images::ImageTable;
+use crate::runc::RuncRuntime;
 
 /// Static facts about the simulated node, shared by every pod worker.
 #[derive(Debug, Clone)]
@@ -19,6 +20,8 @@ pub struct NodeContext {
     /// The `kubelet-standin` binary, whose `exec-container` subcommand starts containers.
     pub helper: PathBuf,
     pub images: Arc<ImageTable>,
+    /// Set: containers run under runc from the node's image store, not from `images`.
+    pub runc: Option<Arc<RuncRuntime>>,
     pub backoff: Backoff,
     /// Given as `KUBECONFIG` to containers of pods without a ServiceAccount token (the API
     /// stand-in issues none).

@@ -23,6 +23,15 @@ const START_FAILURES: &[&str] = &[
     "RunContainerError",
 ];
 
+/// The event (reason, action) a kubelet records for an image pull waiting reason.
+fn image_pull_event(waiting: &str) -> Option<(&'static str, &'static str)> {
+    match waiting {
+        "ErrImagePull" => Some(("Failed", "PullImage")),
+        "ImagePullBackOff" => Some(("BackOff", "PullImage")),
+        _ => None,
+    }
+}
+
 /// The id of the latest run of a container (running, terminated, or backing off after it).
 fn latest_run(c: &ContainerObservation) -> Option<&str> {
     match &c.state {
@@ -68,6 +77,14 @@ fn container_events(
                 } else {
                     note
                 },
+                field_path,
+            });
+        } else if let Some((reason, action)) = image_pull_event(reason) {
+            out.push(PodEvent {
+                warning: true,
+                reason,
+                action,
+                note,
                 field_path,
             });
         } else if START_FAILURES.contains(&reason.as_str()) {
@@ -153,5 +170,15 @@ mod tests {
             message: Some("image nginx is not in the table".into()),
         };
         assert_eq!(events_between(&d, &e)[0].reason, "Failed");
+        let mut g = d.clone();
+        g.containers[0].state = ContainerPhase::Waiting {
+            reason: "ImagePullBackOff".into(),
+            message: Some("Back-off pulling image: etcd:3.5.9 is not in the store".into()),
+        };
+        let ev = &events_between(&e, &g)[0];
+        assert_eq!(
+            (ev.reason, ev.action, ev.warning),
+            ("BackOff", "PullImage", true)
+        );
     }
 }

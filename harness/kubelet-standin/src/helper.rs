@@ -33,6 +33,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use nix::mount::MsFlags;
 use nix::sched::{CloneFlags, setns, unshare};
 use nix::sys::signal::{SigSet, Signal};
 
@@ -75,6 +76,8 @@ pub struct ExecSpec {
     pub error_file: Option<PathBuf>,
     /// Join the namespaces of this running container shim instead of creating new ones.
     pub join: Option<i32>,
+    /// Stage 2 mounts a `/proc` of the new PID namespace (in the new mount namespace) first.
+    pub mount_proc: bool,
 }
 
 /// The signals the agent sends to a container's process group to stop it.
@@ -125,6 +128,9 @@ pub fn run_container(spec: &ExecSpec) -> Result<i32, HelperError> {
     if let Some(f) = &spec.error_file {
         init.arg("--error-file").arg(f);
     }
+    if spec.mount_proc && spec.join.is_none() {
+        init.arg("--mount-proc");
+    }
     let status = init
         .arg("--")
         .arg(&spec.program)
@@ -166,8 +172,17 @@ fn join_container(pid: i32) -> Result<(), HelperError> {
 }
 
 /// Stage 2 (PID 1 of the container): parent-death signal, default signal mask, exec.
-pub fn exec_init(program: &Path, args: &[String]) -> Result<std::convert::Infallible, HelperError> {
+pub fn exec_init(
+    program: &Path,
+    args: &[String],
+    mount_proc: bool,
+) -> Result<std::convert::Infallible, HelperError> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(sys("prctl(PR_SET_PDEATHSIG)"))?;
+    if mount_proc {
+        let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+        nix::mount::mount(Some("proc"), "/proc", Some("proc"), flags, None::<&str>)
+            .map_err(sys("mount /proc"))?;
+    }
     termination_signals()
         .thread_unblock()
         .map_err(sys("unblock signals"))?;

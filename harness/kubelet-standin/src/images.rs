@@ -1,6 +1,9 @@
-//! The image table: the one place that says which local binaries stand in for which image.
+//! The image table of the host-binary runtime: the one place that says which local binaries
+//! stand in for which image.
 //!
-//! There is no container runtime here, so an image is only a name. The stand-in maps the
+//! Under this runtime an image is only a name (the runc runtime runs the images themselves, see
+//! [`crate::image_store`]; only the stacked control plane's kube-apiservers, which have no image
+//! here, and the unit tests still need this table). The stand-in maps the
 //! image's repository (last path component, tag and digest stripped) and, for etcd, the version
 //! in its tag to a set of local binaries; a container's `command[0]` (by its file name, so
 //! `/usr/local/bin/etcd` and `etcd` are the same) must be one of them. A container without

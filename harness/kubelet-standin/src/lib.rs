@@ -1,10 +1,19 @@
 //! # kubelet-standin: a kubelet stand-in for simulated control-plane nodes
 //!
-//! No kubelet or container runtime can run on the machines this project is developed and
-//! tested on, so this crate **stands in for the kubelet** (and for the container runtime
-//! under it). One [`NodeAgent`] simulates one control-plane node: it has its own loopback
-//! address (`127.0.0.x`) and its own root directory, and it runs that node's pods as plain
-//! local processes. Everything here is a stand-in; names and docs say so.
+//! No kubelet can run on the machines this project is developed and tested on, so this crate
+//! **stands in for the kubelet**. One [`NodeAgent`] simulates one control-plane node: it has its
+//! own loopback address (`127.0.0.x`) and its own root directory, and it runs that node's pods
+//! with one of two container runtimes:
+//! - **runc** ([`runc`], [`NodeConfig::with_runc`]): every container runs under `runc`, a real
+//!   OCI runtime, from the images `scripts/build-images` built ([`image_store`]), with a
+//!   read-only root filesystem, the image's user, entrypoint and environment. This is what a
+//!   platform runs; the scenarios use it (`CONTAINER_RUNTIME=runc`, set by `scripts/test`).
+//! - **host binaries** (the default, a stand-in for a container runtime): an image name maps to
+//!   local binaries through [`images`], run in a private mount and PID namespace on the host's
+//!   filesystem. The stacked control plane's kube-apiservers (no image of theirs exists here)
+//!   and the unit tests use it.
+//!
+//! Everything else here is a stand-in; names and docs say so.
 //!
 //! ```text
 //!   <root>/etc/kubernetes/manifests/*.yaml ──poll──► static_pods ──┐
@@ -28,11 +37,11 @@
 //! | kubelet status/mirror manager | [`status`] (pure) + [`publish`] |
 //! | kubelet node status | [`node`]: Node registration, `Ready` heartbeat, node Lease |
 //! | kubelet events | [`events`] (pure, from observations), recorded by [`publish`] |
-//! | container runtime | [`runner`] (process groups) + [`helper`] (mount and PID namespaces, exec) + [`mounts`] (bind mounts) |
-//! | container images | [`images`]: one table mapping image names to local binaries |
+//! | container runtime | runc: [`runc`] (one OCI bundle and one `runc run` per container run, `runc exec` for exec probes) + [`oci_config`] (the bundle's `config.json`, pure); host binaries: [`helper`] (mount and PID namespaces, exec) + [`mounts`] (bind mounts); both started by [`runner`] (process groups) through [`helper`] |
+//! | container images | runc: [`image_store`] (OCI layouts by reference or digest, unpacked once per digest with umoci; an image not in the store is `ErrImagePull`); host binaries: [`images`], a table mapping image names to local binaries |
 //! | pod network | none: every pod shares the host network; pod IP = node IP |
 //! | kubelet volume manager | [`volumes`] (hostPath, emptyDir) + [`api_volumes`] + [`api_volume_io`] (projected ServiceAccount token, configMap, secret, downwardAPI), built before the first container |
-//! | container image filesystem | the host's, with the pod's mounts; `HOME` is an empty per-pod directory (nothing of the host's home, such as a `~/.kube/config`, reaches a pod) |
+//! | container image filesystem | runc: the image's, read-only, with the pod's mounts; host binaries: the host's, with the pod's mounts; `HOME` is an empty per-pod directory (nothing of the host's home, such as a `~/.kube/config`, reaches a pod) |
 //! | `kubernetes` Service (kube-proxy) | `KUBERNETES_SERVICE_HOST`/`_PORT` name the API server itself ([`NodeConfig::with_api_service`]) |
 //!
 //! ## Invariants
@@ -73,7 +82,9 @@
 //! ## Not supported (refused with a clear container error)
 //! `envFrom`, `secretKeyRef`/`configMapKeyRef`, clusterTrustBundle/podCertificate projections,
 //! grpc probes, sidecar (restartable init) containers, resource limits, images not in the
-//! table; ConfigMap/Secret volume contents and tokens are not refreshed while a pod runs.
+//! table (host binaries) or the store (runc); ConfigMap/Secret volume contents and tokens are
+//! not refreshed while a pod runs. Under runc: seccomp, AppArmor, `capabilities` add/drop and
+//! cgroup limits are not applied.
 #![cfg_attr(test, allow(clippy::too_many_lines))] // test code is exempt (Cargo.toml's lints)
 
 pub mod agent;
@@ -87,13 +98,16 @@ pub mod env;
 pub mod events;
 pub mod expand;
 pub mod helper;
+pub mod image_store;
 pub mod images;
 pub mod manifest_watch;
 pub mod mounts;
 pub mod node;
+pub mod oci_config;
 pub mod probes;
 pub mod publish;
 pub mod qos;
+pub mod runc;
 pub mod runner;
 pub mod static_pods;
 pub mod status;

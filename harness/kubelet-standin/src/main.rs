@@ -14,6 +14,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use kubelet_standin::helper::{ExecSpec, exec_init, run_container};
 use kubelet_standin::mounts::BindMount;
+use kubelet_standin::runc::RuncConfig;
 use kubelet_standin::{NodeAgent, NodeConfig};
 
 #[derive(Debug, Parser)]
@@ -52,6 +53,19 @@ enum Cmd {
         /// credentials); defaults to the agent's own `KUBECONFIG`.
         #[arg(long, env = "KUBECONFIG")]
         pod_kubeconfig: Option<PathBuf>,
+        /// Run every container under runc from the images in this directory (what
+        /// `scripts/build-images --out` wrote) instead of mapping images to host binaries.
+        #[arg(long)]
+        image_store: Option<PathBuf>,
+        /// Where images are unpacked, once per digest (default `<image-store>/rootfs-cache`).
+        #[arg(long, requires = "image_store")]
+        unpack_cache: Option<PathBuf>,
+        /// The OCI runtime.
+        #[arg(long, default_value = "/usr/sbin/runc")]
+        runc: PathBuf,
+        /// The image unpacker.
+        #[arg(long, default_value = "/usr/bin/umoci")]
+        umoci: PathBuf,
     },
     /// Internal: start one container process in a private mount namespace.
     ExecContainer {
@@ -73,6 +87,9 @@ enum Cmd {
         /// SIGKILL the container when the agent thread that spawned it dies.
         #[arg(long)]
         die_with_parent: bool,
+        /// Mount a /proc of the new PID namespace before the program starts.
+        #[arg(long)]
+        mount_proc: bool,
         /// The program and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -83,6 +100,9 @@ enum Cmd {
         /// Host file to write the reason to when the program cannot be started.
         #[arg(long)]
         error_file: Option<PathBuf>,
+        /// Mount a /proc of this PID namespace first.
+        #[arg(long)]
+        mount_proc: bool,
         /// The program and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -99,6 +119,7 @@ fn main() -> anyhow::Result<()> {
             error_file,
             join,
             die_with_parent,
+            mount_proc,
             command,
         } => {
             // Single-threaded on purpose: unshare(CLONE_NEWNS) refuses threaded processes.
@@ -116,6 +137,7 @@ fn main() -> anyhow::Result<()> {
                 die_with_parent,
                 error_file: error_file.clone(),
                 join,
+                mount_proc,
             };
             match run_container(&spec) {
                 Ok(code) => std::process::exit(code),
@@ -124,10 +146,11 @@ fn main() -> anyhow::Result<()> {
         }
         Cmd::ExecInit {
             error_file,
+            mount_proc,
             command,
         } => {
             let (program, rest) = command.split_first().context("no command")?;
-            match exec_init(std::path::Path::new(program), rest) {
+            match exec_init(std::path::Path::new(program), rest, mount_proc) {
                 Ok(never) => match never {},
                 Err(e) => exit_failed("exec-init", &e, error_file),
             }
@@ -139,9 +162,21 @@ fn main() -> anyhow::Result<()> {
             bin_dir,
             no_api,
             pod_kubeconfig,
+            image_store,
+            unpack_cache,
+            runc,
+            umoci,
         } => {
             args.log.init("RUST_LOG", "info");
-            let node = NodeConfig::new(&name, ip, &root, &bin_dir);
+            let mut node = NodeConfig::new(&name, ip, &root, &bin_dir);
+            if let Some(store) = image_store {
+                node = node.with_runc(RuncConfig {
+                    unpack_cache: unpack_cache.unwrap_or_else(|| store.join("rootfs-cache")),
+                    image_store: store,
+                    runc,
+                    umoci,
+                });
+            }
             let kubeconfig = pod_kubeconfig.filter(|p| !p.as_os_str().is_empty());
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -60,6 +60,9 @@ pub struct Launch {
     /// creating new ones (`binds` and `staging` are then unused): exec probes run inside
     /// their container, as the kubelet runs them.
     pub join: Option<i32>,
+    /// Mount a `/proc` of the container's own PID namespace before the program starts (the
+    /// runc runtime: `runc run` reads `/proc` for its own children).
+    pub mount_proc: bool,
 }
 
 impl Launch {
@@ -75,6 +78,9 @@ impl Launch {
         if let Some(pid) = self.join {
             a.push("--join".into());
             a.push(pid.to_string());
+        }
+        if self.mount_proc {
+            a.push("--mount-proc".into());
         }
         if let Some(f) = &self.error_file {
             a.push("--error-file".into());
@@ -304,6 +310,7 @@ mod tests {
             log_path: None,
             error_file: None,
             join: None,
+            mount_proc: false,
         };
         assert_eq!(
             l.helper_args().unwrap(),

@@ -100,6 +100,9 @@ pub fn volume_source(
     if v.empty_dir.is_some() {
         let path = ctx.pod_dir(pod_uid).join("volumes/empty-dir").join(name);
         std::fs::create_dir_all(&path).map_err(io(&path))?;
+        // Writable by the container's user, whoever it is (the kubelet makes it 0777 too).
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .map_err(io(&path))?;
         return Ok(path);
     }
     Err(VolumeError::Unsupported {
@@ -155,6 +158,7 @@ mod tests {
             ip: "127.0.0.2".parse().unwrap(),
             root: root.path().to_path_buf(),
             helper: "/x".into(),
+            runc: None,
             images: Arc::new(ImageTable::standard(Path::new("/b"))),
             backoff: Backoff::kubelet(),
             kubeconfig: None,

@@ -300,6 +300,23 @@ async fn supervise(run: Arc<PodRun>, slot: Slot) {
     }
 }
 
+/// A container whose image could not be pulled (`ErrImagePull`) waits as `ImagePullBackOff`
+/// until the next attempt, as with a kubelet.
+fn image_pull_back_off(run: &PodRun, slot: Slot) {
+    run.obs.send_modify(|o| {
+        if let Some(c) = slot.get(o)
+            && let ContainerPhase::Waiting { reason, message } = &mut c.state
+            && reason == "ErrImagePull"
+        {
+            *reason = "ImagePullBackOff".into();
+            *message = Some(format!(
+                "Back-off pulling image: {}",
+                message.as_deref().unwrap_or_default()
+            ));
+        }
+    });
+}
+
 fn set_waiting(
     run: &PodRun,
     slot: Slot,
@@ -345,8 +362,11 @@ async fn back_off(run: &PodRun, slot: Slot, failures: u32, term: Option<Terminat
             });
             return false;
         }
-    } else if cancelled_sleep(&run.cancel, delay).await {
-        return false;
+    } else {
+        image_pull_back_off(run, slot);
+        if cancelled_sleep(&run.cancel, delay).await {
+            return false;
+        }
     }
     run.obs.send_modify(|o| {
         if let Some(c) = slot.get(o) {

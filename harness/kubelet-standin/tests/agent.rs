@@ -456,6 +456,7 @@ async fn exec_container_gives_each_node_its_own_var_lib_etcd() {
             log_path: Some(log.clone()),
             error_file: None,
             join: None,
+            mount_proc: false,
         };
         std::fs::write(root.path().join("tlog"), "").unwrap();
         let mut p = Process::spawn(&launch).await.unwrap();
@@ -499,6 +500,7 @@ async fn exec_container_gives_each_node_its_own_var_lib_etcd() {
         log_path: None,
         error_file: Some(err_file.clone()),
         join: None,
+        mount_proc: false,
     };
     let mut p = Process::spawn(&launch).await.unwrap();
     let exit = tokio::time::timeout(DEADLINE, p.wait()).await.unwrap();

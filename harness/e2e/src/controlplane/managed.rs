@@ -20,7 +20,7 @@ use kube_testapi::TestApi;
 use kubelet_standin::{NodeAgent, NodeConfig};
 use membership::{ClientConfig, EtcdClient, MemberUrl, TlsFiles};
 
-use super::{ControlPlaneError, LocalControlPlane, SimNode, io, render, wait_for};
+use super::{ControlPlaneError, LocalControlPlane, SimNode, io, render, wait_for, with_runtime};
 
 /// The port the API listens on, at its own loopback address.
 const API_PORT: u16 = 6443;
@@ -71,10 +71,12 @@ impl LocalControlPlane {
                 root,
                 agent: None,
             };
-            let cfg = NodeConfig::new(&node.name, node.ip(), &node.root, &bin_dir)
-                .with_client(client.clone())
-                .with_kubeconfig(&kubeconfig)
-                .with_api_service(&api_url);
+            let cfg = with_runtime(
+                NodeConfig::new(&node.name, node.ip(), &node.root, &bin_dir)
+                    .with_client(client.clone())
+                    .with_kubeconfig(&kubeconfig)
+                    .with_api_service(&api_url),
+            )?;
             node.agent = Some(NodeAgent::start(cfg).await?);
             nodes.push(node);
         }

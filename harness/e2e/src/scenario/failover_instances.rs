@@ -2,6 +2,7 @@
 //! `etcd-operator run` processes (the stand-in's and `TEST_API=kas`'s sandbox), or the pods of
 //! the Deployment from `manifests/` on the real control plane (identity: the pod name).
 
+use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -125,15 +126,56 @@ impl OperatorInstances {
     }
 }
 
-/// SIGKILL to the container a node agent reports as `containerID` (its shim's pid, see
-/// [`sigkill_group`]). Says which processes were signalled.
+/// SIGKILL to the container a node agent reports as `containerID`: for `runc://<id>` every
+/// process of its cgroup ([`sigkill_runc`]), else the host-binary runtime's shim pid
+/// ([`sigkill_group`]). Says which processes were signalled.
 pub(super) fn sigkill_container(id: &str) -> Result<String, ControlPlaneError> {
+    if let Some(runc_id) = id.strip_prefix("runc://") {
+        return sigkill_runc(runc_id);
+    }
     let pid = id
         .rsplit('/')
         .next()
         .and_then(|p| p.parse::<i32>().ok())
         .ok_or_else(|| failed(format!("no pid in containerID {id:?}")))?;
     Ok(sigkill_group(pid))
+}
+
+/// SIGKILL to every process of runc container `id`, found through its cgroup: the node agent
+/// runs `runc run` nested in a PID namespace of its own, so runc's state records pids as that
+/// namespace sees them and `runc kill` from the host cannot use them, while the cgroup lists
+/// them as the host sees them.
+fn sigkill_runc(id: &str) -> Result<String, ControlPlaneError> {
+    use nix::sys::signal::{Signal, kill};
+    let procs = ["pids", "unified", ""]
+        .iter()
+        .map(|c| {
+            Path::new("/sys/fs/cgroup")
+                .join(c)
+                .join(id)
+                .join("cgroup.procs")
+        })
+        .find(|p| p.is_file())
+        .ok_or_else(|| failed(format!("runc container {id} has no cgroup")))?;
+    let pids: Vec<i32> = std::fs::read_to_string(&procs)
+        .map_err(|e| failed(format!("{}: {e}", procs.display())))?
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    let killed = pids
+        .iter()
+        .filter(|p| kill(nix::unistd::Pid::from_raw(**p), Signal::SIGKILL).is_ok())
+        .count();
+    if killed == 0 {
+        return Err(failed(format!(
+            "runc container {id}: no process to kill in {}",
+            procs.display()
+        )));
+    }
+    Ok(format!(
+        "SIGKILL to the {killed} process(es) of cgroup {}",
+        procs.display()
+    ))
 }
 
 /// SIGKILL to a node agent's container: the shim `pid` (a process group leader) and its child,

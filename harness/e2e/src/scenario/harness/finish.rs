@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
 
@@ -50,6 +51,10 @@ impl Harness {
                 "no private key in the operator's logs or any of {events} Events"
             ));
         }
+        let runtime = self.runtime_check().await;
+        if let Ok(Some(seen)) = &runtime {
+            self.step(seen.clone());
+        }
         let two_leaders = self.two_leaders();
         self.step("load stopped and verified; tearing down");
         let steps = std::mem::take(&mut self.steps);
@@ -66,6 +71,11 @@ impl Harness {
         };
         if check.is_ok()
             && let Err(e) = two_leaders
+        {
+            check = Err(e);
+        }
+        if check.is_ok()
+            && let Err(e) = runtime
         {
             check = Err(e);
         }
@@ -103,6 +113,53 @@ impl Harness {
 
     /// Where a private key shows in what admins read: each operator process's log, every Event;
     /// and how many Events were read.
+    /// Under `CONTAINER_RUNTIME=runc` (not on the stacked control plane, whose kube-apiservers
+    /// have no image), that every container the pods report ran under runc: its id is
+    /// `runc://...`. So a run that asked for runc cannot pass on the host-binary runtime.
+    async fn runtime_check(&self) -> Result<Option<String>, String> {
+        let runc = matches!(crate::container_runtime::from_env(), Ok(Some(_)));
+        if !runc || self.cp.stacked().is_some() {
+            return Ok(None);
+        }
+        let pods: Api<Pod> = Api::all(self.cp.client());
+        let list = pods
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| format!("listing pods for their container ids: {e}"))?;
+        let ids: Vec<(String, String)> = list
+            .items
+            .iter()
+            .flat_map(|p| {
+                let name = p.metadata.name.clone().unwrap_or_default();
+                let status = p.status.iter();
+                let all = status.flat_map(|s| {
+                    s.init_container_statuses
+                        .iter()
+                        .flatten()
+                        .chain(s.container_statuses.iter().flatten())
+                });
+                all.filter_map(move |c| Some((name.clone(), c.container_id.clone()?)))
+            })
+            .collect();
+        let other: Vec<String> = ids
+            .iter()
+            .filter(|(_, id)| !id.starts_with("runc://"))
+            .map(|(pod, id)| format!("{pod}: {id}"))
+            .collect();
+        match (ids.is_empty(), other.is_empty()) {
+            (true, _) => Err("CONTAINER_RUNTIME=runc: no pod reported a container id".into()),
+            (false, false) => Err(format!(
+                "CONTAINER_RUNTIME=runc, but containers ran on another runtime: {}",
+                other.join(", ")
+            )),
+            (false, true) => Ok(Some(format!(
+                "{} container(s) of {} pod(s) ran under runc",
+                ids.len(),
+                list.items.len()
+            ))),
+        }
+    }
+
     async fn leaked_keys(&self) -> (Vec<String>, usize) {
         const MARK: &str = "PRIVATE KEY";
         let mut found: Vec<String> = self

@@ -493,6 +493,9 @@ impl NodeAgentHandle {
         }
         // A loop may have started a pod while we were stopping.
         self.pods.stop_all(kill).await;
+        if let Some(runc) = &self.pods.ctx.runc {
+            runc.settle().await;
+        }
         tracing::info!(node = %self.pods.ctx.name, "node agent stopped");
     }
 }

@@ -374,7 +374,7 @@ pub(crate) async fn run_once(run: &PodRun, slot: Slot) -> RunOutcome {
     let followed = follow(run, &mut process, &mut tracker, &mut rx).await;
     tracker.stop(rx).await;
     if let (Some(rt), Some(id)) = (&run.ctx.runc, &prepared.runc_id) {
-        rt.delete(id).await;
+        rt.remove(id.clone());
     }
     let ran_for = process.started.elapsed();
     let cancelled = followed.cancelled;

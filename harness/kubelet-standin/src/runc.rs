@@ -10,7 +10,9 @@
 //! agent sends to the container's process, and exits with the container's exit code. Each
 //! node keeps its own runc state directory (`<node root>/run/runc`), emptied when the agent
 //! starts (a node that restarts has no running containers) and after each run
-//! (`runc delete --force`). Exec probes are `runc exec` into the running container.
+//! (`runc delete --force`, in the background so the pod's next container does not wait for it;
+//! the agent's shutdown waits for every removal). Exec probes are `runc exec` into the running
+//! container.
 //!
 //! What the process gets, as a kubelet and containerd give it: `command` (else the image's
 //! `Entrypoint`) followed by `args` (else, without `command`, the image's `Cmd`); the image's
@@ -18,6 +20,7 @@
 //! user from `runAsUser`/`runAsGroup` (container, then pod), else the image's `User`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
@@ -44,6 +47,8 @@ pub struct RuncRuntime {
     state: PathBuf,
     /// The agent's own capability bounding set: what a privileged container gets.
     own_caps: Vec<String>,
+    /// `runc delete` of containers that ended, running beside the pods ([`RuncRuntime::remove`]).
+    removals: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// Why a container could not be set up under runc: the waiting reason and message.
@@ -81,6 +86,7 @@ impl RuncRuntime {
             runc: config.runc.clone(),
             state: node_root.join("run/runc"),
             own_caps: caps_in_mask(own_bounding_set()),
+            removals: std::sync::Mutex::new(Vec::new()),
         };
         rt.delete_all().await;
         Ok(rt)
@@ -102,8 +108,10 @@ impl RuncRuntime {
         }
     }
 
-    /// `runc delete --force`: kills what is left of the container and forgets it.
+    /// `runc delete --force`: kills what is left of the container and forgets it, once its
+    /// cgroup is empty.
     pub async fn delete(&self, id: &str) {
+        wait_cgroup_empty(id).await;
         match self
             .runc_command()
             .args(["delete", "--force", id])
@@ -115,6 +123,26 @@ impl RuncRuntime {
                 tracing::debug!(id, stderr = %String::from_utf8_lossy(&o.stderr).trim(), "runc delete")
             }
             Err(e) => tracing::warn!(id, error = %e, "runc delete"),
+        }
+    }
+
+    /// Removes container `id`, whose process has ended, in the background: nothing of the pod
+    /// waits for runc's clean-up (a kubelet does not wait for a container's removal either).
+    /// [`RuncRuntime::settle`] waits for every removal.
+    pub fn remove(self: &Arc<Self>, id: String) {
+        let rt = Arc::clone(self);
+        let task = tokio::spawn(async move { rt.delete(&id).await });
+        let mut removals = self.removals.lock().unwrap_or_else(|e| e.into_inner());
+        removals.retain(|t| !t.is_finished());
+        removals.push(task);
+    }
+
+    /// Waits until every container removal started so far is done (the agent's shutdown, so
+    /// no runc state or cgroup outlives it).
+    pub async fn settle(&self) {
+        let pending = std::mem::take(&mut *self.removals.lock().unwrap_or_else(|e| e.into_inner()));
+        for task in pending {
+            let _ = task.await;
         }
     }
 
@@ -169,6 +197,33 @@ impl RuncRuntime {
             args,
         }
     }
+}
+
+/// Waits (at most 2 s) until container `id`'s cgroup has no process left. After a SIGKILL the
+/// kernel takes a moment to reap a PID namespace, runc cannot remove a cgroup that still has
+/// members (it leaves the directory behind), and runc's own state cannot tell it is still
+/// running (its pids are those of the nested namespace).
+async fn wait_cgroup_empty(id: &str) {
+    let procs = ["pids", "unified", ""].map(|c| {
+        Path::new("/sys/fs/cgroup")
+            .join(c)
+            .join(id)
+            .join("cgroup.procs")
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while std::time::Instant::now() < deadline {
+        let busy = procs
+            .iter()
+            .any(|p| std::fs::read_to_string(p).is_ok_and(|s| !s.trim().is_empty()));
+        if !busy {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tracing::warn!(
+        id,
+        "container cgroup still has processes after 2 s; removing it anyway"
+    );
 }
 
 /// `CapBnd` of `/proc/self/status` (0 when unreadable: a privileged container then gets none).

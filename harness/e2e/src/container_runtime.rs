@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
+use kubelet_standin::NodeConfig;
 use kubelet_standin::runc::RuncConfig;
 
 /// An unusable runtime selection.
@@ -43,6 +44,14 @@ pub fn from_env() -> Result<Option<RuncConfig>, RuntimeError> {
         runc: which("runc").ok_or(RuntimeError::NoTool("runc"))?,
         umoci: which("umoci").ok_or(RuntimeError::NoTool("umoci"))?,
     }))
+}
+
+/// `cfg` with the container runtime the environment asks for.
+pub fn apply(cfg: NodeConfig) -> Result<NodeConfig, RuntimeError> {
+    Ok(match from_env()? {
+        Some(runc) => cfg.with_runc(runc),
+        None => cfg,
+    })
 }
 
 /// `target/images` of the workspace the test binaries were built in.

@@ -47,14 +47,6 @@ pub enum ControlPlaneError {
     Runtime(#[from] crate::container_runtime::RuntimeError),
 }
 
-/// `cfg` with the container runtime the environment asks for ([`crate::container_runtime`]).
-fn with_runtime(cfg: NodeConfig) -> Result<NodeConfig, ControlPlaneError> {
-    Ok(match crate::container_runtime::from_env()? {
-        Some(runc) => cfg.with_runc(runc),
-        None => cfg,
-    })
-}
-
 fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> ControlPlaneError {
     let c = context.into();
     move |e| ControlPlaneError::Io(c, e)
@@ -260,7 +252,7 @@ impl LocalControlPlane {
     async fn start_agent(&self, node: &mut SimNode) -> Result<(), ControlPlaneError> {
         let cfg = match self.stacked_node_config(node) {
             Some(cfg) => cfg,
-            None => with_runtime(
+            None => crate::container_runtime::apply(
                 NodeConfig::new(&node.name, node.ip(), &node.root, &self.bin_dir)
                     .with_client(self.client())
                     .with_kubeconfig(self.api.kubeconfig())

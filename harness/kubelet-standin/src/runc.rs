@@ -199,17 +199,25 @@ impl RuncRuntime {
     }
 }
 
+/// Where runc puts the process list of container `id`'s cgroup (no `cgroupsPath` in the bundle:
+/// `/<id>` under each hierarchy), in the order to try: cgroup v1's `pids` controller, the hybrid
+/// layout's unified hierarchy, a unified-only host. They list the processes as the host sees
+/// them, unlike runc's state (see the module docs).
+pub fn cgroup_procs_files(id: &str) -> [PathBuf; 3] {
+    ["pids", "unified", ""].map(|c| {
+        Path::new("/sys/fs/cgroup")
+            .join(c)
+            .join(id)
+            .join("cgroup.procs")
+    })
+}
+
 /// Waits (at most 2 s) until container `id`'s cgroup has no process left. After a SIGKILL the
 /// kernel takes a moment to reap a PID namespace, runc cannot remove a cgroup that still has
 /// members (it leaves the directory behind), and runc's own state cannot tell it is still
 /// running (its pids are those of the nested namespace).
 async fn wait_cgroup_empty(id: &str) {
-    let procs = ["pids", "unified", ""].map(|c| {
-        Path::new("/sys/fs/cgroup")
-            .join(c)
-            .join(id)
-            .join("cgroup.procs")
-    });
+    let procs = cgroup_procs_files(id);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
     while std::time::Instant::now() < deadline {
         let busy = procs

@@ -20,7 +20,7 @@ use kube_testapi::TestApi;
 use kubelet_standin::{NodeAgent, NodeConfig};
 use membership::{ClientConfig, EtcdClient, MemberUrl, TlsFiles};
 
-use super::{ControlPlaneError, LocalControlPlane, SimNode, io, render, wait_for, with_runtime};
+use super::{ControlPlaneError, LocalControlPlane, SimNode, io, render, wait_for};
 
 /// The port the API listens on, at its own loopback address.
 const API_PORT: u16 = 6443;
@@ -71,7 +71,7 @@ impl LocalControlPlane {
                 root,
                 agent: None,
             };
-            let cfg = with_runtime(
+            let cfg = crate::container_runtime::apply(
                 NodeConfig::new(&node.name, node.ip(), &node.root, &bin_dir)
                     .with_client(client.clone())
                     .with_kubeconfig(&kubeconfig)

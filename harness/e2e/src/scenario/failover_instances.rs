@@ -2,7 +2,6 @@
 //! `etcd-operator run` processes (the stand-in's and `TEST_API=kas`'s sandbox), or the pods of
 //! the Deployment from `manifests/` on the real control plane (identity: the pod name).
 
-use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -147,14 +146,8 @@ pub(super) fn sigkill_container(id: &str) -> Result<String, ControlPlaneError> {
 /// them as the host sees them.
 fn sigkill_runc(id: &str) -> Result<String, ControlPlaneError> {
     use nix::sys::signal::{Signal, kill};
-    let procs = ["pids", "unified", ""]
-        .iter()
-        .map(|c| {
-            Path::new("/sys/fs/cgroup")
-                .join(c)
-                .join(id)
-                .join("cgroup.procs")
-        })
+    let procs = kubelet_standin::runc::cgroup_procs_files(id)
+        .into_iter()
         .find(|p| p.is_file())
         .ok_or_else(|| failed(format!("runc container {id} has no cgroup")))?;
     let pids: Vec<i32> = std::fs::read_to_string(&procs)

@@ -111,8 +111,6 @@ impl Harness {
         Ok(())
     }
 
-    /// Where a private key shows in what admins read: each operator process's log, every Event;
-    /// and how many Events were read.
     /// Under `CONTAINER_RUNTIME=runc` (not on the stacked control plane, whose kube-apiservers
     /// have no image), that every container the pods report ran under runc: its id is
     /// `runc://...`. So a run that asked for runc cannot pass on the host-binary runtime.
@@ -160,6 +158,8 @@ impl Harness {
         }
     }
 
+    /// Where a private key shows in what admins read: each operator process's log, every Event;
+    /// and how many Events were read.
     async fn leaked_keys(&self) -> (Vec<String>, usize) {
         const MARK: &str = "PRIVATE KEY";
         let mut found: Vec<String> = self

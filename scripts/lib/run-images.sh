@@ -66,4 +66,11 @@ for layout in "$images"/etcd-[0-9]*; do
   run "$layout" "$v" "etcd Version: $v" /usr/local/bin/etcd --version >/dev/null
   run "$layout" "$v" "etcdctl version: $v" /usr/local/bin/etcdctl version >/dev/null
 done
+for layout in "$images"/kube-*-v[0-9]*; do
+  [[ -d $layout ]] || continue
+  name=${layout##*/}
+  v=${name##*-}
+  name=${name%-*}
+  run "$layout" "$v" "Kubernetes $v" "/usr/local/bin/$name" --version >/dev/null
+done
 say "every image runs under runc"

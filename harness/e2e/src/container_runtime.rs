@@ -4,12 +4,13 @@
 //! `CONTAINER_RUNTIME=runc` every container of every pod runs under `runc` from the images
 //! `scripts/build-images` wrote, found in `IMAGE_STORE` (default `target/images`); their root
 //! filesystems are unpacked once per digest into `<IMAGE_STORE>/rootfs-cache`. The stacked
-//! control plane's kube-apiservers are not in that store, so it keeps the host-binary runtime
-//! whatever `CONTAINER_RUNTIME` says.
+//! control plane needs its components' images there too ([`require_images`]): `build-images`
+//! makes them from `../shared/kas`'s binaries.
 
 use std::path::{Path, PathBuf};
 
 use kubelet_standin::NodeConfig;
+use kubelet_standin::image_store::ImageStore;
 use kubelet_standin::runc::RuncConfig;
 
 /// An unusable runtime selection.
@@ -23,6 +24,13 @@ pub enum RuntimeError {
     NoStore(PathBuf),
     #[error("CONTAINER_RUNTIME=runc: {0} not found on PATH (scripts/install-deps installs it)")]
     NoTool(&'static str),
+    #[error("CONTAINER_RUNTIME=runc: the image store {0}: {1}")]
+    Store(PathBuf, String),
+    #[error(
+        "CONTAINER_RUNTIME=runc: the image store {0} lacks {1} (scripts/build-images builds the \
+         control-plane images where ../shared/kas is, or $KAS names it)"
+    )]
+    MissingImage(PathBuf, String),
 }
 
 /// The runc runtime the environment asks for, if it asks for one.
@@ -54,6 +62,19 @@ pub fn apply(cfg: NodeConfig) -> Result<NodeConfig, RuntimeError> {
     })
 }
 
+/// Fails unless the store of `runc` holds every image of `images` (references as pods name
+/// them), so a run that needs them stops at once, naming the one that is missing, instead of a
+/// pod waiting in `ImagePullBackOff`.
+pub fn require_images(runc: &RuncConfig, images: &[String]) -> Result<(), RuntimeError> {
+    let dir = &runc.image_store;
+    let store = ImageStore::open(dir, &runc.unpack_cache, &runc.umoci)
+        .map_err(|e| RuntimeError::Store(dir.clone(), e.to_string()))?;
+    match images.iter().find(|i| store.lookup(i).is_err()) {
+        Some(missing) => Err(RuntimeError::MissingImage(dir.clone(), missing.clone())),
+        None => Ok(()),
+    }
+}
+
 /// `target/images` of the workspace the test binaries were built in.
 fn default_store() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/images")
@@ -66,4 +87,34 @@ fn which(name: &str) -> Option<PathBuf> {
         .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
         .map(|d| d.join(name))
         .find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn a_store_without_the_control_plane_images_is_refused_naming_the_first_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("images.json"), r#"{"images": []}"#).unwrap();
+        let runc = RuncConfig {
+            image_store: dir.path().to_path_buf(),
+            unpack_cache: dir.path().join("rootfs-cache"),
+            runc: PathBuf::from("/usr/sbin/runc"),
+            umoci: PathBuf::from("/usr/bin/umoci"),
+        };
+        let images = crate::controlplane::kube_pods::component_images();
+        let err = require_images(&runc, &images).unwrap_err();
+        assert!(
+            matches!(&err, RuntimeError::MissingImage(_, i) if i == "registry.k8s.io/kube-apiserver:v1.36.2"),
+            "{err}"
+        );
+        assert!(require_images(&runc, &[]).is_ok());
+        std::fs::write(dir.path().join("images.json"), "{").unwrap();
+        assert!(matches!(
+            require_images(&runc, &images),
+            Err(RuntimeError::Store(..))
+        ));
+    }
 }

@@ -251,7 +251,7 @@ impl LocalControlPlane {
 
     async fn start_agent(&self, node: &mut SimNode) -> Result<(), ControlPlaneError> {
         let cfg = match self.stacked_node_config(node) {
-            Some(cfg) => cfg,
+            Some(cfg) => cfg?,
             None => crate::container_runtime::apply(
                 NodeConfig::new(&node.name, node.ip(), &node.root, &self.bin_dir)
                     .with_client(self.client())

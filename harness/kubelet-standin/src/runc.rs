@@ -49,6 +49,9 @@ pub struct RuncRuntime {
     own_caps: Vec<String>,
     /// `runc delete` of containers that ended, running beside the pods ([`RuncRuntime::remove`]).
     removals: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Container runs started by this runtime: the last part of every id
+    /// ([`RuncRuntime::container_id`]).
+    runs: std::sync::atomic::AtomicU64,
 }
 
 /// Why a container could not be set up under runc: the waiting reason and message.
@@ -87,6 +90,7 @@ impl RuncRuntime {
             state: node_root.join("run/runc"),
             own_caps: caps_in_mask(own_bounding_set()),
             removals: std::sync::Mutex::new(Vec::new()),
+            runs: std::sync::atomic::AtomicU64::new(0),
         };
         rt.delete_all().await;
         Ok(rt)
@@ -124,6 +128,15 @@ impl RuncRuntime {
             }
             Err(e) => tracing::warn!(id, error = %e, "runc delete"),
         }
+    }
+
+    /// A new container id for run `restart` of `container` in the pod `pod_uid`. A static
+    /// pod's uid is its manifest's hash, so a manifest that comes back (A, B, A) brings back the
+    /// uid of a pod whose containers may still be in their background removal: the run counter
+    /// keeps the new container's id apart from theirs, so that removal cannot delete it.
+    pub fn container_id(&self, pod_uid: &str, container: &str, restart: u32) -> String {
+        let run = self.runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        container_id(pod_uid, container, restart, run)
     }
 
     /// Removes container `id`, whose process has ended, in the background: nothing of the pod
@@ -345,8 +358,9 @@ fn container_config(
     })
 }
 
-/// A runc container id for one run: `[A-Za-z0-9_.+-]`, unique per node, pod, container and run.
-pub fn container_id(pod_uid: &str, container: &str, restart: u32) -> String {
+/// A runc container id: `[A-Za-z0-9_.+-]`, unique per node, pod, container, restart and the
+/// node runtime's run counter `run`.
+fn container_id(pod_uid: &str, container: &str, restart: u32, run: u64) -> String {
     let clean = |s: &str| -> String {
         s.chars()
             .map(|c| {
@@ -358,7 +372,7 @@ pub fn container_id(pod_uid: &str, container: &str, restart: u32) -> String {
             })
             .collect()
     };
-    format!("{}-{}-{restart}", clean(pod_uid), clean(container))
+    format!("{}-{}-{restart}.{run}", clean(pod_uid), clean(container))
 }
 
 #[cfg(test)]
@@ -417,7 +431,7 @@ mod tests {
 
     #[test]
     fn container_ids_are_what_runc_accepts() {
-        assert_eq!(container_id("ab-12", "etcd", 3), "ab-12-etcd-3");
-        assert_eq!(container_id("a/b c", "x", 0), "a_b_c-x-0");
+        assert_eq!(container_id("ab-12", "etcd", 3, 7), "ab-12-etcd-3.7");
+        assert_eq!(container_id("a/b c", "x", 0, 0), "a_b_c-x-0.0");
     }
 }

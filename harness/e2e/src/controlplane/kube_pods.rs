@@ -4,8 +4,9 @@
 //! network, their certificates and kubeconfigs from host paths). Pure: each function renders one
 //! pod from what it is given, deterministically, so a manifest changes only when its input does.
 //!
-//! The images name the real components; the node agent's image table
-//! ([`kube_images`]) maps them to the binaries of `../shared/kas`.
+//! The images name the real components ([`component_images`]): under runc the node agent runs
+//! the images `scripts/build-images` made of `../shared/kas`'s binaries; otherwise its image
+//! table ([`kube_images`]) maps them to those binaries.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -39,6 +40,19 @@ pub const COMPONENTS: [&str; 3] = [
     "kube-controller-manager",
     "kube-scheduler",
 ];
+
+/// The image reference of each component, as its static pod names it.
+pub fn component_images() -> Vec<String> {
+    COMPONENTS
+        .iter()
+        .map(|name| component_image(name))
+        .collect()
+}
+
+/// The image reference of component `name`.
+fn component_image(name: &str) -> String {
+    format!("registry.k8s.io/{name}:{KUBE_VERSION}")
+}
 
 /// Image table entries mapping the components' images to the kas binaries in `kas_bin`.
 pub fn kube_images(kas_bin: &Path) -> Vec<ImageEntry> {
@@ -166,7 +180,7 @@ fn component_pod(name: &str, args: Vec<String>, ip: IpAddr, port: u16, path: &st
             termination_grace_period_seconds: Some(15),
             containers: vec![Container {
                 name: name.to_owned(),
-                image: Some(format!("registry.k8s.io/{name}:{KUBE_VERSION}")),
+                image: Some(component_image(name)),
                 command: Some(command),
                 readiness_probe: Some(Probe {
                     http_get: Some(HTTPGetAction {

@@ -20,6 +20,11 @@
 //!    the consumer Secret and `etcd-endpoints`, rolling the kube-apiservers one at a time.
 //!
 //! Losing etcd's quorum takes the API down with it.
+//!
+//! With `CONTAINER_RUNTIME=runc` ([`crate::container_runtime`]) every static pod of a node, the
+//! control-plane components included, runs under runc from the images `scripts/build-images`
+//! made of kas's binaries (`kube-apiserver:v1.36.2`, ...); without it the node agent's image
+//! table runs those binaries directly.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -39,7 +44,8 @@ use super::apiserver_operator::{
 };
 use super::endpoint::ApiEndpoint;
 use super::kube_pods::{
-    APISERVER_PORT, PKI_DIR, RESOURCES_DIR, controller_manager_pod, kube_images, scheduler_pod,
+    APISERVER_PORT, PKI_DIR, RESOURCES_DIR, component_images, controller_manager_pod, kube_images,
+    scheduler_pod,
 };
 use super::{ControlPlaneError, LocalControlPlane, OPERATOR_NS, SimNode, create_or_keep, io};
 use super::{render, wait_for};
@@ -109,7 +115,7 @@ impl LocalControlPlane {
         let api = TestApi::stacked(&kubeconfig, Some(kas_bin.join("kubectl"))).await?;
         for node in &mut nodes {
             prepare_node(node, &pki, endpoint_ip)?;
-            let cfg = node_config(node, &bin_dir, &kas_bin, &api, endpoint_ip);
+            let cfg = node_config(node, &bin_dir, &kas_bin, &api, endpoint_ip)?;
             node.agent = Some(NodeAgent::start(cfg).await?);
         }
         let n1 = nodes
@@ -197,7 +203,10 @@ impl LocalControlPlane {
     }
 
     /// The node agent configuration of a node of this control plane.
-    pub(super) fn stacked_node_config(&self, node: &SimNode) -> Option<NodeConfig> {
+    pub(super) fn stacked_node_config(
+        &self,
+        node: &SimNode,
+    ) -> Option<Result<NodeConfig, ControlPlaneError>> {
         let s = self.stacked.as_ref()?;
         Some(node_config(
             node,
@@ -232,24 +241,31 @@ impl LocalControlPlane {
     }
 }
 
-/// A node agent for `node` whose image table runs the kas binaries, on the API through the
-/// endpoint.
+/// A node agent for `node` on the API through the endpoint: under runc when the environment
+/// asks for it (the image store must then hold the control-plane images), otherwise with an
+/// image table that runs the kas binaries.
 fn node_config(
     node: &SimNode,
     bin_dir: &Path,
     kas_bin: &Path,
     api: &TestApi,
     endpoint: IpAddr,
-) -> NodeConfig {
-    let images = kube_images(kas_bin)
-        .into_iter()
-        .fold(ImageTable::standard(bin_dir), ImageTable::with_entry);
-    let mut cfg = NodeConfig::new(&node.name, node.ip(), &node.root, bin_dir)
+) -> Result<NodeConfig, ControlPlaneError> {
+    let cfg = NodeConfig::new(&node.name, node.ip(), &node.root, bin_dir)
         .with_client(api.client())
         .with_kubeconfig(api.kubeconfig())
         .with_api_service(&format!("https://{endpoint}:{APISERVER_PORT}"));
-    cfg.images = Some(images);
-    cfg
+    if let Some(runc) = crate::container_runtime::from_env()? {
+        crate::container_runtime::require_images(&runc, &component_images())?;
+        return Ok(cfg.with_runc(runc));
+    }
+    let images = kube_images(kas_bin)
+        .into_iter()
+        .fold(ImageTable::standard(bin_dir), ImageTable::with_entry);
+    Ok(NodeConfig {
+        images: Some(images),
+        ..cfg
+    })
 }
 
 /// The node as the kube-apiserver operator stand-in knows it.

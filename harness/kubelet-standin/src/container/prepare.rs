@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Container;
 use crate::env::container_env;
 use crate::expand::expand_with;
 use crate::mounts::BindMount;
-use crate::runc::{RunRequest, RuncRuntime, container_id};
+use crate::runc::{RunRequest, RuncRuntime};
 use crate::runner::Launch;
 use crate::volumes::container_binds;
 use crate::worker::PodRun;
@@ -146,7 +146,7 @@ async fn runc_launch(
             read_only: true,
         });
     }
-    let id = container_id(&run.uid, &c.name, restart);
+    let id = rt.container_id(&run.uid, &c.name, restart);
     let launch = rt
         .prepare(RunRequest {
             spec: &run.spec,

@@ -111,12 +111,13 @@ impl Harness {
         Ok(())
     }
 
-    /// Under `CONTAINER_RUNTIME=runc` (not on the stacked control plane, whose kube-apiservers
-    /// have no image), that every container the pods report ran under runc: its id is
-    /// `runc://...`. So a run that asked for runc cannot pass on the host-binary runtime.
+    /// Under `CONTAINER_RUNTIME=runc`, that every container the pods report ran under runc (the
+    /// stacked control plane's kube-apiservers, controller-managers and schedulers included):
+    /// its id is `runc://...`. So a run that asked for runc cannot pass on the host-binary
+    /// runtime.
     async fn runtime_check(&self) -> Result<Option<String>, String> {
         let runc = matches!(crate::container_runtime::from_env(), Ok(Some(_)));
-        if !runc || self.cp.stacked().is_some() {
+        if !runc {
             return Ok(None);
         }
         let pods: Api<Pod> = Api::all(self.cp.client());

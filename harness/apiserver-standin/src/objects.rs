@@ -159,18 +159,10 @@ pub fn rfc3339_after(seconds: i64) -> String {
     rfc3339(time::OffsetDateTime::now_utc() + time::Duration::seconds(seconds))
 }
 
-/// A time as kube-apiserver writes timestamps (`metav1.Time`: RFC 3339, UTC, whole seconds).
+/// A time as kube-apiserver writes timestamps (`metav1.Time`: RFC 3339, UTC, whole seconds),
+/// which is how the operator writes its status times too.
 pub fn rfc3339(t: time::OffsetDateTime) -> String {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second()
-    )
+    etcd_pki::format_time(t)
 }
 
 /// Parses an RFC 3339 timestamp.

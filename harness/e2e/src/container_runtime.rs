@@ -4,7 +4,7 @@
 //! `CONTAINER_RUNTIME=runc` every container of every pod runs under `runc` from the images
 //! `scripts/build-images` wrote, found in `IMAGE_STORE` (default `target/images`); their root
 //! filesystems are unpacked once per digest into `<IMAGE_STORE>/rootfs-cache`. The stacked
-//! control plane needs its components' images there too ([`require_images`]): `build-images`
+//! control plane needs its components' images there too ([`pull_images`]): `build-images`
 //! makes them from `../shared/kas`'s binaries.
 
 use std::path::{Path, PathBuf};
@@ -62,17 +62,25 @@ pub fn apply(cfg: NodeConfig) -> Result<NodeConfig, RuntimeError> {
     })
 }
 
-/// Fails unless the store of `runc` holds every image of `images` (references as pods name
-/// them), so a run that needs them stops at once, naming the one that is missing, instead of a
-/// pod waiting in `ImagePullBackOff`.
-pub fn require_images(runc: &RuncConfig, images: &[String]) -> Result<(), RuntimeError> {
+/// Pulls `images` (references as pods name them) onto the node store of `runc` before any node
+/// starts, as kubeadm's preflight pulls the control-plane images: fails at once naming an image
+/// the store lacks (instead of a pod waiting in `ImagePullBackOff`), and unpacks each one, one at
+/// a time, so that the first kube-apiservers do not wait for several nodes unpacking the same
+/// images at once.
+pub async fn pull_images(runc: &RuncConfig, images: &[String]) -> Result<(), RuntimeError> {
     let dir = &runc.image_store;
     let store = ImageStore::open(dir, &runc.unpack_cache, &runc.umoci)
         .map_err(|e| RuntimeError::Store(dir.clone(), e.to_string()))?;
-    match images.iter().find(|i| store.lookup(i).is_err()) {
-        Some(missing) => Err(RuntimeError::MissingImage(dir.clone(), missing.clone())),
-        None => Ok(()),
+    for image in images {
+        let stored = store
+            .lookup(image)
+            .map_err(|_| RuntimeError::MissingImage(dir.clone(), image.clone()))?;
+        store
+            .rootfs(stored)
+            .await
+            .map_err(|e| RuntimeError::Store(dir.clone(), e.to_string()))?;
     }
+    Ok(())
 }
 
 /// `target/images` of the workspace the test binaries were built in.
@@ -94,8 +102,8 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
 
-    #[test]
-    fn a_store_without_the_control_plane_images_is_refused_naming_the_first_missing() {
+    #[tokio::test]
+    async fn a_store_without_the_control_plane_images_is_refused_naming_the_first_missing() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("images.json"), r#"{"images": []}"#).unwrap();
         let runc = RuncConfig {
@@ -105,15 +113,15 @@ mod tests {
             umoci: PathBuf::from("/usr/bin/umoci"),
         };
         let images = crate::controlplane::kube_pods::component_images();
-        let err = require_images(&runc, &images).unwrap_err();
+        let err = pull_images(&runc, &images).await.unwrap_err();
         assert!(
             matches!(&err, RuntimeError::MissingImage(_, i) if i == "registry.k8s.io/kube-apiserver:v1.36.2"),
             "{err}"
         );
-        assert!(require_images(&runc, &[]).is_ok());
+        assert!(pull_images(&runc, &[]).await.is_ok());
         std::fs::write(dir.path().join("images.json"), "{").unwrap();
         assert!(matches!(
-            require_images(&runc, &images),
+            pull_images(&runc, &images).await,
             Err(RuntimeError::Store(..))
         ));
     }

@@ -113,6 +113,9 @@ impl LocalControlPlane {
         .await
         .map_err(io("starting the control-plane endpoint"))?;
         let api = TestApi::stacked(&kubeconfig, Some(kas_bin.join("kubectl"))).await?;
+        if let Some(runc) = crate::container_runtime::from_env()? {
+            crate::container_runtime::pull_images(&runc, &component_images()).await?;
+        }
         for node in &mut nodes {
             prepare_node(node, &pki, endpoint_ip)?;
             let cfg = node_config(node, &bin_dir, &kas_bin, &api, endpoint_ip)?;
@@ -242,8 +245,8 @@ impl LocalControlPlane {
 }
 
 /// A node agent for `node` on the API through the endpoint: under runc when the environment
-/// asks for it (the image store must then hold the control-plane images), otherwise with an
-/// image table that runs the kas binaries.
+/// asks for it (the control-plane images pulled first: [`crate::container_runtime::pull_images`]),
+/// otherwise with an image table that runs the kas binaries.
 fn node_config(
     node: &SimNode,
     bin_dir: &Path,
@@ -256,7 +259,6 @@ fn node_config(
         .with_kubeconfig(api.kubeconfig())
         .with_api_service(&format!("https://{endpoint}:{APISERVER_PORT}"));
     if let Some(runc) = crate::container_runtime::from_env()? {
-        crate::container_runtime::require_images(&runc, &component_images())?;
         return Ok(cfg.with_runc(runc));
     }
     let images = kube_images(kas_bin)

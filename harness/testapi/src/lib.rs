@@ -25,6 +25,7 @@ mod service_ca;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use apiserver_standin::{ApiServerStandIn, StandInConfig};
 use etcd_fixture::{ClusterSpec, EtcdCluster};
@@ -188,6 +189,12 @@ struct StandInParts {
     _dir: tempfile::TempDir,
 }
 
+/// Bound on a connect and on each wait for a byte to or from the stacked control plane's
+/// kube-apiservers ([`TestApi::stacked`]): half of kube-apiserver's own 60 s request timeout,
+/// far below the scenarios' waits, which poll again after a failed call. A watch that is quiet
+/// this long is ended and re-opened by its watcher.
+pub const STACKED_READ_BOUND: Duration = Duration::from_secs(30);
+
 /// A Kubernetes API for one test (or one sandbox run).
 pub struct TestApi {
     backend: Backend,
@@ -212,7 +219,7 @@ impl TestApi {
         if let Ok(path) = std::env::var("KUBECONFIG")
             && !path.is_empty()
         {
-            return Self::real(&path).await;
+            return Self::real(&path, None).await;
         }
         match std::env::var("TEST_API").as_deref() {
             Ok("kas") => {
@@ -343,7 +350,7 @@ impl TestApi {
             .trim()
             .strip_prefix("export KUBECONFIG=")
             .map_or(kubeconfig, PathBuf::from);
-        let mut api = Self::real(&kubeconfig.to_string_lossy()).await?;
+        let mut api = Self::real(&kubeconfig.to_string_lossy(), None).await?;
         parts.publisher = Some(tokio::spawn(service_ca::publish(api.client())));
         api.backend = Backend::Kas(parts);
         tracing::info!(%ip, "kas control plane up");
@@ -352,12 +359,15 @@ impl TestApi {
 
     /// Real kube-apiservers run by the caller (the sandbox's static pods on the managed etcd),
     /// reached through `kubeconfig`; the service CA publisher runs beside them as beside kas.
-    /// They need not answer yet: nothing is called here.
+    /// They need not answer yet: nothing is called here. Their API is served from the etcd the
+    /// scenarios disrupt, so a kube-apiserver may keep a connection open and never answer on it:
+    /// every wait for a byte is bounded by [`STACKED_READ_BOUND`] (a request that hangs fails,
+    /// and the waits that poll try again on a new connection, as the operator's own client does).
     pub async fn stacked(
         kubeconfig: &Path,
         kubectl: Option<PathBuf>,
     ) -> Result<Self, TestApiError> {
-        let mut api = Self::real(&kubeconfig.to_string_lossy()).await?;
+        let mut api = Self::real(&kubeconfig.to_string_lossy(), Some(STACKED_READ_BOUND)).await?;
         api.backend = Backend::Stacked(StackedParts {
             kubectl,
             publisher: tokio::spawn(service_ca::publish(api.client())),
@@ -365,7 +375,9 @@ impl TestApi {
         Ok(api)
     }
 
-    async fn real(path: &str) -> Result<Self, TestApiError> {
+    /// A client of the kube-apiserver `path` names; `bound`, when given, bounds the connect and
+    /// each wait for a read or write (the default is kube's 295 s, above a watch's lifetime).
+    async fn real(path: &str, bound: Option<Duration>) -> Result<Self, TestApiError> {
         let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|source| {
             TestApiError::Kubeconfig {
                 path: path.to_owned(),
@@ -378,6 +390,12 @@ impl TestApi {
                 path: path.to_owned(),
                 source,
             })?;
+        let mut config = config;
+        if let Some(bound) = bound {
+            config.connect_timeout = Some(bound);
+            config.read_timeout = Some(bound);
+            config.write_timeout = Some(bound);
+        }
         let server_url = config.cluster_url.to_string();
         Ok(Self {
             backend: Backend::Real,

@@ -45,7 +45,7 @@ use super::api_watch::ApiWatch;
 use super::control_plane_pods::{self, KUBELET_MAX_BACKOFF, Restarts};
 use super::harness::{Harness, member_of};
 use crate::controlplane::apiserver_operator::Roll;
-use crate::controlplane::{ControlPlaneError, STATIC_NS, wait_for};
+use crate::controlplane::{ControlPlaneError, STATIC_NS, retry_transport, wait_for};
 
 mod renewal;
 use renewal::renewal;
@@ -392,7 +392,8 @@ async fn leader_kill(h: &mut Harness) -> Result<(), ControlPlaneError> {
     let etcd = h.etcd().await?;
     let (leader, id, term) = super::quorum_loss::find_leader(h, &etcd, &["n1", "n2", "n3"]).await?;
     let pods: Api<Pod> = Api::namespaced(h.cp.client(), STATIC_NS);
-    let pod = pods.get(&format!("etcd-{leader}")).await?;
+    let name = format!("etcd-{leader}");
+    let pod = retry_transport(&name, || pods.get(&name)).await?;
     let container = pod
         .status
         .and_then(|s| s.container_statuses)

@@ -23,7 +23,7 @@ use kube::api::ListParams;
 
 use super::harness::Harness;
 use crate::controlplane::apiserver_operator::CONSUMER_SECRET;
-use crate::controlplane::{ControlPlaneError, OPERATOR_NS, STATIC_NS};
+use crate::controlplane::{ControlPlaneError, OPERATOR_NS, STATIC_NS, retry_transport};
 
 /// Three rollouts of three nodes each.
 const DEADLINE: Duration = Duration::from_secs(300);
@@ -159,19 +159,16 @@ async fn kube_apiservers_on_material(h: &Harness) -> Result<String, ControlPlane
         .find(|c| c.name == "kube-apiserver")
         .ok_or_else(|| failed("status names no consumer kube-apiserver"))?;
     let secret: Api<Secret> = Api::namespaced(h.cp.client(), OPERATOR_NS);
-    let annotated = secret
-        .get(CONSUMER_SECRET)
-        .await
-        .map_err(|e| failed(format!("{CONSUMER_SECRET}: {e}")))?
+    // Every kube-apiserver restarts in a rotation: a connection may end under a call.
+    let annotated = retry_transport(CONSUMER_SECRET, || secret.get(CONSUMER_SECRET))
+        .await?
         .metadata
         .annotations
         .unwrap_or_default()
         .remove(MATERIAL_DIGEST_ANNOTATION);
     let pods: Api<Pod> = Api::namespaced(h.cp.client(), "kube-system");
-    let listed = pods
-        .list(&ListParams::default().labels("component=kube-apiserver"))
-        .await
-        .map_err(|e| failed(format!("listing kube-apiserver pods: {e}")))?;
+    let selector = ListParams::default().labels("component=kube-apiserver");
+    let listed = retry_transport("listing kube-apiserver pods", || pods.list(&selector)).await?;
     let on: Vec<(String, Option<String>)> = listed
         .items
         .iter()

@@ -15,7 +15,7 @@ use kube::Api;
 use membership::{EtcdClient, MemberUrl};
 
 use super::harness::Harness;
-use crate::controlplane::{ControlPlaneError, STATIC_NS, wait_for};
+use crate::controlplane::{ControlPlaneError, STATIC_NS, retry_transport, wait_for};
 use crate::drain::{DrainError, DrainOptions, DrainReport, drain, set_unschedulable};
 
 const SETTLE: Duration = Duration::from_secs(240);
@@ -154,7 +154,11 @@ pub(super) async fn maintain(
     h.step(format!("{node} drained at once: {:?}", r.evicted));
     h.cp.stop_node(node).await?;
     h.cp.restart_node(node).await?;
-    set_unschedulable(&client, node, false).await?;
+    // The client's connection may have been to the kube-apiserver of the node just stopped.
+    retry_transport(&format!("uncordoning {node}"), || {
+        set_unschedulable(&client, node, false)
+    })
+    .await?;
     h.step(format!("{node} powered off, on again and uncordoned"));
     Ok(())
 }

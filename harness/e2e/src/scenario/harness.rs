@@ -379,11 +379,13 @@ impl Harness {
     pub async fn patch_spec(&mut self, patch: serde_json::Value) -> Result<(), ControlPlaneError> {
         // Read back as stored: the patch may make a spec the operator cannot decode.
         let api: Api<etcd_operator::api::StoredCluster> = Api::all(self.cp.client());
-        api.patch(
-            etcd_operator::api::SINGLETON,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "spec": patch })),
-        )
+        let (merge, params) = (
+            Patch::Merge(serde_json::json!({ "spec": patch })),
+            PatchParams::default(),
+        );
+        crate::controlplane::retry_transport("patching the EtcdCluster's spec", || {
+            api.patch(etcd_operator::api::SINGLETON, &params, &merge)
+        })
         .await?;
         self.step(format!("patched spec: {patch}"));
         Ok(())

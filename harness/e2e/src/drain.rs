@@ -119,8 +119,13 @@ fn key(pod: &Pod) -> String {
 
 /// A client for draining: kube's default client retries 429 answers by itself for minutes,
 /// which would hide a budget's refusal; this one returns it (as kubectl's does). From
-/// `kubeconfig`, or KUBECONFIG / in-cluster when `None`.
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, kube::Error> {
+/// `kubeconfig`, or KUBECONFIG / in-cluster when `None`; `bound`, when given, bounds each wait
+/// for a byte ([`kube_testapi::bound_requests`]; the stacked control plane's
+/// [`kube_testapi::TestApi::request_bound`]).
+pub async fn client(
+    kubeconfig: Option<&std::path::Path>,
+    bound: Option<std::time::Duration>,
+) -> Result<Client, kube::Error> {
     let mut config = match kubeconfig {
         Some(path) => {
             let kc =
@@ -134,6 +139,9 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, kube
             .map_err(kube::Error::InferConfig)?,
     };
     config.default_retry = false;
+    if let Some(bound) = bound {
+        kube_testapi::bound_requests(&mut config, bound);
+    }
     Client::try_from(config)
 }
 

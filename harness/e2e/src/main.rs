@@ -344,7 +344,7 @@ async fn run_scenarios(scenario: &str, out: &std::path::Path) -> anyhow::Result<
 
 /// Drains `node` against KUBECONFIG and prints the report.
 async fn drain_node(node: &str, force: bool, timeout: Duration) -> anyhow::Result<()> {
-    let client = e2e::drain::client(None).await?;
+    let client = e2e::drain::client(None, None).await?;
     let options = e2e::drain::DrainOptions {
         force,
         timeout,

@@ -95,6 +95,14 @@ struct StandInParts {
 /// this long is ended and re-opened by its watcher.
 pub const STACKED_READ_BOUND: Duration = Duration::from_secs(30);
 
+/// Bounds the connect of a client made from `config` and each of its waits for a byte to
+/// `bound` (kube's defaults are 295 s, above a watch's lifetime).
+pub fn bound_requests(config: &mut kube::Config, bound: Duration) {
+    config.connect_timeout = Some(bound);
+    config.read_timeout = Some(bound);
+    config.write_timeout = Some(bound);
+}
+
 /// A Kubernetes API for one test (or one sandbox run).
 pub struct TestApi {
     backend: Backend,
@@ -275,8 +283,7 @@ impl TestApi {
         Ok(api)
     }
 
-    /// A client of the kube-apiserver `path` names; `bound`, when given, bounds the connect and
-    /// each wait for a read or write (the default is kube's 295 s, above a watch's lifetime).
+    /// A client of the kube-apiserver `path` names; `bound`, when given: [`bound_requests`].
     async fn real(path: &str, bound: Option<Duration>) -> Result<Self, TestApiError> {
         let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|source| {
             TestApiError::Kubeconfig {
@@ -284,17 +291,14 @@ impl TestApi {
                 source,
             }
         })?;
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
             .map_err(|source| TestApiError::Kubeconfig {
                 path: path.to_owned(),
                 source,
             })?;
-        let mut config = config;
         if let Some(bound) = bound {
-            config.connect_timeout = Some(bound);
-            config.read_timeout = Some(bound);
-            config.write_timeout = Some(bound);
+            bound_requests(&mut config, bound);
         }
         let server_url = config.cluster_url.to_string();
         Ok(Self {
@@ -345,6 +349,12 @@ impl TestApi {
     /// one whose admin may mint ServiceAccount tokens, so RBAC is enforced on the operator.
     pub fn is_own_real(&self) -> bool {
         matches!(self.backend, Backend::Kas(_) | Backend::Stacked(_))
+    }
+
+    /// The bound on each wait for a byte that a client of this API should have:
+    /// [`STACKED_READ_BOUND`] on the stacked control plane, none elsewhere.
+    pub fn request_bound(&self) -> Option<Duration> {
+        matches!(self.backend, Backend::Stacked(_)).then_some(STACKED_READ_BOUND)
     }
 
     /// The stand-in, when this is one.

@@ -144,7 +144,8 @@ pub(super) async fn maintain(
     node: &str,
     options: &DrainOptions,
 ) -> Result<(), ControlPlaneError> {
-    let client = crate::drain::client(Some(h.cp.api.kubeconfig())).await?;
+    let client =
+        crate::drain::client(Some(h.cp.api.kubeconfig()), h.cp.api.request_bound()).await?;
     let r = drain(&client, node, options, &|line| tracing::info!("{line}"))
         .await
         .map_err(|e| failed(e.to_string()))?;
@@ -270,7 +271,8 @@ pub async fn drain_scenario(h: &mut Harness) -> Result<(), ControlPlaneError> {
         timeout: SETTLE,
         force: false,
     };
-    let client = crate::drain::client(Some(h.cp.api.kubeconfig())).await?;
+    let client =
+        crate::drain::client(Some(h.cp.api.kubeconfig()), h.cp.api.request_bound()).await?;
     drain_first(h, &client, &options).await?;
 
     // The second drain starts now and must wait for n1.

@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{ListParams, LogParams};
@@ -69,8 +70,17 @@ pub enum GatherError {
 
 const OPERATOR_POD_LABELS: &str = "app.kubernetes.io/name=etcd-operator";
 
-/// Reads everything; never fails as a whole (see `problems`).
-pub async fn collect(client: &Client, opts: &GatherOptions, now: OffsetDateTime) -> Gathered {
+/// Reads everything; never fails as a whole (see `problems`); boxed so that its state machine is compiled once, in this crate,
+/// and a binary that polls it does not compile it again (docs/benchmarks.md, "Release build").
+pub fn collect<'a>(
+    client: &'a Client,
+    opts: &'a GatherOptions,
+    now: OffsetDateTime,
+) -> BoxFuture<'a, Gathered> {
+    Box::pin(collect_all(client, opts, now))
+}
+
+async fn collect_all(client: &Client, opts: &GatherOptions, now: OffsetDateTime) -> Gathered {
     let mut g = Gathered::default();
     let ns = opts.config.operator_namespace.clone();
     match crate::run::read_inputs(client, &ns).await {

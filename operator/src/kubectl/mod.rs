@@ -4,7 +4,8 @@
 //! admin action is one guarded patch of a spec field or Node annotation the operator already
 //! acts on ([`actions`] decides it, purely, with every refusal; this module reads and writes).
 //! `plan` and `gather` are the operator's own, which also ask etcd with the operator's client
-//! certificate read through the API.
+//! certificate read through the API. The entry points the binary calls return boxed futures, so
+//! their state machines are compiled once, in this crate (docs/benchmarks.md, "Release build").
 
 pub mod actions;
 pub mod summary;
@@ -13,6 +14,7 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
@@ -55,7 +57,11 @@ fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> KubectlErro
 }
 
 /// Reads the EtcdCluster (an undecodable one fails naming the decoder's complaint).
-pub async fn cluster(client: &Client) -> Result<EtcdCluster, KubectlError> {
+pub fn cluster(client: &Client) -> BoxFuture<'_, Result<EtcdCluster, KubectlError>> {
+    Box::pin(read_cluster(client))
+}
+
+async fn read_cluster(client: &Client) -> Result<EtcdCluster, KubectlError> {
     Api::<EtcdCluster>::all(client.clone())
         .get_opt(SINGLETON)
         .await
@@ -64,8 +70,15 @@ pub async fn cluster(client: &Client) -> Result<EtcdCluster, KubectlError> {
 }
 
 /// Reads what `action` needs and decides the change.
-pub async fn prepare(client: &Client, action: &Action) -> Result<Change, KubectlError> {
-    let cluster = cluster(client).await?;
+pub fn prepare<'a>(
+    client: &'a Client,
+    action: &'a Action,
+) -> BoxFuture<'a, Result<Change, KubectlError>> {
+    Box::pin(prepare_change(client, action))
+}
+
+async fn prepare_change(client: &Client, action: &Action) -> Result<Change, KubectlError> {
+    let cluster = read_cluster(client).await?;
     let node = match action {
         Action::StopEtcd { node, .. } | Action::StartEtcd { node } => {
             Api::<Node>::all(client.clone())
@@ -79,7 +92,15 @@ pub async fn prepare(client: &Client, action: &Action) -> Result<Change, Kubectl
 }
 
 /// Sends the change; with `dry_run` the API server validates and admits it without storing it.
-pub async fn apply(client: &Client, change: &Change, dry_run: bool) -> Result<(), KubectlError> {
+pub fn apply<'a>(
+    client: &'a Client,
+    change: &'a Change,
+    dry_run: bool,
+) -> BoxFuture<'a, Result<(), KubectlError>> {
+    Box::pin(apply_change(client, change, dry_run))
+}
+
+async fn apply_change(client: &Client, change: &Change, dry_run: bool) -> Result<(), KubectlError> {
     let params = PatchParams {
         dry_run,
         field_manager: Some(FIELD_MANAGER.to_owned()),
@@ -102,7 +123,16 @@ pub async fn apply(client: &Client, change: &Change, dry_run: bool) -> Result<()
 
 /// Waits until the status shows `done`, reading it every `every`; the error carries what was
 /// last seen.
-pub async fn wait(
+pub fn wait<'a>(
+    client: &'a Client,
+    done: &'a Done,
+    deadline: Duration,
+    every: Duration,
+) -> BoxFuture<'a, Result<String, KubectlError>> {
+    Box::pin(wait_until_done(client, done, deadline, every))
+}
+
+async fn wait_until_done(
     client: &Client,
     done: &Done,
     deadline: Duration,
@@ -110,7 +140,7 @@ pub async fn wait(
 ) -> Result<String, KubectlError> {
     let start = Instant::now();
     loop {
-        let last = match cluster(client).await {
+        let last = match read_cluster(client).await {
             Ok(c) => match actions::progress(done, &c.status.unwrap_or_default()) {
                 Ok(done) => return Ok(done),
                 Err(pending) => pending,

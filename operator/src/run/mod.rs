@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use kube::Client;
 use kube::runtime::events::Reporter;
 use tokio::time::Instant;
@@ -110,8 +111,16 @@ pub async fn read_inputs(client: &Client, operator_namespace: &str) -> Result<In
     })
 }
 
-/// `etcd-operator plan`: one pass that decides everything and changes nothing.
-pub async fn plan(client: Client, config: OperatorConfig) -> Result<PassReport, kube::Error> {
+/// `etcd-operator plan`: one pass that decides everything and changes nothing; boxed so that its state machine is compiled once, in this crate, and a binary that polls it
+/// does not compile it again (docs/benchmarks.md, "Release build").
+pub fn plan(
+    client: Client,
+    config: OperatorConfig,
+) -> BoxFuture<'static, Result<PassReport, kube::Error>> {
+    Box::pin(plan_once(client, config))
+}
+
+async fn plan_once(client: Client, config: OperatorConfig) -> Result<PassReport, kube::Error> {
     let inputs = read_inputs(&client, &config.operator_namespace).await?;
     let reporter = Reporter {
         controller: "etcd-operator-plan".into(),
@@ -184,8 +193,13 @@ fn health_of(ctx: &Context) -> http::Health {
     }
 }
 
-/// Runs the operator until SIGTERM / Ctrl-C.
-pub async fn run(client: Client, opts: RunOptions) -> Result<(), RunError> {
+/// Runs the operator until SIGTERM / Ctrl-C; boxed so that its state machine is compiled once, in this crate, and a binary that polls it
+/// does not compile it again (docs/benchmarks.md, "Release build").
+pub fn run(client: Client, opts: RunOptions) -> BoxFuture<'static, Result<(), RunError>> {
+    Box::pin(run_until_shutdown(client, opts))
+}
+
+async fn run_until_shutdown(client: Client, opts: RunOptions) -> Result<(), RunError> {
     let reporter = Reporter {
         controller: "etcd-operator".into(),
         instance: Some(opts.identity.clone()),

@@ -70,8 +70,9 @@ pub enum GatherError {
 
 const OPERATOR_POD_LABELS: &str = "app.kubernetes.io/name=etcd-operator";
 
-/// Reads everything; never fails as a whole (see `problems`); boxed so that its state machine is compiled once, in this crate,
-/// and a binary that polls it does not compile it again (docs/benchmarks.md, "Release build").
+/// Reads everything; never fails as a whole (see `problems`). Boxed so that its state machine
+/// is compiled once, in this crate, and a binary that polls it does not compile it again
+/// (docs/benchmarks.md, "Release build").
 pub fn collect<'a>(
     client: &'a Client,
     opts: &'a GatherOptions,

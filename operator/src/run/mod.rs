@@ -111,8 +111,9 @@ pub async fn read_inputs(client: &Client, operator_namespace: &str) -> Result<In
     })
 }
 
-/// `etcd-operator plan`: one pass that decides everything and changes nothing; boxed so that its state machine is compiled once, in this crate, and a binary that polls it
-/// does not compile it again (docs/benchmarks.md, "Release build").
+/// `etcd-operator plan`: one pass that decides everything and changes nothing. Boxed so that
+/// its state machine is compiled once, in this crate, and a binary that polls it does not
+/// compile it again (docs/benchmarks.md, "Release build").
 pub fn plan(
     client: Client,
     config: OperatorConfig,
@@ -193,8 +194,9 @@ fn health_of(ctx: &Context) -> http::Health {
     }
 }
 
-/// Runs the operator until SIGTERM / Ctrl-C; boxed so that its state machine is compiled once, in this crate, and a binary that polls it
-/// does not compile it again (docs/benchmarks.md, "Release build").
+/// Runs the operator until SIGTERM / Ctrl-C. Boxed so that its state machine is compiled once,
+/// in this crate, and a binary that polls it does not compile it again (docs/benchmarks.md,
+/// "Release build").
 pub fn run(client: Client, opts: RunOptions) -> BoxFuture<'static, Result<(), RunError>> {
     Box::pin(run_until_shutdown(client, opts))
 }

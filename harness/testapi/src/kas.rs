@@ -14,15 +14,74 @@ pub(crate) struct KasParts {
     pub(crate) _lock: std::fs::File,
     /// [`crate::service_ca::publish`], aborted on drop.
     pub(crate) publisher: Option<tokio::task::JoinHandle<()>>,
+    /// kas's state directory (`DIR` of its script), once `kas up` named it.
+    pub(crate) state: Option<PathBuf>,
 }
 
+/// kas's components, in the order its `down` stops them.
+const COMPONENTS: [&str; 4] = [
+    "kube-scheduler",
+    "kube-controller-manager",
+    "kube-apiserver",
+    "etcd",
+];
+
 impl KasParts {
+    /// Stops the control plane and wipes its data. A test's API is thrown away with its data, so
+    /// its components are killed first (kas's own `down` gives kube-apiserver a graceful
+    /// shutdown of about 5 s, and the control plane about 9 s in all, at the end of every test
+    /// that used it); `down` then finds them gone and wipes the data.
     pub(crate) fn down(&self) {
+        if let Some(state) = &self.state {
+            kill_components(&state.join("run"));
+        }
         let _ = std::process::Command::new(&self.script)
             .args(["down", "--ip", &self.ip.to_string(), "--wipe"])
             .stdout(std::process::Stdio::null())
             .status();
     }
+}
+
+/// SIGKILLs each component whose pid file in `run` names a live process of that component (a
+/// pid the system gave to another program since is left alone), and waits up to 2 s for each
+/// to be dead (gone, or a zombie: its sockets are closed; who reaps it is not ours to wait for).
+fn kill_components(run: &Path) {
+    for name in COMPONENTS {
+        let Some(pid) = std::fs::read_to_string(run.join(format!("{name}.pid")))
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+        let is_component = std::fs::read(proc_dir.join("cmdline")).is_ok_and(|c| {
+            c.split(|b| *b == 0)
+                .next()
+                .is_some_and(|argv0| argv0.ends_with(name.as_bytes()))
+        });
+        if !is_component {
+            continue;
+        }
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while is_running(&proc_dir) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+/// Whether the process of `/proc/<pid>` still runs: its state (the field after the command's
+/// closing parenthesis in `stat`) is neither zombie nor dead.
+fn is_running(proc_dir: &Path) -> bool {
+    let Ok(stat) = std::fs::read_to_string(proc_dir.join("stat")) else {
+        return false;
+    };
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, None | Some('Z' | 'X' | 'x'))
 }
 
 impl Drop for KasParts {
@@ -109,4 +168,67 @@ fn unpack(xz: &Path, target: &Path) -> Result<(), TestApiError> {
         .map_err(|e| TestApiError::Io(format!("chmod {}", tmp.display()), e))?;
     std::fs::rename(&tmp, target)
         .map_err(|e| TestApiError::Io(format!("placing {}", target.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn a_running_process_runs_and_a_reaped_or_zombie_one_does_not() {
+        assert!(is_running(Path::new("/proc/self")));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let proc_dir = PathBuf::from(format!("/proc/{}", child.id()));
+        // Not yet waited for: once it exits it stays a zombie until reaped.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while is_running(&proc_dir) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} still runs: {:?}",
+                proc_dir.display(),
+                std::fs::read_to_string(proc_dir.join("stat"))
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(proc_dir.exists(), "a zombie keeps its /proc entry");
+        child.wait().unwrap();
+        assert!(!is_running(&proc_dir));
+    }
+
+    #[test]
+    fn only_a_live_process_of_the_component_named_in_its_pid_file_is_killed() {
+        use std::os::unix::process::CommandExt;
+        let run = tempfile::tempdir().unwrap();
+        // A live process that is not kube-apiserver, under kube-apiserver's pid file, and one
+        // that calls itself etcd (argv[0]) under etcd's.
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let mut etcd = std::process::Command::new("sleep")
+            .arg0("/usr/bin/etcd")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        std::fs::write(
+            run.path().join("kube-apiserver.pid"),
+            other.id().to_string(),
+        )
+        .unwrap();
+        std::fs::write(run.path().join("etcd.pid"), format!("{}\n", etcd.id())).unwrap();
+        std::fs::write(run.path().join("kube-scheduler.pid"), "not a pid").unwrap();
+        kill_components(run.path());
+        let status = etcd.try_wait().unwrap();
+        assert!(
+            status.is_some_and(|s| std::os::unix::process::ExitStatusExt::signal(&s) == Some(9)),
+            "etcd was not killed: {status:?}"
+        );
+        assert!(
+            other.try_wait().unwrap().is_none(),
+            "a process that is not the component was killed"
+        );
+        other.kill().unwrap();
+        other.wait().unwrap();
+    }
 }

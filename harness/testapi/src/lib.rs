@@ -228,6 +228,7 @@ impl TestApi {
             ip,
             _lock: lock,
             publisher: None,
+            state: None,
         };
         // Whatever an earlier, crashed user of this address left: stop it and wipe its data.
         parts.down();
@@ -258,6 +259,7 @@ impl TestApi {
             .trim()
             .strip_prefix("export KUBECONFIG=")
             .map_or(kubeconfig, PathBuf::from);
+        parts.state = kubeconfig.parent().map(Path::to_path_buf);
         let mut api = Self::real(&kubeconfig.to_string_lossy(), None).await?;
         parts.publisher = Some(tokio::spawn(service_ca::publish(api.client())));
         api.backend = Backend::Kas(parts);

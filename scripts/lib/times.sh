@@ -26,9 +26,10 @@ times_end() {
 }
 
 # times_junit <phase>: keeps nextest's JUnit report of the run that just ended (each nextest run
-# writes the same file) as junit-<phase>.xml.
+# writes the same file) as junit-<phase>.xml. nextest keeps it in its store, target/nextest of
+# the workspace, whatever CARGO_TARGET_DIR says.
 times_junit() {
-  local report=${CARGO_TARGET_DIR:-target}/nextest/default/junit.xml
+  local report=target/nextest/default/junit.xml
   [[ -f $report ]] && mv "$report" "$TIMES_DIR/junit-$1.xml"
   return 0
 }

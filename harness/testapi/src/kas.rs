@@ -211,6 +211,21 @@ mod tests {
             .arg("30")
             .spawn()
             .unwrap();
+        // spawn can return before the child's exec has set its argv (seen under load: state R,
+        // empty cmdline), and kill_components judges a process by its argv[0].
+        let cmdline = format!("/proc/{}/cmdline", etcd.id());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !std::fs::read(&cmdline)
+            .unwrap()
+            .starts_with(b"/usr/bin/etcd\0")
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child never exec'd: {:?}",
+                std::fs::read(&cmdline)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         std::fs::write(
             run.path().join("kube-apiserver.pid"),
             other.id().to_string(),
@@ -219,7 +234,17 @@ mod tests {
         std::fs::write(run.path().join("etcd.pid"), format!("{}\n", etcd.id())).unwrap();
         std::fs::write(run.path().join("kube-scheduler.pid"), "not a pid").unwrap();
         kill_components(run.path());
-        let status = etcd.try_wait().unwrap();
+        // kill_components waits at most 2 s for the signal to land; on a loaded machine the
+        // child may take longer to be reaped, so this waits on the exit itself, with a deadline.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut status = etcd.try_wait().unwrap();
+        while status.is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            status = etcd.try_wait().unwrap();
+        }
+        if status.is_none() {
+            etcd.kill().unwrap();
+        }
         assert!(
             status.is_some_and(|s| std::os::unix::process::ExitStatusExt::signal(&s) == Some(9)),
             "etcd was not killed: {status:?}"

@@ -23,11 +23,15 @@
 //! 7. **Preflight.** No membership change while an alarm is raised (or the alarm list could not be
 //!    read) or a voter reports another member list than the one acted on; no healthy voter is
 //!    taken down while a `CORRUPT` alarm is raised or the voters disagree (see [`crate::Preflight`]).
-//! 8. **Defragment one healthy voter of a healthy cluster.** A defragmentation holds the member's
-//!    store (it applies nothing until done), so it is allowed only while every voter is healthy,
-//!    no learner is pending, no node is being rolled, the cluster keeps quorum without the
-//!    member, and the preflight allows taking a healthy voter down. A single voter is
-//!    defragmented only while `NOSPACE` already refuses writes (a pause then loses nothing).
+//! 8. **Defragment one member of a healthy cluster.** A defragmentation holds the member's store
+//!    (it applies nothing until done), so a voter is defragmented only while every voter is
+//!    healthy, no node is being rolled, the cluster keeps quorum without the member, and the
+//!    preflight allows taking a healthy voter down. A single voter is defragmented only while
+//!    `NOSPACE` already refuses writes (a pause then loses nothing). A learner (a standby, or one
+//!    not yet promoted) is no reason to wait: it votes on nothing, so it neither counts toward
+//!    quorum nor is lost from it; waiting for it meant a control plane with a standby learner
+//!    (an even node count) never defragmented and never cleared `NOSPACE` (#65). A learner is
+//!    not defragmented itself: etcd refuses the call on a learner.
 //!
 //! 9. **Move a member to its node's new address** (`MemberUpdate`, after the node's address
 //!    changed): a membership change, so rules 1 and 7 apply; the new URL must be no other member's
@@ -353,12 +357,7 @@ fn defragment(view: &ClusterView, action: &Action, id: MemberId, nospace: bool) 
     let healthy = view.healthy_voters();
     match view.find(id) {
         None => return deny(DenyRule::UnknownMember, format!("{action}: no such member")),
-        Some(m) if m.member.is_learner => {
-            return deny(
-                DenyRule::NotAVoter,
-                format!("{action}: {} is a learner", label(&m.member)),
-            );
-        }
+        Some(m) if m.member.is_learner => return defragment_learner(action, m),
         Some(_) => {}
     }
     if healthy < voters {
@@ -370,14 +369,8 @@ fn defragment(view: &ClusterView, action: &Action, id: MemberId, nospace: bool) 
             ),
         );
     }
-    if let Some(denied) = learner_pending(view, action) {
+    if let Some(denied) = rolling(view, action) {
         return denied;
-    }
-    if let Some(rolling) = &view.rolling_node {
-        return deny(
-            DenyRule::RolloutInProgress,
-            format!("{action}: node {rolling} is being rolled"),
-        );
     }
     if let Some(denied) = takedown_preflight(view, action) {
         return denied;
@@ -393,6 +386,27 @@ fn defragment(view: &ClusterView, action: &Action, id: MemberId, nospace: bool) 
             "{action}: with {voters} voter(s) the cluster would not keep quorum while it is held (writes would pause); only done while NOSPACE refuses writes anyway"
         ),
     )
+}
+
+/// Rule 8 for a learner: etcd refuses `Defragment` on a learner ("rpc not supported for
+/// learner", seen on etcd 3.5.16), so none is asked of it.
+fn defragment_learner(action: &Action, m: &MemberHealth) -> Verdict {
+    deny(
+        DenyRule::NotAVoter,
+        format!(
+            "{action}: {} is a learner, and etcd refuses to defragment a learner",
+            label(&m.member)
+        ),
+    )
+}
+
+/// A node is being rolled: no defragmentation meanwhile.
+fn rolling(view: &ClusterView, action: &Action) -> Option<Verdict> {
+    let node = view.rolling_node.as_ref()?;
+    Some(deny(
+        DenyRule::RolloutInProgress,
+        format!("{action}: node {node} is being rolled"),
+    ))
 }
 
 #[cfg(test)]

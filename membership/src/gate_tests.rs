@@ -454,16 +454,22 @@ fn rule_8_defragments_one_voter_of_a_healthy_cluster() {
         voter(3, true),
         learner(4, true, true),
     ]);
-    denied(
-        gate(&with_learner, &defrag(2, false)),
-        DenyRule::ChangeInFlight,
-        "learner",
-    );
+    // A learner (the standby of an even node count, or one not yet promoted) holds nothing
+    // back: a voter is defragmented beside it (#65: four nodes never defragmented before, and
+    // NOSPACE stayed until an admin acted). The learner itself is not: etcd refuses the call.
+    assert!(gate(&with_learner, &defrag(2, false)).is_allowed());
     denied(
         gate(&with_learner, &defrag(4, false)),
         DenyRule::NotAVoter,
-        "learner",
+        "etcd refuses to defragment a learner",
     );
+    let joining = view(vec![
+        voter(1, true),
+        voter(2, true),
+        voter(3, true),
+        learner(4, false, false),
+    ]);
+    assert!(gate(&joining, &defrag(2, false)).is_allowed());
     let mut rolling = healthy3();
     rolling.rolling_node = Some("n3".into());
     denied(
@@ -493,6 +499,15 @@ fn rule_8_a_small_cluster_pauses_writes_only_under_nospace() {
         gate(&two, &defrag(2, false)),
         DenyRule::QuorumAfterAction,
         "2 voter(s)",
+    );
+    // Two nodes: one voter and the standby learner. Under NOSPACE the voter is defragmented;
+    // without it the voter waits, as a lone voter does.
+    let standby = view(vec![voter(1, true), learner(2, true, true)]);
+    assert!(gate(&standby, &defrag(1, true)).is_allowed());
+    denied(
+        gate(&standby, &defrag(1, false)),
+        DenyRule::QuorumAfterAction,
+        "1 voter(s)",
     );
 }
 

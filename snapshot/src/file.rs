@@ -87,6 +87,16 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SnapshotError {
     move |source| SnapshotError::Io { path, source }
 }
 
+/// Creates `dir` (and its parents) and restricts it to its owner (0700): a snapshot holds every
+/// key of the cluster (on a stacked control plane, every Kubernetes Secret), so what is kept in
+/// it, or staged in it, is never readable by other users of the machine, whatever the umask
+/// (#65: local backups were world-readable under the default one).
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
 /// Lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

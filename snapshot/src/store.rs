@@ -209,9 +209,9 @@ impl Store {
         match destination {
             Destination::Local { dir } => {
                 let describe = format!("directory {}", dir.display());
-                std::fs::create_dir_all(dir).map_err(|source| StoreError::File {
+                crate::file::private_dir(dir).map_err(|source| StoreError::File {
                     path: dir.clone(),
-                    action: "creating the backup directory",
+                    action: "creating the backup directory (owner only, 0700)",
                     source,
                 })?;
                 let fs = LocalFileSystem::new_with_prefix(dir).map_err(|e| StoreError::Config {
@@ -384,7 +384,13 @@ impl Store {
             .await
             .map_err(self.err("reading", object))?;
         let mut stream = got.into_stream();
-        let mut f = tokio::fs::File::create(&tmp)
+        // Owner only: a snapshot holds every key of the cluster.
+        let mut f = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
             .await
             .map_err(ferr("creating"))?;
         let mut total = 0u64;

@@ -69,12 +69,22 @@ async fn a_directory_store_writes_whole_objects() {
     std::fs::write(&src, vec![7u8; 3 << 20]).unwrap();
     assert_eq!(store.upload("a.db", &src).await.unwrap(), 3 << 20);
     store.put_bytes("a.db.json", b"{}".to_vec()).await.unwrap();
+    // #65: a backup holds every key; the directory is its owner's only, whatever the umask.
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(dir.path().join("backups"))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o700, "backup directory mode {mode:o}");
     let listed = store.list().await.unwrap();
     let names: Vec<&str> = listed.iter().map(|o| o.name.as_str()).collect();
     assert_eq!(names, ["a.db", "a.db.json"]);
     let back = dir.path().join("back");
     store.download("a.db", &back).await.unwrap();
     assert_eq!(std::fs::read(&back).unwrap(), std::fs::read(&src).unwrap());
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&back).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600, "downloaded snapshot mode {mode:o}");
     store.delete("a.db").await.unwrap();
     store.delete("a.db").await.unwrap();
     let err = store.read_bytes("a.db").await.unwrap_err().to_string();

@@ -28,6 +28,9 @@ pub struct VerifyConfig {
     pub cluster_token: String,
     pub endpoints: Vec<MemberUrl>,
     pub tls: Option<TlsFiles>,
+    /// A directory outside the data dir, on the node's root disk (`--state-dir`), where the
+    /// bootstrap mark is kept too; `None`: only the data dir's.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// etcd's initial-cluster token when none is given.
@@ -239,6 +242,7 @@ impl VerifyConfig {
             cluster_token: cluster_token(env),
             endpoints,
             tls,
+            state_dir: None,
         };
         config.check_consistency()?;
         Ok(config)

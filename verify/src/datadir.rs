@@ -81,12 +81,16 @@ pub fn archive(data_dir: &Path, now: time::OffsetDateTime) -> Result<PathBuf, Da
 /// bootstrap manifest start a new cluster.
 pub const BOOTSTRAP_MARK: &str = "bootstrapped-by-etcd-verify";
 
-/// What in `data_dir` shows that a member ran here before (used when `member` is gone): the
-/// bootstrap mark, else the newest kept-aside `member-archived-*`. Unreadable: nothing shown.
-pub fn earlier(data_dir: &Path) -> Option<String> {
-    let mark = data_dir.join(BOOTSTRAP_MARK);
-    if let Ok(text) = std::fs::read_to_string(&mark) {
-        return Some(format!("{}: {}", mark.display(), text.trim()));
+/// What shows that a member ran here before (used when `<data_dir>/member` is gone): the
+/// bootstrap mark kept in `state_dir`, outside the data dir (an unmounted data disk leaves an
+/// empty mount point, where no mark is; #65), else the one in the data dir, else the newest
+/// kept-aside `member-archived-*`. Unreadable: nothing shown.
+pub fn earlier(data_dir: &Path, state_dir: Option<&Path>) -> Option<String> {
+    for dir in state_dir.into_iter().chain([data_dir]) {
+        let mark = dir.join(BOOTSTRAP_MARK);
+        if let Ok(text) = std::fs::read_to_string(&mark) {
+            return Some(format!("{}: {}", mark.display(), text.trim()));
+        }
     }
     let mut archived: Vec<String> = std::fs::read_dir(data_dir)
         .ok()?
@@ -99,9 +103,11 @@ pub fn earlier(data_dir: &Path) -> Option<String> {
         .map(|n| format!("kept aside: {}", data_dir.join(n).display()))
 }
 
-/// Leaves the bootstrap mark (atomically: a dot-file written, synced and renamed, the dir
-/// synced), naming the cluster token and the member the bootstrap makes.
-pub fn mark_bootstrap(data_dir: &Path, text: &str) -> Result<(), DataDirError> {
+/// Leaves the bootstrap mark in `dir` (the data dir, or the state dir beside it; atomically: a
+/// dot-file written, synced and renamed, the dir synced), naming the cluster token and the
+/// member the bootstrap makes.
+pub fn mark_bootstrap(dir: &Path, text: &str) -> Result<(), DataDirError> {
+    let data_dir = dir;
     let io = |action: &'static str, path: &Path| {
         let path = path.to_owned();
         move |source| DataDirError::Io {
@@ -155,6 +161,25 @@ mod tests {
                 "member-archived-20261118T110640Z-1"
             ]
         );
+    }
+
+    /// #65: the data disk is not mounted, so the data dir is an empty mount point; the mark
+    /// kept in the state dir still shows that this node bootstrapped a cluster.
+    #[test]
+    fn the_mark_outside_the_data_dir_survives_an_unmounted_disk() {
+        let disk = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        for dir in [disk.path(), state.path()] {
+            mark_bootstrap(dir, "cluster token t, member 1\n").unwrap();
+        }
+        assert!(earlier(disk.path(), Some(state.path())).is_some());
+        let empty_mount_point = tempfile::tempdir().unwrap();
+        let seen = earlier(empty_mount_point.path(), Some(state.path())).unwrap();
+        assert!(
+            seen.contains(&state.path().display().to_string()) && seen.contains("token t"),
+            "{seen}"
+        );
+        assert_eq!(earlier(empty_mount_point.path(), None), None);
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //!
 //! | live list | this node's member (by peer URL) | data dir | decision |
 //! |---|---|---|---|
-//! | answers, a listed member not live, or a listed URL moved | any | any | block: stale or forged revision |
-//! | answers, live members the revision does not list | not this node's started member on its own data | any | block: stale or forged revision |
+//! | answers, the revision's list is not the live one (members added, removed or moved since) | this node's started member, listed under this URL, on its own data | holds it | on to the rows below (a restart) |
+//! | answers, the revision's list is not the live one | any other | any | block: stale or forged revision |
 //! | answers | any | from another cluster (WAL cluster id) | archive, wait |
 //! | answers, the revision lists this node's member under its old URL | any | any | block: stale revision (the member moved since) |
 //! | answers | missing, data dir's member live under another URL | present | block: the member has not moved to this revision's URL |
@@ -23,12 +23,16 @@
 //! | no answer | — | other (also any other `state=new` manifest) | wait, then block at the deadline |
 //! | TLS handshake failed | — | any | wait, then block at the deadline (never "no answer") |
 //!
-//! The first two rows are [`RevisionRule::ListedAreLive`], the rule `etcd-verify` uses (#36): a
-//! started member on its own data may restart on a revision made before members were added,
-//! since etcd restarts it from its data and ignores the revision's member list; that is what
-//! lets a learner add restart no healthy voter. [`RevisionRule::Exact`], the rule before it
-//! (`ETCD_MEMBER_IDS` must be the live list exactly), stays for the operator's model check,
-//! which searches both.
+//! The first two rows are [`RevisionRule::OwnData`], the rule `etcd-verify` uses (#65): a
+//! started member, named for this node, that the revision lists under this node's URL and whose
+//! data dir holds it restarts whatever else the revision's member list says (members added
+//! since, members removed since, another member's URL moved), since etcd restarts it from its
+//! data and ignores the revision's member list: that is what lets a learner add restart no
+//! healthy voter (#36), and what lets a survivor of a removal reboot on the revision it was left
+//! on while no quorum is left for the operator to render another (#65). Every other row still
+//! needs the revision to agree with the live list. [`RevisionRule::Exact`] (the list must be the
+//! live list exactly, before #36) and [`RevisionRule::ListedAreLive`] (members added since
+//! only, #36 to #65) stay for the operator's model check, which searches them all.
 //!
 //! The bootstrap render is the very first manifest of a cluster
 //! ([`VerifyConfig::is_first_bootstrap`]): `ETCD_INITIAL_CLUSTER_STATE=new`, no `ETCD_MEMBER_IDS`
@@ -138,18 +142,25 @@ pub enum RevisionRule {
     Exact,
     /// As `Exact`, except that a member that has started, named for this node and whose data
     /// dir holds it, may also restart when the live list has members the revision does not
-    /// list (added after the revision was made: etcd restarts a started member from its own
-    /// data and ignores the revision's member list). A listed member that is not live, a
-    /// listed URL that moved, or this node's member missing, unstarted or without its data
-    /// keeps blocking. What ships: restart-free learner adds (#36), checked by the operator's
-    /// model check (`operator/src/gate_model`) together with the installer's equivalence.
-    #[default]
+    /// list (added after the revision was made). A listed member that is not live or a listed
+    /// URL that moved still blocks it: the rule of #36 to #65, kept for the model check, which
+    /// finds the outage it causes (a survivor of a removal rebooting while its revision still
+    /// lists the removed member, with no quorum left for the operator to render a new one).
     ListedAreLive,
+    /// What ships (#65, "never worse than plain etcd"): a member that has started, named for
+    /// this node, listed under this URL by the revision and whose data dir holds it (in the
+    /// live cluster) restarts whatever else the revision's list says: etcd restarts a started
+    /// member from its own data and ignores the revision's member list, exactly as it would
+    /// with no operator. Every start that needs the list (a member joining, a node that is not
+    /// a member, a bootstrap) is checked against it as before, and so is a revision that lists
+    /// this node's member under another id.
+    #[default]
+    OwnData,
 }
 
-/// Decides from one observation, with the rule that ships ([`RevisionRule::ListedAreLive`]).
+/// Decides from one observation, with the rule that ships ([`RevisionRule::OwnData`]).
 pub fn decide(o: &Observed<'_>) -> Decision {
-    decide_by(o, RevisionRule::ListedAreLive)
+    decide_by(o, RevisionRule::OwnData)
 }
 
 /// Decides from one observation with `rule` for the revision's member list.
@@ -224,8 +235,12 @@ fn stale_revision(
         return None;
     }
     let only_added = diff.only_left.is_empty() && diff.url_changed.is_empty();
-    if rule == RevisionRule::ListedAreLive && only_added && restarts_on_own_data(config, data, live)
-    {
+    let passes = match rule {
+        RevisionRule::Exact => false,
+        RevisionRule::ListedAreLive => only_added,
+        RevisionRule::OwnData => true,
+    };
+    if passes && restarts_on_own_data(config, data, live) {
         return None;
     }
     let mut parts = Vec::new();

@@ -219,11 +219,22 @@ fn forged_or_stale_ids_block() {
     );
 }
 
-/// The rule that ships (#36) lets a started member on its own data restart on a revision made
-/// before members were added, and nothing else the exact rule blocks.
+/// The rule of #36 to #65 (`ListedAreLive`) let a started member on its own data restart on a
+/// revision made before members were added, and nothing else the exact rule blocks; the rule
+/// that ships (`OwnData`) lets it restart on removals and moves since, too (below).
 #[test]
 fn listed_are_live_admits_only_members_added_since() {
-    let relaxed = |config: &VerifyConfig, data, members| decide_for(config, data, live(members));
+    let relaxed = |config: &VerifyConfig, data, members| {
+        decide_by(
+            &Observed {
+                config,
+                data_dir: data,
+                live: live(members),
+                earlier: None,
+            },
+            RevisionRule::ListedAreLive,
+        )
+    };
     let three = with(voters12(), Member::voter(id(3), "n3", url(3)));
     let added = |m: Member| with(three.clone(), m);
     let stale = config_n3(ALL3, "existing");
@@ -247,6 +258,16 @@ fn listed_are_live_admits_only_members_added_since() {
         BlockCode::StaleRevision,
         "3=http://10.0.0.3:2380 is in ETCD_MEMBER_IDS but not a live member",
     );
+    // n3 survived the removal of n2's member: the rule before #65 blocked its restart.
+    let survivor = vec![
+        Member::voter(id(1), "n1", url(1)),
+        Member::voter(id(3), "n3", url(3)),
+    ];
+    expect_block(
+        &relaxed(&stale, wal(3), survivor),
+        BlockCode::StaleRevision,
+        "2=http://10.0.0.2:2380 is in ETCD_MEMBER_IDS but not a live member",
+    );
     let forged = config_n3(
         "1=http://10.0.0.1:2380,2=http://10.0.0.2:2380,4=http://10.0.0.3:2380",
         "existing",
@@ -262,6 +283,93 @@ fn listed_are_live_admits_only_members_added_since() {
         &relaxed(&stale, DataDir::Absent, with(unstarted, learner)),
         BlockCode::StaleRevision,
         "live member 5",
+    );
+}
+
+/// #65: n2's machine died and its member was removed; n3 (and n1) survive on the revision that
+/// still lists member 2, as no healthy voter of two is restarted to move them. A survivor
+/// rebooting restarts on its own data in every window of the replacement that follows: no
+/// learner yet, an unstarted learner, a started learner not yet promoted, promoted but n3 not
+/// yet rolled. Plain etcd restarts there too (it ignores the revision's list once a WAL exists).
+#[test]
+fn a_survivor_of_a_removal_restarts_on_its_own_data_in_every_window() {
+    let stale = config_n3(ALL3, "existing");
+    let survivors = vec![
+        Member::voter(id(1), "n1", url(1)),
+        Member::voter(id(3), "n3", url(3)),
+    ];
+    let new_url: MemberUrl = "http://10.0.0.4:2380".parse().unwrap();
+    let windows = [
+        ("no learner yet", survivors.clone()),
+        (
+            "an unstarted learner",
+            with(
+                survivors.clone(),
+                Member::unstarted_learner(id(4), new_url.clone()),
+            ),
+        ),
+        (
+            "a started learner",
+            with(
+                survivors.clone(),
+                Member {
+                    is_learner: true,
+                    ..Member::voter(id(4), "n4", new_url.clone())
+                },
+            ),
+        ),
+        (
+            "promoted, n3 not rolled",
+            with(survivors, Member::voter(id(4), "n4", new_url)),
+        ),
+    ];
+    for (window, members) in windows {
+        let d = decide_for(&stale, wal(3), live(members.clone()));
+        match &d {
+            Decision::Start { reason, .. } if reason.contains("restarting member 3 (n3)") => {}
+            other => panic!("{window}: expected n3 to restart on its own data, got {other:?}"),
+        }
+        // What still blocks in that window: its data lost (named, so it is replaced), its
+        // data another member's (the stale list is then checked, and blocks), a revision
+        // naming another id for it.
+        expect_block(
+            &decide_for(&stale, DataDir::Absent, live(members.clone())),
+            BlockCode::DataDirLost,
+            "data dir lost",
+        );
+        expect_block(
+            &decide_for(&stale, wal(7), live(members.clone())),
+            BlockCode::StaleRevision,
+            "2=http://10.0.0.2:2380 is in ETCD_MEMBER_IDS but not a live member",
+        );
+        let forged = config_n3(
+            "1=http://10.0.0.1:2380,2=http://10.0.0.2:2380,9=http://10.0.0.3:2380",
+            "existing",
+        );
+        expect_block(
+            &decide_for(&forged, wal(3), live(members)),
+            BlockCode::StaleRevision,
+            "stale or forged revision",
+        );
+    }
+}
+
+/// The removed member's own node, on the same stale revision, still blocks: its member is not
+/// live (it is archived and waits to be added again), and a learner added for it under its URL
+/// joins only on a revision that lists it.
+#[test]
+fn the_removed_members_node_still_needs_a_fresh_revision() {
+    let stale = config_n3(ALL3, "existing");
+    expect_block(
+        &decide_for(&stale, wal(3), live(voters12())),
+        BlockCode::StaleRevision,
+        "3=http://10.0.0.3:2380 is in ETCD_MEMBER_IDS but not a live member",
+    );
+    let readded = with(voters12(), Member::unstarted_learner(id(8), url(3)));
+    expect_block(
+        &decide_for(&stale, wal(3), live(readded)),
+        BlockCode::StaleRevision,
+        "live member 8=http://10.0.0.3:2380 is missing from ETCD_MEMBER_IDS",
     );
 }
 

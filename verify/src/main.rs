@@ -57,6 +57,11 @@ struct MembershipArgs {
     /// terminationMessagePath). The default is written only when it exists, as it does in a pod.
     #[arg(long)]
     termination_log: Option<PathBuf>,
+    /// A directory on the node's root disk, outside the data dir, where the mark of a bootstrap
+    /// is kept too: a data disk that failed to mount leaves an empty data dir, and only a mark
+    /// outside it shows that this node's bootstrap manifest already made a cluster.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -103,7 +108,8 @@ fn main() -> ExitCode {
 fn membership_gate(args: &MembershipArgs) -> Result<VerifyReport, (BlockCode, String)> {
     let invalid =
         |e: &dyn std::fmt::Display| (BlockCode::InvalidInput, format!("invalid input: {e}"));
-    let config = VerifyConfig::from_process_env().map_err(|e| invalid(&e))?;
+    let mut config = VerifyConfig::from_process_env().map_err(|e| invalid(&e))?;
+    config.state_dir.clone_from(&args.state_dir);
     let client = client_for(&config, args.call_timeout).map_err(|e| invalid(&e))?;
     etcd_verify::keyfiles::check(&config).map_err(|e| invalid(&e))?;
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -93,10 +93,11 @@ impl Looks<'_> {
     async fn data_dir(&self) -> Result<(crate::decide::DataDir, Option<String>), VerifyReport> {
         let remaining = self.deadline.saturating_duration_since(Instant::now());
         let dir = self.config.data_dir.clone();
+        let state = self.config.state_dir.clone();
         let inspected = tokio::time::timeout(
             remaining,
             tokio::task::spawn_blocking(move || {
-                datadir::inspect(&dir).map(|d| (d, datadir::earlier(&dir)))
+                datadir::inspect(&dir).map(|d| (d, datadir::earlier(&dir, state.as_deref())))
             }),
         )
         .await;
@@ -274,8 +275,10 @@ fn classify(
     })
 }
 
-/// Marks the data dir before the bootstrap manifest starts a new cluster, so that the same
-/// manifest never starts a second one there ([`datadir::earlier`]).
+/// Marks the state dir (outside the data dir, where one is given) and the data dir before the
+/// bootstrap manifest starts a new cluster, so that the same manifest never starts a second one
+/// there ([`datadir::earlier`]), not even on an empty mount point where the data disk failed to
+/// mount.
 fn mark_bootstrap(config: &VerifyConfig) -> Result<(), String> {
     let member = config.bootstrap_member_id();
     let text = format!(
@@ -284,8 +287,15 @@ fn mark_bootstrap(config: &VerifyConfig) -> Result<(), String> {
         member.map_or_else(|| "?".to_owned(), |m| m.to_string()),
         datadir::stamp(time::OffsetDateTime::now_utc())
     );
-    datadir::mark_bootstrap(&config.data_dir, &text)
-        .map_err(|e| format!("could not mark the data dir before a new cluster starts: {e}"))
+    for dir in config.state_dir.iter().chain([&config.data_dir]) {
+        datadir::mark_bootstrap(dir, &text).map_err(|e| {
+            format!(
+                "could not mark {} before a new cluster starts: {e}",
+                dir.display()
+            )
+        })?;
+    }
+    Ok(())
 }
 
 fn archive(data_dir: &Path, why: &str) -> Result<PathBuf, String> {

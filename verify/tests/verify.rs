@@ -510,19 +510,14 @@ async fn broken_tls_never_opens_the_gate() {
         .await
         .unwrap();
     let other_tls = other.client_tls().unwrap();
-    // Forge another member's id: this node's own id stays what its data dir holds, so without
-    // the membership check ("no endpoint answered") the gate would start it.
-    let real = cluster.member_id("n1").unwrap();
-    let mut env = revision_env(&mut cluster, "n3").await;
+    // n3's member is removed while its etcd is stopped; its revision still lists it, and its data
+    // dir still holds it, so without the membership check ("no endpoint answered") the gate
+    // would start a removed member on its own data.
+    let env = revision_env(&mut cluster, "n3").await;
+    let removed = cluster.member_id("n3").unwrap();
     cluster.stop("n3").unwrap();
-    let peer = cluster.peer_url("n1").unwrap();
-    let forged =
-        env["ETCD_MEMBER_IDS"].replace(&format!("{real}={peer}"), &format!("abad1dea={peer}"));
-    env.insert(
-        "ETCD_MEMBER_IDS".into(),
-        MemberIds::parse(&forged).unwrap().to_string(),
-    );
-    run_verify(&env, "10s").assert(1, "block", "abad1dea");
+    cluster.remove_member("n3").await.unwrap();
+    run_verify(&env, "10s").assert(1, "block", &format!("{removed}="));
 
     let dir = tempfile::tempdir().unwrap();
     let truncated = |var: &str| {

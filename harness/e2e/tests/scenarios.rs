@@ -376,6 +376,20 @@ async fn restart_free_learner_add() {
     );
 }
 
+/// #65: a survivor of a member removal reboots with the operator down (as it is when the API
+/// is served from this etcd and quorum is lost): its etcd starts on its own data again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survivor_reboot() {
+    scenario("survivor-reboot").await;
+}
+
+/// #65: a one-node control plane boots without its data disk mounted: etcd stays down (no new,
+/// empty cluster on the empty mount point) until the disk is back, and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmounted_data_disk() {
+    scenario("unmounted-data-disk").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_removed_externally() {
     scenario("member-removed-externally").await;
@@ -394,6 +408,13 @@ async fn node_selector() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn defrag() {
     scenario("defrag").await;
+}
+
+/// #65: on four nodes (three voters and the standby learner) the voters are defragmented; the
+/// standby held every defragmentation back before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn defrag_standby() {
+    scenario("defrag-standby").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

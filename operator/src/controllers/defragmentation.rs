@@ -9,7 +9,8 @@
 //! reached it yet, or (automatic mode) when its file is at least `minDbSizeMib` and
 //! `minFragmentedPercent` of it is free. One voter at a time, followers first; the leader last,
 //! after its leadership is handed to the most advanced healthy voter; each through the quorum
-//! gate (rule 8: every voter healthy, no learner, no rollout, quorum kept without it), and only
+//! gate (rule 8: every voter healthy, no rollout, quorum kept without it; a learner in the
+//! cluster holds nothing back, #65), and only
 //! once every voter has applied what the leader committed (the one defragmented before has caught
 //! up). With the alarm raised and nothing left to free, the alarm is disarmed when every voter's
 //! file is back under 90% of the quota; otherwise `EtcdMembersDegraded` says plainly that an
@@ -18,8 +19,9 @@
 //! alarm disarm, `status.defragmentation`, Events `Defragmented` / `DefragmentationFailed` /
 //! `NoSpaceAlarmDisarmed`, metrics. A failed or timed-out defragmentation sets
 //! `DefragControllerDegraded` and the member is not tried again for `retryAfterSeconds`. It never
-//! defragments two members at once, a learner, or the only voter unless `NOSPACE` already
-//! refuses writes; it never compacts or deletes data (compaction is the API server's).
+//! defragments two members at once, a learner (etcd refuses the call on one), or the only voter
+//! unless `NOSPACE` already refuses writes; it never compacts or deletes data (compaction is the
+//! API server's).
 
 use crate::certs::parse_time;
 use membership::{Action, AlarmKind, Denial, MemberId, MemberUrl, Verdict, gate};
@@ -216,7 +218,9 @@ impl View<'_> {
             .then_some(Trigger::Threshold)
     }
 
-    /// The started voters with their client URL, database and store revision.
+    /// The started voters with their client URL, database and store revision. Learners are
+    /// left out: etcd refuses `Defragment` on a learner ("rpc not supported for learner"), and
+    /// a learner never holds a voter's defragmentation or the disarm back.
     fn voters(&self) -> Vec<(MemberId, &str, &MemberUrl, DbSize, Option<i64>)> {
         let mut out: Vec<_> = self
             .obs
@@ -291,8 +295,7 @@ pub fn decide(v: &View<'_>) -> Step {
     if let Verdict::Deny(d) = gate(&v.obs.cluster_view(), &action) {
         return Step::Denied(d);
     }
-    let voters = v.voters().len();
-    if Some(next.id) == v.obs.leader && voters > 1 {
+    if Some(next.id) == v.obs.leader && v.voters().len() > 1 {
         return match v.obs.leadership_handover(Some(next.id)) {
             Some((leader_url, to)) => Step::MoveLeader {
                 leader_url,

@@ -27,24 +27,26 @@ fn cluster(dbs: [(i64, i64); 3]) -> EtcdObservation {
         leader: Some(id(1)),
         ..Default::default()
     };
-    for (i, (total, in_use)) in (1..=3).zip(dbs) {
+    for (i, db) in (1..=3).zip(dbs) {
         o.members.push(voter(i));
-        o.health.insert(
-            id(i),
-            MemberObs {
-                healthy: true,
-                raft_index: Some(1000),
-                applied_index: Some(1000),
-                revision: Some(500),
-                db: Some(DbSize {
-                    total: total * MIB,
-                    in_use: in_use * MIB,
-                }),
-                ..Default::default()
-            },
-        );
+        o.health.insert(id(i), healthy_with(db));
     }
     o
+}
+
+/// A healthy, caught-up member with a file of `total` MiB, `in_use` MiB live.
+fn healthy_with((total, in_use): (i64, i64)) -> MemberObs {
+    MemberObs {
+        healthy: true,
+        raft_index: Some(1000),
+        applied_index: Some(1000),
+        revision: Some(500),
+        db: Some(DbSize {
+            total: total * MIB,
+            in_use: in_use * MIB,
+        }),
+        ..Default::default()
+    }
 }
 
 fn nospace(mut o: EtcdObservation) -> EtcdObservation {
@@ -348,4 +350,89 @@ fn under_nospace_a_defragmentation_never_waits_for_a_backup() {
     assert!(waits_for_backup(&step, v.nospace()));
     assert!(waits_for_backup(&handover, false));
     assert!(!waits_for_backup(&Step::Idle(String::new()), false));
+}
+
+/// Adds started learner `i` (a standby) with a file of `total` MiB, `in_use` MiB live.
+fn with_standby(mut o: EtcdObservation, i: u64, db: (i64, i64)) -> EtcdObservation {
+    o.members.push(Member {
+        is_learner: true,
+        ..voter(i)
+    });
+    o.health.insert(id(i), healthy_with(db));
+    o
+}
+
+/// #65: four nodes, three voters and the standby learner. The learner held every voter's
+/// defragmentation back (gate rule 8 denied while any learner existed), so nothing was ever
+/// defragmented and NOSPACE never cleared; now the voters are, the leader last, and the alarm
+/// (the learner's too) is disarmed once the voters are under the line. The learner is never
+/// asked: etcd refuses `Defragment` on a learner.
+#[test]
+fn a_standby_learner_holds_nothing_back() {
+    let (s, st) = (spec(), DefragmentationStatus::default());
+    let o = with_standby(cluster([(200, 50); 3]), 4, (200, 50));
+    assert_eq!(
+        defragments(decide(&view(&o, &s, &st))),
+        ("n2".into(), Trigger::Threshold)
+    );
+    let mut o = with_standby(cluster([(200, 50), (50, 50), (50, 50)]), 4, (200, 50));
+    o.health.get_mut(&id(3)).unwrap().raft_index = Some(1001);
+    assert!(matches!(
+        decide(&view(&o, &s, &st)),
+        Step::MoveLeader { from, .. } if from == id(1)
+    ));
+    let alarmed = |mut o: EtcdObservation| {
+        o = nospace(o);
+        o.preflight.alarms.push(RaisedAlarm {
+            member: id(4),
+            kind: AlarmKind::NoSpace,
+        });
+        o
+    };
+    let o = alarmed(with_standby(cluster([(95, 40); 3]), 4, (95, 40)));
+    assert_eq!(
+        defragments(decide(&view(&o, &s, &st))),
+        ("n2".into(), Trigger::NoSpace)
+    );
+    let o = alarmed(with_standby(cluster([(40, 40); 3]), 4, (95, 40)));
+    assert_eq!(decide(&view(&o, &s, &st)), Step::Disarm(vec![id(2), id(4)]));
+}
+
+/// #65: two nodes, one voter and the standby learner, under NOSPACE: the lone voter is
+/// defragmented (a pause under NOSPACE loses nothing), then the alarm disarmed. Before, the
+/// learner made the gate deny the voter, and the API stayed read-only until an admin acted.
+#[test]
+fn nospace_on_two_nodes_clears_without_an_admin() {
+    let (s, st) = (spec(), DefragmentationStatus::default());
+    let two = |n1: (i64, i64), n2: (i64, i64)| {
+        let mut o = EtcdObservation {
+            leader: Some(id(1)),
+            ..Default::default()
+        };
+        o.members.push(voter(1));
+        o.health.insert(id(1), healthy_with(n1));
+        let mut o = with_standby(o, 2, n2);
+        o.preflight = Preflight {
+            alarms: vec![RaisedAlarm {
+                member: id(1),
+                kind: AlarmKind::NoSpace,
+            }],
+            ..Default::default()
+        };
+        o
+    };
+    let o = two((95, 40), (95, 40));
+    assert_eq!(
+        defragments(decide(&view(&o, &s, &st))),
+        ("n1".into(), Trigger::NoSpace)
+    );
+    let o = two((40, 40), (95, 40));
+    assert_eq!(decide(&view(&o, &s, &st)), Step::Disarm(vec![id(1)]));
+    // Without NOSPACE the lone voter is not held (writes would pause).
+    let mut o = two((200, 50), (200, 50));
+    o.preflight = Preflight::default();
+    assert!(matches!(
+        decide(&view(&o, &s, &st)),
+        Step::Denied(d) if d.message.contains("would not keep quorum")
+    ));
 }

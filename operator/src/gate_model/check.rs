@@ -1,6 +1,7 @@
 //! The exhaustive search: every state reachable from the start within the bound, each step
-//! checked as [`super::steps::apply`] does, and every state where no etcd runs followed by every
-//! order of the nodes' `etcd-verify` runs to see whether the cluster comes back without an admin.
+//! checked as [`super::steps::apply`] does, and every state where quorum is lost (no etcd runs,
+//! or too few voters do) followed by every order of the nodes' `etcd-verify` runs to see whether
+//! the cluster comes back without an admin.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -31,6 +32,15 @@ pub struct Report {
     pub in_flight_examples: Vec<Counterexample>,
     /// Outages checked (a quorum of voters had its data).
     pub outages: usize,
+    /// States where quorum is lost while some etcd still runs (a reboot, a lost data dir, with
+    /// a quorum of voters still holding its data), checked the same way: no operator (the API
+    /// is down with its etcd), only the nodes' `etcd-verify` runs.
+    pub quorum_losses: usize,
+    /// Of those, the ones after which some order of starts leaves quorum lost: an outage only
+    /// an admin can end where plain etcd would have come back (#65).
+    pub stuck_after_quorum_loss: Vec<Counterexample>,
+    /// How many of those there were in all (the list keeps the first few).
+    pub stuck_after_quorum_loss_count: usize,
 }
 
 const KEEP: usize = 3;
@@ -52,6 +62,8 @@ pub fn search(start: &World, params: Params) -> Report {
                     parent.insert(next.clone(), Some((w.clone(), step)));
                     if next.nodes.iter().all(|n| !n.running) {
                         after_outage(&next, params, &parent, &mut report);
+                    } else if !next.has_quorum() {
+                        after_quorum_loss(&next, params, &parent, &mut report);
                     }
                     queue.push_back(next);
                 }
@@ -94,11 +106,7 @@ fn after_outage(
     parent: &HashMap<World, Option<(World, Step)>>,
     report: &mut Report,
 ) {
-    if down.voters_with_data() < membership::quorum(down.voters()) {
-        return;
-    }
-    report.outages += 1;
-    let Some(stuck) = stuck_without_admin(down, params) else {
+    let Some(stuck) = recoverable_but_stuck(down, params, &mut report.outages) else {
         return;
     };
     let settled = down.settled(params.installer);
@@ -126,6 +134,39 @@ fn after_outage(
             trace,
         });
     }
+}
+
+/// Checks a newly found state in which quorum is lost but some etcd still runs: whether every
+/// order of the stopped nodes' starts brings quorum back, in a settled state or not.
+fn after_quorum_loss(
+    down: &World,
+    params: Params,
+    parent: &HashMap<World, Option<(World, Step)>>,
+    report: &mut Report,
+) {
+    let Some(stuck) = recoverable_but_stuck(down, params, &mut report.quorum_losses) else {
+        return;
+    };
+    report.stuck_after_quorum_loss_count += 1;
+    if report.stuck_after_quorum_loss.len() < KEEP {
+        let mut trace = trace(parent, down);
+        trace.extend(stuck);
+        report.stuck_after_quorum_loss.push(Counterexample {
+            broken: "after quorum was lost the cluster stays without quorum until an admin acts, though a quorum of voters has its data".to_owned(),
+            trace,
+        });
+    }
+}
+
+/// For a state without quorum where a quorum of voters still has its data (counted in
+/// `checked`): the steps to where it stays stuck without an admin, if some order of starts
+/// gets there. `None` for a state no start could bring back, or one that always comes back.
+fn recoverable_but_stuck(down: &World, params: Params, checked: &mut usize) -> Option<Vec<String>> {
+    if down.voters_with_data() < membership::quorum(down.voters()) {
+        return None;
+    }
+    *checked += 1;
+    stuck_without_admin(down, params)
 }
 
 /// Runs only the nodes' `etcd-verify` from `w` (no operator: the API is down without quorum; no

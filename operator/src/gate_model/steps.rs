@@ -338,7 +338,7 @@ pub fn verify(
         node.data = None;
     }
     if start {
-        if rev.kind == RevKind::Forged && answers && forged_list_refused(rev, w, rule) {
+        if rev.kind == RevKind::Forged && answers && forged_list_refused(rev, w, n, rule) {
             return Err(format!(
                 "a forged revision that disagrees with the live member list started {}'s etcd while the cluster answered: {decision:?}",
                 node_name(n)
@@ -350,17 +350,25 @@ pub fn verify(
     Ok((next != *w).then_some(next))
 }
 
-/// Whether `rule` must keep a forged revision's member list from starting anything while the
-/// cluster answers: with `Exact`, any list that is not the live one (a forged list the cluster
-/// later comes to match is no longer forged); with `ListedAreLive`, a list naming a member
-/// that is not live (a forged list that only omits live members reads as a stale one, on which
-/// a started member restarts from its own data, as etcd ignores the list then: what that start
-/// may not do is checked as for every start).
-fn forged_list_refused(rev: &Rev, w: &World, rule: RevisionRule) -> bool {
+/// Whether `rule` must keep a forged revision's member list from starting node `n`'s etcd while
+/// the cluster answers: with `Exact`, any list that is not the live one (a forged list the
+/// cluster later comes to match is no longer forged); with `ListedAreLive`, a list naming a
+/// member that is not live (a forged list that only omits live members reads as a stale one,
+/// on which a started member restarts from its own data, as etcd ignores the list then); with
+/// `OwnData`, any list that is not the live one unless it lists node `n`'s started member under
+/// its own id (etcd restarts that member from its data whatever the list says). What such a
+/// start may not do is checked as for every start.
+fn forged_list_refused(rev: &Rev, w: &World, n: u8, rule: RevisionRule) -> bool {
     let live = w.member_list();
     match rule {
         RevisionRule::Exact => rev.members != live,
         RevisionRule::ListedAreLive => rev.members.iter().any(|m| !live.contains(m)),
+        RevisionRule::OwnData => {
+            let own_started = w
+                .member_of(n)
+                .is_some_and(|m| m.started && rev.members.contains(&(m.id, n)));
+            rev.members != live && !own_started
+        }
     }
 }
 

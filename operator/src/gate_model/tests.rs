@@ -84,15 +84,22 @@ fn three_of(nodes: usize, changes: u8, faults: u8) -> World {
 
 fn show(what: &str, r: &Report) -> String {
     let mut out = format!(
-        "{what}: {} states, {} outages checked, {} stuck after an outage in a settled state, {} mid-rollout ({} of them reached without a removal), {} safety violations\n",
+        "{what}: {} states, {} outages checked, {} stuck after an outage in a settled state, {} mid-rollout ({} of them reached without a removal), {} other quorum losses checked, {} of them stuck, {} safety violations\n",
         r.states,
         r.outages,
         r.stuck_settled.len(),
         r.stuck_in_flight,
         r.stuck_in_flight_without_removal,
+        r.quorum_losses,
+        r.stuck_after_quorum_loss_count,
         r.violations.len()
     );
-    for c in r.violations.iter().chain(&r.stuck_settled) {
+    for c in r
+        .violations
+        .iter()
+        .chain(&r.stuck_settled)
+        .chain(&r.stuck_after_quorum_loss)
+    {
         out.push_str(&format!("  {}\n", c.broken));
         for step in &c.trace {
             out.push_str(&format!("    {step}\n"));
@@ -141,18 +148,51 @@ fn holds_with(
     out
 }
 
-/// The candidate closes the learner add's window: no outage mid-rollout needs an admin unless
-/// a member was removed on the way there.
+/// The rules that ship: no outage mid-rollout needs an admin unless a member was removed on the
+/// way there, and no quorum loss short of a total outage needs one at all (#65).
 fn restart_free_holds(what: &str, start: &World) {
-    let reports = holds_with(
-        what,
-        start,
-        Installer::Equivalent,
-        RevisionRule::ListedAreLive,
-    );
+    let reports = holds_with(what, start, Installer::Equivalent, RevisionRule::OwnData);
     for (report, text) in reports {
         assert_eq!(report.stuck_in_flight_without_removal, 0, "{text}");
+        assert_eq!(report.stuck_after_quorum_loss_count, 0, "{text}");
+        assert!(
+            report.quorum_losses > 0,
+            "no quorum loss was checked: {text}"
+        );
     }
+}
+
+/// #65's first finding, as the model finds it under the rule before (`ListedAreLive`): a
+/// member is removed (its node died), the survivors stay on the revision that lists it (no
+/// healthy voter of two restarts), and one survivor reboots. Its `etcd-verify` blocks on the
+/// stale list the other survivor answers with, and without quorum the operator renders nothing.
+/// The rule that ships restarts the survivor on its own data, as etcd alone would.
+#[test]
+fn the_checker_finds_a_survivor_of_a_removal_stuck_after_its_reboot() {
+    let start = three_of(3, 1, 2);
+    let search_with = |rule| {
+        let report = search(
+            &start,
+            Params {
+                installer: Installer::Equivalent,
+                list: MemberList::AnyVoter,
+                rule,
+            },
+        );
+        let text = show(&format!("3 voters, 1 change, 2 faults, {rule:?}"), &report);
+        eprintln!("{text}");
+        (report, text)
+    };
+    let (before, text) = search_with(RevisionRule::ListedAreLive);
+    let found = before.stuck_after_quorum_loss.first().expect(&text);
+    assert!(
+        found.trace.iter().any(|s| s.contains("removes"))
+            && found.trace.iter().any(|s| s.contains("reboots")),
+        "{text}"
+    );
+    let (after, text) = search_with(RevisionRule::OwnData);
+    assert_eq!(after.stuck_after_quorum_loss_count, 0, "{text}");
+    assert!(after.violations.is_empty(), "{text}");
 }
 
 #[test]
@@ -244,7 +284,7 @@ fn widest_bound_holds() {
 /// member, and then one is.
 #[test]
 fn no_learner_joins_a_node_whose_revision_lists_its_removed_member() {
-    let rule = RevisionRule::ListedAreLive;
+    let rule = RevisionRule::OwnData;
     let step = |w: &World, step| apply(w, step, rule).unwrap();
     let mut w = three_of(3, 2, 1);
     w = step(&w, Step::Reboot(1)).expect("n2 reboots");
@@ -290,7 +330,7 @@ fn restart_free_learner_adds_hold_through_two_faults() {
 /// node is to be moved; today's installer moves every node.
 #[test]
 fn a_restart_free_learner_add_moves_only_the_new_node() {
-    let rule = RevisionRule::ListedAreLive;
+    let rule = RevisionRule::OwnData;
     let mut w = three_of_four(1, 0);
     for step in [Step::AddLearner(3), Step::Render] {
         w = apply(&w, step, rule)

@@ -32,7 +32,7 @@ pub enum Installer {
     NaiveLearnerAdd,
     /// What ships (#36): a node whose started member is on its own data, on a rendered
     /// revision that lists it and lists no member the latest revision does not, is
-    /// *equivalent* and left where it is (what `RevisionRule::ListedAreLive` lets restart); the
+    /// *equivalent* and left where it is (what `etcd-verify` lets restart); the
     /// member lists are compared by the installer controller's own function.
     Equivalent,
 }

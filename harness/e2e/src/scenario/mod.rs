@@ -77,7 +77,9 @@ pub mod runbook;
 mod scale_down;
 mod scenarios;
 mod static_pod;
+mod survivor_reboot;
 mod unmanaged;
+mod unmounted_disk;
 mod unreadable_spec;
 mod upgrade;
 
@@ -87,7 +89,7 @@ use std::time::Instant;
 pub use harness::{Harness, Recovery, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 33] = [
+pub const NAMES: [&str; 36] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -121,6 +123,9 @@ pub const NAMES: [&str; 33] = [
     "lone-voter-restart",
     "restart-free-learner-add",
     "api-availability",
+    "survivor-reboot",
+    "unmounted-data-disk",
+    "defrag-standby",
 ];
 
 /// The scenarios whose API is served from the managed etcd, as in a real control plane (their
@@ -198,6 +203,11 @@ pub async fn run(name: &str, out_dir: &Path) -> Result<(PathBuf, ScenarioReport)
         Ok(h) => Box::pin(scenarios::drive(name, h)).await,
         Err((e, h)) => (Err(e.to_string()), h),
     };
+    if let Err(e) = &outcome {
+        // Printed at once: the end checks that follow may take minutes where quorum is lost
+        // (and a test's timeout may cut them short before the report is written).
+        eprintln!("scenario {name} failed, now checking what it left: {e}");
+    }
     let (load, steps, check, recovery, api_phases) = match harness {
         Some(mut h) => {
             let recovery = h.recovery;

@@ -82,7 +82,11 @@ fn voters_equivalent(s: &EtcdClusterStatus) -> Vec<String> {
 }
 
 /// Powers `nodes` off, then on again, and waits until each one's etcd runs anew.
-async fn reboot(h: &mut Harness, nodes: &[&str], why: &str) -> Result<(), ControlPlaneError> {
+pub(super) async fn reboot(
+    h: &mut Harness,
+    nodes: &[&str],
+    why: &str,
+) -> Result<(), ControlPlaneError> {
     let mut before = Vec::new();
     for n in nodes {
         before.push(running(h, n).await?.started);

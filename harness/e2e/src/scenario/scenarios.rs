@@ -39,9 +39,14 @@ pub(super) async fn prepare(name: &str) -> Result<Harness, (ControlPlaneError, O
         ));
     }
     let stacked = super::STACKED_ON_KAS.contains(&name) && on_kas;
-    // The lone voter's story starts on a one-node control plane, which never settles on its
-    // own (its only voter keeps the bootstrap manifest until an admin approves a restart).
-    let nodes = if name == "lone-voter-restart" { 1 } else { 3 };
+    // The lone voter's story and the unmounted disk's start on a one-node control plane, which
+    // never settles on its own (its only voter keeps the bootstrap manifest until an admin
+    // approves a restart).
+    let nodes = if ["lone-voter-restart", "unmounted-data-disk"].contains(&name) {
+        1
+    } else {
+        3
+    };
     let built = if super::ON_MANAGED_ETCD.contains(&name) || stacked {
         Harness::bootstrapped_on_managed_etcd(nodes).await
     } else {
@@ -77,6 +82,7 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "node-selector" => super::node_selector::node_selector(&mut h).await,
         "defrag" => super::maintenance::defrag(&mut h).await,
         "nospace" => super::maintenance::nospace(&mut h).await,
+        "defrag-standby" => super::maintenance::defrag_standby(&mut h).await,
         "corruption" => super::corruption::corruption(&mut h).await,
         "upgrade" => super::upgrade::upgrade(&mut h).await,
         "static-pod-removed" => super::static_pod::static_pod_removed(&mut h).await,
@@ -97,6 +103,8 @@ pub(super) async fn drive(name: &str, h: Harness) -> Outcome {
         "lone-voter-restart" => super::lone_voter::lone_voter_restart(&mut h).await,
         "restart-free-learner-add" => super::restart_free::restart_free_learner_add(&mut h).await,
         "api-availability" => super::api_availability::api_availability(&mut h).await,
+        "survivor-reboot" => super::survivor_reboot::survivor_reboot(&mut h).await,
+        "unmounted-data-disk" => super::unmounted_disk::unmounted_data_disk(&mut h).await,
         other => Err(ControlPlaneError::Failed(format!(
             "unknown scenario {other}"
         ))),

@@ -173,8 +173,10 @@ async fn snapshot(
     file: &Path,
 ) -> Result<Verified, Failure> {
     let snap = |e: String| Failure::new(FailReason::Snapshot, e);
-    tokio::fs::create_dir_all(scratch)
+    let dir = scratch.to_owned();
+    tokio::task::spawn_blocking(move || etcd_snapshot::file::private_dir(&dir))
         .await
+        .map_err(|e| snap(format!("{}: {e}", scratch.display())))?
         .map_err(|e| snap(format!("{}: {e}", scratch.display())))?;
     let revision = i
         .client

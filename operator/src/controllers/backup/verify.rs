@@ -67,8 +67,10 @@ pub async fn restore_and_read(
     marker: &str,
 ) -> Result<String, String> {
     let (tool, restore_bin, etcd_bin) = binaries(tools, image, declared_version)?;
-    tokio::fs::create_dir_all(work)
+    let dir = work.to_owned();
+    tokio::task::spawn_blocking(move || etcd_snapshot::file::private_dir(&dir))
         .await
+        .map_err(|e| format!("{}: {e}", work.display()))?
         .map_err(|e| format!("{}: {e}", work.display()))?;
     let member = Throwaway::new(work)?;
     let started = Instant::now();

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use membership::{ClientError, EtcdClient, FailureKind, MemberId};
+use membership::{AlarmKind, ClientError, EtcdClient, FailureKind, MemberId};
 use tokio::task::JoinHandle;
 
 use super::{
@@ -190,7 +190,10 @@ pub fn holds(p: &mut Pass<'_>, running: Option<&DefragRun>) -> bool {
 }
 
 /// What is in flight elsewhere, from this pass's view: a busy controller, a corruption check
-/// (`check_running`) or a node that is not on the latest revision.
+/// (`check_running`), a node the installer is moving, or a node not on the latest revision. Under
+/// `NOSPACE` a node that is merely behind (no installer moving it: the gate holds it, as it holds
+/// a lone voter of a 2-node control plane until an admin approves) is not waited for: the
+/// defragmentation is then the remedy for an outage, and a roll that comes later waits for it.
 fn unsettled(p: &Pass<'_>, check_running: bool) -> Option<String> {
     if p.busy {
         return Some("the membership change or rollout in flight is done".into());
@@ -199,10 +202,16 @@ fn unsettled(p: &Pass<'_>, check_running: bool) -> Option<String> {
         // Its HashKV calls would wait for a held member.
         return Some("the corruption check in flight is done".into());
     }
+    let nospace =
+        p.o.etcd
+            .preflight
+            .alarms
+            .iter()
+            .any(|a| a.kind == AlarmKind::NoSpace);
     p.status
         .node_statuses
         .iter()
-        .find(|n| !n.runs(p.status.latest))
+        .find(|n| n.target_revision.is_some() || (!nospace && !n.runs(p.status.latest)))
         .map(|n| {
             format!(
                 "node {} runs the latest revision {} (it runs {})",

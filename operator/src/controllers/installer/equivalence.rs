@@ -2,9 +2,11 @@
 //! members added since is not restarted for it.
 //!
 //! A member that has started restarts from its own data; etcd then ignores the revision's member
-//! list (`ETCD_INITIAL_CLUSTER`), and `etcd-verify` lets it through a revision that lists fewer
-//! members than are live as long as every member it lists is live
-//! (`etcd_verify::decide::RevisionRule::ListedAreLive`). So the node's running revision `r` is
+//! list (`ETCD_INITIAL_CLUSTER`), and `etcd-verify` lets it through a revision whose list is not
+//! the live one (`etcd_verify::decide::RevisionRule::OwnData`, #65). The installer is stricter:
+//! a revision that lists a member since removed is still rolled away from when the gate allows
+//! (membership holds a learner for a node whose revision lists its removed member). So the
+//! node's running revision `r` is
 //! *equivalent* to the latest `L` when:
 //! * its etcd serves on `r` (its started member on its own data, as far as the API shows), and
 //!   the pod the kubelet reports runs `r`'s commands and env (no forged or recovery manifest

@@ -84,6 +84,10 @@ pub struct VerifyReport {
     pub member_id: Option<MemberId>,
     /// Where a data dir was archived to during this run.
     pub archived: Option<String>,
+    /// The admin override this start used: its file and the reason written in it (absent
+    /// where the gate itself decided).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overridden: Option<String>,
 }
 
 impl VerifyReport {
@@ -122,6 +126,7 @@ impl VerifyReport {
             reason,
             member_id,
             archived,
+            overridden: None,
         }
     }
 

@@ -30,7 +30,7 @@ pub enum Exit {
 }
 
 /// How a recovery command runs: what it accepts, whether it only prints its plan, and its bound.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Options {
     pub accept: Accept,
     pub dry_run: bool,
@@ -192,7 +192,7 @@ pub async fn from_snapshot(
         let survey = surveyed(target, &pod, out).await?;
         let origin = snapshot::origin(c, verified.record.as_ref(), &local_identity(&pod, &survey));
         let tool = restore_tool(&pod).map_err(|e| invalid(out, e))?;
-        let decided = plan::decide_from_snapshot(&survey, &origin, &tool, c, accept)
+        let decided = plan::decide_from_snapshot(&survey, &origin, &tool, c, &accept)
             .map_err(|r| refused(out, &r))?;
         if let DataDir::Present(wal) = &survey.data_dir {
             out(format!(

@@ -80,7 +80,7 @@ pub async fn from_member(
             }
         };
         let survey = surveyed(target, &pod, out).await?;
-        let plan = plan::decide_from_member(&survey, opts.accept).map_err(|r| refused(out, &r))?;
+        let plan = plan::decide_from_member(&survey, &opts.accept).map_err(|r| refused(out, &r))?;
         out(plan_text(&plan, &pod, &layout, &stamp, moving.as_ref()));
         for lost in &plan.losing {
             out(format!(

@@ -8,8 +8,9 @@
 //!   commit index this node's WAL holds (read from disk: there when its etcd cannot start), and
 //!   whether a quorum answers. It changes nothing.
 //! * `etcd-recover from-member [--dry-run]` makes this node's surviving data a one-member
-//!   cluster: it refuses while quorum is healthy and when another survivor is further ahead
-//!   (the table in [`plan`]), prints the survey and the plan, then acts ([`act`]): the data dir is
+//!   cluster: it refuses while quorum is healthy, when another survivor is further ahead and
+//!   while another voter neither answers nor is named in `--confirm-down` (a partition looks
+//!   like a lost quorum from one side: [`plan::voters`]; the table in [`plan`]), prints the survey and the plan, then acts ([`act`]): the data dir is
 //!   copied aside, never deleted, and every manifest lands atomically. With `--address IP
 //!   --signer FILE` the member starts at the node's new address ([`readdress`]): for when every
 //!   member's address changed at once and no peer URL can move through a quorum.

@@ -41,6 +41,27 @@ struct Cli {
     command: Cmd,
 }
 
+/// `--confirm-down`: the other voters the admin checked are down for good.
+#[derive(clap::Args, Debug)]
+struct ConfirmDown {
+    /// The other voters that do not answer, by name or hex member id, once you have checked that
+    /// each is powered off or its etcd stopped for good (comma-separated). From this node a
+    /// partition looks like a lost quorum; recovery refuses while a voter neither answers nor
+    /// is named here.
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    confirm_down: Vec<String>,
+}
+
+impl ConfirmDown {
+    fn set(self) -> std::collections::BTreeSet<String> {
+        self.confirm_down
+            .into_iter()
+            .map(|n| n.trim().to_owned())
+            .filter(|n| !n.is_empty())
+            .collect()
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Lists every member this node reaches, with its raft index, and whether a quorum answers.
@@ -68,6 +89,8 @@ enum Cmd {
         /// Bound on the whole recovery.
         #[arg(long, default_value = "300s", value_parser = duration)]
         timeout: Duration,
+        #[command(flatten)]
+        down: ConfirmDown,
     },
     /// Restores a snapshot (its integrity hash checked first) into a fresh data dir with the
     /// etcd image's own tool and starts it as a one-member cluster (refused while quorum is
@@ -90,6 +113,8 @@ enum Cmd {
         /// Bound on the whole recovery.
         #[arg(long, default_value = "300s", value_parser = duration)]
         timeout: Duration,
+        #[command(flatten)]
+        down: ConfirmDown,
     },
     /// Print the shell completion script (e.g. `source <(etcd-recover completions bash)`).
     Completions(etcd_cli::CompletionsArgs),
@@ -158,9 +183,11 @@ async fn run(command: Cmd, target: &Target, out: &mut dyn FnMut(String)) -> Exit
             address,
             signer,
             timeout,
+            down,
         } => {
             let accept = Accept {
                 losing_newer_writes: accept_losing_newer_writes,
+                confirmed_down: down.set(),
                 ..Accept::default()
             };
             let address = address.map(|ip| command::AddressArgs { ip, signer });
@@ -177,10 +204,12 @@ async fn run(command: Cmd, target: &Target, out: &mut dyn FnMut(String)) -> Exit
             force_other_cluster,
             accept_revisions_going_back,
             timeout,
+            down,
         } => {
             let accept = Accept {
                 other_cluster: force_other_cluster,
                 revisions_going_back: accept_revisions_going_back,
+                confirmed_down: down.set(),
                 ..Accept::default()
             };
             let path = match local_snapshot(path, target, out).await {

@@ -9,6 +9,7 @@
 //! |---|---|
 //! | a linearizable read went through | refuse: quorum is healthy |
 //! | a member still names a leader it follows | refuse: quorum may still be there (retry after an election timeout) |
+//! | another voter does not answer and is not named in `--confirm-down` | refuse: a partition looks the same from here ([`voters`]) |
 //! | no data dir here, or its WAL cannot be read | refuse: nothing to recover from on this node |
 //! | this node's member is a learner | refuse: a learner may lack committed writes |
 //! | another member answers with a higher raft index | refuse, naming it, unless `--accept-losing-newer-writes` |
@@ -23,6 +24,9 @@ use etcd_verify::wal::WalCommit;
 use membership::{EndpointStatus, Member, MemberId, MemberUrl};
 
 use crate::snapshot::{Contents, Origin, Tool, revision_bump};
+
+pub mod voters;
+pub use voters::{Voter, Voters, VotersFrom};
 
 /// One member endpoint as recovery reached it.
 #[derive(Clone, Debug)]
@@ -48,6 +52,8 @@ pub struct Survey {
     pub members: Vec<Member>,
     /// A linearizable read through any member: `Ok(url)` means a quorum answered.
     pub quorum_read: Result<MemberUrl, String>,
+    /// The voters this node knows of, each of which must answer or be confirmed down.
+    pub voters: Voters,
 }
 
 /// Why recovery refuses to act.
@@ -61,6 +67,26 @@ pub enum Refusal {
         "{member} still follows leader {leader:x}: quorum may still be there. Retry after an election timeout; recovery acts only when no member has a leader"
     )]
     LeaderStillKnown { member: String, leader: u64 },
+    #[error(
+        "cannot tell a lost quorum from a partition: {unaccounted} of {from} do not answer. If they still run and reach each other they are the majority and keep serving; recovering here would split the cluster, and when it heals they are told they were removed and stop, losing what they acknowledged meanwhile. Make sure each is powered off or its etcd stopped for good, then name them: --confirm-down {flag}"
+    )]
+    VotersUnaccounted {
+        unaccounted: String,
+        from: String,
+        flag: String,
+    },
+    #[error(
+        "--confirm-down names {0}, which answers: it is not down. Leave it out (a member that answers without a leader needs no confirmation)"
+    )]
+    ConfirmedDownAnswers(String),
+    #[error(
+        "--confirm-down names {named}, which is no voter of {from} ({voters}): name each voter that does not answer by its name or hex member id"
+    )]
+    UnknownConfirmedDown {
+        named: String,
+        voters: String,
+        from: String,
+    },
     #[error(
         "no etcd data on this node ({0}): run from-member on a node that kept its data, or recover from-snapshot"
     )]
@@ -103,8 +129,10 @@ pub struct Plan {
 }
 
 /// The flags that widen what recovery accepts.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Accept {
+    /// `--confirm-down`: the voters the admin checked are down for good (names or hex ids).
+    pub confirmed_down: std::collections::BTreeSet<String>,
     /// `--accept-losing-newer-writes`.
     pub losing_newer_writes: bool,
     /// `--force-other-cluster`.
@@ -113,8 +141,9 @@ pub struct Accept {
     pub revisions_going_back: bool,
 }
 
-/// Refuses while a quorum answers or any member still follows a leader.
-fn quorum_is_lost(s: &Survey) -> Result<(), Refusal> {
+/// Refuses while a quorum answers, any member still follows a leader, or another voter neither
+/// answers nor is confirmed down.
+fn quorum_is_lost(s: &Survey, accept: &Accept) -> Result<(), Refusal> {
     if let Ok(url) = &s.quorum_read {
         return Err(Refusal::QuorumHealthy(url.to_string()));
     }
@@ -128,7 +157,23 @@ fn quorum_is_lost(s: &Survey) -> Result<(), Refusal> {
             });
         }
     }
-    Ok(())
+    let reached: Vec<&Reached> = std::iter::once(&s.own).chain(&s.others).collect();
+    let own = voters::Own {
+        id: own_id(s),
+        name: &s.name,
+    };
+    voters::accounted_for(&s.voters, own, &reached, &accept.confirmed_down)
+}
+
+/// This node's member id: from its data dir, else as its etcd answered.
+fn own_id(s: &Survey) -> Option<MemberId> {
+    let from_data = match &s.data_dir {
+        DataDir::Present(identity) => Some(identity.member_id),
+        _ => None,
+    };
+    from_data
+        .or_else(|| s.own.status.as_ref().ok().map(|st| st.member_id))
+        .and_then(MemberId::new)
 }
 
 /// Decides `from-snapshot`: quorum must be lost (as for `from-member`), the snapshot must be
@@ -139,9 +184,9 @@ pub fn decide_from_snapshot(
     origin: &Origin,
     tool: &Tool,
     snapshot: &Contents,
-    accept: Accept,
+    accept: &Accept,
 ) -> Result<SnapshotPlan, Refusal> {
-    quorum_is_lost(s)?;
+    quorum_is_lost(s, accept)?;
     if let Origin::OtherCluster(why) = origin
         && !accept.other_cluster
     {
@@ -186,8 +231,8 @@ pub struct SnapshotPlan {
 }
 
 /// Decides `from-member` (see the module table).
-pub fn decide_from_member(s: &Survey, accept: Accept) -> Result<Plan, Refusal> {
-    quorum_is_lost(s)?;
+pub fn decide_from_member(s: &Survey, accept: &Accept) -> Result<Plan, Refusal> {
+    quorum_is_lost(s, accept)?;
     let identity = match &s.data_dir {
         DataDir::Absent => return Err(Refusal::NoData(s.name.clone())),
         DataDir::Unreadable(e) => return Err(Refusal::DataUnreadable(e.clone())),
@@ -297,6 +342,17 @@ pub fn table(s: &Survey) -> String {
             let _ = writeln!(out, "this node's data: no commit index in its WAL ({e})");
         }
     }
+    let _ = writeln!(
+        out,
+        "voters ({}): {}",
+        s.voters.from.describe(),
+        s.voters
+            .list
+            .iter()
+            .map(Voter::label)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     match &s.quorum_read {
         Ok(url) => {
             let _ = writeln!(out, "quorum: a linearizable read through {url} succeeded");

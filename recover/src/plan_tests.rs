@@ -4,14 +4,34 @@ use etcd_verify::decide::DataDir;
 use etcd_verify::wal::{WalCommit, WalIdentity};
 use membership::{EndpointStatus, Member, MemberId, MemberUrl};
 
-use crate::plan::{Accept, Reached, Refusal, Survey, decide_from_member, table};
+use crate::plan::{
+    Accept, Reached, Refusal, Survey, Voters, VotersFrom, decide_from_member, table,
+};
 
 const CLUSTER: u64 = 0xc1;
 
-fn losing() -> Accept {
+/// What a careful admin passes: `--confirm-down` naming exactly the voters that do not answer.
+fn admin(s: &Survey) -> Accept {
+    let answering: Vec<u64> = std::iter::once(&s.own)
+        .chain(&s.others)
+        .filter_map(|r| r.status.as_ref().ok().map(|st| st.member_id))
+        .collect();
+    Accept {
+        confirmed_down: s
+            .voters
+            .list
+            .iter()
+            .filter(|v| v.id.get() != 1 && !answering.contains(&v.id.get()))
+            .map(|v| v.name.clone())
+            .collect(),
+        ..Accept::default()
+    }
+}
+
+fn losing(s: &Survey) -> Accept {
     Accept {
         losing_newer_writes: true,
-        ..Accept::default()
+        ..admin(s)
     }
 }
 
@@ -73,12 +93,13 @@ fn survey() -> Survey {
         others: vec![down(2), down(3)],
         members: vec![member(1), member(2), member(3)],
         quorum_read: Err("context deadline exceeded".into()),
+        voters: Voters::listed(VotersFrom::ThisNode, &[member(1), member(2), member(3)]),
     }
 }
 
 #[test]
 fn the_only_survivor_with_data_recovers() {
-    let plan = decide_from_member(&survey(), Accept::default()).unwrap();
+    let plan = decide_from_member(&survey(), &admin(&survey())).unwrap();
     assert_eq!(plan.member_id, MemberId::new(1).unwrap());
     assert_eq!(plan.cluster_id, CLUSTER);
     assert_eq!(plan.raft_index, Some(100));
@@ -89,7 +110,7 @@ fn the_only_survivor_with_data_recovers() {
 fn a_healthy_quorum_is_never_recovered() {
     let mut s = survey();
     s.quorum_read = Ok(url(2));
-    let refusal = decide_from_member(&s, losing()).unwrap_err();
+    let refusal = decide_from_member(&s, &losing(&s)).unwrap_err();
     assert_eq!(refusal, Refusal::QuorumHealthy(url(2).to_string()));
     assert!(refusal.to_string().contains("quorum is healthy"));
 }
@@ -101,7 +122,7 @@ fn a_member_that_still_follows_a_leader_stops_recovery() {
         url: url(2),
         status: Ok(status(2, 100, 3)),
     };
-    let refusal = decide_from_member(&s, losing()).unwrap_err();
+    let refusal = decide_from_member(&s, &losing(&s)).unwrap_err();
     assert_eq!(
         refusal,
         Refusal::LeaderStillKnown {
@@ -116,12 +137,12 @@ fn no_data_or_unreadable_data_is_nothing_to_recover_from() {
     let mut s = survey();
     s.data_dir = DataDir::Absent;
     assert_eq!(
-        decide_from_member(&s, Accept::default()).unwrap_err(),
+        decide_from_member(&s, &admin(&s)).unwrap_err(),
         Refusal::NoData("n1".into())
     );
     s.data_dir = DataDir::Unreadable("no .wal files".into());
     assert!(matches!(
-        decide_from_member(&s, Accept::default()),
+        decide_from_member(&s, &admin(&s)),
         Err(Refusal::DataUnreadable(_))
     ));
 }
@@ -133,7 +154,7 @@ fn a_learner_is_not_recovered_from() {
         st.is_learner = true;
     }
     assert!(matches!(
-        decide_from_member(&s, losing()),
+        decide_from_member(&s, &losing(&s)),
         Err(Refusal::OwnIsLearner(_))
     ));
 }
@@ -142,7 +163,7 @@ fn a_learner_is_not_recovered_from() {
 fn a_survivor_further_ahead_is_named_and_only_the_flag_overrides() {
     let mut s = survey();
     s.others = vec![up(2, 120), up(3, 90)];
-    let refusal = decide_from_member(&s, Accept::default()).unwrap_err();
+    let refusal = decide_from_member(&s, &admin(&s)).unwrap_err();
     assert_eq!(
         refusal,
         Refusal::Behind {
@@ -150,7 +171,7 @@ fn a_survivor_further_ahead_is_named_and_only_the_flag_overrides() {
             ahead: format!("n2 ({}) at raft index 120", url(2)),
         }
     );
-    let plan = decide_from_member(&s, losing()).unwrap();
+    let plan = decide_from_member(&s, &losing(&s)).unwrap();
     assert_eq!(
         plan.losing,
         vec![format!("n2 ({}) at raft index 120", url(2))]
@@ -161,7 +182,7 @@ fn a_survivor_further_ahead_is_named_and_only_the_flag_overrides() {
 fn survivors_behind_or_level_do_not_stop_recovery() {
     let mut s = survey();
     s.others = vec![up(2, 100), up(3, 99)];
-    assert!(decide_from_member(&s, Accept::default()).is_ok());
+    assert!(decide_from_member(&s, &admin(&s)).is_ok());
 }
 
 #[test]
@@ -171,14 +192,12 @@ fn an_own_etcd_that_does_not_answer_is_compared_by_its_wal() {
     // Its WAL says commit 100: ahead of n2, so it recovers without any flag.
     s.others = vec![up(2, 99), down(3)];
     assert_eq!(
-        decide_from_member(&s, Accept::default())
-            .unwrap()
-            .raft_index,
+        decide_from_member(&s, &admin(&s)).unwrap().raft_index,
         Some(100)
     );
     // n2 is further ahead than the WAL: refused, naming n2.
     s.others = vec![up(2, 101), down(3)];
-    match decide_from_member(&s, Accept::default()) {
+    match decide_from_member(&s, &admin(&s)) {
         Err(Refusal::Behind { own_index, ahead }) => {
             assert_eq!(own_index, 100);
             assert!(ahead.contains("raft index 101"), "{ahead}");
@@ -194,20 +213,15 @@ fn an_own_etcd_that_does_not_answer_cannot_be_compared_without_its_wal() {
     s.wal_commit = Err("no raft hard state in any WAL file".into());
     s.others = vec![up(2, 10), down(3)];
     assert!(matches!(
-        decide_from_member(&s, Accept::default()),
+        decide_from_member(&s, &admin(&s)),
         Err(Refusal::OwnIndexUnknown { .. })
     ));
-    let plan = decide_from_member(&s, losing()).unwrap();
+    let plan = decide_from_member(&s, &losing(&s)).unwrap();
     assert_eq!(plan.raft_index, None);
     assert_eq!(plan.losing.len(), 1);
     // Alone, with its etcd stopped, the node recovers from its WAL.
     s.others = vec![down(2), down(3)];
-    assert_eq!(
-        decide_from_member(&s, Accept::default())
-            .unwrap()
-            .raft_index,
-        None
-    );
+    assert_eq!(decide_from_member(&s, &admin(&s)).unwrap().raft_index, None);
 }
 
 #[test]
@@ -226,8 +240,121 @@ fn the_table_lists_every_endpoint_and_the_quorum_verdict() {
     );
 }
 
+/// #65: from n1, n2 and n3 not answering is a lost quorum or a partition with n1 on the
+/// minority side; only the admin, having checked, can tell which.
+#[test]
+fn voters_that_do_not_answer_must_be_confirmed_down_by_name() {
+    let s = survey();
+    let refusal = decide_from_member(&s, &Accept::default()).unwrap_err();
+    assert_eq!(
+        refusal,
+        Refusal::VotersUnaccounted {
+            unaccounted: "n2 (member 2), n3 (member 3)".into(),
+            from: "this node's member list".into(),
+            flag: "n2,n3".into(),
+        }
+    );
+    let text = refusal.to_string();
+    assert!(text.contains("--confirm-down n2,n3"), "{text}");
+    assert!(text.contains("partition"), "{text}");
+    // One of the two named is not enough; the flag that loses writes does not waive it.
+    let one = Accept {
+        losing_newer_writes: true,
+        confirmed_down: ["n2".to_owned()].into(),
+        ..Accept::default()
+    };
+    assert!(matches!(
+        decide_from_member(&s, &one),
+        Err(Refusal::VotersUnaccounted { flag, .. }) if flag == "n3"
+    ));
+    // By name or by hex member id.
+    let both = Accept {
+        confirmed_down: ["n2".to_owned(), "3".to_owned()].into(),
+        ..Accept::default()
+    };
+    assert!(decide_from_member(&s, &both).is_ok());
+}
+
+#[test]
+fn a_confirmation_must_name_a_voter_that_is_down() {
+    let mut s = survey();
+    s.others = vec![up(2, 90), down(3)];
+    let answering = Accept {
+        confirmed_down: ["n2".to_owned(), "n3".to_owned()].into(),
+        ..Accept::default()
+    };
+    assert_eq!(
+        decide_from_member(&s, &answering).unwrap_err(),
+        Refusal::ConfirmedDownAnswers("n2 (member 2)".into())
+    );
+    let typo = Accept {
+        confirmed_down: ["n3".to_owned(), "m3".to_owned()].into(),
+        ..Accept::default()
+    };
+    match decide_from_member(&s, &typo) {
+        Err(Refusal::UnknownConfirmedDown { named, voters, .. }) => {
+            assert_eq!(named, "m3");
+            assert!(voters.contains("n3 (member 3)"), "{voters}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // n2 answers without a leader: only n3 needs the confirmation.
+    let n3 = Accept {
+        confirmed_down: ["n3".to_owned()].into(),
+        ..Accept::default()
+    };
+    assert!(decide_from_member(&s, &n3).is_ok());
+}
+
+#[test]
+fn without_its_etcd_the_node_accounts_for_the_members_of_its_revision() {
+    let ids = membership::MemberIds::parse(
+        "1=https://127.0.0.1:2380,2=https://127.0.0.2:2380,4=https://127.0.0.4:2380",
+    )
+    .unwrap();
+    let names =
+        membership::InitialCluster::parse("n1=https://127.0.0.1:2380,n2=https://127.0.0.2:2380")
+            .unwrap();
+    // n3 joined after this revision: another member's list still names it.
+    let mut s = survey();
+    s.own = down(1);
+    s.voters = Voters::from_revision(&ids, &names, &[member(2), member(3)]);
+    let refusal = decide_from_member(&s, &Accept::default()).unwrap_err();
+    match &refusal {
+        Refusal::VotersUnaccounted {
+            unaccounted,
+            from,
+            flag,
+        } => {
+            assert_eq!(
+                unaccounted,
+                "member 4 (unnamed), n2 (member 2), n3 (member 3)"
+            );
+            assert!(from.contains("revision"), "{from}");
+            assert_eq!(flag, "4,n2,n3");
+        }
+        other => panic!("{other:?}"),
+    }
+    let confirmed = Accept {
+        confirmed_down: ["n2", "n3", "4"].map(str::to_owned).into(),
+        ..Accept::default()
+    };
+    assert!(decide_from_member(&s, &confirmed).is_ok());
+    assert!(
+        table(&s).contains("voters (this node's revision"),
+        "{}",
+        table(&s)
+    );
+    // Its data gone too: the node is still known by its name, never asked to confirm itself.
+    s.data_dir = DataDir::Absent;
+    assert_eq!(
+        decide_from_member(&s, &confirmed).unwrap_err(),
+        Refusal::NoData("n1".into())
+    );
+}
+
 mod from_snapshot {
-    use super::{losing, survey, up, url};
+    use super::{admin, losing, survey, up, url};
     use crate::plan::{Accept, Refusal, decide_from_snapshot, observed_raft_index};
     use crate::snapshot::{Contents, Origin, REVISION_BUMP, restore_tool};
 
@@ -259,9 +386,9 @@ mod from_snapshot {
         assert_eq!(observed_raft_index(&s, &snap()), 3_000_000_000);
         let tool = restore_tool("etcd:3.5.16").unwrap();
         let ours = Origin::ThisCluster("shares n1".into());
-        let plan = decide_from_snapshot(&s, &ours, &tool, &snap(), Accept::default()).unwrap();
+        let plan = decide_from_snapshot(&s, &ours, &tool, &snap(), &admin(&s)).unwrap();
         assert_eq!(plan.bump, Some(3_600_000_000));
-        let plan = decide_from_snapshot(&survey(), &ours, &tool, &snap(), Accept::default());
+        let plan = decide_from_snapshot(&survey(), &ours, &tool, &snap(), &admin(&survey()));
         assert_eq!(plan.map(|p| p.bump), Ok(Some(REVISION_BUMP)));
     }
 
@@ -270,18 +397,24 @@ mod from_snapshot {
         let mut s = survey();
         let tool = restore_tool("etcd:3.5.10").unwrap();
         let ours = Origin::ThisCluster("shares n1".into());
+        assert!(matches!(
+            decide_from_snapshot(&s, &ours, &tool, &snap(), &Accept::default()),
+            Err(Refusal::VotersUnaccounted { .. })
+        ));
+        let tool = restore_tool("etcd:3.5.10").unwrap();
+        let ours = Origin::ThisCluster("shares n1".into());
         assert_eq!(
-            decide_from_snapshot(&s, &ours, &tool, &snap(), Accept::default()).map(|p| p.bump),
+            decide_from_snapshot(&s, &ours, &tool, &snap(), &admin(&s)).map(|p| p.bump),
             Ok(Some(REVISION_BUMP))
         );
         s.quorum_read = Ok(url(1));
         let every_flag = Accept {
             other_cluster: true,
             revisions_going_back: true,
-            ..losing()
+            ..losing(&s)
         };
         assert!(matches!(
-            decide_from_snapshot(&s, &ours, &tool, &snap(), every_flag),
+            decide_from_snapshot(&s, &ours, &tool, &snap(), &every_flag),
             Err(Refusal::QuorumHealthy(_))
         ));
     }
@@ -292,19 +425,18 @@ mod from_snapshot {
         let bumping = restore_tool("etcd:3.6.0").unwrap();
         let other = Origin::OtherCluster("no shared member".into());
         assert!(matches!(
-            decide_from_snapshot(&s, &other, &bumping, &snap(), Accept::default()),
+            decide_from_snapshot(&s, &other, &bumping, &snap(), &admin(&s)),
             Err(Refusal::OtherCluster(_))
         ));
         let forced = Accept {
             other_cluster: true,
-            ..Accept::default()
+            ..admin(&s)
         };
-        assert!(decide_from_snapshot(&s, &other, &bumping, &snap(), forced).is_ok());
+        assert!(decide_from_snapshot(&s, &other, &bumping, &snap(), &forced).is_ok());
 
         let old = restore_tool("etcd:3.4.23").unwrap();
         let ours = Origin::ThisCluster("shares n1".into());
-        let refusal =
-            decide_from_snapshot(&s, &ours, &old, &snap(), Accept::default()).unwrap_err();
+        let refusal = decide_from_snapshot(&s, &ours, &old, &snap(), &admin(&s)).unwrap_err();
         assert_eq!(
             refusal,
             Refusal::CannotBumpRevision {
@@ -318,10 +450,10 @@ mod from_snapshot {
         );
         let waived = Accept {
             revisions_going_back: true,
-            ..Accept::default()
+            ..admin(&s)
         };
         assert_eq!(
-            decide_from_snapshot(&s, &ours, &old, &snap(), waived).map(|p| p.bump),
+            decide_from_snapshot(&s, &ours, &old, &snap(), &waived).map(|p| p.bump),
             Ok(None)
         );
     }

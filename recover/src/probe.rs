@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use membership::{ClientConfig, ClientError, EtcdClient, MemberUrl};
 
-use crate::plan::{Reached, Survey};
+use crate::plan::{Reached, Survey, Voters, VotersFrom};
 use crate::pod::EtcdPod;
 
 /// The key a linearizable read asks for to learn whether a quorum answers (it need not exist).
@@ -57,6 +57,7 @@ pub async fn survey(pod: &EtcdPod, call_timeout: Duration) -> Result<Survey, Pro
         urls.extend(list.iter().flat_map(|m| m.client_urls.iter().cloned()));
         members = list;
     }
+    let own_listed = !members.is_empty();
     urls.remove(&pod.client_url);
     let mut others = Vec::new();
     for url in urls {
@@ -71,6 +72,11 @@ pub async fn survey(pod: &EtcdPod, call_timeout: Duration) -> Result<Survey, Pro
             }
         }
     }
+    let voters = if own_listed {
+        Voters::listed(VotersFrom::ThisNode, &members)
+    } else {
+        Voters::from_revision(&pod.member_ids, &pod.initial_cluster, &members)
+    };
     let quorum_read = quorum_read(pod, &own, &others, call_timeout).await;
     let wal_commit = match &data_dir {
         etcd_verify::decide::DataDir::Present(_) => {
@@ -87,6 +93,7 @@ pub async fn survey(pod: &EtcdPod, call_timeout: Duration) -> Result<Survey, Pro
         others,
         members,
         quorum_read,
+        voters,
     })
 }
 

@@ -632,3 +632,53 @@ fn bootstrap_render_never_starts_a_second_cluster_where_a_member_ran() {
         other => panic!("expected a block, got {other:?}"),
     }
 }
+
+/// #65 item 5: the override's table, the rows no real-etcd test reaches. What needs fixing
+/// elsewhere (the input, the certificates, the disk) is never started past; a gate that starts
+/// anyway leaves the file alone.
+#[test]
+fn the_override_never_passes_bad_input_tls_or_an_unusable_disk() {
+    use crate::admin_override::{Override, overridden};
+    let o = Override {
+        path: "/var/lib/etcd-verify/start-anyway".into(),
+        reason: "INC-1".into(),
+    };
+    let config = config_n3(
+        "1=http://10.0.0.1:2380,2=http://10.0.0.2:2380,3=http://10.0.0.3:2380",
+        "existing",
+    );
+    for code in [
+        BlockCode::InvalidInput,
+        BlockCode::TlsFailure,
+        BlockCode::DataDirUnusable,
+    ] {
+        let gate = Decision::Block {
+            code,
+            reason: "r".into(),
+            member_id: None,
+        };
+        let refused = overridden(&config, &wal(3), &gate, &o).unwrap_err();
+        assert!(refused.contains(&format!("{code:?}")), "{refused}");
+    }
+    let start = Decision::Start {
+        reason: "r".into(),
+        member_id: None,
+        archive: None,
+    };
+    assert_eq!(overridden(&config, &wal(3), &start, &o), Ok(None));
+    let stale = Decision::Wait {
+        code: BlockCode::StaleRevision,
+        reason: "stale".into(),
+        member_id: None,
+        archive: Some("why".into()),
+    };
+    match overridden(&config, &wal(3), &stale, &o) {
+        Ok(Some(Decision::Start {
+            member_id, archive, ..
+        })) => {
+            assert_eq!(member_id, Some(id(3)));
+            assert_eq!(archive, None, "own data is never archived by an override");
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -17,6 +17,7 @@
 //! rename); a revision whose `ETCD_MEMBER_IDS` disagrees with the live membership never starts.
 #![cfg_attr(test, allow(clippy::too_many_lines))] // test code is exempt (Cargo.toml's lints)
 
+pub mod admin_override;
 pub mod config;
 pub mod datadir;
 pub mod decide;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use membership::{BlockCode, ClientConfig, EtcdClient, FailureKind, MemberId, VerifyReport};
 use tokio::time::Instant;
 
+use crate::admin_override;
 use crate::config::VerifyConfig;
 use crate::datadir;
 use crate::decide::{Decision, LiveError, Observed, decide};
@@ -31,6 +32,7 @@ pub async fn run(config: &VerifyConfig, client: &EtcdClient, timing: Timing) -> 
         archived: None,
         tls_seen: None,
         last_wait: None,
+        overridden: None,
     };
     loop {
         match looks.once(client).await {
@@ -63,6 +65,8 @@ struct Looks<'a> {
     /// Why the last look said "wait": what the block at the deadline is about, even when the
     /// deadline runs out in the next look's first step.
     last_wait: Option<(BlockCode, String)>,
+    /// The admin override this run's start used (its file and reason).
+    overridden: Option<String>,
 }
 
 impl Looks<'_> {
@@ -74,13 +78,45 @@ impl Looks<'_> {
             && data_dir == crate::decide::DataDir::Absent;
         let decision = decide(&Observed {
             config: self.config,
-            data_dir,
+            data_dir: data_dir.clone(),
             live,
             earlier,
         });
         tracing::info!(?decision, "decided");
+        let decision = self.admin_override(decision, &data_dir);
         self.archive_for(&decision)?;
         self.settle(decision, new_cluster)
+    }
+
+    /// The decision with the admin's override applied, where one was left and applies
+    /// ([`admin_override`]); the file is set aside before etcd may start. Where it cannot
+    /// apply, the gate's own decision stands and its reason says why.
+    fn admin_override(&mut self, gate: Decision, data: &crate::decide::DataDir) -> Decision {
+        if matches!(gate, Decision::Start { .. }) {
+            return gate;
+        }
+        let Some(state_dir) = self.config.state_dir.as_deref() else {
+            return gate;
+        };
+        let applied = admin_override::read(state_dir).and_then(|found| {
+            let Some(o) = found else {
+                return Ok(None);
+            };
+            let Some(start) = admin_override::overridden(self.config, data, &gate, &o)? else {
+                return Ok(None);
+            };
+            let used = admin_override::consume(&o, &datadir::stamp(time::OffsetDateTime::now_utc()))?;
+            tracing::warn!(file = %o.path.display(), set_aside_as = %used.display(), reason = %o.reason, "admin override: etcd starts past the gate");
+            Ok(Some((start, o.record())))
+        });
+        match applied {
+            Ok(Some((start, record))) => {
+                self.overridden = Some(record);
+                start
+            }
+            Ok(None) => gate,
+            Err(why) => with_note(gate, &format!("the admin override was not used: {why}")),
+        }
     }
 
     /// The block for `code` and `reason`, naming what this run archived.
@@ -191,7 +227,9 @@ impl Looks<'_> {
                     return Err(self.block(BlockCode::DataDirUnusable, e, member_id));
                 }
                 let archived = shown(self.archived.as_deref());
-                Ok(Next::Done(VerifyReport::start(reason, member_id, archived)))
+                let mut report = VerifyReport::start(reason, member_id, archived);
+                report.overridden = self.overridden.take();
+                Ok(Next::Done(report))
             }
             Decision::Block {
                 code,
@@ -219,6 +257,33 @@ impl Looks<'_> {
                 Ok(Next::Sleep)
             }
         }
+    }
+}
+
+/// `gate` with `note` added to its reason (a start is returned as it is).
+fn with_note(gate: Decision, note: &str) -> Decision {
+    match gate {
+        Decision::Wait {
+            code,
+            reason,
+            member_id,
+            archive,
+        } => Decision::Wait {
+            code,
+            reason: format!("{reason}; {note}"),
+            member_id,
+            archive,
+        },
+        Decision::Block {
+            code,
+            reason,
+            member_id,
+        } => Decision::Block {
+            code,
+            reason: format!("{reason}; {note}"),
+            member_id,
+        },
+        start @ Decision::Start { .. } => start,
     }
 }
 

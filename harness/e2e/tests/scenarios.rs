@@ -390,6 +390,13 @@ async fn unmounted_data_disk() {
     scenario("unmounted-data-disk").await;
 }
 
+/// #65: `etcd-recover from-member` on a node that only looks like the last survivor (the others
+/// frozen: a partition as it looks from there) is refused without `--confirm-down`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minority_recovery() {
+    scenario("minority-recovery").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_removed_externally() {
     scenario("member-removed-externally").await;

@@ -59,6 +59,9 @@ pub async fn every_address_changed(h: &mut Harness) -> Result<(), ControlPlaneEr
     let signer = signer_file(h).await?;
     let ip = h.cp.node(&chosen)?.ip().to_string();
     bad_input_refused(h, &chosen, &ip).await?;
+    // The other nodes' etcd cannot start (their manifests listen on retired addresses): the
+    // admin confirms them down (#65: recovery refuses a voter that neither answers nor is named).
+    let down = super::runbook::confirm_down_but(&NODES, &chosen);
     let recovering = Instant::now();
     let ran = recover(
         h,
@@ -69,6 +72,8 @@ pub async fn every_address_changed(h: &mut Harness) -> Result<(), ControlPlaneEr
             &ip,
             "--signer",
             &signer.display().to_string(),
+            "--confirm-down",
+            &down,
         ],
     )
     .await?;

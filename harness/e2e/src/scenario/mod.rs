@@ -40,6 +40,10 @@
 //! | `lone-voter-restart` | a one-node control plane: the quorum gate's rule 11 holds n1's first revision (restarting its only voter stops etcd); `NodeInstallerProgressing` and `etcd-operator plan` name the revision and `spec.loneVoterRestart.approvedRevision`; approved, n1 restarts into it (writes fail for the outage, none acknowledged lost); n2 and n3 join and a forced redeployment rolls all three with no approval |
 //! | `restart-free-learner-add` | n4 joins as the standby learner and no voter restarts (each voter's manifest byte-identical, its etcd the same process; status and `etcd-operator plan` say each runs its revision, equivalent to the latest); a voter left on the revision before the learner reboots while it runs; the whole control plane is powered off and on right after the add and comes back by itself; manifests forged to omit the live learner from `ETCD_MEMBER_IDS`: on n2 (a voter on its own data) etcd restarts and serves, on n4 (the learner) `etcd-verify` blocks it, reported; n5 joins (two promotions to 5 voters) while a voter on an older revision reboots, and another reboots after; the first three voters keep their member ids throughout |
 //! | `api-availability` | (the stacked control plane only: `TEST_API=kas`) ConfigMaps created through every kube-apiserver (one loop each, 2 s per create) and a watch through the endpoint that relists on 410 Gone, while the operator bootstraps 1→3, scales to 5 and back to 3, rolls a forced redeployment, defragments on request, renews kube-apiserver's client certificate (a certificate past its renewal point planted; every kube-apiserver restarted onto the renewed one), rotates the CA, replaces n2's member (data dir lost), drains n3 and loses the etcd leader to SIGKILL; per phase in the report (`api_phases`): API writes acknowledged and failed, longest API write gap, watch reconnects, relists and events missed, objects lost; nothing acknowledged may be lost, unseen, shown twice or out of order, and no resourceVersion may go backwards |
+//! | `survivor-reboot` | (#65) n3's machine dies, its Node is deleted and its member removed; the operator stops (as with the API on this etcd and quorum lost); n1, whose revision still lists the removed member, powers off and on, then n2: each etcd starts again on its own data (before #65 `etcd-verify` blocked n1 for good as a "stale or forged revision"); the operator back, n4 joins: 3 voters |
+//! | `unmounted-data-disk` | (#65) one node; at boot its data disk is not mounted (an empty `/var/lib/etcd`): `etcd-verify` blocks (`DataDirLost`, from the bootstrap mark kept in `/var/lib/etcd-verify`) and nothing appears in the empty mount point; the disk back, etcd starts on its data, every acknowledged write there; n2 and n3 join |
+//! | `defrag-standby` | (#65) four nodes (3 voters and the standby learner): a defragmentation due by threshold runs on every voter (the standby held every one back before) |
+//! | `minority-recovery` | (#65) n1 powers off, n2 and n3 acknowledge writes n1 never sees, then freeze (`SIGSTOP`: from n1 what a partition looks like); n1 powers on alone with quorum lost: `etcd-recover from-member` there is refused (exit 1, naming n2, n3 and `--confirm-down`; manifest byte-identical, no record); before #65 it forced n1's older data into a one-member cluster and the writes of n2 and n3 were lost; they resume: 3 voters, every acknowledged write read back |
 
 mod api_availability;
 mod api_probe;
@@ -68,6 +72,7 @@ pub mod load;
 mod lone_voter;
 mod maintenance;
 mod metrics_port;
+mod minority_recovery;
 mod node_address;
 mod node_selector;
 mod quorum_loss;
@@ -89,7 +94,7 @@ use std::time::Instant;
 pub use harness::{Harness, Recovery, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 36] = [
+pub const NAMES: [&str; 37] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -126,6 +131,7 @@ pub const NAMES: [&str; 36] = [
     "survivor-reboot",
     "unmounted-data-disk",
     "defrag-standby",
+    "minority-recovery",
 ];
 
 /// The scenarios whose API is served from the managed etcd, as in a real control plane (their

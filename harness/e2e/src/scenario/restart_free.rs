@@ -43,19 +43,26 @@ async fn running(h: &Harness, node: &str) -> Result<Running, ControlPlaneError> 
 
 /// `<pid>@<start time>` of the etcd process whose command line has `flag`.
 fn etcd_process(flag: &str) -> Option<String> {
+    let pid = etcd_pid(flag)?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22, counted after the command name's closing parenthesis.
+    let after = stat.rsplit_once(')')?.1;
+    let start = after.split_whitespace().nth(19)?;
+    Some(format!("{pid}@{start}"))
+}
+
+/// The pid of the etcd process whose command line has `flag`.
+pub(super) fn etcd_pid(flag: &str) -> Option<u32> {
     let procs = std::fs::read_dir("/proc").ok()?;
     procs
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .find_map(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        .find(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
             let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-            let is_etcd = args.first()?.ends_with(b"etcd");
-            (is_etcd && args.contains(&flag.as_bytes())).then_some(pid)?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // Field 22, counted after the command name's closing parenthesis.
-            let after = stat.rsplit_once(')')?.1;
-            let start = after.split_whitespace().nth(19)?;
-            Some(format!("{pid}@{start}"))
+            let is_etcd = args.first().is_some_and(|a| a.ends_with(b"etcd"));
+            is_etcd && args.contains(&flag.as_bytes())
         })
 }
 

@@ -7,6 +7,17 @@ use std::time::{Duration, Instant};
 
 use crate::controlplane::ControlPlaneError;
 
+/// `--confirm-down`'s value for a recovery on `node`: every other node of `nodes`, whose etcd
+/// the story has stopped for good.
+pub fn confirm_down_but(nodes: &[&str], node: &str) -> String {
+    nodes
+        .iter()
+        .filter(|n| **n != node)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// The info string of the runbook blocks a scenario runs.
 pub const SCENARIO_INFO: &str = "sh scenario";
 /// How much of a command's output goes into one step.

@@ -107,7 +107,6 @@ stories! {
     "node-selector" => super::node_selector::node_selector,
     "defrag" => super::maintenance::defrag,
     "nospace" => super::maintenance::nospace,
-    "defrag-standby" => super::maintenance::defrag_standby,
     "corruption" => super::corruption::corruption,
     "upgrade" => super::upgrade::upgrade,
     "static-pod-removed" => super::static_pod::static_pod_removed,
@@ -130,6 +129,8 @@ stories! {
     "api-availability" => super::api_availability::api_availability,
     "survivor-reboot" => super::survivor_reboot::survivor_reboot,
     "unmounted-data-disk" => super::unmounted_disk::unmounted_data_disk,
+    "defrag-standby" => super::maintenance::defrag_standby,
+    "minority-recovery" => super::minority_recovery::minority_recovery,
 }
 
 pub(super) async fn drive(name: &str, h: Harness) -> Outcome {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use etcd_fixture::{ClusterSpec, EtcdCluster};
 use kubelet_standin::images::DEFAULT_ETCD_BUILD;
 
-use super::{ETCDCTL_DEADLINE, RECOVER_DEADLINE, TARGET, failed};
+use super::{ETCDCTL_DEADLINE, NODES, RECOVER_DEADLINE, TARGET, failed};
 use crate::controlplane::{ControlPlaneError, OPERATOR_NS};
 use crate::scenario::harness::Harness;
 use crate::scenario::runbook::{RECORD_DIR, Ran, Untouched, etcd_recover, run};
@@ -114,10 +114,13 @@ pub(super) async fn from_snapshot(
     snapshot: &str,
     env: &[(&'static str, String)],
 ) -> Result<Ran, ControlPlaneError> {
+    // Every other node's data is gone and its etcd-verify keeps etcd down: the admin confirms
+    // them down (#65: recovery refuses a voter that neither answers nor is named).
+    let down = super::super::runbook::confirm_down_but(&NODES, TARGET);
     etcd_recover(
         RECOVER_DEADLINE,
         &h.cp.node(TARGET)?.root,
-        &["from-snapshot", snapshot],
+        &["from-snapshot", snapshot, "--confirm-down", &down],
         env,
     )
     .await

@@ -30,6 +30,7 @@ fn view(api_servers: Vec<ApiServer>) -> ClusterView {
         api_servers,
         control_plane: ControlPlanePods::NotListed,
         outage_approved: false,
+        standby: None,
     }
 }
 

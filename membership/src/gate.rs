@@ -46,7 +46,10 @@
 //! 11. **A lone voter restarts only with an admin's approval**: with one or two voters, all
 //!     healthy, restarting one always stops etcd until it is back; waiting cannot help unless
 //!     voters join, so the restart waits for the outage to be approved (`outage_approved`), and
-//!     then still needs the restart preflight of rule 7.
+//!     then still needs the restart preflight of rule 7. A learner being added is a voter
+//!     joining (the rule steps aside and rule 6 waits for it); the standby learner of an even
+//!     node count is not (`standby`): a 2-node control plane (one voter, the standby) rolls
+//!     its voter with the approval like a 1-node one.
 //!
 //! Every denial names the rule and the members involved, so it can go to status, a metric label
 //! ([`DenyRule::category`]) and `etcd-operator plan`.
@@ -311,7 +314,8 @@ fn with_spare_voter(
 /// (`outage_approved`), and then only past the restart preflight.
 fn lone_voter(view: &ClusterView, action: &Action, node: &str) -> Option<Verdict> {
     let voters = view.voter_count();
-    if voters > 2 || view.healthy_voters() < voters || view.learners().next().is_some() {
+    let joining = view.learners().any(|l| Some(l.member.id) != view.standby);
+    if voters > 2 || view.healthy_voters() < voters || joining {
         return None;
     }
     if view.outage_approved {

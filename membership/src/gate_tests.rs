@@ -31,6 +31,7 @@ fn view(members: Vec<MemberHealth>) -> ClusterView {
         api_servers: Vec::new(),
         control_plane: Default::default(),
         outage_approved: false,
+        standby: None,
         members,
         rolling_node: None,
         preflight: Preflight::default(),
@@ -587,5 +588,33 @@ fn a_lone_voter_restarts_only_with_an_approved_outage_and_past_the_preflight() {
         gate(&three, &roll(1)),
         Verdict::Allow,
         "a learner on its way: the restart waits for it"
+    );
+}
+
+/// #65: a 2-node control plane is one voter and the standby learner, for good. The standby is
+/// no voter on its way, so the voter is a lone voter: held for the approval, and rolled with
+/// it (before, rule 11 stepped aside for any learner and rule 6 then waited for voters that
+/// never come: certificates, upgrades and CA rotations never reached that node).
+#[test]
+fn a_voter_beside_the_standby_learner_rolls_with_the_approval() {
+    let mut two_nodes = view(vec![voter(1, true), learner(2, true, true)]);
+    two_nodes.standby = Some(id(2));
+    denied(
+        gate(&two_nodes, &roll(1)),
+        DenyRule::LoneVoter,
+        "for an admin to approve the outage",
+    );
+    two_nodes.outage_approved = true;
+    assert!(gate(&two_nodes, &roll(1)).is_allowed());
+    // Its own node, the learner's, rolls as any learner's does.
+    two_nodes.outage_approved = false;
+    assert!(gate(&two_nodes, &roll(2)).is_allowed());
+    // The same learner, not a standby (a scale-up to three): the restart waits for it to join.
+    two_nodes.standby = None;
+    two_nodes.outage_approved = true;
+    denied(
+        gate(&two_nodes, &roll(1)),
+        DenyRule::QuorumAfterAction,
+        "more voters to join",
     );
 }

@@ -28,6 +28,10 @@ pub struct ClusterView {
     /// An admin approved the outage of restarting a lone voter into the revision being
     /// installed (rule 11).
     pub outage_approved: bool,
+    /// The learner membership keeps as a standby (an even node count: it is promoted only when
+    /// a voter is lost or a node joins). No voter is joining through it, so rule 11 does not
+    /// wait for it (#65: a 2-node control plane never rolled its voter).
+    pub standby: Option<MemberId>,
 }
 
 /// A disruptive action.

@@ -129,6 +129,7 @@ impl EtcdObservation {
             api_servers: Vec::new(),
             control_plane: membership::ControlPlanePods::NotListed,
             outage_approved: false,
+            standby: None,
             members: self
                 .members
                 .iter()

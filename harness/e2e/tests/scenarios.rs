@@ -397,6 +397,12 @@ async fn minority_recovery() {
     scenario("minority-recovery").await;
 }
 
+/// #65: a powered-off node is never made to move; every other node's rollout goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_ready_node() {
+    scenario("not-ready-node").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn member_removed_externally() {
     scenario("member-removed-externally").await;

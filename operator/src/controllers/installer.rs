@@ -16,7 +16,8 @@
 //!   installer finished (the node moves straight on, without waiting on a stale one);
 //! * otherwise the next node below the latest revision is chosen: nodes with no static pod, an
 //!   unready pod, an etcd blocked by `etcd-verify`, or a member still on the node's old address
-//!   first, then the others, the etcd leader last;
+//!   first, then the others, the etcd leader last, and a node whose Node is not Ready never (it
+//!   waits, named, until it is Ready: no installer pod could run there);
 //! * before the next node restarts, every started voter has applied what the leader committed
 //!   (the member restarted before has caught up);
 //! * every install asks the quorum gate (`RollNode`); a failed install is retried after a capped
@@ -30,7 +31,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use membership::{Action, ClusterView, Denial, Verdict, gate};
+use membership::{Action, ClusterView, Denial, MemberId, Verdict, gate};
 use time::OffsetDateTime;
 
 use crate::api::NodeStatus;
@@ -174,9 +175,12 @@ fn observe(node: &NodeView, latest: i64, now: OffsetDateTime, grace: time::Durat
     s
 }
 
-/// Rank for choosing the next node: lower goes first.
+/// Rank for choosing the next node: lower goes first. A node whose Node is not Ready comes last:
+/// no installer pod runs there (#65: it was picked first, as its pods show unready, and every
+/// other node's rollout waited behind an installer pod that never ran).
 fn rank(node: &NodeView) -> (u8, String) {
     let group = match &node.pod {
+        _ if !node.node_ready => 3,
         None => 0,
         _ if node.serves_elsewhere => 0,
         Some(p) if p.blocked.is_some() || !p.ready => 0,
@@ -221,6 +225,17 @@ pub fn decide(
     let Some(next) = pending.first() else {
         return decision(RolloutAction::Done);
     };
+    if !next.node_ready {
+        // Every node left is not Ready: no node is made to move where its installer cannot
+        // run, so a later revision still rolls every Ready node.
+        return decision(RolloutAction::Wait {
+            node: next.name.clone(),
+            reason: format!(
+                "Node {} is not Ready: no installer pod can run there; it gets revision {latest} once it is Ready",
+                next.name
+            ),
+        });
+    }
     let s = &next.status;
     if s.last_failed_revision == Some(latest)
         && let Some(failed_at) = parse_time(&s.last_failed_time)
@@ -332,18 +347,22 @@ pub fn with_target(mut statuses: Vec<NodeStatus>, node: &str, revision: i64) -> 
 }
 
 /// Runs the installer controller. `add_refused`: membership's learner add that etcd refuses for
-/// its health window (membership's hand-off: serving nodes' restarts wait meanwhile).
+/// its health window (membership's hand-off: serving nodes' restarts wait meanwhile);
+/// `standby`: the learner membership keeps as a standby (the quorum gate's rule 11).
 pub async fn reconcile(
     p: &mut Pass<'_>,
     add_refused: Option<&rollout_hold::AddRefused>,
+    standby: Option<MemberId>,
 ) -> Result<(), ControllerError> {
     let _t = p.ctx.metrics.time(NAME.as_str());
     let mut views: Vec<NodeView> = p.o.node_views(&p.status.node_statuses);
     mark_equivalent(&mut views, p);
+    let mut cluster = p.cluster_view();
+    cluster.standby = standby;
     let d = decide(
         &views,
         p.status.latest,
-        &p.cluster_view(),
+        &cluster,
         p.o.etcd.lagging_voter(),
         p.o.now,
         missing_pod_grace(p),

@@ -21,6 +21,7 @@ fn cluster(healthy: &[bool]) -> ClusterView {
         api_servers: Vec::new(),
         control_plane: Default::default(),
         outage_approved: false,
+        standby: None,
         members: healthy
             .iter()
             .enumerate()
@@ -235,6 +236,7 @@ fn a_node_without_a_pod_goes_first() {
     let mut nodes = vec![node(1, 1, true), node(2, 1, true)];
     nodes.push(NodeView {
         name: "n0-new".into(),
+        node_ready: true,
         ..Default::default()
     });
     assert_eq!(
@@ -588,6 +590,7 @@ fn an_equivalent_node_is_not_moved_and_says_so() {
     }
     nodes.push(NodeView {
         name: "n4".into(),
+        node_ready: true,
         ..Default::default()
     });
     let view = cluster(&[true, true, true]);
@@ -679,4 +682,41 @@ fn a_node_without_a_member_moves_first_and_rests_on_its_pod_s_revision() {
         }
         other => panic!("expected n1 to be next, got {other:?}"),
     }
+}
+
+/// #65: a node whose Node is NotReady (its kubelet gone; the node lifecycle controller marks its
+/// pods unready) was picked first, as an unready node is, and its installer pod never ran: every
+/// other node's rollout, and every later revision's, waited behind it. Now the Ready nodes roll,
+/// and the NotReady one waits, named, without being made to move.
+#[test]
+fn a_not_ready_node_is_never_made_to_move() {
+    let mut nodes = vec![node(1, 4, false), node(2, 4, false), node(3, 4, false)];
+    for n in &mut nodes {
+        n.member_healthy = true;
+    }
+    nodes[0].node_ready = false;
+    let view = cluster(&[true, true, true]);
+    let d = decide(&nodes, 5, &view, None, t(0), GRACE);
+    assert_eq!(installs(&d).0, "n2", "{:?}", d.action);
+    // Only the NotReady node is left below the latest revision.
+    for n in &mut nodes[1..] {
+        n.status.current_revision = 5;
+        if let Some(p) = n.pod.as_mut() {
+            p.revision = 5;
+            p.ready = true;
+        }
+    }
+    let d = decide(&nodes, 5, &view, None, t(10), GRACE);
+    match &d.action {
+        RolloutAction::Wait { node, reason } => {
+            assert_eq!(node, "n1");
+            assert!(reason.contains("is not Ready"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        d.statuses.iter().all(|s| s.target_revision.is_none()),
+        "{:?}",
+        d.statuses
+    );
 }

@@ -50,6 +50,7 @@ fn view(members: Vec<MemberHealth>) -> ClusterView {
         api_servers: Vec::new(),
         control_plane: Default::default(),
         outage_approved: false,
+        standby: None,
         members,
         rolling_node: None,
         preflight: Default::default(),

@@ -139,7 +139,7 @@ pub(super) async fn run_step(
         },
         N::Installer => {
             let refused = cs.membership.add_refused.as_ref();
-            installer::reconcile(p, refused)
+            installer::reconcile(p, refused, cs.membership.standby)
                 .await
                 .map(|()| Flow::Continue)
         }

@@ -4,8 +4,11 @@
 //! field that approves it, `etcd-operator plan` prints the same. The admin approves the outage
 //! (`spec.loneVoterRestart.approvedRevision`); n1 restarts into the revision, writes fail for
 //! the outage and none acknowledged is lost, and `status.members` shows it serving the client
-//! certificate of that revision (read from a TLS handshake). Then n2 and n3 join, and a forced redeployment rolls
-//! all three without any approval: with three voters every restart keeps quorum.
+//! certificate of that revision (read from a TLS handshake). Then n2 joins as the standby
+//! learner (#65): a forced redeployment holds n1 for an approval as on one node, and rolls it
+//! once approved (before, the standby made the gate wait for voters that never come). Then n3
+//! joins, and a forced redeployment rolls all three without any approval: with three voters
+//! every restart keeps quorum.
 
 use std::time::Duration;
 
@@ -13,6 +16,7 @@ use etcd_operator::api::EtcdClusterStatus;
 
 use super::harness::Harness;
 use crate::controlplane::ControlPlaneError;
+use crate::view::settled_with_standby;
 
 const DEADLINE: Duration = Duration::from_secs(240);
 
@@ -94,14 +98,51 @@ pub async fn lone_voter_restart(h: &mut Harness) -> Result<(), ControlPlaneError
     h.step(format!(
         "n1 serves etcd-all-certs/etcd-serving-n1.crt, expiring {serves}"
     ));
-    for n in ["n2", "n3"] {
-        h.cp.add_node(n).await?;
-    }
+    two_nodes(h).await?;
+    h.cp.add_node("n3").await?;
     h.wait_settled(3, DEADLINE).await?;
     let before = h.status().await.latest_available_revision;
     h.patch_spec(serde_json::json!({"forceRedeploymentReason": "three voters need no approval"}))
         .await?;
     h.wait_settled_after(3, before, DEADLINE).await?;
-    h.step("n2 and n3 joined; a forced redeployment rolled all three without approval");
+    h.step("n3 joined; a forced redeployment rolled all three without approval");
+    Ok(())
+}
+
+/// #65: n2 joins as the standby learner (two nodes keep one voter). A forced redeployment rolls
+/// n2 and holds n1 for an approval as on one node; approved, n1 restarts into it. Before #65 the
+/// standby made the gate wait for voters that never come, approved or not.
+async fn two_nodes(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    h.cp.add_node("n2").await?;
+    let s = h
+        .wait_status("n2 the standby learner beside n1", DEADLINE, |s| {
+            settled_with_standby(s, 1, 1)
+        })
+        .await?;
+    h.step("n2 joined as the standby learner: one voter on two nodes");
+    let before = s.latest_available_revision;
+    h.patch_spec(serde_json::json!({"forceRedeploymentReason": "two nodes, one voter"}))
+        .await?;
+    let s = h
+        .wait_status("n1's restart held for an approval again", DEADLINE, |s| {
+            held(s).is_some() && s.latest_available_revision > before
+        })
+        .await?;
+    let latest = s.latest_available_revision;
+    h.step(format!(
+        "held beside the standby: {}",
+        held(&s).unwrap_or_default()
+    ));
+    h.patch_spec(serde_json::json!({"loneVoterRestart": {"approvedRevision": latest}}))
+        .await?;
+    h.wait_status(
+        &format!("n1 and n2 on revision {latest}, n2 still the standby"),
+        DEADLINE,
+        |s| settled_with_standby(s, 1, 1) && s.latest_available_revision == latest,
+    )
+    .await?;
+    h.step(format!(
+        "approved: n1 restarted into revision {latest} beside the standby"
+    ));
     Ok(())
 }

@@ -37,13 +37,14 @@
 //! | `unmanaged` | `managementState: Unmanaged`, then a forced redeployment and a fourth node: for 15 s no revision, no member, and every ConfigMap, Secret, budget and operator-made pod of the operator's and static-pod namespaces keeps its resourceVersion; `Managed` again, the held redeployment rolls one new revision to every node and n4 joins as the standby, the voters keeping their ids |
 //! | `dangling-learner` | an admin adds a learner at an address no node has and never starts it (it would hold etcd's one learner slot): the operator removes it (`MemberOfGoneNodeRemoved`; counted in `etcd_operator_members_without_node`, alert `EtcdMemberWithoutNode`), and n4, added meanwhile, joins as the standby, the voters keeping their ids |
 //! | `consumer-reload` | a consumer declared `reload: Restart` (`deadlineSeconds: 10`) selects a pod created through the API in its own namespace, with the mirror-pod annotation on the stand-in (kube-apiserver requires `spec.nodeName` with it; no node: never run; the test plays its kubelet by writing `status.containerStatuses[].state.running.startedAt` through the status subresource); a CA rotation rolls `TrustBoth` to every node and then waits for the pod: `caRotation.waitingFor`, `etcd-operator plan` and Event `CaRotationWaitingForConsumers` name the consumer and the pod, and past the deadline `CertSignerDegraded` says `ConsumerNotReloaded` while the rotation still waits; the pod "restarts" (`startedAt` now) and the rotation goes on, waits again in `ReissueLeaves` and `DropOld` until the pod restarts, and completes with the consumer current |
-//! | `lone-voter-restart` | a one-node control plane: the quorum gate's rule 11 holds n1's first revision (restarting its only voter stops etcd); `NodeInstallerProgressing` and `etcd-operator plan` name the revision and `spec.loneVoterRestart.approvedRevision`; approved, n1 restarts into it (writes fail for the outage, none acknowledged lost); n2 and n3 join and a forced redeployment rolls all three with no approval |
+//! | `lone-voter-restart` | a one-node control plane: the quorum gate's rule 11 holds n1's first revision (restarting its only voter stops etcd); `NodeInstallerProgressing` and `etcd-operator plan` name the revision and `spec.loneVoterRestart.approvedRevision`; approved, n1 restarts into it (writes fail for the outage, none acknowledged lost); n2 joins as the standby learner and a forced redeployment holds n1 again for an approval and rolls it once approved (#65: before, the standby held it for good); n3 joins and a forced redeployment rolls all three with no approval |
 //! | `restart-free-learner-add` | n4 joins as the standby learner and no voter restarts (each voter's manifest byte-identical, its etcd the same process; status and `etcd-operator plan` say each runs its revision, equivalent to the latest); a voter left on the revision before the learner reboots while it runs; the whole control plane is powered off and on right after the add and comes back by itself; manifests forged to omit the live learner from `ETCD_MEMBER_IDS`: on n2 (a voter on its own data) etcd restarts and serves, on n4 (the learner) `etcd-verify` blocks it, reported; n5 joins (two promotions to 5 voters) while a voter on an older revision reboots, and another reboots after; the first three voters keep their member ids throughout |
 //! | `api-availability` | (the stacked control plane only: `TEST_API=kas`) ConfigMaps created through every kube-apiserver (one loop each, 2 s per create) and a watch through the endpoint that relists on 410 Gone, while the operator bootstraps 1→3, scales to 5 and back to 3, rolls a forced redeployment, defragments on request, renews kube-apiserver's client certificate (a certificate past its renewal point planted; every kube-apiserver restarted onto the renewed one), rotates the CA, replaces n2's member (data dir lost), drains n3 and loses the etcd leader to SIGKILL; per phase in the report (`api_phases`): API writes acknowledged and failed, longest API write gap, watch reconnects, relists and events missed, objects lost; nothing acknowledged may be lost, unseen, shown twice or out of order, and no resourceVersion may go backwards |
 //! | `survivor-reboot` | (#65) n3's machine dies, its Node is deleted and its member removed; the operator stops (as with the API on this etcd and quorum lost); n1, whose revision still lists the removed member, powers off and on, then n2: each etcd starts again on its own data (before #65 `etcd-verify` blocked n1 for good as a "stale or forged revision"); the operator back, n4 joins: 3 voters |
 //! | `unmounted-data-disk` | (#65) one node; at boot its data disk is not mounted (an empty `/var/lib/etcd`): `etcd-verify` blocks (`DataDirLost`, from the bootstrap mark kept in `/var/lib/etcd-verify`) and nothing appears in the empty mount point; the disk back, etcd starts on its data, every acknowledged write there; n2 and n3 join |
 //! | `defrag-standby` | (#65) four nodes (3 voters and the standby learner): a defragmentation due by threshold runs on every voter (the standby held every one back before) |
 //! | `minority-recovery` | (#65) n1 powers off, n2 and n3 acknowledge writes n1 never sees, then freeze (`SIGSTOP`: from n1 what a partition looks like); n1 powers on alone with quorum lost: `etcd-recover from-member` there is refused (exit 1, naming n2, n3 and `--confirm-down`; manifest byte-identical, no record); before #65 it forced n1's older data into a one-member cluster and the writes of n2 and n3 were lost; they resume: 3 voters, every acknowledged write read back |
+//! | `not-ready-node` | (#65) five voters; n5 powers off (its Node not Ready, its member unhealthy); a forced redeployment rolls n1..n4 while n5 is never made to move and `NodeInstallerProgressing` names it (before #65 the down node ranked first, its installer pod never ran and no other node moved); n5 back, it gets the revision: five voters |
 
 mod api_availability;
 mod api_probe;
@@ -75,6 +76,7 @@ mod metrics_port;
 mod minority_recovery;
 mod node_address;
 mod node_selector;
+mod not_ready_node;
 mod quorum_loss;
 mod restart_free;
 mod restore;
@@ -94,7 +96,7 @@ use std::time::Instant;
 pub use harness::{Harness, Recovery, Step};
 
 /// Scenario names, in the order `sandbox run all` runs them.
-pub const NAMES: [&str; 37] = [
+pub const NAMES: [&str; 38] = [
     "bootstrap",
     "data-loss",
     "node-replacement",
@@ -132,6 +134,7 @@ pub const NAMES: [&str; 37] = [
     "unmounted-data-disk",
     "defrag-standby",
     "minority-recovery",
+    "not-ready-node",
 ];
 
 /// The scenarios whose API is served from the managed etcd, as in a real control plane (their

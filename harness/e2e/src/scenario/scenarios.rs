@@ -131,6 +131,7 @@ stories! {
     "unmounted-data-disk" => super::unmounted_disk::unmounted_data_disk,
     "defrag-standby" => super::maintenance::defrag_standby,
     "minority-recovery" => super::minority_recovery::minority_recovery,
+    "not-ready-node" => super::not_ready_node::not_ready_node,
 }
 
 pub(super) async fn drive(name: &str, h: Harness) -> Outcome {

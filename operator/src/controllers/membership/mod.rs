@@ -148,6 +148,9 @@ pub struct State {
     /// The learner add etcd refuses for its health window: the installer holds serving nodes'
     /// restarts meanwhile (`installer::rollout_hold`).
     pub add_refused: Option<AddRefused>,
+    /// The learner this pass keeps as a standby: the quorum gate's rule 11 does not wait for it
+    /// to become a voter (the installer's hand-off).
+    pub standby: Option<MemberId>,
 }
 
 /// Runs membership: at most one change, then [`Flow::Stop`] so the next pass sees it. Also
@@ -162,6 +165,10 @@ pub async fn reconcile(
     if !matches!(step, MembershipStep::AddLearner { .. }) {
         st.add_refused = None;
     }
+    st.standby = match &step {
+        MembershipStep::Standby { id, .. } => Some(*id),
+        _ => None,
+    };
     let changed = {
         let _t = p.ctx.metrics.time(NAME.as_str());
         act(p, st, &step).await?

@@ -21,6 +21,10 @@ pub use crate::client_error::{ClientError, EndpointFailure, EtcdRefusal, Failure
 use crate::tls::{Loaded, TlsFiles, TlsPem};
 use crate::{Member, MemberId, MemberUrl, VersionInfo};
 
+/// The key a linearizable read asks for to learn that a quorum answers (it need not exist;
+/// only its count is asked for).
+pub const QUORUM_READ_KEY: &str = "/etcd-static-operator/quorum-read";
+
 /// How to reach etcd.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -289,13 +293,24 @@ impl EtcdClient {
         let (resp, answered_by) = self
             .on_any_voter("member list", |mut c| async move { c.member_list().await })
             .await?;
-        let cluster_id = resp.header().map_or(0, |h| h.cluster_id());
-        let members = convert_members(&answered_by, resp.members())?;
-        Ok(LiveMembers {
-            cluster_id,
-            members,
-            answered_by,
-        })
+        live_members(&resp, answered_by)
+    }
+
+    /// The member list from the first voter that answers it as a quorum confirms it: a
+    /// linearizable read through that voter first (it returns once the member has applied what
+    /// the leader committed when the read began, as etcd's own linearizable `MemberList` does),
+    /// then the list from the same voter. A member cut off from the quorum, or one whose
+    /// cluster lost it, answers nothing here, where [`Self::member_list`] would hand out the
+    /// view it was left with (#65: it feeds `etcd-verify`'s "unstarted member: start" row).
+    pub async fn member_list_linearizable(&self) -> Result<LiveMembers, ClientError> {
+        let (resp, answered_by) = self
+            .on_any_voter("linearizable member list", |mut c| async move {
+                let count = etcd_client::GetOptions::new().with_count_only();
+                c.get(QUORUM_READ_KEY, Some(count)).await?;
+                c.member_list().await
+            })
+            .await?;
+        live_members(&resp, answered_by)
     }
 
     /// Adds `peer_url` as a learner; returns the new member.
@@ -442,6 +457,17 @@ impl EtcdClient {
             .await?;
         Ok(resp.kvs().first().map(|kv| kv.value().to_vec()))
     }
+}
+
+fn live_members(
+    resp: &etcd_client::MemberListResponse,
+    answered_by: MemberUrl,
+) -> Result<LiveMembers, ClientError> {
+    Ok(LiveMembers {
+        cluster_id: resp.header().map_or(0, |h| h.cluster_id()),
+        members: convert_members(&answered_by, resp.members())?,
+        answered_by,
+    })
 }
 
 pub(crate) fn convert_members(

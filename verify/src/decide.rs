@@ -42,6 +42,11 @@
 //! `ETCD_MEMBER_IDS` the ids comparison is skipped: a new cluster has no ids until etcd makes
 //! them.
 //!
+//! The live list is one a quorum confirms ([`membership::EtcdClient::member_list_linearizable`]:
+//! a linearizable read through the voter, then its list; #65): a member cut off from the quorum,
+//! or left without one, answers nothing here rather than the view it was left with, so "no
+//! answer" also covers a cluster without quorum, and its rows decide from the data dir alone.
+//!
 //! "No answer" means every endpoint was down, unreachable or timed out. An endpoint that answered
 //! a TLS handshake which then failed (our CA does not trust its certificate, it refused ours) is
 //! not down: concluding "whole cluster restarting" from it would start etcd without the

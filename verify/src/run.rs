@@ -164,7 +164,7 @@ impl Looks<'_> {
         client: &EtcdClient,
     ) -> Result<Result<membership::LiveMembers, LiveError>, VerifyReport> {
         let remaining = self.deadline.saturating_duration_since(Instant::now());
-        let asked = tokio::time::timeout(remaining, client.member_list()).await;
+        let asked = tokio::time::timeout(remaining, client.member_list_linearizable()).await;
         let live = match classify(asked, self.tls_seen.as_deref()) {
             Live::Answer(live) => live,
             Live::DeadlineCut => {

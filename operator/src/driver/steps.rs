@@ -127,7 +127,10 @@ pub(super) async fn run_step(
             p.control_plane = membership::control_plane::observe(&p.ctx.client, pods, &known).await;
             Ok(Flow::Continue)
         }
-        N::EtcdObserver => observe(p, cs, issued(h, controller)?).await,
+        N::EtcdObserver => {
+            cs.membership.observer.observe(p.o.now);
+            observe(p, cs, issued(h, controller)?).await
+        }
         N::Membership => {
             let with_certs = &issued(h, controller)?.with_certs;
             membership::reconcile(p, &mut cs.membership, with_certs).await

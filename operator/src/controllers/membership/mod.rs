@@ -151,6 +151,9 @@ pub struct State {
     /// The learner this pass keeps as a standby: the quorum gate's rule 11 does not wait for it
     /// to become a voter (the installer's hand-off).
     pub standby: Option<MemberId>,
+    /// Whether this operator has watched etcd without a gap (remediation's clock; recorded by
+    /// the etcd-observer step, which every pass runs).
+    pub observer: remediation::Observer,
 }
 
 /// Runs membership: at most one change, then [`Flow::Stop`] so the next pass sees it. Also
@@ -161,7 +164,8 @@ pub async fn reconcile(
     with_certs: &BTreeSet<String>,
 ) -> Result<Flow, ControllerError> {
     let now = p.o.now;
-    let (step, remediation_lines) = step_of(p, st, with_certs);
+    let observing_since = st.observer.since.unwrap_or(now);
+    let (step, remediation_lines) = step_of(p, st, with_certs, observing_since);
     if !matches!(step, MembershipStep::AddLearner { .. }) {
         st.add_refused = None;
     }
@@ -208,6 +212,7 @@ fn step_of(
     p: &mut Pass<'_>,
     st: &State,
     with_certs: &BTreeSet<String>,
+    observing_since: OffsetDateTime,
 ) -> (MembershipStep, Vec<String>) {
     let now = p.o.now;
     let infos = crate::observed::objects::node_infos(&p.o.nodes, with_certs);
@@ -231,6 +236,7 @@ fn step_of(
         records: &p.status.remediations,
         skip: &planned,
         voter_target: desired,
+        observing_since,
         now,
     });
     remediation::record_holds(&mut p.status.remediations, &candidates, &format_time(now));

@@ -162,12 +162,50 @@ pub struct RemediationInput<'a> {
     /// The odd-voter policy's voter target: a started learner is a replacement in flight while
     /// the voters are below it, a standby otherwise.
     pub voter_target: usize,
+    /// Since when this operator has watched etcd without a gap ([`Observer`]): unhealthy time
+    /// before it was seen by nobody, so it does not count.
+    pub observing_since: OffsetDateTime,
     pub now: OffsetDateTime,
+}
+
+/// How long the operator may go without observing etcd before its unhealthy clocks restart: three
+/// resyncs (a settled cluster still gets a whole pass every `RESYNC`, 60 s), so only an outage
+/// of the operator or its API, or a new observer, restarts them.
+pub const OBSERVATION_GAP: Duration = Duration::seconds(180);
+
+/// Whether this operator watched etcd without a gap, and since when (#65). A member's unhealthy
+/// time used to count from its `lastTransitionTime` in status, whoever wrote it and however long
+/// ago: after an operator or API outage, or with a new leader whose clock is ahead, the first
+/// pass could find a voter "unhealthy for" longer than the policy allows on one failed status
+/// call, and remove it. The clock now starts no earlier than this observer's first pass, and
+/// again after any gap longer than [`OBSERVATION_GAP`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Observer {
+    pub since: Option<OffsetDateTime>,
+    pub last: Option<OffsetDateTime>,
+}
+
+impl Observer {
+    /// Records an observation of etcd at `now` (each pass's etcd-observer step); returns since
+    /// when observation has been unbroken.
+    pub fn observe(&mut self, now: OffsetDateTime) -> OffsetDateTime {
+        let unbroken = self
+            .last
+            .is_some_and(|last| now >= last && now - last <= OBSERVATION_GAP);
+        let since = match self.since {
+            Some(since) if unbroken => since,
+            _ => now,
+        };
+        self.since = Some(since);
+        self.last = Some(now);
+        since
+    }
 }
 
 /// Every started member that is unhealthy, with its node and assessment, sorted by node. The
 /// unhealthy time counts from the member's `lastTransitionTime` in the previous status (it moves
-/// when health changes), or from the end of an admin's hold on its node if that is later.
+/// when health changes), or from the end of an admin's hold on its node, or from when this
+/// operator's unbroken observation began, whichever is latest.
 pub fn candidates(input: &RemediationInput<'_>) -> Vec<Candidate> {
     input
         .by_node
@@ -181,7 +219,9 @@ pub fn candidates(input: &RemediationInput<'_>) -> Vec<Candidate> {
             let record = input.records.iter().find(|r| r.node_name == *node);
             let went = parse_time(&m.last_transition_time).unwrap_or(input.now);
             let held_until = record.and_then(|r| parse_time(&r.last_held_time));
-            let since = held_until.map_or(went, |h| h.max(went));
+            let since = held_until
+                .map_or(went, |h| h.max(went))
+                .max(input.observing_since);
             let hold = input
                 .nodes
                 .iter()

@@ -141,6 +141,7 @@ impl Fixture {
             records: &self.records,
             skip: &self.skip,
             voter_target: self.voter_target,
+            observing_since: t(0),
             now: t(now),
         })
     }
@@ -461,4 +462,47 @@ fn conditions_by_assessment() {
         assert_eq!(cond, want_cond, "case: {name}");
         assert_eq!(lines, want_lines, "case: {name}");
     }
+}
+
+/// #65: unhealthy time nobody observed does not count. Member 2 went unhealthy at 100 as status
+/// says; an operator that began watching at 650 (a restart, a new leader, the end of an API
+/// outage) gives it the full `unhealthySeconds` (600) from then, not from 100.
+#[test]
+fn the_unhealthy_clock_starts_no_earlier_than_the_observer() {
+    let f = Fixture::three();
+    let late = |now: i64| {
+        let c = candidates(&RemediationInput {
+            policy: &policy(),
+            members: &f.members,
+            nodes: &f.nodes,
+            by_node: &f.by_node,
+            records: &f.records,
+            skip: &f.skip,
+            voter_target: f.voter_target,
+            observing_since: t(650),
+            now: t(now),
+        });
+        c.into_iter().find(|c| c.node == "n2").unwrap()
+    };
+    assert_eq!(late(700).since, t(650));
+    assert_eq!(late(700).assessment, Assessment::Waiting { due: t(1250) });
+    assert!(matches!(late(1250).assessment, Assessment::Due { .. }));
+}
+
+#[test]
+fn a_gap_in_observation_restarts_the_clock() {
+    use crate::controllers::membership::remediation::{OBSERVATION_GAP, Observer};
+    let mut o = Observer::default();
+    assert_eq!(o.observe(t(100)), t(100), "the first pass starts it");
+    assert_eq!(o.observe(t(105)), t(100));
+    let within = t(105) + OBSERVATION_GAP;
+    assert_eq!(
+        o.observe(within),
+        t(100),
+        "a gap up to the bound is unbroken"
+    );
+    let after = within + OBSERVATION_GAP + Duration::seconds(1);
+    assert_eq!(o.observe(after), after, "a longer gap restarts it");
+    // A clock that went back (another observer's time) restarts it too.
+    assert_eq!(o.observe(t(50)), t(50));
 }

@@ -3,7 +3,7 @@
 //! goes, a member an admin removed behind the operator's back, and an unhealthy member replaced
 //! after its data was damaged.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use membership::EtcdRefusal;
 
@@ -173,6 +173,7 @@ pub(super) async fn unhealthy_member_replaced(h: &mut Harness) -> Result<(), Con
     ));
     h.cp.restart_node("n2").await?;
     h.step("n2 restarted on the unreadable WAL");
+    unobserved_time_does_not_count(h, &old).await?;
     h.wait_status("n2's unhealthy member replaced", SETTLE, |s| {
         !member_ids(s).contains(&old)
     })
@@ -204,6 +205,41 @@ pub(super) async fn unhealthy_member_replaced(h: &mut Harness) -> Result<(), Con
     h.step(format!(
         "before the learner add, n2 ran revision(s) {between:?}, which list no member for n2"
     ));
+    Ok(())
+}
+
+/// #65: the operator is down for longer than `unhealthySeconds` (15) while n2's member is
+/// unhealthy: that time nobody observed does not count. For the first 10 s after it starts again
+/// the member stays (before, its first pass found it "unhealthy for" past the policy from the
+/// old status and removed it at once).
+async fn unobserved_time_does_not_count(
+    h: &mut Harness,
+    old: &str,
+) -> Result<(), ControlPlaneError> {
+    h.wait_status("n2's member unhealthy", SETTLE, |s| {
+        s.members.iter().any(|m| m.id == old && !m.healthy)
+    })
+    .await?;
+    h.cp.stop_operator(Duration::from_secs(5))?;
+    let down = Instant::now();
+    // The outage itself is the fault: its length, not a wait for some state.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    h.cp.start_operator()?;
+    let started = Instant::now();
+    h.step(format!(
+        "operator down for {:.0}s while n2's member was unhealthy, started again",
+        down.elapsed().as_secs_f64()
+    ));
+    while started.elapsed() < Duration::from_secs(10) {
+        if !member_ids(&h.status().await).contains(old) {
+            return Err(failed(format!(
+                "member {old} removed {:.1}s after the operator started: the unobserved outage counted as unhealthy time",
+                started.elapsed().as_secs_f64()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    h.step("for 10s after the operator started again, the member stayed (its clock restarted)");
     Ok(())
 }
 

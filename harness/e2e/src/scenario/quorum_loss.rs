@@ -416,7 +416,7 @@ mod tests {
             blocks
                 .iter()
                 .flatten()
-                .any(|l| l == "etcd-recover from-member")
+                .any(|l| l == "etcd-recover from-member --confirm-down n2,n3")
         );
     }
 }

@@ -28,6 +28,7 @@ mod gate;
 mod gate_view;
 mod http_version;
 mod id;
+mod kv;
 mod maintenance;
 mod member;
 mod peer_url;

@@ -346,12 +346,7 @@ pub fn table(s: &Survey) -> String {
         out,
         "voters ({}): {}",
         s.voters.from.describe(),
-        s.voters
-            .list
-            .iter()
-            .map(Voter::label)
-            .collect::<Vec<_>>()
-            .join(", ")
+        s.voters.labels()
     );
     match &s.quorum_read {
         Ok(url) => {

@@ -261,30 +261,12 @@ impl Looks<'_> {
 }
 
 /// `gate` with `note` added to its reason (a start is returned as it is).
-fn with_note(gate: Decision, note: &str) -> Decision {
-    match gate {
-        Decision::Wait {
-            code,
-            reason,
-            member_id,
-            archive,
-        } => Decision::Wait {
-            code,
-            reason: format!("{reason}; {note}"),
-            member_id,
-            archive,
-        },
-        Decision::Block {
-            code,
-            reason,
-            member_id,
-        } => Decision::Block {
-            code,
-            reason: format!("{reason}; {note}"),
-            member_id,
-        },
-        start @ Decision::Start { .. } => start,
+fn with_note(mut gate: Decision, note: &str) -> Decision {
+    if let Decision::Wait { reason, .. } | Decision::Block { reason, .. } = &mut gate {
+        reason.push_str("; ");
+        reason.push_str(note);
     }
+    gate
 }
 
 /// The block when the deadline cut a step (`cut`) short after a look said "wait"

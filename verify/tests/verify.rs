@@ -378,8 +378,6 @@ fn bad_input_is_named_and_exits_2() {
     );
 }
 
-/// No endpoint answers and there is no data dir: retry until the deadline, then block (exit 1),
-/// naming each endpoint's failure.
 /// The contract of member n2 of a two-member revision whose only endpoint `ep` answers nothing,
 /// its data dir (absent) in `dir`.
 fn unanswered_env(dir: &Path, ep: &str) -> BTreeMap<String, String> {
@@ -406,6 +404,8 @@ fn unanswered_env(dir: &Path, ep: &str) -> BTreeMap<String, String> {
     .collect()
 }
 
+/// No endpoint answers and there is no data dir: retry until the deadline, then block (exit 1),
+/// naming each endpoint's failure.
 #[test]
 fn unreachable_endpoints_block_after_the_deadline() {
     let nobody = LoopbackAddr::acquire().unwrap();

@@ -49,6 +49,7 @@ pub use node_problems::node_problems;
 
 mod act;
 pub mod equivalence;
+pub use equivalence::equivalent_lines;
 pub mod node_problems;
 pub mod rollout_hold;
 use act::act;
@@ -445,20 +446,6 @@ fn node_metrics(p: &Pass<'_>) {
         let equivalent = m.node_equivalent_revision.get_or_create(&label);
         equivalent.set(s.equivalent_to_revision.unwrap_or(0));
     }
-}
-
-/// "n1 runs revision 10, equivalent to revision 11 ...", for every node that does.
-pub fn equivalent_lines(statuses: &[NodeStatus]) -> Vec<String> {
-    statuses
-        .iter()
-        .filter_map(|s| {
-            let latest = s.equivalent_to_revision?;
-            Some(format!(
-                "{} runs revision {}, equivalent to revision {latest} (its revision lacks only members added since): not restarted",
-                s.node_name, s.current_revision
-            ))
-        })
-        .collect()
 }
 
 /// Marks the nodes whose revision is equivalent to the latest ([`equivalence::equivalent`]),

@@ -77,6 +77,15 @@ pub struct Voters {
 }
 
 impl Voters {
+    /// Every voter's label, comma-separated.
+    pub fn labels(&self) -> String {
+        self.list
+            .iter()
+            .map(Voter::label)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// The voters of a member list (learners left out).
     pub fn listed(from: VotersFrom, members: &[Member]) -> Self {
         let list = members
@@ -161,7 +170,7 @@ pub fn accounted_for(
     if !unknown.is_empty() {
         return Err(Refusal::UnknownConfirmedDown {
             named: unknown.join(","),
-            voters: names(voters.list.iter()),
+            voters: voters.labels(),
             from: voters.from.describe().to_owned(),
         });
     }
@@ -197,8 +206,4 @@ pub fn accounted_for(
             .collect::<Vec<_>>()
             .join(","),
     })
-}
-
-fn names<'a>(voters: impl Iterator<Item = &'a Voter>) -> String {
-    voters.map(Voter::label).collect::<Vec<_>>().join(", ")
 }

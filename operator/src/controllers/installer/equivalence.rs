@@ -21,12 +21,16 @@
 //!
 //! A removal or a replacement lists fewer or other members in `L`, a certificate or flag change
 //! changes the rest: those nodes still restart.
+//!
+//! The plan and the installer's condition name every node found so ([`equivalent_lines`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use membership::{MemberId, MemberIds, MemberUrl};
+
+use crate::api::NodeStatus;
 
 use crate::observed::objects::etcd_env;
 use crate::podspec::parse_pod;
@@ -359,3 +363,17 @@ pub fn equivalent(
 #[cfg(test)]
 #[path = "equivalence_tests.rs"]
 mod tests;
+
+/// "n1 runs revision 10, equivalent to revision 11 ...", for every node that does.
+pub fn equivalent_lines(statuses: &[NodeStatus]) -> Vec<String> {
+    statuses
+        .iter()
+        .filter_map(|s| {
+            let latest = s.equivalent_to_revision?;
+            Some(format!(
+                "{} runs revision {}, equivalent to revision {latest} (its revision lacks only members added since): not restarted",
+                s.node_name, s.current_revision
+            ))
+        })
+        .collect()
+}

@@ -23,6 +23,9 @@
 //! 7. **Preflight.** No membership change while an alarm is raised (or the alarm list could not be
 //!    read) or a voter reports another member list than the one acted on; no healthy voter is
 //!    taken down while a `CORRUPT` alarm is raised or the voters disagree (see [`crate::Preflight`]).
+//!    Removing a learner is the one change `NOSPACE` does not hold: a learner votes on nothing,
+//!    and one whose own file stayed at the quota (etcd refuses to defragment a learner) raises
+//!    `NOSPACE` again after every disarm, so its removal is how the alarm is cleared (#65).
 //! 8. **Defragment one member of a healthy cluster.** A defragmentation holds the member's store
 //!    (it applies nothing until done), so a voter is defragmented only while every voter is
 //!    healthy, no node is being rolled, the cluster keeps quorum without the member, and the
@@ -87,7 +90,15 @@ fn membership_change_denied(view: &ClusterView, action: &Action) -> Option<Verdi
             format!("{action}: no quorum, {}", view.health_summary()),
         ));
     }
-    let problems = view.preflight.membership_problems();
+    let learner_removal = match action {
+        Action::Remove { id } => view.find(*id).is_some_and(|m| m.member.is_learner),
+        _ => false,
+    };
+    let problems = if learner_removal {
+        view.preflight.learner_removal_problems()
+    } else {
+        view.preflight.membership_problems()
+    };
     (!problems.is_empty()).then(|| {
         deny(
             DenyRule::Preflight,

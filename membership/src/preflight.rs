@@ -74,9 +74,20 @@ impl Preflight {
     /// Problems that stop membership changes: every alarm, an unreadable alarm list and every
     /// disagreement. Empty when the preflight passes.
     pub fn membership_problems(&self) -> Vec<String> {
+        self.change_problems(|_| true)
+    }
+
+    /// Problems that stop removing a learner: as [`Self::membership_problems`] but `NOSPACE`
+    /// (a learner's own full file keeps raising it, and removing the learner is its remedy).
+    pub fn learner_removal_problems(&self) -> Vec<String> {
+        self.change_problems(|kind| kind != AlarmKind::NoSpace)
+    }
+
+    fn change_problems(&self, holds: impl Fn(AlarmKind) -> bool) -> Vec<String> {
         let mut out: Vec<String> = self
             .alarms
             .iter()
+            .filter(|a| holds(a.kind))
             .map(|a| format!("alarm {a} is raised"))
             .collect();
         if let Some(e) = &self.alarms_unreadable {

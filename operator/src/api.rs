@@ -29,7 +29,7 @@ pub use certificates::{
 pub use control_plane::{ControlPlanePodSelector, LoneVoterRestart};
 pub use maintenance::{
     CorruptionCheck, CorruptionCheckStatus, DefragRecord, Defragmentation, DefragmentationStatus,
-    DivergentMember,
+    DivergentMember, StandbyRenewal,
 };
 pub use platform::{OperandVersion, QuorumGuardStatus, RelatedObject};
 pub use reload::{ConsumerPods, ConsumerStatus, Reload, ReloadMode};

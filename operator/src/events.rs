@@ -44,6 +44,8 @@ pub enum EventReason {
     DivergentMemberReplaced,
     /// The member of a node an admin asked to remove was removed.
     MemberOfLeavingNodeRemoved,
+    /// The standby learner was removed to renew its database file (it joins again).
+    StandbyLearnerRenewed,
     /// etcd leadership was handed to another voter before a restart, removal or defragmentation.
     LeaderMoved,
     /// etcd moved the cluster version.
@@ -92,7 +94,7 @@ pub enum EventReason {
 
 impl EventReason {
     /// Every reason, in declaration order.
-    pub const ALL: [EventReason; 36] = [
+    pub const ALL: [EventReason; 37] = [
         EventReason::RevisionCreated,
         EventReason::RevisionAvailable,
         EventReason::RevisionDiscarded,
@@ -107,6 +109,7 @@ impl EventReason {
         EventReason::VoterRemovedForOddCount,
         EventReason::DivergentMemberReplaced,
         EventReason::MemberOfLeavingNodeRemoved,
+        EventReason::StandbyLearnerRenewed,
         EventReason::LeaderMoved,
         EventReason::EtcdClusterVersionChanged,
         EventReason::CaGenerated,
@@ -148,6 +151,7 @@ impl EventReason {
             EventReason::VoterRemovedForOddCount => "VoterRemovedForOddCount",
             EventReason::DivergentMemberReplaced => "DivergentMemberReplaced",
             EventReason::MemberOfLeavingNodeRemoved => "MemberOfLeavingNodeRemoved",
+            EventReason::StandbyLearnerRenewed => "StandbyLearnerRenewed",
             EventReason::LeaderMoved => "LeaderMoved",
             EventReason::EtcdClusterVersionChanged => "EtcdClusterVersionChanged",
             EventReason::CaGenerated => "CaGenerated",

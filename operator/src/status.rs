@@ -416,6 +416,9 @@ pub enum RemovalKind {
     Divergent,
     /// A learner of a node that is leaving.
     LeavingNode,
+    /// The standby learner, whose database file is renewed (etcd refuses to defragment a
+    /// learner).
+    StandbyRenewal,
 }
 
 impl RemovalKind {
@@ -429,6 +432,7 @@ impl RemovalKind {
             RemovalKind::OddVoterCount => EventReason::VoterRemovedForOddCount,
             RemovalKind::Divergent => EventReason::DivergentMemberReplaced,
             RemovalKind::LeavingNode => EventReason::MemberOfLeavingNodeRemoved,
+            RemovalKind::StandbyRenewal => EventReason::StandbyLearnerRenewed,
         }
     }
 }

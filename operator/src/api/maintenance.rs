@@ -89,6 +89,26 @@ pub struct DefragmentationStatus {
     /// Each member's last defragmentation, by member name.
     #[serde(default)]
     pub members: Vec<DefragRecord>,
+    /// The standby learner last renewed under `NOSPACE`, while its node waits to join again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standby_renewal: Option<StandbyRenewal>,
+}
+
+/// A standby learner removed under `NOSPACE` (etcd refuses to defragment a learner). Its node
+/// joins again only once the leader's log has moved on past the entries that filled its file:
+/// a learner added sooner replays them, fills its new file the same way and raises `NOSPACE`
+/// again; one added later receives the leader's defragmented file as a snapshot.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StandbyRenewal {
+    /// The node whose standby was removed.
+    pub node: String,
+    /// The removed member's id, lowercase hex.
+    pub member_id: String,
+    /// The leader's raft index when it was removed.
+    pub raft_index: u64,
+    /// When it was removed, RFC 3339.
+    pub time: String,
 }
 
 /// One defragmentation of one member.

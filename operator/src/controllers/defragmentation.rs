@@ -21,17 +21,19 @@
 //! `DefragControllerDegraded` and the member is not tried again for `retryAfterSeconds`. It never
 //! defragments two members at once, a learner (etcd refuses the call on one), or the only voter
 //! unless `NOSPACE` already refuses writes; it never compacts or deletes data (compaction is the
-//! API server's).
+//! API server's). Under `NOSPACE` a standby learner over the disarm line is renewed instead
+//! ([`standby_due`], carried out by membership as a removal; its node joins again after
+//! [`rejoin_wait`]), and the disarm waits for it.
 
 use crate::certs::parse_time;
 use membership::{Action, AlarmKind, Denial, MemberId, MemberUrl, Verdict, gate};
 use time::OffsetDateTime;
 
-use crate::api::{DefragRecord, Defragmentation, DefragmentationStatus};
+use crate::api::{DefragRecord, Defragmentation, DefragmentationStatus, StandbyRenewal};
 use crate::etcd::{DbSize, EtcdObservation};
 
 mod run;
-pub use run::{DefragRun, collect, holds, reconcile};
+pub use run::{DefragRun, collect, holds, reconcile, standby_due_in};
 
 /// Under `NOSPACE` a defragmentation is worth it when it frees at least this share of the file.
 const NOSPACE_MIN_FREE_PERCENT: u32 = 10;
@@ -311,6 +313,80 @@ pub fn decide(v: &View<'_>) -> Step {
     Step::Defragment(next)
 }
 
+/// A standby learner whose own database file must be renewed. etcd refuses `Defragment` on a
+/// learner, and a learner's file grows as the voters' do: left at the quota, it raises
+/// `NOSPACE` again on its next applied write after every disarm (on four nodes the cluster
+/// refused every write for good, #65). So it is removed (it votes on nothing) and its node
+/// joins again as a new learner once the leader's log has moved past what filled it
+/// ([`rejoin_wait`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StandbyDue {
+    pub id: MemberId,
+    pub name: String,
+    pub db: DbSize,
+}
+
+impl StandbyDue {
+    /// The removal's message.
+    pub fn describe(&self) -> String {
+        format!(
+            "standby learner {} ({}): file {}, {} free; with NOSPACE raised its file is over the disarm line, so it would raise the alarm again after every disarm, and etcd refuses to defragment a learner: it is removed, and its node joins again as a new learner once the leader's log has moved {REJOIN_AFTER_ENTRIES} entries on (then it receives the leader's defragmented file)",
+            self.name,
+            self.id,
+            mib(self.db.total),
+            mib(self.db.free())
+        )
+    }
+}
+
+/// How far the leader's log moves on before a renewed standby's node joins again: twice the
+/// snapshot count the operator renders (10,000, etcd 3.6's default too). After a snapshot etcd
+/// keeps 5,000 entries for followers to catch up from, so twice the count guarantees a snapshot
+/// past the removal whose retained entries start after it: a learner added then receives the
+/// leader's (defragmented) file instead of replaying the entries that filled the old one. One
+/// added sooner replayed them (measured: a renewed standby came back with the same 49 MiB file
+/// under a 48 MiB quota).
+pub const REJOIN_AFTER_ENTRIES: u64 = 20_000;
+
+/// The started learner whose file must be renewed now, if any ([`StandbyDue`]): under `NOSPACE`,
+/// one whose file is at or over the disarm line (at once: until it goes the alarm cannot stay
+/// disarmed). Without `NOSPACE` a fragmented standby is left alone: a new learner would replay
+/// the same history into the same file, and the standby is defragmented as a voter once
+/// promoted.
+pub fn standby_due(v: &View<'_>) -> Option<StandbyDue> {
+    if v.running.is_some() || !v.nospace() {
+        return None;
+    }
+    v.obs
+        .members
+        .iter()
+        .filter(|m| m.is_learner && m.is_started())
+        .find_map(|m| {
+            let db = v.obs.health.get(&m.id)?.db?;
+            (db.total >= v.disarm_line()).then(|| StandbyDue {
+                id: m.id,
+                name: m.name.clone(),
+                db,
+            })
+        })
+}
+
+/// Why the node of the standby renewed in `renewal` does not join again yet (`None`: it may),
+/// from the leader's raft index (`None`: no leader known, so it waits).
+pub fn rejoin_wait(renewal: &StandbyRenewal, leader_index: Option<u64>) -> Option<String> {
+    let due = renewal.raft_index.saturating_add(REJOIN_AFTER_ENTRIES);
+    match leader_index {
+        Some(i) if i >= due => None,
+        seen => Some(format!(
+            "{} joins again as the standby once the leader's raft index reaches {due} (it is {}): its learner {} was removed under NOSPACE at {} with its file at the quota, and a learner added sooner would replay the entries that filled it",
+            renewal.node,
+            seen.map_or("unknown".to_owned(), |i| i.to_string()),
+            renewal.member_id,
+            renewal.raft_index
+        )),
+    }
+}
+
 /// Whether `step` first waits for a backup taken for it (with `spec.backup`,
 /// [`crate::controllers::backup::preop`]): a defragmentation, or the leadership move before one
 /// — but never while `NOSPACE` is raised: then the defragmentation is the remedy for an outage
@@ -344,6 +420,13 @@ fn after_nospace(v: &View<'_>) -> Step {
         })
         .collect();
     if over.is_empty() {
+        if let Some(standby) = standby_due(v) {
+            return Step::Wait(format!(
+                "disarming after the standby learner {} is renewed: its file {} would raise NOSPACE again",
+                standby.name,
+                mib(standby.db.total)
+            ));
+        }
         let alarmed: Vec<MemberId> = v
             .obs
             .preflight

@@ -394,8 +394,62 @@ fn a_standby_learner_holds_nothing_back() {
         defragments(decide(&view(&o, &s, &st))),
         ("n2".into(), Trigger::NoSpace)
     );
+    // The learner's own file is still at the quota: disarming now, it would raise NOSPACE
+    // again on its next applied write (measured: the operator disarmed every 0.7 s and the
+    // cluster refused every write); it is renewed first (membership removes it).
     let o = alarmed(with_standby(cluster([(40, 40); 3]), 4, (95, 40)));
+    let due = standby_due(&view(&o, &s, &st)).unwrap();
+    assert_eq!(due.id, id(4));
+    assert!(
+        due.describe()
+            .contains("etcd refuses to defragment a learner")
+    );
+    assert!(matches!(
+        decide(&view(&o, &s, &st)),
+        Step::Wait(why) if why.contains("standby learner n4 is renewed")
+    ));
+    // Removed, its alarm is disarmed with the voters'.
+    let mut o = alarmed(cluster([(40, 40); 3]));
+    o.members.retain(|m| m.id != id(4));
     assert_eq!(decide(&view(&o, &s, &st)), Step::Disarm(vec![id(2), id(4)]));
+    // A standby under the line stays.
+    let o = alarmed(with_standby(cluster([(40, 40); 3]), 4, (40, 40)));
+    assert_eq!(standby_due(&view(&o, &s, &st)), None);
+    assert_eq!(decide(&view(&o, &s, &st)), Step::Disarm(vec![id(2), id(4)]));
+}
+
+/// #65: without NOSPACE a fragmented standby is left alone (a new learner would replay the same
+/// history into the same file; promoted, it is defragmented as a voter).
+#[test]
+fn a_fragmented_standby_is_left_alone_without_nospace() {
+    let (s, st) = (spec(), DefragmentationStatus::default());
+    let o = with_standby(cluster([(50, 50); 3]), 4, (200, 50));
+    assert_eq!(standby_due(&view(&o, &s, &st)), None);
+    let o = nospace(with_standby(cluster([(50, 50); 3]), 4, (200, 50)));
+    let mut v = view(&o, &s, &st);
+    v.running = Some("n2");
+    assert_eq!(standby_due(&v), None, "not while a defragmentation runs");
+}
+
+/// #65: a renewed standby's node joins again only once the leader's log moved
+/// [`REJOIN_AFTER_ENTRIES`] on (a learner added sooner replays what filled the old file), and
+/// waits while no leader is known.
+#[test]
+fn a_renewed_standby_rejoins_after_the_log_moved_on() {
+    let renewal = StandbyRenewal {
+        node: "n4".into(),
+        member_id: "4".into(),
+        raft_index: 1_000,
+        time: "2026-11-25T12:00:00Z".into(),
+    };
+    let wait = rejoin_wait(&renewal, Some(20_999)).unwrap();
+    assert!(wait.contains("reaches 21000 (it is 20999)"), "{wait}");
+    assert!(
+        rejoin_wait(&renewal, None)
+            .unwrap()
+            .contains("(it is unknown)")
+    );
+    assert_eq!(rejoin_wait(&renewal, Some(21_000)), None);
 }
 
 /// #65: two nodes, one voter and the standby learner, under NOSPACE: the lone voter is
@@ -426,7 +480,10 @@ fn nospace_on_two_nodes_clears_without_an_admin() {
         defragments(decide(&view(&o, &s, &st))),
         ("n1".into(), Trigger::NoSpace)
     );
+    // The standby's own file at the quota is renewed first (it would raise NOSPACE again).
     let o = two((40, 40), (95, 40));
+    assert!(matches!(decide(&view(&o, &s, &st)), Step::Wait(_)));
+    let o = two((40, 40), (40, 40));
     assert_eq!(decide(&view(&o, &s, &st)), Step::Disarm(vec![id(1)]));
     // Without NOSPACE the lone voter is not held (writes would pause).
     let mut o = two((200, 50), (200, 50));

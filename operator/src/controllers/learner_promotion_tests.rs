@@ -47,13 +47,8 @@ fn learner(i: u8, started: bool, healthy: bool) -> MemberHealth {
 
 fn view(members: Vec<MemberHealth>) -> ClusterView {
     ClusterView {
-        api_servers: Vec::new(),
-        control_plane: Default::default(),
-        outage_approved: false,
-        standby: None,
         members,
-        rolling_node: None,
-        preflight: Default::default(),
+        ..Default::default()
     }
 }
 

@@ -1,8 +1,10 @@
-//! The day-2 scenarios: `defrag` (a fragmented cluster defragmented one member at a time, the
-//! leader last, under the write load) and `nospace` (a small quota filled until etcd raises
-//! `NOSPACE`; the operator defragments every voter, finds that frees too little and says an admin
+//! The day-2 scenarios, both on four nodes (three voters and the standby learner of an even node
+//! count): `defrag` (a fragmented cluster defragmented one voter at a time, the leader last,
+//! under the write load; the standby is not: etcd refuses to defragment a learner) and `nospace`
+//! (a small quota filled until etcd raises `NOSPACE`; the operator removes the standby, whose own
+//! file is at the quota, defragments every voter, finds that frees too little and says an admin
 //! must delete data; once data is deleted and compacted it defragments again, disarms the alarm,
-//! and writes resume); `defrag-standby`, the `defrag` story beside a standby learner.
+//! and writes resume and stay accepted; the standby's node joins again once the log moved on).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -148,7 +150,17 @@ async fn watch_defrags(
     }
 }
 
+/// `defrag` on four nodes, three voters and the standby learner (#65: before, the learner made
+/// the gate deny every voter's defragmentation, so an even node count never defragmented; a
+/// 3-node cluster is the same story without the standby). The voters are defragmented one at a
+/// time, the leader last; the standby is not (etcd refuses to defragment a learner).
 pub(super) async fn defrag(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    with_standby(h).await?;
+    Box::pin(defrag_voters(h)).await
+}
+
+/// The voters' part of `defrag`.
+async fn defrag_voters(h: &mut Harness) -> Result<(), ControlPlaneError> {
     fill(h, "/sandbox-frag/", 24, false).await?;
     h.step("wrote 24 values of 1 MiB under /sandbox-frag/");
     let before = records(&h.status().await);
@@ -212,23 +224,6 @@ pub(super) async fn defrag(h: &mut Harness) -> Result<(), ControlPlaneError> {
     Ok(())
 }
 
-/// `defrag-standby` (#65): the `defrag` story on four nodes, three voters and the standby
-/// learner of an even node count. Before #65 the learner made the quorum gate deny every
-/// voter's defragmentation (a learner counted as a membership change in flight): on an even
-/// node count no defragmentation ever happened. Now the three voters are defragmented one at a
-/// time, the leader last, beside the standby. The learner's own file is not: etcd refuses
-/// `Defragment` on a learner.
-pub(super) async fn defrag_standby(h: &mut Harness) -> Result<(), ControlPlaneError> {
-    h.cp.add_node("n4").await?;
-    h.step("node n4 added: four nodes, so it stays the standby learner");
-    h.wait_status("3 voters and the standby learner n4", DEADLINE, |s| {
-        crate::view::settled_with_standby(s, 3, 1)
-    })
-    .await?;
-    // Boxed: the story's future is large in a debug build.
-    Box::pin(defrag(h)).await
-}
-
 /// Fills the database until etcd refuses for space and the operator, having defragmented every
 /// voter, reports that an admin must delete data. The first refusal may leave enough
 /// fragmentation that defragmenting brings every file under the disarm line (90% of the quota):
@@ -287,11 +282,134 @@ async fn admin_needed_or_disarmed(h: &mut Harness) -> Result<bool, ControlPlaneE
     }
 }
 
+/// `nospace` on four nodes, three voters and the standby learner of an even node count (#65: a
+/// 3-node cluster is the same story without the standby, which adds nothing this one lacks).
+/// etcd refuses to defragment a learner, and the standby's own file, left at the quota, raised
+/// `NOSPACE` again within a second of every disarm: the cluster refused every write for good.
+/// Now the standby is renewed: removed under the alarm; its node joins again once the alarm is
+/// cleared and the leader's log has moved 20,000 entries on (a learner added sooner replayed the
+/// fill into a file as full as the old one), receiving the leader's defragmented file. The alarm
+/// stays cleared, before and after n4 is back.
 pub(super) async fn nospace(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    let before = with_standby(h).await?;
+    Box::pin(nospace_on(h, 3, standby)).await?;
+    h.wait_status(
+        "n4's learner add waits until the leader's log has moved on",
+        DEADLINE,
+        |s| {
+            member_id(s, "n4").is_err()
+                && s.conditions.iter().any(|c| {
+                    c.type_ == "EtcdMembersProgressing"
+                        && c.message.contains("n4 joins again as the standby once")
+                })
+        },
+    )
+    .await?;
+    advance_log(h, REJOIN_AFTER_ENTRIES).await?;
+    standby_renewed(h, &before, 43 * MIB as i64).await?;
+    stays_disarmed(h).await
+}
+
+/// The operator's `REJOIN_AFTER_ENTRIES` (20,000: twice the snapshot count it renders).
+const REJOIN_AFTER_ENTRIES: usize = 20_000;
+
+/// Moves the raft log `entries` on with small writes from eight clients at once (as the API
+/// server's steady writes would, faster).
+async fn advance_log(h: &mut Harness, entries: usize) -> Result<(), ControlPlaneError> {
+    const CLIENTS: usize = 8;
+    let started = Instant::now();
+    let mut writers = Vec::new();
+    for c in 0..CLIENTS {
+        let etcd = h.etcd().await?;
+        writers.push(async move {
+            for i in 0..entries.div_ceil(CLIENTS) {
+                let key = format!("/sandbox-log/{c}/{}", i % 16);
+                etcd.put(&key, b"x".to_vec())
+                    .await
+                    .map_err(|e| failed(format!("writing {key}: {e}")))?;
+            }
+            Ok::<(), ControlPlaneError>(())
+        });
+    }
+    for r in futures::future::join_all(writers).await {
+        r?;
+    }
+    h.step(format!(
+        "the log moved {entries} entries on ({:.1}s)",
+        started.elapsed().as_secs_f64()
+    ));
+    delete_and_compact(h, "/sandbox-log/").await
+}
+
+fn standby(s: &EtcdClusterStatus) -> bool {
+    crate::view::settled_with_standby(s, 3, 1)
+}
+
+/// Adds n4, which stays the standby learner of four nodes; returns its member id.
+async fn with_standby(h: &mut Harness) -> Result<String, ControlPlaneError> {
+    h.cp.add_node("n4").await?;
+    h.step("node n4 added: four nodes, so it stays the standby learner");
+    let s = h
+        .wait_status("3 voters and the standby learner n4", DEADLINE, standby)
+        .await?;
+    member_id(&s, "n4")
+}
+
+/// Waits until n4 is the standby again under another member id than `before` (renewed: etcd
+/// refuses to defragment a learner) and checks its new file is under `max` bytes.
+async fn standby_renewed(h: &mut Harness, before: &str, max: i64) -> Result<(), ControlPlaneError> {
+    let s = h
+        .wait_status(
+            "n4 renewed: the standby learner again, a new member",
+            DEADLINE,
+            |s| standby(s) && member_id(s, "n4").is_ok_and(|id| id != before),
+        )
+        .await?;
+    let after = member_id(&s, "n4")?;
+    let url: membership::MemberUrl = format!("https://{}:2379", h.cp.node("n4")?.ip())
+        .parse()
+        .map_err(|e| failed(format!("n4's client URL: {e}")))?;
+    let db = h
+        .etcd()
+        .await?
+        .status_of(&url)
+        .await
+        .map_err(|e| failed(format!("status of n4: {e}")))?;
+    h.step(format!(
+        "standby n4: member {before} removed, {after} joined with a file of {} bytes ({} in use)",
+        db.db_size, db.db_size_in_use
+    ));
+    if db.db_size >= max {
+        return Err(failed(format!(
+            "the renewed standby's file is {} bytes, at least {max}",
+            db.db_size
+        )));
+    }
+    Ok(())
+}
+
+/// The id of `node`'s member in `s`.
+fn member_id(s: &EtcdClusterStatus, node: &str) -> Result<String, ControlPlaneError> {
+    s.members
+        .iter()
+        .find(|m| m.name == node)
+        .map(|m| m.id.clone())
+        .ok_or_else(|| failed(format!("no member of {node} in status")))
+}
+
+/// The `nospace` story on a cluster of `voters` voters, settled as `settled` says.
+async fn nospace_on(
+    h: &mut Harness,
+    voters: usize,
+    settled: fn(&EtcdClusterStatus) -> bool,
+) -> Result<(), ControlPlaneError> {
     let revision = h.status().await.latest_available_revision;
     h.patch_spec(serde_json::json!({"backendQuotaMib": 48}))
         .await?;
-    h.wait_settled_after(3, revision, DEADLINE).await?;
+    h.wait_status("the 48 MiB quota on every node", DEADLINE, |s| {
+        settled(s) && s.latest_available_revision > revision
+    })
+    .await?;
     h.step("the 48 MiB quota rolled out");
     fill_until_an_admin_is_needed(h).await?;
     // The operator tried every voter first; what it does after the cleanup comes after these.
@@ -302,7 +420,7 @@ pub(super) async fn nospace(h: &mut Harness) -> Result<(), ControlPlaneError> {
     };
     delete_and_compact(h, "/sandbox-fill/").await?;
     let since = Instant::now();
-    watch_defrags(h, &before, 3).await?;
+    watch_defrags(h, &before, voters).await?;
     h.wait_status("the NOSPACE alarm cleared", DEADLINE, |s| {
         !s.conditions
             .iter()
@@ -327,5 +445,33 @@ pub(super) async fn nospace(h: &mut Harness) -> Result<(), ControlPlaneError> {
         "writes resumed: {} acknowledged since the cleanup ({} failed)",
         w.acknowledged, w.failed
     ));
+    stays_disarmed(h).await
+}
+
+/// After the disarm: 16 MiB more is written (a third of the quota, under what the cleanup
+/// freed) and no member raises `NOSPACE` again. A member whose own file stayed at the quota
+/// (one the operator left out) raises it on its next applied write, which refuses every write
+/// of the cluster again.
+async fn stays_disarmed(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    let (written, refused) = fill(h, "/sandbox-after/", 16, true).await?;
+    let etcd = h.etcd().await?;
+    let alarms = etcd
+        .alarms()
+        .await
+        .map_err(|e| failed(format!("alarm list: {e}")))?;
+    if let Some(refused) = refused {
+        return Err(failed(format!(
+            "{written} MiB written after the disarm, then refused: {refused}; alarms {alarms:?}\n{}",
+            h.describe().await
+        )));
+    }
+    if !alarms.is_empty() {
+        return Err(failed(format!(
+            "16 MiB written after the disarm, and alarms are raised again: {alarms:?}\n{}",
+            h.describe().await
+        )));
+    }
+    delete_and_compact(h, "/sandbox-after/").await?;
+    h.step("16 MiB more written after the disarm: no alarm raised again");
     Ok(())
 }

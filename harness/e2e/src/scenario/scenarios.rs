@@ -129,7 +129,6 @@ stories! {
     "api-availability" => super::api_availability::api_availability,
     "survivor-reboot" => super::survivor_reboot::survivor_reboot,
     "unmounted-data-disk" => super::unmounted_disk::unmounted_data_disk,
-    "defrag-standby" => super::maintenance::defrag_standby,
     "minority-recovery" => super::minority_recovery::minority_recovery,
     "not-ready-node" => super::not_ready_node::not_ready_node,
 }

@@ -195,19 +195,23 @@ pub fn holds(p: &mut Pass<'_>, running: Option<&DefragRun>) -> bool {
 /// a lone voter of a 2-node control plane until an admin approves) is not waited for: the
 /// defragmentation is then the remedy for an outage, and a roll that comes later waits for it.
 fn unsettled(p: &Pass<'_>, check_running: bool) -> Option<String> {
-    if p.busy {
-        return Some("the membership change or rollout in flight is done".into());
-    }
-    if check_running {
-        // Its HashKV calls would wait for a held member.
-        return Some("the corruption check in flight is done".into());
-    }
     let nospace =
         p.o.etcd
             .preflight
             .alarms
             .iter()
             .any(|a| a.kind == AlarmKind::NoSpace);
+    // Under NOSPACE the alarm itself holds every membership change but a learner's removal
+    // (which ends its pass), so a busy membership step is one the gate denies until the alarm
+    // is cleared: waiting for it was a deadlock (a node joining under NOSPACE, or the standby
+    // renewed under it, held the defragmentation that clears the alarm; #65).
+    if p.busy && !nospace {
+        return Some("the membership change or rollout in flight is done".into());
+    }
+    if check_running {
+        // Its HashKV calls would wait for a held member.
+        return Some("the corruption check in flight is done".into());
+    }
     p.status
         .node_statuses
         .iter()
@@ -250,6 +254,31 @@ fn record_metrics(p: &Pass<'_>) {
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
     }
+}
+
+/// The standby learner whose file must be renewed ([`super::standby_due`]), as this pass sees
+/// it; membership removes it (it runs before this controller, and waits while a
+/// defragmentation runs).
+pub fn standby_due_in(p: &Pass<'_>) -> Option<super::StandbyDue> {
+    if !p.o.managed {
+        return None;
+    }
+    let unsettled = unsettled(p, false);
+    let view = View {
+        obs: &p.o.etcd,
+        spec: &p.o.spec.defragmentation,
+        status: &p.status.defrag,
+        quota_bytes: p.o.spec.quota_bytes(),
+        running: p
+            .status
+            .defrag
+            .in_progress
+            .as_ref()
+            .map(|r| r.member_name.as_str()),
+        unsettled: unsettled.as_deref(),
+        now: p.o.now,
+    };
+    super::standby_due(&view)
 }
 
 /// The last step of a pass: the next defragmentation, leadership move or disarm. `running`

@@ -75,6 +75,22 @@ pub(super) async fn change(
     }
 }
 
+/// Records the renewed standby (`status.defragmentation.standbyRenewal`): its node joins again
+/// once the leader's log moved on from here.
+fn record_renewal(p: &mut Pass<'_>, id: membership::MemberId) {
+    let node = p.o.etcd.members.iter().find(|m| m.id == id);
+    let leader_index =
+        p.o.etcd
+            .leader
+            .and_then(|l| p.o.etcd.health.get(&l)?.raft_index);
+    p.status.defrag.standby_renewal = Some(crate::api::StandbyRenewal {
+        node: node.map(|m| m.name.clone()).unwrap_or_default(),
+        member_id: id.to_string(),
+        raft_index: leader_index.unwrap_or(0),
+        time: format_time(p.o.now),
+    });
+}
+
 /// A remediation's removal counts as an attempt once etcd was asked, whatever it answered: a
 /// failing removal backs off like a successful one that did not help.
 fn record_remediation(p: &mut Pass<'_>, step: &MembershipStep) {
@@ -107,7 +123,10 @@ async fn made_by(p: &mut Pass<'_>, st: &mut State, step: &MembershipStep, made: 
         (MembershipStep::Promote { id, node }, _) => {
             learner_promotion::promoted(p, *id, node).await;
         }
-        (MembershipStep::Remove { kind, message, .. }, _) => {
+        (MembershipStep::Remove { id, kind, message }, _) => {
+            if *kind == RemovalKind::StandbyRenewal {
+                record_renewal(p, *id);
+            }
             p.count_change(kind.event().as_str());
             p.note(message.clone());
             p.event(kind.event(), message.clone()).await;

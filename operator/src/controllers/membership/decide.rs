@@ -32,7 +32,8 @@ pub fn decide(input: &MembershipInput<'_>) -> MembershipStep {
         .or_else(|| member_with_lost_data(input, &members))
         .or_else(|| unhealthy_member(input, &members))
         .or_else(|| divergent_member(input, &members))
-        .or_else(|| learner_of_leaving_node(input, &members));
+        .or_else(|| learner_of_leaving_node(input, &members))
+        .or_else(|| standby_to_renew(input, &members));
     if let Some(step) = removal {
         return step;
     }
@@ -183,6 +184,23 @@ fn learner_of_leaving_node(
     })
 }
 
+/// Also 5: the standby learner whose database file must be renewed
+/// ([`crate::controllers::defragmentation::standby_due`]); its node joins again as a new learner.
+fn standby_to_renew(input: &MembershipInput<'_>, members: &[&Member]) -> Option<MembershipStep> {
+    let due = input.standby_due?;
+    members
+        .iter()
+        .any(|m| m.id == due.id && m.is_learner)
+        .then(|| {
+            remove(
+                input.cluster,
+                due.id,
+                RemovalKind::StandbyRenewal,
+                due.describe(),
+            )
+        })
+}
+
 /// 7. One voter too many for the nodes that remain.
 fn voter_above_target(
     input: &MembershipInput<'_>,
@@ -214,7 +232,8 @@ fn voter_above_target(
 }
 
 /// Priority 8: a learner for the first eligible node without a member; a node whose etcd pod
-/// still lists its removed member waits ([`MembershipStep::AddHeld`]) while another goes first.
+/// still lists its removed member waits ([`MembershipStep::AddHeld`]) while another goes first,
+/// and so does a renewed standby's node until the leader's log moved on (`add_wait`).
 fn learner_for_new_node(
     input: &MembershipInput<'_>,
     members: &[&Member],
@@ -228,6 +247,12 @@ fn learner_for_new_node(
             continue;
         }
         let node = n.target.name.clone();
+        if let Some((_, why)) = input.add_wait.filter(|(w, _)| *w == node) {
+            held.get_or_insert(MembershipStep::Waiting {
+                message: why.to_owned(),
+            });
+            continue;
+        }
         if let Some(listed) = input.removed_listed.get(&node) {
             held.get_or_insert(MembershipStep::AddHeld {
                 node,

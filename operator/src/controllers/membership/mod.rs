@@ -25,6 +25,9 @@
 //!    held by the admin and the wait for a replacement in flight); with
 //!    `spec.corruptionCheck.replaceMinority`, so is a voter whose data the last corruption check
 //!    found diverged from the majority's (the gate counts it as unhealthy: its copy is no copy);
+//!    so is a learner whose node is leaving, and the standby learner whose database file must be
+//!    renewed ([`super::defragmentation::standby_due`]: etcd refuses to defragment a learner,
+//!    and one left at the quota raises `NOSPACE` again after every disarm);
 //! 6. a started learner is promoted while the voters are below the target (etcd refuses until
 //!    its log caught up; the pass retries); otherwise it stays a standby;
 //! 7. a voter is removed while the voters exceed the odd count of the remaining nodes;
@@ -56,6 +59,7 @@ pub use change::intent;
 pub mod remediation;
 pub mod voter_policy;
 
+use super::defragmentation::StandbyDue;
 use super::learner_promotion;
 pub use crate::observed::RemovedListed;
 pub use crate::observed::address_move::{AddressMove, pending_moves};
@@ -125,6 +129,12 @@ pub struct MembershipInput<'a> {
     /// Per node: the removed member its etcd pod still lists
     /// ([`crate::observed::Observed::removed_listed`]).
     pub removed_listed: &'a BTreeMap<String, RemovedListed>,
+    /// The standby learner whose database file must be renewed
+    /// ([`super::defragmentation::standby_due`]).
+    pub standby_due: Option<&'a StandbyDue>,
+    /// A node whose learner add waits, and why (a renewed standby's:
+    /// [`super::defragmentation::rejoin_wait`]).
+    pub add_wait: Option<(&'a str, &'a str)>,
     pub now: OffsetDateTime,
 }
 
@@ -248,6 +258,8 @@ fn step_of(
     } else {
         Vec::new()
     };
+    let standby_due = super::defragmentation::standby_due_in(p);
+    let add_wait = renewed_standby_waits(p);
     let step = decide(&MembershipInput {
         nodes: &infos,
         cluster: &cluster,
@@ -258,6 +270,8 @@ fn step_of(
         remediation: &candidates,
         divergent: &divergent,
         removed_listed: &p.o.removed_listed(&p.inputs.pods),
+        standby_due: standby_due.as_ref(),
+        add_wait: add_wait.as_ref().map(|(n, w)| (n.as_str(), w.as_str())),
         now,
     });
     let desired = i64::try_from(desired).unwrap_or(i64::MAX);
@@ -269,6 +283,23 @@ fn step_of(
         .set(i64::try_from(strays).unwrap_or(i64::MAX));
     learner_promotion::record_standby(p, &step);
     (step, lines)
+}
+
+/// The renewed standby's node and why it does not join again yet; the record is dropped once
+/// it may (`status.defragmentation.standbyRenewal`).
+fn renewed_standby_waits(p: &mut Pass<'_>) -> Option<(String, String)> {
+    let renewal = p.status.defrag.standby_renewal.as_ref()?;
+    let leader_index =
+        p.o.etcd
+            .leader
+            .and_then(|l| p.o.etcd.health.get(&l)?.raft_index);
+    match super::defragmentation::rejoin_wait(renewal, leader_index) {
+        Some(why) => Some((renewal.node.clone(), why)),
+        None => {
+            p.status.defrag.standby_renewal = None;
+            None
+        }
+    }
 }
 
 /// How many members have the peer URL of no node (`nodes`: every selected one, leaving or not).

@@ -68,6 +68,13 @@ fn step_with(
     step_full(nodes, members, added, lost, None, &[], now)
 }
 
+fn cluster_of(members: Vec<MemberHealth>) -> ClusterView {
+    ClusterView {
+        members,
+        ..Default::default()
+    }
+}
+
 fn step_full(
     nodes: &[NodeInfo],
     members: Vec<MemberHealth>,
@@ -77,15 +84,7 @@ fn step_full(
     remediation: &[Candidate],
     now: i64,
 ) -> MembershipStep {
-    let cluster = ClusterView {
-        api_servers: Vec::new(),
-        control_plane: Default::default(),
-        outage_approved: false,
-        standby: None,
-        members,
-        rolling_node: None,
-        preflight: Default::default(),
-    };
+    let cluster = cluster_of(members);
     let added: BTreeMap<MemberId, OffsetDateTime> = added
         .iter()
         .map(|(i, s)| (MemberId::new(u64::from(*i)).unwrap(), t(*s)))
@@ -100,6 +99,8 @@ fn step_full(
         remediation,
         divergent: &[],
         removed_listed: &BTreeMap::new(),
+        standby_due: None,
+        add_wait: None,
         now: t(now),
     })
 }
@@ -584,6 +585,8 @@ fn decide_with(
         remediation: &[],
         divergent,
         removed_listed,
+        standby_due: None,
+        add_wait: None,
         now: t(0),
     })
 }
@@ -733,4 +736,81 @@ fn another_node_joins_while_one_waits_for_its_removed_member_to_go() {
         matches!(&step, MembershipStep::AddLearner { node, .. } if node == "n5"),
         "{step:?}"
     );
+}
+
+/// The membership step of a settled cluster of `nodes` with the renewal inputs given.
+fn renewal_step(
+    nodes: &[NodeInfo],
+    cluster: &ClusterView,
+    standby_due: Option<&crate::controllers::defragmentation::StandbyDue>,
+    add_wait: Option<(&str, &str)>,
+) -> MembershipStep {
+    decide(&MembershipInput {
+        nodes,
+        cluster,
+        data_lost: &BTreeMap::new(),
+        learner_added: &BTreeMap::new(),
+        start_deadline: Duration::from_secs(300),
+        leader: Some(id(1)),
+        remediation: &[],
+        divergent: &[],
+        removed_listed: &BTreeMap::new(),
+        standby_due,
+        add_wait,
+        now: t(0),
+    })
+}
+
+/// #65: the standby learner whose file must be renewed (etcd refuses to defragment a learner) is
+/// removed, so its node joins again as a new learner; under `NOSPACE` too (the gate lets a
+/// learner go under that alarm), and never a voter by this path.
+#[test]
+fn the_standby_whose_file_must_be_renewed_is_removed() {
+    use crate::controllers::defragmentation::StandbyDue;
+    let nodes: Vec<NodeInfo> = (1..=4).map(|i| node(i, true)).collect();
+    let mut members: Vec<MemberHealth> = (1..=3).map(|i| voter(i, true)).collect();
+    members.push(learner(4, true));
+    let mut cluster = cluster_of(members);
+    cluster.preflight.alarms = vec![membership::RaisedAlarm {
+        member: id(4),
+        kind: membership::AlarmKind::NoSpace,
+    }];
+    let due = |i: u8| StandbyDue {
+        id: id(i),
+        name: format!("n{i}"),
+        db: crate::etcd::DbSize {
+            total: 95 << 20,
+            in_use: 40 << 20,
+        },
+    };
+    let decide_with =
+        |standby_due: &StandbyDue| renewal_step(&nodes, &cluster, Some(standby_due), None);
+    match decide_with(&due(4)) {
+        MembershipStep::Remove {
+            id: r,
+            kind,
+            message,
+        } => {
+            assert_eq!((r, kind), (id(4), RemovalKind::StandbyRenewal));
+            assert!(message.contains("standby learner n4"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        decide_with(&due(2)),
+        MembershipStep::Standby { .. }
+    ));
+    // Removed: its node joins again only once the leader's log moved on (`add_wait`).
+    let cluster = cluster_of((1..=3).map(|i| voter(i, true)).collect());
+    let add = |add_wait: Option<(&str, &str)>| renewal_step(&nodes, &cluster, None, add_wait);
+    assert_eq!(
+        add(Some(("n4", "n4 waits for the log"))),
+        MembershipStep::Waiting {
+            message: "n4 waits for the log".into()
+        }
+    );
+    assert!(matches!(
+        add(None),
+        MembershipStep::AddLearner { node, .. } if node == "n4"
+    ));
 }

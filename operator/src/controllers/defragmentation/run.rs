@@ -263,7 +263,6 @@ pub fn standby_due_in(p: &Pass<'_>) -> Option<super::StandbyDue> {
     if !p.o.managed {
         return None;
     }
-    let unsettled = unsettled(p, false);
     let view = View {
         obs: &p.o.etcd,
         spec: &p.o.spec.defragmentation,
@@ -275,7 +274,7 @@ pub fn standby_due_in(p: &Pass<'_>) -> Option<super::StandbyDue> {
             .in_progress
             .as_ref()
             .map(|r| r.member_name.as_str()),
-        unsettled: unsettled.as_deref(),
+        unsettled: None,
         now: p.o.now,
     };
     super::standby_due(&view)

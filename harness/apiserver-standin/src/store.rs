@@ -4,6 +4,8 @@
 //!
 //! Every etcd call is bounded by a timeout.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
@@ -69,11 +71,62 @@ pub enum StoreError {
     },
 }
 
-/// The etcd-backed object store.
+/// The etcd-backed object store. Like kube-apiserver's etcd client with every member in
+/// `--etcd-servers`, it talks to one member at a time and moves on when that one fails: a read
+/// is sent to the next member at once; a write only when no member could have taken it (no
+/// connection, or a learner's refusal), otherwise its error is the caller's and the next call
+/// starts at the next member.
 #[derive(Clone)]
 pub struct Store {
-    client: Client,
+    /// One client per endpoint, in the order given.
+    clients: Arc<Vec<Client>>,
+    /// The endpoint every call starts at: the last one that answered.
+    preferred: Arc<AtomicUsize>,
     timeout: Duration,
+}
+
+/// Whether a call may be sent again to another member after it failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Call {
+    /// Reads: always (they change nothing).
+    Read,
+    /// Writes: only when no member took it.
+    Write,
+}
+
+/// Why a call to one member failed, for the failover.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Failure {
+    /// etcd answered, and another member would answer the same (a conflict, a compaction,
+    /// `NOSPACE`).
+    Answered,
+    /// This member did not take the request (no connection, or it is a learner).
+    NotTaken,
+    /// This member failed or timed out; a write may have been taken.
+    Unknown,
+}
+
+fn failure(e: &etcd_client::Error) -> Failure {
+    match e {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => Failure::NotTaken,
+        etcd_client::Error::GRpcStatus(status) => {
+            match membership::EtcdRefusal::from_status(status.code(), status.message()) {
+                membership::EtcdRefusal::NotForLearner => Failure::NotTaken,
+                _ if matches!(
+                    status.code(),
+                    tonic::Code::Unavailable
+                        | tonic::Code::DeadlineExceeded
+                        | tonic::Code::Cancelled
+                        | tonic::Code::Unknown
+                ) =>
+                {
+                    Failure::Unknown
+                }
+                _ => Failure::Answered,
+            }
+        }
+        _ => Failure::Answered,
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -131,32 +184,79 @@ impl Store {
                     .identity(etcd_client::Identity::from_pem(cert, key)),
             );
         }
-        let client = tokio::time::timeout(timeout, Client::connect(endpoints, Some(opts)))
-            .await
-            .map_err(|_| StoreError::Timeout("connect"))??;
-        Ok(Self { client, timeout })
+        let mut clients = Vec::new();
+        for endpoint in endpoints {
+            let connect = Client::connect([endpoint], Some(opts.clone()));
+            clients.push(
+                tokio::time::timeout(timeout, connect)
+                    .await
+                    .map_err(|_| StoreError::Timeout("connect"))??,
+            );
+        }
+        if clients.is_empty() {
+            return Err(StoreError::Tls("no etcd endpoint given".into()));
+        }
+        Ok(Self {
+            clients: Arc::new(clients),
+            preferred: Arc::new(AtomicUsize::new(0)),
+            timeout,
+        })
     }
 
-    /// The underlying etcd client (for watches).
+    /// The client of the member calls start at (for watches: one that breaks ends the API
+    /// watch, and the client's next watch starts at the member that answers then).
     pub fn client(&self) -> Client {
-        self.client.clone()
+        let i = self.preferred.load(Ordering::Relaxed) % self.clients.len();
+        self.clients[i].clone()
     }
 
-    async fn bounded<T>(
+    /// Makes `call` through the members, from the preferred one on ([`Store`]), each try
+    /// bounded by the timeout.
+    async fn on_members<T, F, Fut>(
         &self,
         what: &'static str,
-        fut: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T, StoreError> {
-        tokio::time::timeout(self.timeout, fut)
-            .await
-            .map_err(|_| StoreError::Timeout(what))?
-            .map_err(StoreError::from)
+        kind: Call,
+        call: F,
+    ) -> Result<T, StoreError>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let n = self.clients.len();
+        let start = self.preferred.load(Ordering::Relaxed) % n;
+        let mut last = StoreError::Timeout(what);
+        for k in 0..n {
+            let i = (start + k) % n;
+            let outcome = tokio::time::timeout(self.timeout, call(self.clients[i].clone())).await;
+            let fail = match &outcome {
+                Ok(Ok(_)) => Failure::Answered,
+                Ok(Err(e)) => failure(e),
+                Err(_) => Failure::Unknown,
+            };
+            match outcome {
+                Ok(Ok(v)) => {
+                    self.preferred.store(i, Ordering::Relaxed);
+                    return Ok(v);
+                }
+                Ok(Err(e)) if fail == Failure::Answered => return Err(e.into()),
+                Ok(Err(e)) => last = e.into(),
+                Err(_) => last = StoreError::Timeout(what),
+            }
+            self.preferred.store((i + 1) % n, Ordering::Relaxed);
+            if kind == Call::Write && fail == Failure::Unknown {
+                break;
+            }
+        }
+        Err(last)
     }
 
     /// Reads one key.
     pub async fn get(&self, key: &str) -> Result<Option<Stored>, StoreError> {
-        let mut kv = self.client.kv_client();
-        let resp = self.bounded("get", kv.get(key, None)).await?;
+        let resp = self
+            .on_members("get", Call::Read, |c| async move {
+                c.kv_client().get(key, None).await
+            })
+            .await?;
         match resp.kvs().first() {
             Some(kv) => Ok(Some(decode(key, kv.value(), kv.mod_revision())?)),
             None => Ok(None),
@@ -165,12 +265,11 @@ impl Store {
 
     /// The current etcd revision.
     pub async fn revision(&self) -> Result<i64, StoreError> {
-        let mut kv = self.client.kv_client();
         let resp = self
-            .bounded(
-                "get revision",
-                kv.get("\0", Some(GetOptions::new().with_count_only())),
-            )
+            .on_members("get revision", Call::Read, |c| async move {
+                let options = GetOptions::new().with_count_only();
+                c.kv_client().get("\0", Some(options)).await
+            })
             .await?;
         Ok(resp.header().map_or(0, |h| h.revision()))
     }
@@ -193,16 +292,20 @@ impl Store {
         if limit > 0 {
             opts = opts.with_limit(limit);
         }
-        let mut kv = self.client.kv_client();
-        let resp = match tokio::time::timeout(self.timeout, kv.get(from, Some(opts))).await {
-            Err(_) => return Err(StoreError::Timeout("list")),
-            Ok(Err(e)) if is_compacted(&e) => {
+        let listed = self
+            .on_members("list", Call::Read, |c| {
+                let (from, opts) = (from.clone(), opts.clone());
+                async move { c.kv_client().get(from, Some(opts)).await }
+            })
+            .await;
+        let resp = match listed {
+            Err(StoreError::Etcd(e)) if is_compacted(&e) => {
                 return Err(StoreError::Compacted {
                     requested: revision,
                     compacted: 0,
                 });
             }
-            Ok(r) => r?,
+            r => r?,
         };
         let header_rev = resp.header().map_or(0, |h| h.revision());
         let items = resp
@@ -228,8 +331,12 @@ impl Store {
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key, encode(object), None)]);
-        let mut kv = self.client.kv_client();
-        let resp = self.bounded("create", kv.txn(txn)).await?;
+        let resp = self
+            .on_members("create", Call::Write, |c| {
+                let txn = txn.clone();
+                async move { c.kv_client().txn(txn).await }
+            })
+            .await?;
         if !resp.succeeded() {
             return Err(StoreError::Exists);
         }
@@ -246,8 +353,12 @@ impl Store {
         let txn = Txn::new()
             .when([Compare::mod_revision(key, CompareOp::Equal, expected)])
             .and_then([TxnOp::put(key, encode(object), None)]);
-        let mut kv = self.client.kv_client();
-        let resp = self.bounded("update", kv.txn(txn)).await?;
+        let resp = self
+            .on_members("update", Call::Write, |c| {
+                let txn = txn.clone();
+                async move { c.kv_client().txn(txn).await }
+            })
+            .await?;
         if !resp.succeeded() {
             return Err(StoreError::Conflict);
         }
@@ -259,8 +370,12 @@ impl Store {
         let txn = Txn::new()
             .when([Compare::mod_revision(key, CompareOp::Equal, expected)])
             .and_then([TxnOp::delete(key, None)]);
-        let mut kv = self.client.kv_client();
-        let resp = self.bounded("delete", kv.txn(txn)).await?;
+        let resp = self
+            .on_members("delete", Call::Write, |c| {
+                let txn = txn.clone();
+                async move { c.kv_client().txn(txn).await }
+            })
+            .await?;
         if !resp.succeeded() {
             return Err(StoreError::Conflict);
         }
@@ -276,29 +391,21 @@ impl Store {
 
     /// Deletes every key under `prefix` (used when a CRD is removed); returns the revision.
     pub async fn delete_prefix(&self, prefix: &str) -> Result<i64, StoreError> {
-        let mut kv = self.client.kv_client();
         let resp = self
-            .bounded(
-                "delete prefix",
-                kv.delete(
-                    prefix,
-                    Some(etcd_client::DeleteOptions::new().with_prefix()),
-                ),
-            )
+            .on_members("delete prefix", Call::Write, |c| async move {
+                let options = etcd_client::DeleteOptions::new().with_prefix();
+                c.kv_client().delete(prefix, Some(options)).await
+            })
             .await?;
         Ok(resp.header().map_or(0, |h| h.revision()))
     }
 
     /// Compacts etcd history up to `revision` (what kube-apiserver does every 5 minutes).
     pub async fn compact(&self, revision: i64) -> Result<(), StoreError> {
-        let mut kv = self.client.kv_client();
-        self.bounded(
-            "compact",
-            kv.compact(
-                revision,
-                Some(etcd_client::CompactionOptions::new().with_physical()),
-            ),
-        )
+        self.on_members("compact", Call::Write, |c| async move {
+            let options = etcd_client::CompactionOptions::new().with_physical();
+            c.kv_client().compact(revision, Some(options)).await
+        })
         .await?;
         Ok(())
     }

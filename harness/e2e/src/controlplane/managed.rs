@@ -6,9 +6,11 @@
 //! n1 and its static pod runs with no API at all; once n1's etcd answers, the API stand-in starts
 //! on it, over mutual TLS with the client certificate `render` issued for the first
 //! kube-apiserver (`<out>/kube-apiserver/`, kubeadm's `apiserver-etcd-client`); then the objects
-//! `render` wrote are applied and the operator grows etcd from there. Unlike kube-apiserver, whose
-//! `--etcd-servers` lists every member, the stand-in talks to n1's member only (see
-//! [`LocalControlPlane::start_on_managed_etcd`]).
+//! `render` wrote are applied and the operator grows etcd from there. Like kube-apiserver with
+//! every member in `--etcd-servers`, the stand-in is given every node's client URL (n1's first)
+//! and moves to the next member when one fails (`apiserver_standin::store::Store`): a reboot of
+//! n1 alone leaves the API up, a lost quorum takes it down. Nodes added later are not in its
+//! list, as they would not be in a kube-apiserver's flag that nobody re-rendered.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -89,10 +91,13 @@ impl LocalControlPlane {
         render::place_manifest(n1, &out_dir)?;
         wait_etcd(&client_url(n1)?, &tls).await?;
 
-        // One endpoint, the first node's: the stand-in's etcd client (etcd-client's balanced
-        // channel) keeps sending to a member that is down instead of skipping it, as
-        // kube-apiserver's client does, so listing every node would fail whenever one is.
-        let endpoints = vec![client_url(n1)?.to_string()];
+        // Every node's client URL, n1's first, as kube-apiserver's `--etcd-servers` lists every
+        // member: the stand-in's store moves to the next member when one fails, so a reboot of
+        // n1 alone does not take the API down, and a lost quorum does.
+        let mut endpoints = vec![client_url(n1)?.to_string()];
+        for n in nodes.iter().filter(|n| n.name != n1.name) {
+            endpoints.push(client_url(n)?.to_string());
+        }
         let api = TestApi::stand_in_on(
             endpoints,
             apiserver_standin::EtcdTls {

@@ -6,15 +6,16 @@
 //!    for a new revision (the quorum gate restarts no healthy voter of two), so a survivor that
 //!    was moved to a revision listing n3 (n1, rolled once three voters existed; n2 stayed on an
 //!    equivalent one) still lists n3's removed member: checked on disk, or the window closed.
-//! 2. The operator stops. On a control plane whose API is served from this etcd, a survivor's
-//!    reboot loses quorum, the API goes down with it, and the operator can render nothing: what
-//!    brings the cluster back is only what each node does by itself.
+//! 2. The API is served from this etcd (the stand-in reaching every member, or the stacked
+//!    control plane's kube-apiservers): a survivor's reboot loses quorum, the API goes down with
+//!    it, and the operator, running, can render nothing: what brings the cluster back is only
+//!    what each node does by itself.
 //! 3. n1 powers off and on (no drain); its etcd must start again on its own data, on the
 //!    revision that still lists the removed member. Then the same for n2. Before #65 the first
 //!    reboot blocked for good (`etcd-verify`: "stale or forged revision: <n3's id> is in
 //!    ETCD_MEMBER_IDS but not a live member"), where plain etcd restarts from its WAL and ignores
 //!    the list.
-//! 4. A write goes through both survivors (quorum is back), the operator starts again, and a
+//! 4. A write goes through both survivors (quorum is back, and the API with it), and a
 //!    replacement node n4 joins: three voters, every acknowledged write read back, `HashKV` equal.
 //!
 //! The other windows of the same story (an unstarted learner, a started one, promoted but the
@@ -65,15 +66,10 @@ pub async fn survivor_reboot(h: &mut Harness) -> Result<(), ControlPlaneError> {
         "{} still list(s) the removed member {gone} in ETCD_MEMBER_IDS (no healthy voter of two restarts)",
         listing.join(", ")
     ));
-    h.cp.stop_operator(Duration::from_secs(5))?;
-    h.step("operator stopped: with the API served from this etcd it goes down with quorum");
     for n in ["n1", "n2"] {
         if let Err(e) =
             super::restart_free::reboot(h, &[n], "a power cycle, no drain, quorum lost").await
         {
-            // The API here is on its own etcd: the operator, back, can roll the blocked node
-            // onto a new revision, so the end checks find quorum again.
-            let _ = h.cp.start_operator();
             return Err(failed(format!(
                 "{e}\n{n}'s etcd-verify said last:\n{}",
                 verify_log_tail(h, n)
@@ -81,8 +77,6 @@ pub async fn survivor_reboot(h: &mut Harness) -> Result<(), ControlPlaneError> {
         }
     }
     quorum_back(h).await?;
-    h.cp.start_operator()?;
-    h.step("operator started again");
     h.cp.add_node("n4").await?;
     h.step("replacement node n4 added");
     let s = h.wait_settled(3, SETTLE).await?;
@@ -116,7 +110,7 @@ async fn quorum_back(h: &mut Harness) -> Result<(), ControlPlaneError> {
         {
             Ok(rev) => {
                 h.step(format!(
-                    "a write committed on the two survivors (revision {rev}): quorum is back with no operator"
+                    "a write committed on the two survivors (revision {rev}): quorum is back by itself"
                 ));
                 return Ok(());
             }

@@ -339,14 +339,15 @@ impl StandbyDue {
     }
 }
 
-/// How far the leader's log moves on before a renewed standby's node joins again: twice the
-/// snapshot count the operator renders (10,000, etcd 3.6's default too). After a snapshot etcd
-/// keeps 5,000 entries for followers to catch up from, so twice the count guarantees a snapshot
-/// past the removal whose retained entries start after it: a learner added then receives the
-/// leader's (defragmented) file instead of replaying the entries that filled the old one. One
-/// added sooner replayed them (measured: a renewed standby came back with the same 49 MiB file
-/// under a 48 MiB quota).
-pub const REJOIN_AFTER_ENTRIES: u64 = 20_000;
+/// How far the leader's log moves on before a renewed standby's node joins again: the snapshot
+/// count the operator renders (10,000, etcd 3.6's default too) and a tenth more for the
+/// snapshot to be taken. Every member snapshots within that many applied entries and then
+/// compacts its log (to 5,000 entries behind the snapshot), and a learner added to a leader
+/// whose log was compacted is sent a snapshot of the leader's current, defragmented file: raft
+/// cannot send it entries from index 1. A learner added before any compaction (a young cluster)
+/// is sent the whole log instead and replays it, fill included (measured: a renewed standby came
+/// back with the same 49 MiB file under a 48 MiB quota).
+pub const REJOIN_AFTER_ENTRIES: u64 = 11_000;
 
 /// The started learner whose file must be renewed now, if any ([`StandbyDue`]): under `NOSPACE`,
 /// one whose file is at or over the disarm line (at once: until it goes the alarm cannot stay

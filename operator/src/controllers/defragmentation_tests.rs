@@ -442,14 +442,14 @@ fn a_renewed_standby_rejoins_after_the_log_moved_on() {
         raft_index: 1_000,
         time: "2026-11-25T12:00:00Z".into(),
     };
-    let wait = rejoin_wait(&renewal, Some(20_999)).unwrap();
-    assert!(wait.contains("reaches 21000 (it is 20999)"), "{wait}");
+    let wait = rejoin_wait(&renewal, Some(11_999)).unwrap();
+    assert!(wait.contains("reaches 12000 (it is 11999)"), "{wait}");
     assert!(
         rejoin_wait(&renewal, None)
             .unwrap()
             .contains("(it is unknown)")
     );
-    assert_eq!(rejoin_wait(&renewal, Some(21_000)), None);
+    assert_eq!(rejoin_wait(&renewal, Some(12_000)), None);
 }
 
 /// #65: two nodes, one voter and the standby learner, under NOSPACE: the lone voter is

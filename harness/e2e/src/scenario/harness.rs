@@ -78,8 +78,8 @@ impl Harness {
         h.operating(nodes).await
     }
 
-    /// Like [`Harness::bootstrapped`], with the API served from the managed etcd (n1's member),
-    /// as in a real control plane: losing quorum takes the API down.
+    /// Like [`Harness::bootstrapped`], with the API served from the managed etcd (every node's
+    /// member, n1's first), as in a real control plane: losing quorum takes the API down.
     pub async fn bootstrapped_on_managed_etcd(nodes: usize) -> Result<Self, ControlPlaneError> {
         let names: Vec<String> = (1..=nodes).map(|i| format!("n{i}")).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();

@@ -287,7 +287,7 @@ async fn admin_needed_or_disarmed(h: &mut Harness) -> Result<bool, ControlPlaneE
 /// etcd refuses to defragment a learner, and the standby's own file, left at the quota, raised
 /// `NOSPACE` again within a second of every disarm: the cluster refused every write for good.
 /// Now the standby is renewed: removed under the alarm; its node joins again once the alarm is
-/// cleared and the leader's log has moved 20,000 entries on (a learner added sooner replayed the
+/// cleared and the leader's log has moved 11,000 entries on (a learner added sooner replayed the
 /// fill into a file as full as the old one), receiving the leader's defragmented file. The alarm
 /// stays cleared, before and after n4 is back.
 pub(super) async fn nospace(h: &mut Harness) -> Result<(), ControlPlaneError> {
@@ -310,13 +310,13 @@ pub(super) async fn nospace(h: &mut Harness) -> Result<(), ControlPlaneError> {
     stays_disarmed(h).await
 }
 
-/// The operator's `REJOIN_AFTER_ENTRIES` (20,000: twice the snapshot count it renders).
-const REJOIN_AFTER_ENTRIES: usize = 20_000;
+/// The operator's `REJOIN_AFTER_ENTRIES` (11,000: the snapshot count it renders and a tenth).
+const REJOIN_AFTER_ENTRIES: usize = 11_000;
 
-/// Moves the raft log `entries` on with small writes from eight clients at once (as the API
+/// Moves the raft log `entries` on with small writes from 32 clients at once (as the API
 /// server's steady writes would, faster).
 async fn advance_log(h: &mut Harness, entries: usize) -> Result<(), ControlPlaneError> {
-    const CLIENTS: usize = 8;
+    const CLIENTS: usize = 32;
     let started = Instant::now();
     let mut writers = Vec::new();
     for c in 0..CLIENTS {

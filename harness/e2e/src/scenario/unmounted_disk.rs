@@ -2,7 +2,8 @@
 //! does not mount at boot must not start a new, empty cluster on the empty mount point.
 //!
 //! 1. One node, its bootstrap manifest (the lone voter keeps it until an admin approves a
-//!    restart), the write load running against it.
+//!    restart), the write load running against it, the API served from its etcd (so the API is
+//!    down while n1's etcd is, and its writes would land in whatever cluster n1 starts).
 //! 2. n1 powers off; at boot its data disk is not mounted, so `/var/lib/etcd` is an empty
 //!    directory (the disk's contents are moved aside, and an empty directory takes the mount
 //!    point's place). `etcd-verify` must block (`DataDirLost`: the mark of its bootstrap, kept

@@ -4,6 +4,7 @@
 use membership::{Member, Preflight, RaisedAlarm};
 
 use super::*;
+use crate::api::StandbyRenewal;
 use crate::etcd::MemberObs;
 
 const MIB: i64 = 1 << 20;

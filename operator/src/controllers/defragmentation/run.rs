@@ -256,30 +256,6 @@ fn record_metrics(p: &Pass<'_>) {
     }
 }
 
-/// The standby learner whose file must be renewed ([`super::standby_due`]), as this pass sees
-/// it; membership removes it (it runs before this controller, and waits while a
-/// defragmentation runs).
-pub fn standby_due_in(p: &Pass<'_>) -> Option<super::StandbyDue> {
-    if !p.o.managed {
-        return None;
-    }
-    let view = View {
-        obs: &p.o.etcd,
-        spec: &p.o.spec.defragmentation,
-        status: &p.status.defrag,
-        quota_bytes: p.o.spec.quota_bytes(),
-        running: p
-            .status
-            .defrag
-            .in_progress
-            .as_ref()
-            .map(|r| r.member_name.as_str()),
-        unsettled: None,
-        now: p.o.now,
-    };
-    super::standby_due(&view)
-}
-
 /// The last step of a pass: the next defragmentation, leadership move or disarm. `running`
 /// receives the defragmentation started; `check_running`: a corruption check is in flight.
 pub async fn reconcile(

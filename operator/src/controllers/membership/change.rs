@@ -79,10 +79,7 @@ pub(super) async fn change(
 /// once the leader's log moved on from here.
 fn record_renewal(p: &mut Pass<'_>, id: membership::MemberId) {
     let node = p.o.etcd.members.iter().find(|m| m.id == id);
-    let leader_index =
-        p.o.etcd
-            .leader
-            .and_then(|l| p.o.etcd.health.get(&l)?.raft_index);
+    let leader_index = p.o.etcd.leader_raft_index();
     p.status.defrag.standby_renewal = Some(crate::api::StandbyRenewal {
         node: node.map(|m| m.name.clone()).unwrap_or_default(),
         member_id: id.to_string(),

@@ -289,10 +289,7 @@ fn step_of(
 /// it may (`status.defragmentation.standbyRenewal`).
 fn renewed_standby_waits(p: &mut Pass<'_>) -> Option<(String, String)> {
     let renewal = p.status.defrag.standby_renewal.as_ref()?;
-    let leader_index =
-        p.o.etcd
-            .leader
-            .and_then(|l| p.o.etcd.health.get(&l)?.raft_index);
+    let leader_index = p.o.etcd.leader_raft_index();
     match super::defragmentation::rejoin_wait(renewal, leader_index) {
         Some(why) => Some((renewal.node.clone(), why)),
         None => {

@@ -2,7 +2,8 @@
 //! with the peer and serving certificates from `etcd-all-certs` and the CA bundles from
 //! `etcd-all-bundles`, mutual TLS on both ports (`--client-cert-auth`, `--peer-client-cert-auth`).
 //! Two members so the cluster only accepts a write once peer mTLS works. The operator's client
-//! certificate writes; a client certificate from another CA is refused.
+//! certificate writes; a client certificate from another CA is refused, and so is the
+//! scrapers' (`etcd-metric-client`, of the metrics CA), for reads and writes.
 
 #![allow(
     clippy::unwrap_used,
@@ -139,16 +140,21 @@ async fn certs_serve_real_etcd_with_mutual_tls() {
     let names = ["n1", "n2"];
 
     // The CA, etcd-all-certs and etcd-all-bundles exactly as the operator computes them.
-    let (ca, origin) = EtcdCa::adopt_or_generate(None, &policy, now).unwrap();
+    let (ca, origin) = EtcdCa::adopt_or_generate(certs::CaRole::Etcd, None, &policy, now).unwrap();
     assert_eq!(origin, certs::CaOrigin::Generated);
+    let metrics_ca = EtcdCa::generate_for(certs::CaRole::Metrics, &policy, now).unwrap();
+    let signers = certs::Signers {
+        etcd: &ca,
+        metrics: &metrics_ca,
+    };
     let desired: DesiredNodes = names
         .iter()
         .zip(&addrs)
         .map(|(n, a)| ((*n).to_owned(), [IpAddr::V4(a.ip())].into()))
         .collect();
-    let plan = certs::plan_node_certs(&ca, &policy, &BTreeMap::new(), &desired, now);
-    let secret = certs::apply_plan(&ca, &policy, &plan, &BTreeMap::new(), now).unwrap();
-    let bundles = certs::bundle_data(&ca);
+    let plan = certs::plan_node_certs(signers, &policy, &BTreeMap::new(), &desired, now);
+    let secret = certs::apply_plan(signers, &policy, &plan, &BTreeMap::new(), now).unwrap();
+    let bundles = certs::bundle_data(signers);
 
     let certs_dir = dir.path().join("etcd-all-certs");
     std::fs::create_dir(&certs_dir).unwrap();
@@ -300,8 +306,32 @@ async fn certs_serve_real_etcd_with_mutual_tls() {
         "a refused client certificate is a TLS failure, not a down member: {refused:?}"
     );
 
-    // The secret's certificates still plan as "keep" against the running cluster's CA.
-    let again = certs::plan_node_certs(&ca, &policy, &secret, &desired, now);
+    // The scrapers' certificate (etcd-metric-client, of the metrics CA) reads and writes
+    // nothing: etcd trusts only the etcd CA.
+    let scraper = metrics_ca
+        .issue(&ClientCertKind::Metrics.spec(), &policy, now)
+        .unwrap();
+    let scraper_cert = write(&dir.path().join("scraper.crt"), scraper.cert_pem.as_bytes());
+    let scraper_key = write(&dir.path().join("scraper.key"), scraper.key_pem.as_bytes());
+    let scraper = client(&endpoints, &server_ca, &scraper_cert, &scraper_key);
+    let wrote = tokio::time::timeout(
+        Duration::from_secs(10),
+        scraper.put("/certs-test/scraper", b"no".to_vec()),
+    )
+    .await;
+    assert!(
+        !matches!(wrote, Ok(Ok(_))),
+        "the metric client certificate wrote a key"
+    );
+    let read =
+        tokio::time::timeout(Duration::from_secs(10), scraper.get("/certs-test/hello")).await;
+    assert!(
+        !matches!(read, Ok(Ok(_))),
+        "the metric client certificate read a key: {read:?}"
+    );
+
+    // The secret's certificates still plan as "keep" against the running cluster's CAs.
+    let again = certs::plan_node_certs(signers, &policy, &secret, &desired, now);
     assert!(again.is_noop(), "{:?}", again.describe_changes());
 
     drop(members);

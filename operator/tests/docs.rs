@@ -437,7 +437,8 @@ fn images() -> Images {
     }
 }
 
-/// etcd's listeners in the static pod rendered with the default spec (`--listen-*-urls`).
+/// etcd's listeners in the static pod rendered with the default spec (`--listen-*-urls`), and
+/// its metrics proxy's.
 fn etcd_listeners() -> Vec<Listener> {
     let node = NodeTarget::new("n1", NODE_IP);
     let nodes = vec![node.clone()];
@@ -456,12 +457,23 @@ fn etcd_listeners() -> Vec<Listener> {
     .unwrap();
     let pod = parse_pod(&text).unwrap();
     let args = container(&pod, "etcd").args.clone().unwrap_or_default();
-    let listeners: Vec<Listener> = args
+    let mut listeners: Vec<Listener> = args
         .iter()
         .filter(|a| a.starts_with("--listen-") && a.contains("-urls="))
         .flat_map(|a| a.split_once('=').unwrap().1.split(','))
         .map(|u| parse_url(u).unwrap_or_else(|| panic!("not a URL: {u}")).0)
         .collect();
+    // The metrics proxy serves etcd's metrics over TLS (`--listen=<ip>:<port>`).
+    let proxy = container(&pod, "etcd-metrics")
+        .command
+        .clone()
+        .unwrap_or_default();
+    listeners.extend(
+        proxy
+            .iter()
+            .filter_map(|a| a.strip_prefix("--listen="))
+            .map(|a| parse_url(&format!("https://{a}")).unwrap().0),
+    );
     assert!(listeners.len() >= 4, "{listeners:?}");
     listeners
 }

@@ -1,5 +1,9 @@
-//! The etcd CA (`etcd-signer`): generated once (ECDSA P-256), or adopted from the Secret
-//! `etcd-signer` that `etcd-operator render` wrote at bootstrap; it signs every leaf certificate.
+//! The two CAs: the etcd CA (`etcd-signer`), which signs every certificate etcd's listeners
+//! trust, and the metrics CA (`etcd-metric-signer`), which signs only the metrics proxy's serving
+//! certificates and scrapers' client certificates. Each is generated once (ECDSA P-256), or
+//! adopted from the Secret `etcd-operator render` wrote at bootstrap. They are separate because
+//! etcd serves its metrics listener with the client TLS settings: a scraper's certificate of the
+//! etcd CA could read and write every key.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -22,6 +26,35 @@ pub const CA_KEY_KEY: &str = "tls.key";
 /// names its signers): two CAs trusted at once during a rotation must not share a subject, or a
 /// verifier may check a leaf against the wrong one.
 pub const CA_COMMON_NAME: &str = "etcd-signer";
+/// Secret holding the metrics CA (operator namespace).
+pub const METRICS_CA_SECRET: &str = "etcd-metric-signer";
+
+/// Which CA: the one etcd trusts, or the one only the metrics proxy trusts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CaRole {
+    /// `etcd-signer`: peer and serving certificates, etcd's clients.
+    Etcd,
+    /// `etcd-metric-signer`: the metrics proxy's serving certificates and scrapers' clients.
+    Metrics,
+}
+
+impl CaRole {
+    /// The Secret holding this CA.
+    pub fn secret_name(self) -> &'static str {
+        match self {
+            CaRole::Etcd => CA_SECRET,
+            CaRole::Metrics => METRICS_CA_SECRET,
+        }
+    }
+
+    /// The common name of a CA generated for this role (before `@<time>`).
+    pub fn common_name(self) -> &'static str {
+        match self {
+            CaRole::Etcd => CA_COMMON_NAME,
+            CaRole::Metrics => METRICS_CA_SECRET,
+        }
+    }
+}
 
 /// Whether [`EtcdCa::adopt_or_generate`] found a CA or made one (then the caller must store it,
 /// with a create, never an overwrite).
@@ -71,14 +104,23 @@ impl EtcdCa {
         Self::generate_with(&CertPolicy::default(), now)
     }
 
-    /// A new CA valid from `now - policy.backdate` to `now + policy.ca_validity`.
+    /// A new etcd CA valid from `now - policy.backdate` to `now + policy.ca_validity`.
     pub fn generate_with(policy: &CertPolicy, now: OffsetDateTime) -> Result<Self, CertError> {
+        Self::generate_for(CaRole::Etcd, policy, now)
+    }
+
+    /// A new CA for `role`, valid from `now - policy.backdate` to `now + policy.ca_validity`.
+    pub fn generate_for(
+        role: CaRole,
+        policy: &CertPolicy,
+        now: OffsetDateTime,
+    ) -> Result<Self, CertError> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name = rcgen::DistinguishedName::new();
         params.distinguished_name.push(
             DnType::CommonName,
-            format!("{CA_COMMON_NAME}@{}", now.unix_timestamp()),
+            format!("{}@{}", role.common_name(), now.unix_timestamp()),
         );
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![
@@ -123,40 +165,58 @@ impl EtcdCa {
         })
     }
 
-    /// Adopts the CA from the data of Secret [`CA_SECRET`] (`tls.crt`, `tls.key`).
+    /// Adopts the etcd CA from the data of Secret [`CA_SECRET`] (`tls.crt`, `tls.key`).
     pub fn from_secret_data(data: &BTreeMap<String, Vec<u8>>) -> Result<Self, CertError> {
+        Self::from_role_data(CaRole::Etcd, data)
+    }
+
+    /// Adopts the CA of `role` from the data of its Secret (`tls.crt`, `tls.key`).
+    pub fn from_role_data(
+        role: CaRole,
+        data: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<Self, CertError> {
+        let secret = role.secret_name();
         let text = |key: &str| -> Result<&str, CertError> {
-            let bytes = data.get(key).ok_or_else(|| {
-                CertError::InvalidCa(format!("Secret {CA_SECRET} has no key {key}"))
-            })?;
+            let bytes = data
+                .get(key)
+                .ok_or_else(|| CertError::InvalidCa(format!("Secret {secret} has no key {key}")))?;
             std::str::from_utf8(bytes).map_err(|_| {
-                CertError::InvalidCa(format!("Secret {CA_SECRET} key {key} is not UTF-8 PEM"))
+                CertError::InvalidCa(format!("Secret {secret} key {key} is not UTF-8 PEM"))
             })
         };
         Self::from_pem(text(CA_CERT_KEY)?, text(CA_KEY_KEY)?)
     }
 
-    /// Adopts the CA of a whole Secret [`CA_SECRET`] (as `kubectl get -o json` prints it).
+    /// Adopts the etcd CA of a whole Secret [`CA_SECRET`] (as `kubectl get -o json` prints it).
     pub fn from_secret(secret: k8s_openapi::api::core::v1::Secret) -> Result<Self, CertError> {
+        Self::from_role_secret(CaRole::Etcd, secret)
+    }
+
+    /// Adopts the CA of `role` from a whole Secret.
+    pub fn from_role_secret(
+        role: CaRole,
+        secret: k8s_openapi::api::core::v1::Secret,
+    ) -> Result<Self, CertError> {
         let data: BTreeMap<String, Vec<u8>> = secret
             .data
             .unwrap_or_default()
             .into_iter()
             .map(|(k, v)| (k, v.0))
             .collect();
-        Self::from_secret_data(&data)
+        Self::from_role_data(role, &data)
     }
 
-    /// The CA from Secret [`CA_SECRET`] if it exists, else a new one. A Secret that exists but
-    /// can't be read is an error: replacing it would orphan every certificate it signed.
+    /// The CA of `role` from its Secret's data if it exists, else a new one. A Secret that exists
+    /// but can't be read is an error: replacing it would orphan every certificate it signed.
     pub fn adopt_or_generate(
+        role: CaRole,
         existing: Option<&BTreeMap<String, Vec<u8>>>,
         policy: &CertPolicy,
         now: OffsetDateTime,
     ) -> Result<(Self, CaOrigin), CertError> {
         match existing {
-            Some(data) => Ok((Self::from_secret_data(data)?, CaOrigin::Existing)),
-            None => Ok((Self::generate_with(policy, now)?, CaOrigin::Generated)),
+            Some(data) => Ok((Self::from_role_data(role, data)?, CaOrigin::Existing)),
+            None => Ok((Self::generate_for(role, policy, now)?, CaOrigin::Generated)),
         }
     }
 
@@ -170,7 +230,7 @@ impl EtcdCa {
         &self.cert_pem
     }
 
-    /// Data for Secret [`CA_SECRET`].
+    /// Data for the CA's Secret.
     pub fn to_secret_data(&self) -> BTreeMap<String, Vec<u8>> {
         BTreeMap::from([
             (CA_CERT_KEY.to_owned(), self.cert_pem.as_bytes().to_vec()),

@@ -8,8 +8,8 @@ use time::OffsetDateTime;
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-use crate::node::{CertKind, Usage};
-use crate::{EtcdCa, format_time};
+use crate::node::{CertKind, Signers, Usage};
+use crate::{CaRole, EtcdCa, format_time};
 
 /// The fields of a certificate the operator cares about.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -178,11 +178,15 @@ impl EtcdCa {
     }
 }
 
-/// Every `*.crt` entry of a Secret's data, sorted by key.
-pub fn inspect_certs(ca: &EtcdCa, data: &BTreeMap<String, Vec<u8>>) -> Vec<CertInfo> {
+/// Every `*.crt` entry of a Secret's data, sorted by key, each judged against the CA of its
+/// kind (the etcd CA for a key that names no kind).
+pub fn inspect_certs(signers: Signers<'_>, data: &BTreeMap<String, Vec<u8>>) -> Vec<CertInfo> {
     data.iter()
         .filter(|(key, _)| key.ends_with(".crt"))
-        .map(|(key, value)| inspect_pem(ca, key, value))
+        .map(|(key, value)| {
+            let role = CertKind::parse_key(key).map_or(CaRole::Etcd, |(kind, _)| kind.role());
+            inspect_pem(signers.of(role), key, value)
+        })
         .collect()
 }
 

@@ -13,15 +13,18 @@ mod node;
 
 use time::OffsetDateTime;
 
-pub use ca::{CA_CERT_KEY, CA_COMMON_NAME, CA_KEY_KEY, CA_SECRET, CaOrigin, EtcdCa, IssuedCert};
+pub use ca::{
+    CA_CERT_KEY, CA_COMMON_NAME, CA_KEY_KEY, CA_SECRET, CaOrigin, CaRole, EtcdCa, IssuedCert,
+    METRICS_CA_SECRET,
+};
 pub use inspect::{
     CaInfo, CertInfo, ParsedCert, inspect_certs, inspect_pem, not_after_of_der, parse_cert_der,
     parse_cert_pem,
 };
 pub use node::{
     ALL_CERTS_SECRET, BUNDLE_KEYS, BUNDLES_CONFIGMAP, CertKind, ClientCertKind, LeafSpec,
-    METRICS_CA_BUNDLE_KEY, PEER_CA_BUNDLE_KEY, SERVER_CA_BUNDLE_KEY, Sans, Usage, bundle_data,
-    is_dns_name, is_key_safe,
+    METRICS_CA_BUNDLE_KEY, PEER_CA_BUNDLE_KEY, SERVER_CA_BUNDLE_KEY, Sans, Signers, Usage,
+    bundle_data, is_dns_name, is_key_safe, pem_line,
 };
 
 /// A leaf certificate's default lifetime, in days (`spec.certificates.leafValidityDays`).

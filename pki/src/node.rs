@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyUsagePurpose, SanType};
 
-use crate::{CertError, EtcdCa};
+use crate::{CaRole, CertError, EtcdCa};
 
 /// Secret holding every node's certificates: `<kind>-<node>.crt` / `.key`.
 pub const ALL_CERTS_SECRET: &str = "etcd-all-certs";
@@ -17,7 +17,7 @@ pub const BUNDLES_CONFIGMAP: &str = "etcd-all-bundles";
 pub const SERVER_CA_BUNDLE_KEY: &str = "server-ca-bundle.crt";
 /// Bundle members use to verify each other's peer certificates.
 pub const PEER_CA_BUNDLE_KEY: &str = "peer-ca-bundle.crt";
-/// Bundle scrapers use to verify the metrics endpoint.
+/// Bundle scrapers use to verify the metrics endpoint (the metrics CA).
 pub const METRICS_CA_BUNDLE_KEY: &str = "metrics-ca-bundle.crt";
 /// Every key of [`BUNDLES_CONFIGMAP`], sorted.
 pub const BUNDLE_KEYS: [&str; 3] = [
@@ -26,16 +26,45 @@ pub const BUNDLE_KEYS: [&str; 3] = [
     SERVER_CA_BUNDLE_KEY,
 ];
 
-/// Data of ConfigMap [`BUNDLES_CONFIGMAP`]: each bundle is the CA's PEM. (During a future CA
-/// rotation each would hold the old and the new CA, bundle first, leaf certificates after.)
-pub fn bundle_data(ca: &EtcdCa) -> BTreeMap<String, String> {
+/// The CAs that sign: the etcd CA and the metrics CA.
+#[derive(Clone, Copy, Debug)]
+pub struct Signers<'a> {
+    pub etcd: &'a EtcdCa,
+    pub metrics: &'a EtcdCa,
+}
+
+impl<'a> Signers<'a> {
+    /// The CA of `role`.
+    pub fn of(&self, role: CaRole) -> &'a EtcdCa {
+        match role {
+            CaRole::Etcd => self.etcd,
+            CaRole::Metrics => self.metrics,
+        }
+    }
+}
+
+/// A CA's PEM, ending with a newline.
+pub fn pem_line(ca: &EtcdCa) -> String {
     let mut pem = ca.cert_pem().to_owned();
     if !pem.ends_with('\n') {
         pem.push('\n');
     }
+    pem
+}
+
+/// Data of ConfigMap [`BUNDLES_CONFIGMAP`]: the server and peer bundles are the etcd CA's PEM,
+/// the metrics bundle the metrics CA's.
+pub fn bundle_data(signers: Signers<'_>) -> BTreeMap<String, String> {
     BUNDLE_KEYS
         .iter()
-        .map(|key| ((*key).to_owned(), pem.clone()))
+        .map(|key| {
+            let role = if *key == METRICS_CA_BUNDLE_KEY {
+                CaRole::Metrics
+            } else {
+                CaRole::Etcd
+            };
+            ((*key).to_owned(), pem_line(signers.of(role)))
+        })
         .collect()
 }
 
@@ -46,7 +75,7 @@ pub enum CertKind {
     Peer,
     /// `etcd-serving-<node>`: the client port, server and client usage.
     Serving,
-    /// `etcd-serving-metrics-<node>`: the metrics port, server usage.
+    /// `etcd-serving-metrics-<node>`: the metrics proxy's port, server usage, of the metrics CA.
     Metrics,
 }
 
@@ -95,6 +124,14 @@ impl CertKind {
         }
     }
 
+    /// The CA that signs it.
+    pub fn role(self) -> CaRole {
+        match self {
+            CertKind::Peer | CertKind::Serving => CaRole::Etcd,
+            CertKind::Metrics => CaRole::Metrics,
+        }
+    }
+
     /// What the certificate for `node` at `ips` must contain.
     pub fn spec(self, node: &str, ips: &BTreeSet<IpAddr>) -> LeafSpec {
         LeafSpec {
@@ -131,7 +168,8 @@ impl fmt::Display for CertKind {
 pub enum ClientCertKind {
     /// Secret `etcd-client`, CN `etcd-operator`: the operator's own etcd client.
     Operator,
-    /// Secret `etcd-metric-client`, CN `etcd-metric`: for scraping the metrics port.
+    /// Secret `etcd-metric-client`, CN `etcd-metric`: for scraping the metrics port, of the
+    /// metrics CA (etcd does not trust it).
     Metrics,
 }
 
@@ -159,6 +197,14 @@ impl ClientCertKind {
         match self {
             ClientCertKind::Operator => "etcd-operator",
             ClientCertKind::Metrics => "etcd-metric",
+        }
+    }
+
+    /// The CA that signs it.
+    pub fn role(self) -> CaRole {
+        match self {
+            ClientCertKind::Operator => CaRole::Etcd,
+            ClientCertKind::Metrics => CaRole::Metrics,
         }
     }
 

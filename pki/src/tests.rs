@@ -50,3 +50,51 @@ fn a_secret_without_the_key_is_refused_by_name() {
     let err = EtcdCa::from_secret_data(&data).unwrap_err().to_string();
     assert!(err.contains("has no key tls.key"), "{err}");
 }
+
+#[test]
+fn each_kind_is_judged_against_the_ca_of_its_role_and_the_bundles_name_theirs() {
+    let now = OffsetDateTime::now_utc();
+    let policy = CertPolicy::default();
+    let etcd = EtcdCa::generate(now).unwrap();
+    let metrics = EtcdCa::generate_for(CaRole::Metrics, &policy, now).unwrap();
+    assert!(
+        metrics.subject().contains("etcd-metric-signer@"),
+        "{}",
+        metrics.subject()
+    );
+    let signers = Signers {
+        etcd: &etcd,
+        metrics: &metrics,
+    };
+    let ips = BTreeSet::from(["10.0.0.9".parse::<IpAddr>().unwrap()]);
+    let mut data = BTreeMap::new();
+    for kind in CertKind::ALL {
+        let ca = signers.of(kind.role());
+        let issued = ca.issue(&kind.spec("n1", &ips), &policy, now).unwrap();
+        data.insert(kind.cert_key("n1"), issued.cert_pem.into_bytes());
+    }
+    let infos = inspect_certs(signers, &data);
+    assert_eq!(infos.len(), 3);
+    assert!(infos.iter().all(|i| i.issued_by_ca), "{infos:?}");
+    // The metrics leaf is not the etcd CA's, the others are not the metrics CA's.
+    let swapped = Signers {
+        etcd: &metrics,
+        metrics: &etcd,
+    };
+    assert!(
+        inspect_certs(swapped, &data)
+            .iter()
+            .all(|i| !i.issued_by_ca)
+    );
+    let bundles = bundle_data(signers);
+    assert_eq!(bundles[METRICS_CA_BUNDLE_KEY], pem_line(&metrics));
+    assert_eq!(bundles[SERVER_CA_BUNDLE_KEY], pem_line(&etcd));
+    assert_eq!(bundles[PEER_CA_BUNDLE_KEY], pem_line(&etcd));
+    let err = EtcdCa::from_role_data(CaRole::Metrics, &BTreeMap::new())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("Secret etcd-metric-signer has no key"),
+        "{err}"
+    );
+}

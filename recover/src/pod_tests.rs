@@ -336,7 +336,8 @@ fn a_moved_pod_listens_advertises_and_probes_at_the_new_address_only() {
     for want in [
         "--listen-client-urls=https://10.9.9.9:2379,https://127.0.0.1:2379,https://[::1]:2379",
         "--listen-peer-urls=https://10.9.9.9:2380",
-        "--listen-metrics-urls=https://10.9.9.9:2381,http://127.0.0.1:2382",
+        "--listen-metrics-urls=http://127.0.0.1:2382",
+        "--listen=10.9.9.9:2381",
         "master-1=https://10.9.9.9:2380",
         "1111=https://10.9.9.9:2380",
         "/var/lib/etcd-recovery/T/resources",

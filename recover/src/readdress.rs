@@ -9,10 +9,13 @@
 //!   the contract's peer and client URLs, `ETCDCTL_ENDPOINTS`) and every probe host equal to it
 //!   take the new one, and the volume holding the TLS files points at a copy of the revision's
 //!   files made for the move;
-//! * [`prepare`] makes that copy in the recovery record dir and issues the node's peer, serving
-//!   and metrics certificates for the new address there, signed by the cluster's signer (the
+//! * [`prepare`] makes that copy in the recovery record dir and issues the node's peer and
+//!   serving certificates for the new address there, signed by the cluster's signer (the
 //!   `etcd-signer` Secret, which the admin brings: the API that holds it is down), after checking
-//!   that the signer is one the node's CA bundle trusts;
+//!   that the signer is one the node's CA bundle trusts. The metrics proxy's certificate is the
+//!   metrics CA's, which the admin does not bring: the proxy listens at the new address with
+//!   the old certificate (scrapers' host check fails) until the operator's first revision after
+//!   the API is back issues one for the new address;
 //! * after the forced start, the member's peer URL (etcd keeps the one it had) is moved with
 //!   `MemberUpdate`, which a one-member cluster can commit.
 //!
@@ -21,7 +24,7 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use etcd_pki::{CertKind, CertPolicy, EtcdCa};
+use etcd_pki::{CaRole, CertKind, CertPolicy, EtcdCa};
 use k8s_openapi::api::core::v1::{Pod, Probe, Secret};
 use membership::{MemberUrl, TlsFiles, url_host};
 
@@ -57,9 +60,14 @@ pub fn load_signer(path: &Path) -> Result<EtcdCa, String> {
 }
 
 /// `text` with every `//<old>:` replaced by `//<new>:` (URL hosts only: `10.0.0.1` in
-/// `10.0.0.12` or in a path is left alone).
+/// `10.0.0.12` or in a path is left alone), and a `--listen=<old>:` flag (the metrics proxy's
+/// socket address) by `--listen=<new>:`.
 fn rehost(text: &str, old: &str, new: &str) -> String {
-    text.replace(&format!("//{old}:"), &format!("//{new}:"))
+    let text = text.replace(&format!("//{old}:"), &format!("//{new}:"));
+    match text.strip_prefix(&format!("--listen={old}:")) {
+        Some(port) => format!("--listen={new}:{port}"),
+        None => text,
+    }
 }
 
 fn rehost_url(url: &MemberUrl, old: &str, new: &str) -> Result<MemberUrl, String> {
@@ -102,7 +110,7 @@ pub fn moved(
     let new_host = below_root(root, resources)
         .ok_or_else(|| format!("{} is not below the node root", resources.display()))?;
     for c in containers_mut(&mut pod) {
-        for a in c.args.iter_mut().flatten() {
+        for a in c.args.iter_mut().chain(c.command.iter_mut()).flatten() {
             *a = rehost(a, &old, &new);
         }
         for e in c.env.iter_mut().flatten() {
@@ -257,7 +265,11 @@ fn issue_into(
         let Some(name) = file.file_name().map(|n| n.to_string_lossy().into_owned()) else {
             continue;
         };
-        let Some(kind) = CertKind::ALL.into_iter().find(|k| k.cert_key(node) == name) else {
+        let Some(kind) = CertKind::ALL
+            .into_iter()
+            .filter(|k| k.role() == CaRole::Etcd)
+            .find(|k| k.cert_key(node) == name)
+        else {
             continue;
         };
         let spec = kind.spec(node, &[mv.ip].into());

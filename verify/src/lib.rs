@@ -1,5 +1,10 @@
 //! # etcd-verify
 //!
+//! The node-side helpers of the etcd pod: the start gate (`etcd-verify membership`, below) and
+//! the metrics proxy ([`metrics_proxy`]: `etcd-verify metrics-proxy` serves etcd's metrics over
+//! mutual TLS with a separate metrics CA, so a scraper's certificate is never one etcd's client
+//! port trusts).
+//!
 //! `etcd-verify membership` runs as the init container of every etcd static pod and decides
 //! whether etcd may start on this node, from three things only: the revision's env contract
 //! (`ETCD_INITIAL_CLUSTER`, `ETCD_MEMBER_IDS`, ...), the data dir on disk (identified by etcd's
@@ -22,6 +27,7 @@ pub mod config;
 pub mod datadir;
 pub mod decide;
 pub mod keyfiles;
+pub mod metrics_proxy;
 pub mod report;
 pub mod run;
 pub mod wal;

@@ -1,17 +1,23 @@
-//! `etcd-verify`: node-side checks for etcd static pods. `etcd-verify membership` is the init
-//! container that gates etcd's start (see the crate docs of `etcd_verify`).
+//! `etcd-verify`: the node-side helpers of the etcd pod (see the crate docs of `etcd_verify`).
 //!
-//! Exit codes: 0 = etcd may start; 1 = blocked (decided); 2 = invalid input (env or flags).
-//! Stdout carries only the JSON result; logs and the one-line reason go to stderr.
+//! `etcd-verify membership` is the init container that gates etcd's start. Exit codes: 0 = etcd
+//! may start; 1 = blocked (decided); 2 = invalid input (env or flags). Stdout carries only the
+//! JSON result; logs and the one-line reason go to stderr.
+//!
+//! `etcd-verify metrics-proxy` is the container that serves etcd's metrics to scrapers over
+//! mutual TLS. It runs until SIGTERM or SIGINT (exit 0); a startup error (a TLS file, the
+//! address) exits 1 naming the flag and the file or address, a flag error exits 2.
 #![cfg_attr(test, allow(clippy::too_many_lines))] // test code is exempt (Cargo.toml's lints)
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use etcd_verify::config::VerifyConfig;
+use etcd_verify::metrics_proxy::{MetricsProxy, ProxyConfig, Upstream};
 use etcd_verify::run::{Timing, client_for, run};
 use membership::{BlockCode, VerifyReport};
 
@@ -25,7 +31,7 @@ const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 #[command(
     name = "etcd-verify",
     version = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT_REVISION"), ")"),
-    about = "Node-side checks for etcd static pods"
+    about = "The node-side helpers of the etcd pod: the start gate and the metrics proxy"
 )]
 struct Cli {
     #[command(flatten)]
@@ -38,6 +44,9 @@ struct Cli {
 enum Command {
     /// Decide whether etcd may start, from the pod's env, the data dir and the live membership.
     Membership(MembershipArgs),
+    /// Serve etcd's metrics over mutual TLS to scrapers holding a certificate of the metrics CA,
+    /// from etcd's plain loopback metrics listener (nothing else of etcd is reachable).
+    MetricsProxy(MetricsProxyArgs),
     /// Print the shell completion script (e.g. `source <(etcd-verify completions bash)`).
     Completions(etcd_cli::CompletionsArgs),
 }
@@ -64,10 +73,58 @@ struct MembershipArgs {
     state_dir: Option<PathBuf>,
 }
 
+#[derive(clap::Args, Debug)]
+struct MetricsProxyArgs {
+    /// Socket address scrapers connect to (https), e.g. 10.0.0.1:2381 or [fd00::1]:2381.
+    #[arg(long, value_name = "ADDR")]
+    listen: SocketAddr,
+    /// The proxy's serving certificate, with its chain (PEM).
+    #[arg(long, value_name = "FILE")]
+    cert_file: PathBuf,
+    /// The private key of --cert-file (PEM: PKCS#8, SEC1 EC or PKCS#1 RSA).
+    #[arg(long, value_name = "FILE")]
+    key_file: PathBuf,
+    /// The metrics CA bundle (PEM, one or more certificates): a scraper must present a
+    /// certificate that chains to one of them, or gets no answer.
+    #[arg(long, value_name = "FILE")]
+    client_ca_file: PathBuf,
+    /// etcd's plain metrics listener (its --listen-metrics-urls), http://host:port, e.g.
+    /// http://127.0.0.1:2382. Only its /metrics is ever asked.
+    #[arg(long, value_name = "URL")]
+    upstream: Upstream,
+    /// Bound on one exchange with the upstream (connect, request, whole answer); past it the
+    /// scraper gets 502.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "5s",
+        value_parser = membership::parse_duration
+    )]
+    upstream_timeout: Duration,
+}
+
+impl MetricsProxyArgs {
+    fn config(self) -> ProxyConfig {
+        ProxyConfig {
+            listen: self.listen,
+            cert_file: self.cert_file,
+            key_file: self.key_file,
+            client_ca_file: self.client_ca_file,
+            upstream: self.upstream,
+            upstream_timeout: self.upstream_timeout,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
+        Err(e) if invoked_subcommand().as_deref() == Some("metrics-proxy") => {
+            // Not the gate: no JSON report, just clap's message naming the flag.
+            let _ = e.print();
+            return ExitCode::from(2);
+        }
         Err(e) => {
             // A flag error is invalid input like a bad env var: the JSON line and exit 2.
             let _ = e.print();
@@ -88,6 +145,7 @@ fn main() -> ExitCode {
     cli.log.init("ETCD_VERIFY_LOG", "info");
     let args = match cli.command {
         Command::Membership(args) => args,
+        Command::MetricsProxy(args) => return metrics_proxy(args.config()),
         Command::Completions(c) => {
             c.print(<Cli as clap::CommandFactory>::command());
             return ExitCode::SUCCESS;
@@ -146,8 +204,52 @@ fn membership_gate(args: &MembershipArgs) -> Result<VerifyReport, (BlockCode, St
     Ok(result)
 }
 
-/// SIGTERM and SIGINT handlers, installed before the gate runs (so a signal that arrives once it
-/// logged anything is handled).
+/// The subcommand named on the command line, read leniently (for when it did not parse).
+fn invoked_subcommand() -> Option<String> {
+    let matches = <Cli as clap::CommandFactory>::command()
+        .ignore_errors(true)
+        .try_get_matches()
+        .ok()?;
+    matches.subcommand_name().map(str::to_owned)
+}
+
+/// Runs the metrics proxy until SIGTERM or SIGINT (exit 0); a startup error exits 1.
+fn metrics_proxy(config: ProxyConfig) -> ExitCode {
+    match serve_metrics(&config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Each error names its flag, file or address, and its cause (which `{e:#}` would
+            // print twice).
+            eprintln!("etcd-verify metrics-proxy: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve_metrics(config: &ProxyConfig) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?;
+    runtime.block_on(async {
+        let stop = Stop::install();
+        let proxy = MetricsProxy::bind(config).await?;
+        tracing::info!(
+            listen = %proxy.local_addr()?,
+            upstream = %config.upstream,
+            client_ca_file = %config.client_ca_file.display(),
+            "metrics proxy serving /metrics over mutual TLS"
+        );
+        tokio::select! {
+            never = proxy.serve() => match never {},
+            signal = stop.received() => tracing::info!("stopped by {signal}"),
+        }
+        Ok(())
+    })
+}
+
+/// SIGTERM and SIGINT handlers, installed before the gate or the proxy runs (so a signal that
+/// arrives once it logged anything is handled).
 struct Stop {
     term: Option<tokio::signal::unix::Signal>,
     int: Option<tokio::signal::unix::Signal>,

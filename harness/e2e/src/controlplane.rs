@@ -359,16 +359,18 @@ impl LocalControlPlane {
         render::place_manifest(node, &out_dir)
     }
 
-    /// Applies what `render` wrote for the operator to adopt: the CA, the certificates and the
+    /// Applies what `render` wrote for the operator to adopt: the CAs, the certificates and the
     /// bundles.
     async fn apply_bootstrap_objects(&self, out_dir: &Path) -> Result<(), ControlPlaneError> {
         let client = self.client();
-        let signer: Secret = render::read_rendered(out_dir, "etcd-signer.json")?;
-        create_or_keep(
-            &Api::<Secret>::namespaced(client.clone(), OPERATOR_NS),
-            &signer,
-        )
-        .await?;
+        for file in ["etcd-signer.json", "etcd-metric-signer.json"] {
+            let signer: Secret = render::read_rendered(out_dir, file)?;
+            create_or_keep(
+                &Api::<Secret>::namespaced(client.clone(), OPERATOR_NS),
+                &signer,
+            )
+            .await?;
+        }
         let certs: Secret = render::read_rendered(out_dir, "etcd-all-certs.json")?;
         create_or_keep(
             &Api::<Secret>::namespaced(client.clone(), STATIC_NS),

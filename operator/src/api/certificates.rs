@@ -103,7 +103,8 @@ pub struct CertificatesStatus {
     /// The CA rotation under way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_rotation: Option<CaRotationStatus>,
-    /// The trigger of the last rotation that completed (a `caRotationRequest`, or `expiry`).
+    /// The `caRotationRequest` whose rotation completed last. A rotation the operator started
+    /// itself (trigger `expiry` or `scraperRevocation`) leaves it as it was.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub handled_ca_rotation: String,
     /// When it completed (RFC 3339).

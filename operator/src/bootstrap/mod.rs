@@ -6,7 +6,8 @@
 //! * `DIR/etcd-certs/`: its certificates laid out like a revision's resource dir
 //!   (`configmaps/etcd-all-bundles/*`, `secrets/etcd-all-certs/*`, secrets 0600), which the pod
 //!   mounts (`--resource-host-dir`, default the absolute path of `DIR/etcd-certs`);
-//! * `DIR/manifests/*.json`: the CA Secret `etcd-signer`, Secret `etcd-all-certs` and ConfigMap
+//! * `DIR/manifests/*.json`: the CA Secrets `etcd-signer` and `etcd-metric-signer` (the metrics
+//!   CA: the metrics proxy's certificate and scrapers'), Secret `etcd-all-certs` and ConfigMap
 //!   `etcd-all-bundles`, which the platform applies once the API is up. The operator then adopts
 //!   that CA and those certificates (its plan keeps valid certificates byte-identical), and adopts
 //!   the running member, so bootstrap causes no certificate churn;
@@ -21,7 +22,7 @@
 //! ([`validate`]).
 //!
 //! **Re-running** `render` on an output dir that already holds a CA (`manifests/etcd-signer.json`)
-//! reuses that CA, as kubeadm reuses the CA in its pki dir: the certificates are issued again by
+//! reuses that CA (and the metrics CA of `manifests/etcd-metric-signer.json`), as kubeadm reuses the CA in its pki dir: the certificates are issued again by
 //! the same CA, so an etcd already started from the first render, and whatever trusts its CA,
 //! stay valid. A CA file that cannot be read as one is an error naming the file; nothing is
 //! replaced silently. kube-apiserver's certificate and key are kept too, while valid. The
@@ -43,7 +44,7 @@ use kube::api::ObjectMeta;
 use time::OffsetDateTime;
 
 use crate::api::EtcdClusterSpec;
-use crate::certs::{self, CertPolicy, EtcdCa};
+use crate::certs::{self, CaRole, CertPolicy, EtcdCa};
 use crate::podspec::paths::{ALL_BUNDLES_CONFIGMAP, ALL_CERTS_SECRET};
 use crate::podspec::{Images, NodeTarget, PodInput, STATIC_POD_NAMESPACE, render_pod};
 
@@ -135,19 +136,20 @@ fn secret(name: &str, namespace: &str, data: &BTreeMap<String, Vec<u8>>, tls: bo
     }
 }
 
-/// Plans every file of the bootstrap render for `request`, signed by `ca`.
+/// Plans every file of the bootstrap render for `request`, signed by `signers`.
 pub fn plan(
     request: &RenderRequest,
-    ca: &EtcdCa,
+    signers: certs::Signers<'_>,
     now: OffsetDateTime,
 ) -> Result<Vec<OutFile>, BootstrapError> {
+    let ca = signers.etcd;
     let policy = CertPolicy::default();
     let node = &request.node;
     let desired = BTreeMap::from([(node.name.clone(), [node.ip].into_iter().collect())]);
     let empty = BTreeMap::new();
-    let cert_plan = certs::plan_node_certs(ca, &policy, &empty, &desired, now);
-    let node_certs = certs::apply_plan(ca, &policy, &cert_plan, &empty, now)?;
-    let bundles = certs::bundle_data(ca);
+    let cert_plan = certs::plan_node_certs(signers, &policy, &empty, &desired, now);
+    let node_certs = certs::apply_plan(signers, &policy, &cert_plan, &empty, now)?;
+    let bundles = certs::bundle_data(signers);
 
     let mut files = vec![
         pod_file(request)?,
@@ -169,7 +171,7 @@ pub fn plan(
         now,
     )?);
     files.push(apiserver::cluster_file(request.local_client_listener)?);
-    files.extend(manifest_files(ca, &node_certs, bundles)?);
+    files.extend(manifest_files(signers, &node_certs, bundles)?);
     Ok(files)
 }
 
@@ -224,19 +226,19 @@ fn cert_dir_files(
     files
 }
 
-/// The `manifests/` the operator adopts: the CA Secret, the certificates Secret and the bundles
-/// ConfigMap.
+/// The `manifests/` the operator adopts: the CA Secrets, the certificates Secret and the
+/// bundles ConfigMap.
 fn manifest_files(
-    ca: &EtcdCa,
+    signers: certs::Signers<'_>,
     node_certs: &BTreeMap<String, Vec<u8>>,
     bundles: BTreeMap<String, String>,
 ) -> Result<Vec<OutFile>, BootstrapError> {
-    let signer = secret(
-        certs::CA_SECRET,
-        OPERATOR_NAMESPACE,
-        &ca.to_secret_data(),
-        true,
-    );
+    let ca_secret = |role: CaRole| {
+        let data = signers.of(role).to_secret_data();
+        secret(role.secret_name(), OPERATOR_NAMESPACE, &data, true)
+    };
+    let signer = ca_secret(CaRole::Etcd);
+    let metric_signer = ca_secret(CaRole::Metrics);
     let all_certs = secret(ALL_CERTS_SECRET, STATIC_POD_NAMESPACE, node_certs, false);
     let bundles_cm = ConfigMap {
         metadata: ObjectMeta {
@@ -252,6 +254,11 @@ fn manifest_files(
         (
             "manifests/etcd-signer.json",
             json("the CA Secret", &signer)?,
+            0o600,
+        ),
+        (
+            METRICS_CA_FILE,
+            json("the metrics CA Secret", &metric_signer)?,
             0o600,
         ),
         (
@@ -276,6 +283,8 @@ fn manifest_files(
 
 /// Where a render keeps the CA Secret, relative to the output dir.
 const CA_FILE: &str = "manifests/etcd-signer.json";
+/// Where a render keeps the metrics CA Secret, relative to the output dir.
+const METRICS_CA_FILE: &str = "manifests/etcd-metric-signer.json";
 
 /// Where a render keeps the cluster's initial-cluster token, relative to the output dir.
 pub const TOKEN_FILE: &str = "cluster-token";
@@ -329,9 +338,13 @@ fn read_bounded(path: &Path) -> Result<Option<Vec<u8>>, std::io::Error> {
     Ok(Some(bytes))
 }
 
-/// The CA of a previous render in `output_dir`, if there is one.
-fn existing_ca(output_dir: &Path) -> Result<Option<EtcdCa>, BootstrapError> {
-    let path = output_dir.join(CA_FILE);
+/// The CA of `role` of a previous render in `output_dir`, if there is one.
+fn existing_ca(output_dir: &Path, role: CaRole) -> Result<Option<EtcdCa>, BootstrapError> {
+    let file = match role {
+        CaRole::Etcd => CA_FILE,
+        CaRole::Metrics => METRICS_CA_FILE,
+    };
+    let path = output_dir.join(file);
     let bad = |reason: String| BootstrapError::ExistingCa {
         path: path.clone(),
         reason,
@@ -341,7 +354,7 @@ fn existing_ca(output_dir: &Path) -> Result<Option<EtcdCa>, BootstrapError> {
     };
     let secret: Secret =
         serde_json::from_slice(&bytes).map_err(|e| bad(format!("not a Secret: {e}")))?;
-    EtcdCa::from_secret(secret)
+    EtcdCa::from_role_secret(role, secret)
         .map(Some)
         .map_err(|e| bad(e.to_string()))
 }
@@ -359,7 +372,7 @@ pub fn render(
 ) -> Result<Rendered, BootstrapError> {
     validate::node_name(node_name).map_err(BootstrapError::InvalidInput)?;
     validate::node_ip(&node_ip.to_string()).map_err(BootstrapError::InvalidInput)?;
-    let existing = existing_ca(output_dir)?;
+    let existing = existing_ca(output_dir, CaRole::Etcd)?;
     let reused_ca = existing.is_some();
     // The cluster of a previous render keeps its token, as it keeps its CA, and kube-apiserver
     // its certificate.
@@ -376,6 +389,11 @@ pub fn render(
         Some(ca) => ca,
         None => EtcdCa::generate(now)?,
     };
+    // A render from before the metrics CA existed has none: one is made then.
+    let metrics_ca = match existing_ca(output_dir, CaRole::Metrics)? {
+        Some(ca) if reused_ca => ca,
+        _ => EtcdCa::generate_for(CaRole::Metrics, &CertPolicy::default(), now)?,
+    };
     let resource_host_dir = resource_host_dir.unwrap_or_else(|| {
         let dir = std::path::absolute(output_dir).unwrap_or_else(|_| output_dir.to_owned());
         dir.join("etcd-certs").display().to_string()
@@ -388,7 +406,11 @@ pub fn render(
         cluster_token,
         apiserver_client,
     };
-    let files = plan(&request, &ca, now)?;
+    let signers = certs::Signers {
+        etcd: &ca,
+        metrics: &metrics_ca,
+    };
+    let files = plan(&request, signers, now)?;
     let previous = output::write_dir(output_dir, &files, now)?;
     Ok(Rendered {
         files,

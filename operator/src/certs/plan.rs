@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use time::OffsetDateTime;
 
 use super::{CertError, CertPolicy, EtcdCa, format_time};
-use super::{CertKind, ClientCertKind, LeafSpec, Usage, is_key_safe};
+use super::{CertKind, ClientCertKind, LeafSpec, Signers, Usage, is_key_safe};
 
 #[path = "plan_evaluate.rs"]
 mod evaluate;
@@ -277,7 +277,7 @@ impl CertPlan {
 /// `etcd-serving-metrics-*`, `.crt`/`.key`) but belong to no desired node are removed; other keys
 /// are left alone.
 pub fn plan_node_certs(
-    ca: &EtcdCa,
+    signers: Signers<'_>,
     policy: &CertPolicy,
     current: &BTreeMap<String, Vec<u8>>,
     desired: &DesiredNodes,
@@ -290,7 +290,7 @@ pub fn plan_node_certs(
             let reason = if is_key_safe(node) {
                 let (cert_key, key_key) = (kind.cert_key(node), kind.key_key(node));
                 let reason = evaluate(
-                    ca,
+                    signers.of(kind.role()),
                     policy,
                     &kind.spec(node, ips),
                     current.get(&cert_key).map(Vec::as_slice),
@@ -334,7 +334,7 @@ pub fn plan_node_certs(
 /// The new data of `etcd-all-certs`: `current` minus the removals, plus a fresh certificate and
 /// key for every issue / re-issue. Kept entries (and unrelated keys) stay byte-identical.
 pub fn apply_plan(
-    ca: &EtcdCa,
+    signers: Signers<'_>,
     policy: &CertPolicy,
     plan: &CertPlan,
     current: &BTreeMap<String, Vec<u8>>,
@@ -345,7 +345,7 @@ pub fn apply_plan(
         data.remove(&removal.key);
     }
     for decision in plan.changes() {
-        let issued = ca.issue(
+        let issued = signers.of(decision.kind.role()).issue(
             &decision.kind.spec(&decision.node, &decision.ips),
             policy,
             now,

@@ -16,6 +16,15 @@ pub(super) fn t0() -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp(1_790_027_200).unwrap()
 }
 
+/// One CA in both roles: what these tests check does not depend on which CA signs which kind
+/// (`etcd_pki`'s tests check that, and [`two_cas_sign_their_own_kinds`] here).
+pub(super) fn one(ca: &EtcdCa) -> Signers<'_> {
+    Signers {
+        etcd: ca,
+        metrics: ca,
+    }
+}
+
 pub(super) fn policy() -> CertPolicy {
     CertPolicy::default()
 }
@@ -40,8 +49,8 @@ pub(super) fn secret_for(
     desired: &DesiredNodes,
     now: OffsetDateTime,
 ) -> BTreeMap<String, Vec<u8>> {
-    let plan = plan_node_certs(ca, &policy(), &BTreeMap::new(), desired, now);
-    apply_plan(ca, &policy(), &plan, &BTreeMap::new(), now).unwrap()
+    let plan = plan_node_certs(one(ca), &policy(), &BTreeMap::new(), desired, now);
+    apply_plan(one(ca), &policy(), &plan, &BTreeMap::new(), now).unwrap()
 }
 
 /// The DNS names and IP addresses in `cert`'s subjectAltName (which holds nothing else).
@@ -178,7 +187,8 @@ fn ca_is_adopted_from_pem_and_from_its_secret() {
     assert!(ca.signed(&der_of(issued.cert_pem.as_bytes())));
 
     let (found, origin) =
-        EtcdCa::adopt_or_generate(Some(&ca.to_secret_data()), &policy(), t0()).unwrap();
+        EtcdCa::adopt_or_generate(CaRole::Etcd, Some(&ca.to_secret_data()), &policy(), t0())
+            .unwrap();
     assert_eq!(origin, CaOrigin::Existing);
     assert_eq!(found.to_secret_data(), ca.to_secret_data());
     assert_eq!(
@@ -186,12 +196,12 @@ fn ca_is_adopted_from_pem_and_from_its_secret() {
         vec![CA_CERT_KEY, CA_KEY_KEY]
     );
 
-    let (_, origin) = EtcdCa::adopt_or_generate(None, &policy(), t0()).unwrap();
+    let (_, origin) = EtcdCa::adopt_or_generate(CaRole::Etcd, None, &policy(), t0()).unwrap();
     assert_eq!(origin, CaOrigin::Generated);
 
     // A Secret that exists but is broken is an error, never a reason to make a new CA.
     let broken = BTreeMap::from([(CA_CERT_KEY.to_owned(), b"garbage".to_vec())]);
-    let err = EtcdCa::adopt_or_generate(Some(&broken), &policy(), t0()).unwrap_err();
+    let err = EtcdCa::adopt_or_generate(CaRole::Etcd, Some(&broken), &policy(), t0()).unwrap_err();
     assert_eq!(category_of(&err), crate::category::Category::InvalidCa);
 
     // Key of another CA.
@@ -207,7 +217,7 @@ fn ca_is_adopted_from_pem_and_from_its_secret() {
 #[test]
 fn bundles_hold_the_ca_under_three_keys() {
     let ca = EtcdCa::generate(t0()).unwrap();
-    let bundles = bundle_data(&ca);
+    let bundles = bundle_data(one(&ca));
     assert_eq!(
         bundles.keys().map(String::as_str).collect::<Vec<_>>(),
         [
@@ -219,7 +229,7 @@ fn bundles_hold_the_ca_under_three_keys() {
     for pem in bundles.values() {
         assert_eq!(pem, ca.cert_pem());
     }
-    assert_eq!(bundle_data(&ca), bundles);
+    assert_eq!(bundle_data(one(&ca)), bundles);
 }
 
 #[test]
@@ -227,7 +237,7 @@ fn inspection_reports_expiry_sans_and_the_ca() {
     let ca = EtcdCa::generate(t0()).unwrap();
     let desired = nodes(&[("n1", &["10.0.0.1"])]);
     let secret = secret_for(&ca, &desired, t0());
-    let infos = inspect_certs(&ca, &secret);
+    let infos = inspect_certs(one(&ca), &secret);
     assert_eq!(
         infos
             .iter()
@@ -284,4 +294,36 @@ fn secret_keys_parse_back_to_kind_and_node() {
     assert_eq!(CertKind::parse_key("etcd-peer-.crt"), None);
     assert_eq!(CertKind::parse_key("etcd-peer-n1.pem"), None);
     assert_eq!(CertKind::parse_key("tls.crt"), None);
+}
+
+#[test]
+fn two_cas_sign_their_own_kinds() {
+    let etcd = EtcdCa::generate(t0()).unwrap();
+    let metrics = EtcdCa::generate_for(CaRole::Metrics, &policy(), t0()).unwrap();
+    let signers = Signers {
+        etcd: &etcd,
+        metrics: &metrics,
+    };
+    let desired = nodes(&[("n1", &["10.0.0.1"])]);
+    let plan = plan_node_certs(signers, &policy(), &BTreeMap::new(), &desired, t0());
+    let secret = apply_plan(signers, &policy(), &plan, &BTreeMap::new(), t0()).unwrap();
+    assert!(plan_node_certs(signers, &policy(), &secret, &desired, t0()).is_noop());
+    for kind in CertKind::ALL {
+        let der = der_of(&secret[&kind.cert_key("n1")]);
+        let (signed_by_etcd, signed_by_metrics) = (etcd.signed(&der), metrics.signed(&der));
+        assert_eq!(
+            (signed_by_etcd, signed_by_metrics),
+            (kind != CertKind::Metrics, kind == CertKind::Metrics),
+            "{kind}"
+        );
+    }
+    // A metrics leaf of the etcd CA (what an operator before the metrics CA issued) is
+    // re-issued from the metrics CA; the others are kept.
+    let before = apply_plan(one(&etcd), &policy(), &plan, &BTreeMap::new(), t0()).unwrap();
+    let again = plan_node_certs(signers, &policy(), &before, &desired, t0());
+    let changed: Vec<_> = again
+        .changes()
+        .map(|d| (d.kind, d.reason.clone()))
+        .collect();
+    assert_eq!(changed, [(CertKind::Metrics, Reason::WrongIssuer)]);
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use time::Duration;
 
-use super::tests::{ip, nodes, policy, secret_for, t0};
+use super::tests::{ip, nodes, one, policy, secret_for, t0};
 use super::*;
 
 fn put(secret: &mut BTreeMap<String, Vec<u8>>, kind: CertKind, node: &str, cert: IssuedCert) {
@@ -28,7 +28,7 @@ fn changed_names(plan: &CertPlan) -> Vec<String> {
 fn empty_secret_issues_all_three_per_node_then_keeps_them_byte_identical() {
     let ca = EtcdCa::generate(t0()).unwrap();
     let desired = nodes(&[("n1", &["10.0.0.1"]), ("n2", &["10.0.0.2"])]);
-    let plan = plan_node_certs(&ca, &policy(), &BTreeMap::new(), &desired, t0());
+    let plan = plan_node_certs(one(&ca), &policy(), &BTreeMap::new(), &desired, t0());
     assert_eq!(plan.decisions.len(), 6);
     assert!(plan.removals.is_empty());
     for d in &plan.decisions {
@@ -50,7 +50,7 @@ fn empty_secret_issues_all_three_per_node_then_keeps_them_byte_identical() {
         ]
     );
 
-    let secret = apply_plan(&ca, &policy(), &plan, &BTreeMap::new(), t0()).unwrap();
+    let secret = apply_plan(one(&ca), &policy(), &plan, &BTreeMap::new(), t0()).unwrap();
     assert_eq!(
         secret.keys().map(String::as_str).collect::<Vec<_>>(),
         [
@@ -71,14 +71,14 @@ fn empty_secret_issues_all_three_per_node_then_keeps_them_byte_identical() {
 
     // A year later: all valid, nothing to do, and applying changes nothing.
     let later = t0() + Duration::days(365);
-    let again = plan_node_certs(&ca, &policy(), &secret, &desired, later);
+    let again = plan_node_certs(one(&ca), &policy(), &secret, &desired, later);
     assert!(again.is_noop(), "{:?}", again.describe_changes());
     for d in &again.decisions {
         assert_eq!(d.action(), Action::Keep);
         assert_eq!(d.reason.category(), "valid");
         assert!(d.reason.to_string().starts_with("valid until 2029-"), "{d}");
     }
-    let applied = apply_plan(&ca, &policy(), &again, &secret, later).unwrap();
+    let applied = apply_plan(one(&ca), &policy(), &again, &secret, later).unwrap();
     assert_eq!(applied, secret);
 }
 
@@ -99,7 +99,7 @@ fn a_certificate_near_expiry_is_reissued_alone() {
             .unwrap(),
     );
 
-    let plan = plan_node_certs(&ca, &policy(), &secret, &desired, t0());
+    let plan = plan_node_certs(one(&ca), &policy(), &secret, &desired, t0());
     assert_eq!(changed_names(&plan), ["etcd-serving-n2"]);
     let d = decision(&plan, "n2", CertKind::Serving);
     assert_eq!(d.action(), Action::Reissue);
@@ -110,12 +110,12 @@ fn a_certificate_near_expiry_is_reissued_alone() {
         "{text}"
     );
 
-    let applied = apply_plan(&ca, &policy(), &plan, &secret, t0()).unwrap();
+    let applied = apply_plan(one(&ca), &policy(), &plan, &secret, t0()).unwrap();
     for (key, value) in &secret {
         let same = applied[key] == *value;
         assert_eq!(same, !key.starts_with("etcd-serving-n2."), "{key}");
     }
-    assert!(plan_node_certs(&ca, &policy(), &applied, &desired, t0()).is_noop());
+    assert!(plan_node_certs(one(&ca), &policy(), &applied, &desired, t0()).is_noop());
 
     // Long expired: re-issued with "expired".
     put(
@@ -129,7 +129,7 @@ fn a_certificate_near_expiry_is_reissued_alone() {
         )
         .unwrap(),
     );
-    let plan = plan_node_certs(&ca, &policy(), &secret, &desired, t0());
+    let plan = plan_node_certs(one(&ca), &policy(), &secret, &desired, t0());
     assert_eq!(changed_names(&plan), ["etcd-peer-n1", "etcd-serving-n2"]);
     assert_eq!(
         decision(&plan, "n1", CertKind::Peer).reason.category(),
@@ -175,9 +175,15 @@ fn renewal_window_is_a_third_of_the_lifetime_by_default_or_a_minimum_capped_at_h
     let secret = secret_for(&ca, &desired, t0());
     let not_before = t0() - p.backdate;
     let renew_after = p.renew_after(not_before, t0() + p.leaf_validity);
-    let before = plan_node_certs(&ca, &p, &secret, &desired, renew_after - Duration::SECOND);
+    let before = plan_node_certs(
+        one(&ca),
+        &p,
+        &secret,
+        &desired,
+        renew_after - Duration::SECOND,
+    );
     assert!(before.is_noop());
-    let at = plan_node_certs(&ca, &p, &secret, &desired, renew_after);
+    let at = plan_node_certs(one(&ca), &p, &secret, &desired, renew_after);
     assert_eq!(at.changes().count(), 3);
 }
 
@@ -187,7 +193,7 @@ fn a_changed_node_ip_reissues_that_nodes_certificates() {
     let desired = nodes(&[("n1", &["10.0.0.1"]), ("n2", &["10.0.0.2"])]);
     let secret = secret_for(&ca, &desired, t0());
     let moved = nodes(&[("n1", &["10.0.0.1"]), ("n2", &["10.0.0.22"])]);
-    let plan = plan_node_certs(&ca, &policy(), &secret, &moved, t0());
+    let plan = plan_node_certs(one(&ca), &policy(), &secret, &moved, t0());
     assert_eq!(
         changed_names(&plan),
         ["etcd-peer-n2", "etcd-serving-n2", "etcd-serving-metrics-n2"]
@@ -204,11 +210,11 @@ fn a_changed_node_ip_reissues_that_nodes_certificates() {
         d.reason.to_string(),
         "SANs changed: missing IP:10.0.0.22; no longer wanted IP:10.0.0.2"
     );
-    let applied = apply_plan(&ca, &policy(), &plan, &secret, t0()).unwrap();
+    let applied = apply_plan(one(&ca), &policy(), &plan, &secret, t0()).unwrap();
     let info = inspect_pem(&ca, "etcd-peer-n2.crt", &applied["etcd-peer-n2.crt"]);
     assert!(info.ip_addresses.contains(&ip("10.0.0.22")));
     assert!(!info.ip_addresses.contains(&ip("10.0.0.2")));
-    assert!(plan_node_certs(&ca, &policy(), &applied, &moved, t0()).is_noop());
+    assert!(plan_node_certs(one(&ca), &policy(), &applied, &moved, t0()).is_noop());
 }
 
 #[test]
@@ -218,7 +224,7 @@ fn a_removed_node_loses_its_keys_and_other_keys_stay() {
     let mut secret = secret_for(&ca, &desired, t0());
     secret.insert("unrelated".into(), b"keep me".to_vec());
     let shrunk = nodes(&[("n1", &["10.0.0.1"])]);
-    let plan = plan_node_certs(&ca, &policy(), &secret, &shrunk, t0());
+    let plan = plan_node_certs(one(&ca), &policy(), &secret, &shrunk, t0());
     assert_eq!(plan.changes().count(), 0);
     assert!(!plan.is_noop());
     assert_eq!(
@@ -239,7 +245,7 @@ fn a_removed_node_loses_its_keys_and_other_keys_stay() {
         plan.removals[0].to_string(),
         "etcd-peer-n2.crt: remove: node n2 is no longer a desired control-plane node"
     );
-    let applied = apply_plan(&ca, &policy(), &plan, &secret, t0()).unwrap();
+    let applied = apply_plan(one(&ca), &policy(), &plan, &secret, t0()).unwrap();
     assert_eq!(applied.len(), 7);
     assert_eq!(applied["unrelated"], b"keep me");
     assert!(applied.keys().all(|k| !k.contains("n2")));
@@ -251,7 +257,7 @@ fn a_node_named_metrics_something_keeps_its_serving_cert() {
     let ca = EtcdCa::generate(t0()).unwrap();
     let desired = nodes(&[("metrics-x", &["10.0.0.1"])]);
     let secret = secret_for(&ca, &desired, t0());
-    assert!(plan_node_certs(&ca, &policy(), &secret, &desired, t0()).is_noop());
+    assert!(plan_node_certs(one(&ca), &policy(), &secret, &desired, t0()).is_noop());
 }
 
 #[test]
@@ -272,13 +278,13 @@ fn a_certificate_of_another_ca_is_reissued() {
             )
             .unwrap(),
     );
-    let plan = plan_node_certs(&ca, &policy(), &secret, &desired, t0());
+    let plan = plan_node_certs(one(&ca), &policy(), &secret, &desired, t0());
     assert_eq!(changed_names(&plan), ["etcd-serving-metrics-n1"]);
     assert_eq!(
         decision(&plan, "n1", CertKind::Metrics).reason,
         Reason::WrongIssuer
     );
-    let infos = inspect_certs(&ca, &secret);
+    let infos = inspect_certs(one(&ca), &secret);
     let by_key: BTreeMap<_, _> = infos.iter().map(|i| (i.secret_key.as_str(), i)).collect();
     assert!(!by_key["etcd-serving-metrics-n1.crt"].issued_by_ca);
     assert!(by_key["etcd-peer-n1.crt"].issued_by_ca);
@@ -338,18 +344,18 @@ fn unreadable_or_mismatched_material_is_reissued() {
     for (category, corrupt) in cases {
         let mut secret = good.clone();
         corrupt(&mut secret);
-        let plan = plan_node_certs(&ca, &policy(), &secret, &desired, t0());
+        let plan = plan_node_certs(one(&ca), &policy(), &secret, &desired, t0());
         assert_eq!(changed_names(&plan), ["etcd-peer-n1"], "{category}");
         let d = decision(&plan, "n1", CertKind::Peer);
         assert_eq!(d.reason.category(), category, "{d}");
-        let applied = apply_plan(&ca, &policy(), &plan, &secret, t0()).unwrap();
-        assert!(plan_node_certs(&ca, &policy(), &applied, &desired, t0()).is_noop());
+        let applied = apply_plan(one(&ca), &policy(), &plan, &secret, t0()).unwrap();
+        assert!(plan_node_certs(one(&ca), &policy(), &applied, &desired, t0()).is_noop());
     }
 
     // Garbage shows up in inspection as an error, not a panic.
     let mut secret = good.clone();
     secret.insert(peer_crt.clone(), b"garbage".to_vec());
-    let info = inspect_certs(&ca, &secret)
+    let info = inspect_certs(one(&ca), &secret)
         .into_iter()
         .find(|i| i.secret_key == peer_crt)
         .unwrap();
@@ -379,7 +385,7 @@ fn a_wrong_usage_or_name_is_reissued() {
         "n1",
         ca.issue(&spec, &policy(), t0()).unwrap(),
     );
-    let plan = plan_node_certs(&ca, &policy(), &secret, &desired, t0());
+    let plan = plan_node_certs(one(&ca), &policy(), &secret, &desired, t0());
     assert_eq!(
         decision(&plan, "n1", CertKind::Peer).reason.to_string(),
         "extended key usage is server, want server+client"
@@ -402,9 +408,9 @@ fn leaf_certificates_never_outlive_the_ca_and_do_not_churn_near_its_end() {
     };
     let ca = EtcdCa::generate_with(&short, t0()).unwrap();
     let desired = nodes(&[("n1", &["10.0.0.1"])]);
-    let plan = plan_node_certs(&ca, &short, &BTreeMap::new(), &desired, t0());
-    let secret = apply_plan(&ca, &short, &plan, &BTreeMap::new(), t0()).unwrap();
-    let infos = inspect_certs(&ca, &secret);
+    let plan = plan_node_certs(one(&ca), &short, &BTreeMap::new(), &desired, t0());
+    let secret = apply_plan(one(&ca), &short, &plan, &BTreeMap::new(), t0()).unwrap();
+    let infos = inspect_certs(one(&ca), &secret);
     assert_eq!(infos.len(), 3);
     for info in &infos {
         assert_eq!(info.not_after, Some(ca.not_after()));
@@ -413,7 +419,7 @@ fn leaf_certificates_never_outlive_the_ca_and_do_not_churn_near_its_end() {
 
     // 390 days in: due for renewal, but a new one would expire with the CA just the same.
     let late = t0() + Duration::days(390);
-    let plan = plan_node_certs(&ca, &short, &secret, &desired, late);
+    let plan = plan_node_certs(one(&ca), &short, &secret, &desired, late);
     assert!(plan.is_noop());
     let d = decision(&plan, "n1", CertKind::Peer);
     assert_eq!(d.reason.category(), "limited-by-ca-expiry");
@@ -437,14 +443,14 @@ fn leaf_certificates_never_outlive_the_ca_and_do_not_churn_near_its_end() {
 fn an_unusable_node_name_is_skipped_not_written() {
     let ca = EtcdCa::generate(t0()).unwrap();
     let desired = nodes(&[("bad/name", &["10.0.0.9"]), ("n1", &["10.0.0.1"])]);
-    let plan = plan_node_certs(&ca, &policy(), &BTreeMap::new(), &desired, t0());
+    let plan = plan_node_certs(one(&ca), &policy(), &BTreeMap::new(), &desired, t0());
     let skipped: Vec<_> = plan
         .decisions
         .iter()
         .filter(|d| d.action() == Action::Skip)
         .collect();
     assert_eq!(skipped.len(), 3);
-    let data = apply_plan(&ca, &policy(), &plan, &BTreeMap::new(), t0()).unwrap();
+    let data = apply_plan(one(&ca), &policy(), &plan, &BTreeMap::new(), t0()).unwrap();
     assert_eq!(data.len(), 6);
     assert!(
         data.keys()

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Secret;
 use membership::TlsPem;
 
 use crate::category::Category;
-use crate::certs::{self, CaOrigin, CertPolicy, ClientCertKind, EtcdCa};
+use crate::certs::{self, CaOrigin, CaRole, CertPolicy, ClientCertKind, EtcdCa};
 use crate::controller::{ControllerError, ControllerName};
 use crate::events::EventReason;
 use crate::metrics::{CertLabels, Metrics};
@@ -32,6 +32,7 @@ use consumers::reload;
 
 pub mod ca_rotation;
 pub mod consumers;
+pub mod scrapers;
 
 const NAME: ControllerName = ControllerName::CertSigner;
 /// How soon a consumer Secret that could not be written is tried again.
@@ -87,7 +88,10 @@ pub struct State {
 pub async fn reconcile(p: &mut Pass<'_>, st: &mut State) -> Result<Issued, ControllerError> {
     let _t = p.ctx.metrics.time(NAME.as_str());
     let policy = crate::certs::policy_for(&p.o.spec.certificates);
-    let adopted = ca(p, &policy).await?;
+    let adopted = ca(p, &policy, CaRole::Etcd).await?;
+    let metrics_ca = ca(p, &policy, CaRole::Metrics).await?;
+    // Before `etcd-metric-client` is re-issued from the metrics CA below.
+    let revoke = scrapers::record(p, &adopted).await?;
     let decided = consumers::decided(p);
     let known: BTreeSet<String> = p.o.node_names().into_iter().collect();
     let pods = consumers::observe_pods(&p.ctx.client, &decided.maintain, &known).await;
@@ -102,17 +106,22 @@ pub async fn reconcile(p: &mut Pass<'_>, st: &mut State) -> Result<Issued, Contr
         .iter()
         .filter_map(reload::Pickup::line)
         .collect();
-    let trust = ca_rotation::run(p, adopted, &policy, (&waiting, st.consumers_behind)).await?;
+    let trust =
+        ca_rotation::run(p, adopted, &policy, (&waiting, st.consumers_behind), revoke).await?;
     let ca = std::sync::Arc::clone(&trust.signing);
+    let signers = certs::Signers {
+        etcd: &ca,
+        metrics: &metrics_ca,
+    };
     let bundle = trust.bundle_pem();
-    let bundles = trust.bundles();
-    let all_certs = node_certs(p, &ca, &bundles, &policy).await?;
-    let tls = client_cert(p, &ca, &bundle, &policy).await?;
+    let bundles = trust.bundles(&metrics_ca);
+    let all_certs = node_certs(p, signers, &bundles, &policy).await?;
+    let tls = client_cert(p, signers, &bundle, &policy).await?;
     let served = consumers::reconcile(p, &decided, &ca, &bundle, &policy).await;
     let after = reload::settle(&decided.maintain, &records, &served.digests, &pods, p.o.now);
     let rotating = trust.rotation.is_some();
     let consumer_status = consumers::report::report(p, &after, rotating, &records).await;
-    let infos = inspect_all(p, &ca, &all_certs, &served.certs, &tls);
+    let infos = inspect_all(p, signers, &all_certs, &served.certs, &tls);
     let mut status = expiry_status(&ca.info(), &infos, &policy);
     if !status.next_renewal.is_empty() {
         p.next(NAME, format!("next renewal at {}", status.next_renewal));
@@ -124,7 +133,7 @@ pub async fn reconcile(p: &mut Pass<'_>, st: &mut State) -> Result<Issued, Contr
     status.consumers = consumer_status;
     p.status.certificates = Some(status);
     let with_certs = nodes_with_certs(p, &all_certs);
-    record_expiry(&p.ctx.metrics, &ca, &all_certs);
+    record_expiry(&p.ctx.metrics, signers, &all_certs);
     st.consumers_behind = !served.problems.is_empty();
     report_consumer_problems(p, &served.problems);
     Ok(Issued {
@@ -138,12 +147,13 @@ pub async fn reconcile(p: &mut Pass<'_>, st: &mut State) -> Result<Issued, Contr
 /// The certificates `status.certificates` lists: etcd's, the consumers' and the operator's.
 fn inspect_all(
     p: &Pass<'_>,
-    ca: &EtcdCa,
+    signers: certs::Signers<'_>,
     all_certs: &BTreeMap<String, Vec<u8>>,
     served: &[(String, Vec<u8>)],
     tls: &TlsPem,
 ) -> Vec<certs::CertInfo> {
-    let mut infos = certs::inspect_certs(ca, all_certs);
+    let ca = signers.etcd;
+    let mut infos = certs::inspect_certs(signers, all_certs);
     for (secret, cert) in served {
         infos.push(certs::inspect_pem(ca, secret, cert));
     }
@@ -194,44 +204,49 @@ fn report_consumer_problems(p: &mut Pass<'_>, problems: &[String]) {
     }
 }
 
-/// The CA: adopted from its Secret, or generated (Managed only) and stored.
-async fn ca(p: &mut Pass<'_>, policy: &CertPolicy) -> Result<EtcdCa, ControllerError> {
+/// The CA of `role`: adopted from its Secret, or generated (Managed only) and stored. An
+/// Unmanaged cluster without a metrics CA (one adopted before the metrics CA existed) is
+/// planned against a CA that is never stored: nothing is written for it anyway.
+async fn ca(
+    p: &mut Pass<'_>,
+    policy: &CertPolicy,
+    role: CaRole,
+) -> Result<EtcdCa, ControllerError> {
     let op_ns = p.ctx.config.operator_namespace.as_str();
-    let signer_data = find(&p.inputs.operator_secrets, op_ns, certs::CA_SECRET).map(secret_bytes);
+    let name = role.secret_name();
+    let signer_data = find(&p.inputs.operator_secrets, op_ns, name).map(secret_bytes);
     let (ca, origin) =
-        EtcdCa::adopt_or_generate(signer_data.as_ref(), policy, p.o.now).map_err(cert_err)?;
-    if origin == CaOrigin::Generated {
-        if !p.o.managed {
-            return Err(ControllerError::new(
-                NAME,
-                ErrorKind::Permanent,
-                Category::NoCa,
-                "no etcd CA exists and the cluster is Unmanaged",
-            ));
-        }
-        p.w.secret(
-            op_ns,
-            certs::CA_SECRET,
-            None,
-            &ca.to_secret_data(),
-            None,
-            NO_MARKS,
-        )
+        EtcdCa::adopt_or_generate(role, signer_data.as_ref(), policy, p.o.now).map_err(cert_err)?;
+    if origin == CaOrigin::Existing || (!p.o.managed && role == CaRole::Metrics) {
+        return Ok(ca);
+    }
+    if !p.o.managed {
+        return Err(ControllerError::new(
+            NAME,
+            ErrorKind::Permanent,
+            Category::NoCa,
+            "no etcd CA exists and the cluster is Unmanaged",
+        ));
+    }
+    p.w.secret(op_ns, name, None, &ca.to_secret_data(), None, NO_MARKS)
         .await
         .map_err(write_err)?;
-        p.event(
-            EventReason::CaGenerated,
-            format!("generated the etcd CA ({})", ca.subject()),
-        )
-        .await;
-    }
+    let what = match role {
+        CaRole::Etcd => "etcd CA",
+        CaRole::Metrics => "metrics CA",
+    };
+    p.event(
+        EventReason::CaGenerated,
+        format!("generated the {what} ({})", ca.subject()),
+    )
+    .await;
     Ok(ca)
 }
 
 /// Every node's certificates and the bundle, written when they change (Managed only).
 async fn node_certs(
     p: &mut Pass<'_>,
-    ca: &EtcdCa,
+    signers: certs::Signers<'_>,
     bundles: &BTreeMap<String, String>,
     policy: &CertPolicy,
 ) -> Result<BTreeMap<String, Vec<u8>>, ControllerError> {
@@ -243,11 +258,11 @@ async fn node_certs(
             .collect();
     let current_secret = find(&p.inputs.secrets, NS, ALL_CERTS_SECRET);
     let current = current_secret.map(secret_bytes).unwrap_or_default();
-    let plan = certs::plan_node_certs(ca, policy, &current, &desired, now);
+    let plan = certs::plan_node_certs(signers, policy, &current, &desired, now);
     let all_certs = if plan.is_noop() {
         current.clone()
     } else {
-        certs::apply_plan(ca, policy, &plan, &current, now).map_err(cert_err)?
+        certs::apply_plan(signers, policy, &plan, &current, now).map_err(cert_err)?
     };
     let changes = plan.describe_changes();
     p.next(
@@ -282,17 +297,25 @@ async fn node_certs(
     Ok(all_certs)
 }
 
-/// The client certificates (the operator's own, and `etcd-metric-client` for scrapers of the
-/// metrics port), each renewed when due (written when Managed); the operator's identity.
+/// The client certificates (the operator's own, of the etcd CA with the trusted etcd CAs
+/// (`bundle`) as `ca.crt`, and `etcd-metric-client` for scrapers of the metrics proxy, of the
+/// metrics CA with it as `ca.crt`), each renewed when due (written when Managed); the
+/// operator's identity.
 async fn client_cert(
     p: &mut Pass<'_>,
-    ca: &EtcdCa,
+    signers: certs::Signers<'_>,
     bundle: &str,
     policy: &CertPolicy,
 ) -> Result<TlsPem, ControllerError> {
     let mut operator = BTreeMap::new();
+    let metrics_bundle = certs::pem_line(signers.metrics);
     for kind in ClientCertKind::ALL {
-        let data = one_client_cert(p, ca, bundle, policy, kind).await?;
+        let ca = signers.of(kind.role());
+        let trusted = match kind.role() {
+            CaRole::Etcd => bundle,
+            CaRole::Metrics => metrics_bundle.as_str(),
+        };
+        let data = one_client_cert(p, ca, trusted, policy, kind).await?;
         if kind == ClientCertKind::Operator {
             operator = data;
         }
@@ -395,9 +418,14 @@ pub fn expiry_status(
     }
 }
 
-fn record_expiry(metrics: &Metrics, ca: &EtcdCa, all_certs: &BTreeMap<String, Vec<u8>>) {
+fn record_expiry(
+    metrics: &Metrics,
+    signers: certs::Signers<'_>,
+    all_certs: &BTreeMap<String, Vec<u8>>,
+) {
+    let ca = signers.etcd;
     metrics.certificate_expiry.clear();
-    for info in certs::inspect_certs(ca, all_certs) {
+    for info in certs::inspect_certs(signers, all_certs) {
         if let Some(t) = info.not_after_unix() {
             metrics
                 .certificate_expiry

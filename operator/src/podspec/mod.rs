@@ -269,7 +269,8 @@ pub fn render_installer(
     parse_pod(&text)
 }
 
-/// etcd's metrics port (TLS, client certificates required: scrapers use `etcd-metric-client`).
+/// The metrics proxy's port (TLS, client certificates of the metrics CA required: scrapers use
+/// `etcd-metric-client`).
 pub const METRICS_PORT: u16 = 2381;
 /// etcd's plain listener for `/health` (and `/metrics`) on the node's loopback, for probes.
 pub const HEALTH_PORT: u16 = 2382;

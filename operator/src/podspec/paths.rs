@@ -29,6 +29,11 @@ pub struct CertPaths {
     pub serving_key: String,
     pub peer_cert: String,
     pub peer_key: String,
+    /// The metrics proxy's serving certificate and key, and the metrics CA bundle it trusts
+    /// scrapers' certificates with.
+    pub metrics_cert: String,
+    pub metrics_key: String,
+    pub metrics_ca: String,
 }
 
 impl CertPaths {
@@ -43,6 +48,9 @@ impl CertPaths {
             serving_key: format!("{secret}/etcd-serving-{node}.key"),
             peer_cert: format!("{secret}/etcd-peer-{node}.crt"),
             peer_key: format!("{secret}/etcd-peer-{node}.key"),
+            metrics_cert: format!("{secret}/etcd-serving-metrics-{node}.crt"),
+            metrics_key: format!("{secret}/etcd-serving-metrics-{node}.key"),
+            metrics_ca: format!("{bundles}/metrics-ca-bundle.crt"),
         }
     }
 }

@@ -363,9 +363,18 @@ impl Harness {
 
     /// The etcd CA the operator signs with now (Secret `etcd-signer`).
     pub async fn signer(&self) -> Result<etcd_operator::certs::EtcdCa, ControlPlaneError> {
-        let data = self.secret_data_of(OPERATOR_NS, "etcd-signer").await?;
-        etcd_operator::certs::EtcdCa::from_secret_data(&data)
-            .map_err(|e| ControlPlaneError::Failed(format!("etcd-signer: {e}")))
+        self.signer_of(etcd_operator::certs::CaRole::Etcd).await
+    }
+
+    /// The CA of `role` as its Secret holds it now.
+    pub async fn signer_of(
+        &self,
+        role: etcd_operator::certs::CaRole,
+    ) -> Result<etcd_operator::certs::EtcdCa, ControlPlaneError> {
+        let name = role.secret_name();
+        let data = self.secret_data_of(OPERATOR_NS, name).await?;
+        etcd_operator::certs::EtcdCa::from_role_data(role, &data)
+            .map_err(|e| ControlPlaneError::Failed(format!("{name}: {e}")))
     }
 
     /// The EtcdCluster's `metadata.generation`, read as stored.

@@ -1,12 +1,13 @@
-//! etcd's metrics port is not served in plain text on the node's address: `https://<node>:2381`
-//! takes only clients with a certificate of the etcd CA (scrapers use Secret
-//! `etcd-metric-client`, which carries the CA as `ca.crt`), and the plain listener the probes use
-//! (`:2382`) is on the node's loopback (here the node's own address, a loopback address: the
-//! local control plane's nodes share one network namespace).
+//! etcd's metrics are not served in plain text on the node's address: the metrics proxy's
+//! `https://<node>:2381` takes only clients with a certificate of the metrics CA (scrapers use
+//! Secret `etcd-metric-client`, which carries that CA as `ca.crt`) and passes only `/metrics`;
+//! that certificate reads and writes nothing on etcd's client port; and the plain listener the
+//! probes and the proxy use (`:2382`) is on the node's loopback (here the node's own address, a
+//! loopback address: the local control plane's nodes share one network namespace).
 
 use std::time::Duration;
 
-use membership::{MemberUrl, http_get, https_config};
+use membership::{EtcdClient, MemberUrl, TlsPem, http_get, https_config};
 
 use super::harness::Harness;
 use crate::controlplane::{ControlPlaneError, OPERATOR_NS};
@@ -61,6 +62,15 @@ pub async fn client_certs_required(h: &mut Harness) -> Result<(), ControlPlaneEr
         Ok((status, _)) => status,
         Err(e) => e,
     };
+    let (status, _) = http_get(&metrics, "/health", Some(&with_cert), LIMIT)
+        .await
+        .map_err(|e| failed(format!("{metrics}/health with etcd-metric-client: {e}")))?;
+    if !status.contains(" 404") {
+        return Err(failed(format!(
+            "{metrics}/health through the metrics proxy answered {status:?}, not 404"
+        )));
+    }
+    let client_port = scraper_on_client_port(h, &cert, &key).await?;
     let health = url(&format!("http://{ip}:2382"))?;
     let (status, body) = http_get(&health, "/health", None, LIMIT)
         .await
@@ -71,8 +81,48 @@ pub async fn client_certs_required(h: &mut Harness) -> Result<(), ControlPlaneEr
         )));
     }
     h.step(format!(
-        "metrics port of n1: with etcd-metric-client {status}; without a client certificate: {refused}; plain HTTP: {plain_said}; probes' listener {health}/health: {}",
+        "metrics port of n1: with etcd-metric-client {status}; without a client certificate: {refused}; plain HTTP: {plain_said}; /health through the proxy: 404; etcd-metric-client on the client port: {client_port}; probes' listener {health}/health: {}",
         body.trim()
     ));
     Ok(())
+}
+
+/// The scrapers' certificate on n1's client port: a write and a read must both fail (etcd
+/// trusts only the etcd CA). Returns what the write met.
+async fn scraper_on_client_port(
+    h: &mut Harness,
+    cert: &[u8],
+    key: &[u8],
+) -> Result<String, ControlPlaneError> {
+    let operator = h.secret_data_of(OPERATOR_NS, "etcd-client").await?;
+    let server_ca = operator
+        .get("ca.crt")
+        .cloned()
+        .ok_or_else(|| failed("Secret etcd-client has no ca.crt"))?;
+    let tls = TlsPem {
+        ca: server_ca,
+        cert: cert.to_vec(),
+        key: key.to_vec(),
+    };
+    let ip = h.cp.node("n1")?.ip();
+    let endpoint = url(&format!("https://{ip}:2379"))?;
+    let client = EtcdClient::with_pem(vec![endpoint.clone()], Some(&tls), LIMIT)
+        .map_err(|e| failed(format!("a client with etcd-metric-client: {e}")))?;
+    let wrote = tokio::time::timeout(LIMIT * 2, client.put("/scraper-probe", b"x".to_vec())).await;
+    let write_said = match wrote {
+        Ok(Ok(_)) => {
+            return Err(failed(format!(
+                "{endpoint}: etcd-metric-client wrote a key"
+            )));
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "timed out".to_owned(),
+    };
+    let read = tokio::time::timeout(LIMIT * 2, client.get("/scraper-probe")).await;
+    if let Ok(Ok(value)) = read {
+        return Err(failed(format!(
+            "{endpoint}: etcd-metric-client read a key ({value:?})"
+        )));
+    }
+    Ok(write_said)
 }

@@ -155,8 +155,13 @@ async fn certificates_follow(
     old_ip: IpAddr,
 ) -> Result<(), ControlPlaneError> {
     let ca = h.signer().await?;
+    let metrics = h.signer_of(etcd_operator::certs::CaRole::Metrics).await?;
     let all = h.secret_data_of(STATIC_NS, "etcd-all-certs").await?;
-    let infos = inspect_certs(&ca, &all);
+    let signers = etcd_operator::certs::Signers {
+        etcd: &ca,
+        metrics: &metrics,
+    };
+    let infos = inspect_certs(signers, &all);
     let ours: Vec<_> = infos
         .iter()
         .filter(|i| i.node.as_deref() == Some(NODE))

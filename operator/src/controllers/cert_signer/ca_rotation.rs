@@ -25,8 +25,10 @@
 //! the consumers and pods; a wait past a consumer's deadline is reported by
 //! [`super::consumers::report`], and the rotation keeps waiting.
 //!
-//! A rotation starts on a new `caRotationRequest`, or by itself once the CA has lived
-//! `renewAtPercent` of its lifetime. The next CA is generated once and kept in its own Secret;
+//! A rotation starts on a new `caRotationRequest`, by itself once the CA has lived
+//! `renewAtPercent` of its lifetime, or once the CA is found to have signed a scraper's
+//! certificate (trigger `scraperRevocation`, [`super::scrapers`]: the old CA is then trusted
+//! nowhere, so that certificate stops working). The next CA is generated once and kept in its own Secret;
 //! entering `DropOld` makes it `etcd-signer` (the old one is then trusted nowhere), and the next
 //! CA's Secret is deleted when the rotation ends. Every step can be repeated: a status that lags
 //! (its writes are not awaited) only makes a pass redo what the last one did. Client
@@ -46,7 +48,7 @@ use crate::podspec::paths::{ALL_BUNDLES_CONFIGMAP, ALL_CERTS_SECRET};
 use crate::retry::ErrorKind;
 
 mod run;
-pub use run::run;
+pub use run::{handled_after, run};
 
 const NAME: ControllerName = ControllerName::CertSigner;
 /// The next CA during a rotation (operator namespace).
@@ -102,6 +104,8 @@ pub struct Cas {
     pub swapped: bool,
     /// The CA has lived past its renewal point.
     pub ca_due: bool,
+    /// The CA signed a scraper's certificate ([`super::scrapers`]).
+    pub scrapers_signed: bool,
 }
 
 /// What this pass does.
@@ -132,6 +136,11 @@ pub fn decide(
         if !request.is_empty() && request != handled {
             return Step::Start {
                 trigger: request.to_owned(),
+            };
+        }
+        if cas.scrapers_signed {
+            return Step::Start {
+                trigger: super::scrapers::TRIGGER.to_owned(),
             };
         }
         if cas.ca_due {
@@ -212,12 +221,24 @@ impl Trust {
             .collect()
     }
 
-    /// The bundle ConfigMap's data.
-    pub fn bundles(&self) -> BTreeMap<String, String> {
+    /// The bundle ConfigMap's data: the trusted etcd CAs in the server and peer bundles, the
+    /// metrics CA (which no etcd CA rotation touches) in the metrics bundle.
+    pub fn bundles(&self, metrics: &EtcdCa) -> BTreeMap<String, String> {
         let pem = self.bundle_pem();
-        certs::bundle_data(&self.signing)
-            .into_keys()
-            .map(|k| (k, pem.clone()))
+        let signers = certs::Signers {
+            etcd: &self.signing,
+            metrics,
+        };
+        certs::bundle_data(signers)
+            .into_iter()
+            .map(|(k, v)| {
+                let v = if k == certs::METRICS_CA_BUNDLE_KEY {
+                    v
+                } else {
+                    pem.clone()
+                };
+                (k, v)
+            })
             .collect()
     }
 }

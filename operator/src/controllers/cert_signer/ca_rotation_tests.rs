@@ -14,6 +14,7 @@ const NEXT: Cas = Cas {
     next_exists: true,
     swapped: false,
     ca_due: false,
+    scrapers_signed: false,
 };
 
 fn view(settled: bool, old: bool, new: bool, leaves_new: bool) -> RolloutView {
@@ -94,6 +95,35 @@ fn a_request_or_an_aging_ca_starts_a_rotation() {
             trigger: "expiry".into()
         }
     );
+    // A CA that signed a scraper's certificate is rotated away, request or not; a running
+    // rotation (whatever its trigger) is finished first.
+    let signed = Cas {
+        scrapers_signed: true,
+        ..none
+    };
+    assert_eq!(
+        decide("r1", "r1", None, signed, &v),
+        Step::Start {
+            trigger: "scraperRevocation".into()
+        }
+    );
+    let running = status("ReissueLeaves");
+    assert!(matches!(
+        decide(
+            "",
+            "",
+            Some(&running),
+            Cas {
+                scrapers_signed: true,
+                ..NEXT
+            },
+            &v
+        ),
+        Step::Run {
+            phase: Phase::ReissueLeaves,
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -177,4 +207,15 @@ fn a_lost_next_ca_starts_over_only_while_nothing_was_signed_with_it() {
         ),
         Step::Broken { .. }
     ));
+}
+
+#[test]
+fn only_the_request_s_own_rotation_marks_it_handled() {
+    use super::handled_after;
+    assert_eq!(handled_after("r1", "r0", "r1"), "r1");
+    // An automatic rotation leaves the handled request as it was: "r1" stays handled.
+    assert_eq!(handled_after("r1", "r1", "expiry"), "r1");
+    assert_eq!(handled_after("r1", "r1", "scraperRevocation"), "r1");
+    // A request changed while another rotation ran is still new afterwards.
+    assert_eq!(handled_after("r2", "r0", "r1"), "r0");
 }

@@ -62,7 +62,7 @@ fn revision(number: i64, members: &[Member], spec: &EtcdClusterSpec, certs: &str
         // Every node's certificates are in the Secret from the start, but n4's only once it
         // has a member (as the cert signer issues them).
         if n.name != "n4" || members.len() == 4 {
-            for kind in ["etcd-serving", "etcd-peer"] {
+            for kind in ["etcd-serving", "etcd-peer", "etcd-serving-metrics"] {
                 for ext in ["crt", "key"] {
                     let content = format!("{certs} {kind} {}", n.name);
                     secret.insert(
@@ -76,6 +76,7 @@ fn revision(number: i64, members: &[Member], spec: &EtcdClusterSpec, certs: &str
     let bundles = BTreeMap::from([
         ("server-ca-bundle.crt".to_owned(), "server CA".to_owned()),
         ("peer-ca-bundle.crt".to_owned(), "peer CA".to_owned()),
+        ("metrics-ca-bundle.crt".to_owned(), "metrics CA".to_owned()),
     ]);
     let mut s = Secret::default();
     s.metadata.name = Some(format!("{ALL_CERTS_SECRET}-{number}"));

@@ -53,7 +53,15 @@ fn rollout_view(
         )
         .map(crate::controllers::cert_signer::secret_bytes)
         .is_some_and(|data| {
-            let infos = certs::inspect_certs(n, &data);
+            // The metrics CA signs the metrics leaves: an etcd CA rotation leaves them be.
+            let signers = certs::Signers {
+                etcd: n,
+                metrics: n,
+            };
+            let infos: Vec<_> = certs::inspect_certs(signers, &data)
+                .into_iter()
+                .filter(|i| i.kind.is_none_or(|k| k.role() == certs::CaRole::Etcd))
+                .collect();
             !infos.is_empty() && infos.iter().all(|i| i.issued_by_ca)
         })
     });
@@ -69,12 +77,14 @@ fn rollout_view(
 /// Decides and carries out this pass's rotation step; `ca` is `etcd-signer` as adopted;
 /// `waiting` names each consumer that has not picked up its Secret's material, one line each;
 /// `behind`: a consumer Secret could not be written in the last pass (the cert signer's own
-/// state), so the rotation holds its phase.
+/// state), so the rotation holds its phase; `scrapers_signed`: `ca` signed a scraper's
+/// certificate ([`super::super::scrapers::due`]).
 pub async fn run(
     p: &mut Pass<'_>,
     ca: EtcdCa,
     policy: &CertPolicy,
     (waiting, behind): (&[String], bool),
+    scrapers_signed: bool,
 ) -> Result<Trust, ControllerError> {
     let op_ns = p.ctx.config.operator_namespace.clone();
     let next = next_ca(p, &op_ns)?;
@@ -92,6 +102,7 @@ pub async fn run(
         next_exists: r.next.is_some(),
         swapped,
         ca_due: r.now >= policy.renew_after(r.ca.not_before(), r.ca.not_after()),
+        scrapers_signed,
     };
     let view = rollout_view(p, &r.ca, r.next.as_deref(), swapped, (waiting, behind));
     let step = decide(
@@ -195,10 +206,15 @@ impl Rotation {
             NAME,
             format!("CA rotation ({trigger}): trust both CAs on every node"),
         );
+        let why = if trigger == super::super::scrapers::TRIGGER {
+            " (the etcd CA signed etcd-metric-client, which etcd takes for every key: the rotation revokes it)"
+        } else {
+            ""
+        };
         p.event(
             EventReason::CaRotationStarted,
             format!(
-                "CA rotation ({trigger}) started: phase TrustBoth, the new CA expires {}",
+                "CA rotation ({trigger}) started{why}: phase TrustBoth, the new CA expires {}",
                 format_time(new.not_after())
             ),
         )
@@ -313,10 +329,18 @@ impl Rotation {
             ),
         )
         .await;
-        trust.handled = trigger;
+        let request = &p.o.spec.certificates.ca_rotation_request;
+        trust.handled = handled_after(request, &self.previous.handled_ca_rotation, &trigger);
         trust.last = format_time(self.now);
         Ok(())
     }
+}
+
+/// `status.certificates.handledCaRotation` once the rotation for `trigger` completed: the
+/// request when it was the request's, else as it was. (Recording `expiry` or
+/// `scraperRevocation` there would make a request handled before look new, and rotate again.)
+pub fn handled_after(request: &str, handled: &str, trigger: &str) -> String {
+    if trigger == request { trigger } else { handled }.to_owned()
 }
 
 /// A phase whose consumers have not picked up its material says so (`rolled`: only they are

@@ -12,7 +12,9 @@
 //! * discard an incomplete revision (a crash between its writes): no node can be on it, since
 //!   `latestAvailableRevision` only moves to complete revisions, so it is deleted and rebuilt
 //!   from the current sources, never completed with newer data;
-//! * create N+1 when the sources differ from the latest complete revision (byte for byte);
+//! * create N+1 when the sources differ from the latest complete revision (byte for byte), N
+//!   being the highest revision found, published, or run or installed on a node (after a
+//!   restore the nodes may run revisions the restored API never saw);
 //! * publish the latest complete revision in status;
 //! * prune revisions beyond the history limits, never one a node is on, moving to, or failed on
 //!   recently.
@@ -125,6 +127,11 @@ pub struct RevisionView<'a> {
     pub sources: &'a Sources,
     pub found: &'a [FoundRevision],
     pub published: i64,
+    /// The highest revision a node's etcd pod runs or an installer pod installs. After a
+    /// restore from a snapshot the API knows only the revisions made before it, while the nodes
+    /// may run later ones: a revision reusing one of their numbers would look installed there,
+    /// and the installer refuses a lower one, so those nodes would never move.
+    pub on_nodes: i64,
     pub in_use: &'a InUse,
     pub limits: Limits,
 }
@@ -180,7 +187,12 @@ pub fn decide(view: &RevisionView<'_>) -> RevisionStep {
         Some(recorded) => changed_sources(&current, recorded),
     };
     if !changed.is_empty() {
-        let number = found.last().map_or(0, |r| r.number).max(view.published) + 1;
+        let number = found
+            .last()
+            .map_or(0, |r| r.number)
+            .max(view.published)
+            .max(view.on_nodes)
+            + 1;
         return RevisionStep::Create {
             number,
             reason: if latest_complete.is_none() {
@@ -329,10 +341,18 @@ pub async fn reconcile(
     let found = found_revisions(&p.inputs.configmaps, &p.inputs.secrets);
     let in_use = in_use(&p.status.node_statuses);
     let spec = &p.o.spec.revision_history;
+    let on_nodes =
+        p.o.pods
+            .values()
+            .map(|(pod, _)| pod.revision)
+            .chain(p.o.installers.values().map(|i| i.revision))
+            .max()
+            .unwrap_or(0);
     let step = decide(&RevisionView {
         sources: &sources,
         found: &found,
         published: p.status.latest,
+        on_nodes,
         in_use: &in_use,
         limits: Limits {
             succeeded: spec.succeeded_limit as usize,

@@ -32,6 +32,7 @@ fn view<'a>(
         sources: s,
         found,
         published,
+        on_nodes: 0,
         in_use,
         limits: Limits {
             succeeded: 2,
@@ -103,6 +104,34 @@ fn numbers_never_go_back_even_if_status_is_ahead() {
     assert!(matches!(
         decide(&view(&s, &found, 5, &InUse::default())),
         RevisionStep::Create { number: 6, .. }
+    ));
+}
+
+/// After a restore from a snapshot the API knows revisions 1..=2 and publishes 2, while the
+/// nodes run 4 (two rollouts after the snapshot): the next revision is 5, not 3, which the nodes
+/// would count as installed-below and refuse (measured: `refusing revision 3: revision 4 is
+/// already installed`, the cluster left at one member).
+#[test]
+fn numbers_go_above_every_revision_a_node_runs() {
+    let s = sources("c", "x");
+    let found = [revision(1, "a", "x"), revision(2, "b", "x")];
+    let none = InUse::default();
+    let restored = RevisionView {
+        on_nodes: 4,
+        ..view(&s, &found, 2, &none)
+    };
+    assert!(matches!(
+        decide(&restored),
+        RevisionStep::Create { number: 5, .. }
+    ));
+    // Nodes behind the API change nothing.
+    let behind = RevisionView {
+        on_nodes: 1,
+        ..view(&s, &found, 2, &none)
+    };
+    assert!(matches!(
+        decide(&behind),
+        RevisionStep::Create { number: 3, .. }
     ));
 }
 

@@ -7,6 +7,9 @@
 //!    cut-off: a write acknowledged at or
 //!    below it must survive, one above it (until the wipe) is the expected loss (`rpo_writes`);
 //!    every write acknowledged after the wipe must survive too.
+//!    With the operator's backup (`restore-from-backup`), two forced rollouts follow, so every
+//!    node runs a revision numbered above all the restored API knows of (#65: such nodes must
+//!    still be moved and their members added back).
 //! 2. Bad input while quorum is healthy: a copy with one flipped byte is invalid (exit 2, the
 //!    integrity hash), the real snapshot is refused (exit 1, "quorum is healthy").
 //! 3. Every node stops, its data dir is wiped, its node agent starts again: `etcd-verify` keeps
@@ -129,6 +132,24 @@ async fn acquire(
 }
 
 /// Step 1: the snapshot, outside every node root, made the write load's cut-off.
+/// After the snapshot, `times` forced redeployments, each rolled to every node: the nodes then
+/// run a revision numbered above every one the snapshot (and so the restored API) knows of.
+async fn revisions_move_on(h: &mut Harness, times: usize) -> Result<(), ControlPlaneError> {
+    let from = h.status().await.latest_available_revision;
+    for i in 1..=times {
+        let latest = h.status().await.latest_available_revision;
+        let reason = format!("after the snapshot, rollout {i}");
+        h.patch_spec(serde_json::json!({ "forceRedeploymentReason": reason }))
+            .await?;
+        h.wait_settled_after(3, latest, SETTLE).await?;
+    }
+    let to = h.status().await.latest_available_revision;
+    h.step(format!(
+        "{times} forced rollouts after the snapshot: every node moved from revision {from} to {to}, which the restored API will not know of"
+    ));
+    Ok(())
+}
+
 async fn take_snapshot(
     h: &mut Harness,
     source: Source,
@@ -373,6 +394,9 @@ async fn restore(h: &mut Harness, source: Source) -> Result<(), ControlPlaneErro
     // 1. The snapshot, outside every node root.
     let (dir, acquired) = take_snapshot(h, source).await?;
     let (snapshot, revision) = (acquired.local.clone(), acquired.revision);
+    if source == Source::Backup {
+        revisions_move_on(h, 2).await?;
+    }
 
     // 2. Bad input while quorum is healthy.
     let other = Box::pin(refused_while_healthy(h, &dir, &snapshot)).await?;

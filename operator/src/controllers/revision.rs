@@ -38,6 +38,10 @@ const NAME: ControllerName = ControllerName::Revision;
 /// Prefix of each revision's status ConfigMap.
 pub const STATUS_PREFIX: &str = "revision-status-";
 const SOURCE_NAMES: [&str; 3] = [POD_CONFIGMAP, ALL_BUNDLES_CONFIGMAP, ALL_CERTS_SECRET];
+/// The highest revision label on a node that numbering follows: 2^40 is beyond any history
+/// (a revision a second for 34,000 years); a label above it is forged, and numbering it would
+/// overflow.
+pub const MAX_NODE_REVISION: i64 = 1 << 40;
 
 /// Data of one source or copy (ConfigMap `data` or Secret `data`, bytes).
 pub type Data = BTreeMap<String, Vec<u8>>;
@@ -191,8 +195,8 @@ pub fn decide(view: &RevisionView<'_>) -> RevisionStep {
             .last()
             .map_or(0, |r| r.number)
             .max(view.published)
-            .max(view.on_nodes)
-            + 1;
+            .max(view.on_nodes.min(MAX_NODE_REVISION))
+            .saturating_add(1);
         return RevisionStep::Create {
             number,
             reason: if latest_complete.is_none() {
@@ -346,6 +350,7 @@ pub async fn reconcile(
             .values()
             .map(|(pod, _)| pod.revision)
             .chain(p.o.installers.values().map(|i| i.revision))
+            .filter(|r| *r <= MAX_NODE_REVISION)
             .max()
             .unwrap_or(0);
     let step = decide(&RevisionView {

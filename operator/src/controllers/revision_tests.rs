@@ -124,6 +124,15 @@ fn numbers_go_above_every_revision_a_node_runs() {
         decide(&restored),
         RevisionStep::Create { number: 5, .. }
     ));
+    // A forged label beyond any history is not followed past the bound, nor overflows.
+    let forged = RevisionView {
+        on_nodes: i64::MAX,
+        ..view(&s, &found, 2, &none)
+    };
+    assert!(matches!(
+        decide(&forged),
+        RevisionStep::Create { number, .. } if number == MAX_NODE_REVISION + 1
+    ));
     // Nodes behind the API change nothing.
     let behind = RevisionView {
         on_nodes: 1,

@@ -40,7 +40,7 @@ mod verify_report;
 pub use api_servers::{ApiServer, ControlPlanePod, ControlPlanePods};
 pub use client::{
     ClientConfig, ClientError, EndpointFailure, EndpointStatus, EtcdClient, EtcdRefusal,
-    FailureKind, LiveMembers,
+    FailureKind, LiveMembers, QUORUM_READ_KEY,
 };
 pub use consistency::{Divergence, HashVerdict, MemberHash, compare_hashes};
 pub use duration::{DurationError, parse_duration};

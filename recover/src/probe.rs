@@ -4,13 +4,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use membership::{ClientConfig, ClientError, EtcdClient, MemberUrl};
+use membership::{ClientConfig, ClientError, EtcdClient, MemberUrl, QUORUM_READ_KEY};
 
 use crate::plan::{Reached, Survey, Voters, VotersFrom};
 use crate::pod::EtcdPod;
-
-/// The key a linearizable read asks for to learn whether a quorum answers (it need not exist).
-pub const QUORUM_PROBE_KEY: &str = "/etcd-static-operator/recover/quorum-probe";
 
 /// Why the survey could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -110,7 +107,7 @@ async fn quorum_read(
             continue;
         }
         let read = match client(pod, vec![r.url.clone()], call_timeout) {
-            Ok(c) => c.get(QUORUM_PROBE_KEY).await.map_err(|e| e.to_string()),
+            Ok(c) => c.get(QUORUM_READ_KEY).await.map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
         match read {

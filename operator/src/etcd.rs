@@ -217,6 +217,47 @@ impl EtcdObservation {
     pub fn leader_raft_index(&self) -> Option<u64> {
         self.leader.and_then(|l| self.health.get(&l)?.raft_index)
     }
+
+    /// The leader's raft index, or, when its status call failed this pass, the highest any
+    /// member reported (at most a little behind the leader's).
+    pub fn raft_index_at_least(&self) -> Option<u64> {
+        self.leader_raft_index()
+            .or_else(|| self.health.values().filter_map(|h| h.raft_index).max())
+    }
+}
+
+#[cfg(test)]
+mod raft_index_tests {
+    use super::*;
+
+    #[test]
+    fn without_the_leader_s_index_the_highest_reported_stands_in() {
+        let (a, b) = (MemberId::new(1).unwrap(), MemberId::new(2).unwrap());
+        let obs = |leader: Option<MemberId>, a_index: Option<u64>| EtcdObservation {
+            leader,
+            health: BTreeMap::from([
+                (
+                    a,
+                    MemberObs {
+                        raft_index: a_index,
+                        ..MemberObs::default()
+                    },
+                ),
+                (
+                    b,
+                    MemberObs {
+                        raft_index: Some(90),
+                        ..MemberObs::default()
+                    },
+                ),
+            ]),
+            ..EtcdObservation::default()
+        };
+        assert_eq!(obs(Some(a), Some(100)).raft_index_at_least(), Some(100));
+        assert_eq!(obs(Some(a), None).raft_index_at_least(), Some(90));
+        assert_eq!(obs(None, Some(100)).raft_index_at_least(), Some(100));
+        assert_eq!(EtcdObservation::default().raft_index_at_least(), None);
+    }
 }
 
 /// A client whose endpoint list follows the cluster.

@@ -76,10 +76,12 @@ pub(super) async fn change(
 }
 
 /// Records the renewed standby (`status.defragmentation.standbyRenewal`): its node joins again
-/// once the leader's log moved on from here.
+/// once the leader's log moved on from here. Without the leader's index this pass (its status
+/// call failed), the highest index a member reported stands in: a little behind the leader's,
+/// never 0, which would let the node rejoin before the log moved at all.
 fn record_renewal(p: &mut Pass<'_>, id: membership::MemberId) {
     let node = p.o.etcd.members.iter().find(|m| m.id == id);
-    let leader_index = p.o.etcd.leader_raft_index();
+    let leader_index = p.o.etcd.raft_index_at_least();
     p.status.defrag.standby_renewal = Some(crate::api::StandbyRenewal {
         node: node.map(|m| m.name.clone()).unwrap_or_default(),
         member_id: id.to_string(),

@@ -34,7 +34,9 @@ use super::harness::{Harness, Recovery, describe_members, member_of, members_of}
 use super::runbook::excerpt;
 use crate::controlplane::ControlPlaneError;
 
+mod rollouts;
 mod snapshot;
+use rollouts::revisions_move_on;
 use snapshot::{
     figure_after, from_snapshot, must_refuse, other_cluster_snapshot, save_snapshot,
     snapshot_revision, write_tls,
@@ -132,24 +134,6 @@ async fn acquire(
 }
 
 /// Step 1: the snapshot, outside every node root, made the write load's cut-off.
-/// After the snapshot, `times` forced redeployments, each rolled to every node: the nodes then
-/// run a revision numbered above every one the snapshot (and so the restored API) knows of.
-async fn revisions_move_on(h: &mut Harness, times: usize) -> Result<(), ControlPlaneError> {
-    let from = h.status().await.latest_available_revision;
-    for i in 1..=times {
-        let latest = h.status().await.latest_available_revision;
-        let reason = format!("after the snapshot, rollout {i}");
-        h.patch_spec(serde_json::json!({ "forceRedeploymentReason": reason }))
-            .await?;
-        h.wait_settled_after(3, latest, SETTLE).await?;
-    }
-    let to = h.status().await.latest_available_revision;
-    h.step(format!(
-        "{times} forced rollouts after the snapshot: every node moved from revision {from} to {to}, which the restored API will not know of"
-    ));
-    Ok(())
-}
-
 async fn take_snapshot(
     h: &mut Harness,
     source: Source,

@@ -158,6 +158,15 @@ impl VerifyReport {
         }
     }
 
+    /// A termination message that is a report of [`VERIFY_REPORT_VERSION`], else `None`: for
+    /// etcd's own container, whose message is the gate's report only when `etcd-verify
+    /// exec-etcd` blocked (etcd's own failures leave a log tail there).
+    pub fn parse(message: &str) -> Option<Self> {
+        serde_json::from_str::<VerifyReport>(message)
+            .ok()
+            .filter(|r| r.version == VERIFY_REPORT_VERSION)
+    }
+
     /// A message that is not a readable report: start when the gate exited 0, otherwise a block
     /// with [`BlockCode::Unknown`] whose reason quotes the message (cut to 300 characters).
     pub fn undecodable(why: &str, message: &str, exit_code: i32) -> Self {

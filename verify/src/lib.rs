@@ -26,6 +26,7 @@ pub mod admin_override;
 pub mod config;
 pub mod datadir;
 pub mod decide;
+pub mod handoff;
 pub mod keyfiles;
 pub mod metrics_proxy;
 pub mod report;

@@ -2,7 +2,12 @@
 //!
 //! `etcd-verify membership` is the init container that gates etcd's start. Exit codes: 0 = etcd
 //! may start; 1 = blocked (decided); 2 = invalid input (env or flags). Stdout carries only the
-//! JSON result; logs and the one-line reason go to stderr.
+//! JSON result; logs and the one-line reason go to stderr. With `--install-into` it hands the
+//! gate to etcd's container on a `start` (`etcd_verify::handoff`).
+//!
+//! `etcd-verify exec-etcd -- etcd ...` is etcd's container command: the same gate on every start
+//! of etcd (a restart in place runs no init container), then it becomes etcd. A block exits as
+//! `membership` does, with the report in the container's termination message.
 //!
 //! `etcd-verify metrics-proxy` is the container that serves etcd's metrics to scrapers over
 //! mutual TLS. It runs until SIGTERM or SIGINT (exit 0); a startup error (a TLS file, the
@@ -13,10 +18,11 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use clap::{Parser, Subcommand};
 use etcd_verify::config::VerifyConfig;
+use etcd_verify::handoff::{self, Ticket};
 use etcd_verify::metrics_proxy::{MetricsProxy, ProxyConfig, Upstream};
 use etcd_verify::run::{Timing, client_for, run};
 use membership::{BlockCode, VerifyReport};
@@ -44,6 +50,9 @@ struct Cli {
 enum Command {
     /// Decide whether etcd may start, from the pod's env, the data dir and the live membership.
     Membership(MembershipArgs),
+    /// etcd's container command: gate this start of etcd (taking the init container's ticket on
+    /// the first start, deciding again on a restart in place), then become etcd.
+    ExecEtcd(ExecEtcdArgs),
     /// Serve etcd's metrics over mutual TLS to scrapers holding a certificate of the metrics CA,
     /// from etcd's plain loopback metrics listener (nothing else of etcd is reachable).
     MetricsProxy(MetricsProxyArgs),
@@ -53,6 +62,32 @@ enum Command {
 
 #[derive(clap::Args, Debug)]
 struct MembershipArgs {
+    #[command(flatten)]
+    gate: GateArgs,
+    /// A directory shared with etcd's container (an emptyDir): on a `start` verdict this
+    /// binary is copied there with a ticket for etcd's first start (see `exec-etcd`).
+    #[arg(long, value_name = "DIR")]
+    install_into: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+struct ExecEtcdArgs {
+    #[command(flatten)]
+    gate: GateArgs,
+    /// The directory the init container installed into (its `--install-into`).
+    #[arg(long, value_name = "DIR")]
+    ticket_dir: PathBuf,
+    /// How old the init container's ticket may be and still stand for this start.
+    #[arg(long, default_value = "60s", value_parser = membership::parse_duration)]
+    ticket_max_age: Duration,
+    /// etcd and its flags, after `--` (e.g. `-- etcd --name=n1 ...`); `etcd` is found on PATH.
+    #[arg(last = true, required = true, value_name = "ETCD")]
+    etcd: Vec<std::ffi::OsString>,
+}
+
+/// The gate's flags, the same in the init container and in etcd's container.
+#[derive(clap::Args, Debug)]
+struct GateArgs {
     /// Bound on the whole run, retries included (e.g. 120s, 2m).
     #[arg(long, default_value = DEFAULT_TIMEOUT, value_parser = membership::parse_duration)]
     timeout: Duration,
@@ -143,27 +178,75 @@ fn main() -> ExitCode {
         }
     };
     cli.log.init("ETCD_VERIFY_LOG", "info");
-    let args = match cli.command {
-        Command::Membership(args) => args,
-        Command::MetricsProxy(args) => return metrics_proxy(args.config()),
+    match cli.command {
+        Command::Membership(args) => membership(&args),
+        Command::ExecEtcd(args) => exec_etcd(&args),
+        Command::MetricsProxy(args) => metrics_proxy(args.config()),
         Command::Completions(c) => {
             c.print(<Cli as clap::CommandFactory>::command());
-            return ExitCode::SUCCESS;
+            ExitCode::SUCCESS
         }
+    }
+}
+
+/// The init container: decide, report, and on `start` hand the gate over to etcd's container.
+fn membership(args: &MembershipArgs) -> ExitCode {
+    let (mut result, mut code) = decided(&args.gate);
+    if let (true, Some(dir)) = (result.may_start(), &args.install_into) {
+        let line = etcd_verify::report::json_line(&result);
+        if let Err(e) = handoff::install(dir, &line) {
+            result = VerifyReport::block(BlockCode::Internal, e.to_string(), None, None);
+            code = ExitCode::from(1);
+        }
+    }
+    report(&result, args.gate.termination_log.as_ref());
+    code
+}
+
+/// etcd's container: the init container's ticket or a decision of its own, then etcd.
+fn exec_etcd(args: &ExecEtcdArgs) -> ExitCode {
+    let ticket = handoff::take_ticket(&args.ticket_dir, args.ticket_max_age, SystemTime::now());
+    let fresh = matches!(ticket, Ticket::Fresh { .. });
+    if fresh {
+        eprintln!(
+            "etcd-verify exec-etcd: the init container's verdict stands for this start ({ticket:?})"
+        );
+    } else {
+        eprintln!(
+            "etcd-verify exec-etcd: no fresh verdict for this start ({ticket:?}): deciding again"
+        );
+        let (result, code) = decided(&args.gate);
+        if !result.may_start() {
+            report(&result, args.gate.termination_log.as_ref());
+            return code;
+        }
+        eprintln!("etcd-verify exec-etcd: start: {}", result.reason);
+    }
+    let Some((program, rest)) = args.etcd.split_first() else {
+        return ExitCode::from(2); // clap requires it
     };
-    let (result, code) = match membership_gate(&args) {
+    let e = handoff::exec(program, rest);
+    let reason = format!("cannot run {}: {e}", program.to_string_lossy());
+    report(
+        &VerifyReport::block(BlockCode::Internal, reason, None, None),
+        args.gate.termination_log.as_ref(),
+    );
+    ExitCode::from(1)
+}
+
+/// The gate's report and exit code: 0 start, 1 block, 2 invalid input.
+fn decided(args: &GateArgs) -> (VerifyReport, ExitCode) {
+    match membership_gate(args) {
         Ok(result) if result.may_start() => (result, ExitCode::SUCCESS),
         Ok(result) => (result, ExitCode::from(1)),
         Err((code, reason)) => (
             VerifyReport::block(code, reason, None, None),
             ExitCode::from(2),
         ),
-    };
-    report(&result, args.termination_log.as_ref());
-    code
+    }
 }
 
-fn membership_gate(args: &MembershipArgs) -> Result<VerifyReport, (BlockCode, String)> {
+fn membership_gate(args: &GateArgs) -> Result<VerifyReport, (BlockCode, String)> {
     let invalid =
         |e: &dyn std::fmt::Display| (BlockCode::InvalidInput, format!("invalid input: {e}"));
     let mut config = VerifyConfig::from_process_env().map_err(|e| invalid(&e))?;

@@ -6,7 +6,9 @@
 //! here, and the unit tests still need this table). The stand-in maps the
 //! image's repository (last path component, tag and digest stripped) and, for etcd, the version
 //! in its tag to a set of local binaries; a container's `command[0]` (by its file name, so
-//! `/usr/local/bin/etcd` and `etcd` are the same) must be one of them. A container without
+//! `/usr/local/bin/etcd` and `etcd` are the same) must be one of them, unless it names a file in
+//! one of the container's volumes (an init container put it there): that file runs, with the
+//! image's binaries bound at `/usr/local/bin` (`container/prepare.rs`). A container without
 //! `command` runs the image's entrypoint. First match wins:
 //!
 //! | repository (last component)                     | tag                          | binaries                                                         | entrypoint      |

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Node, Pod, PodStatus};
 use membership::VerifyReport;
 use time::OffsetDateTime;
 
@@ -175,18 +175,10 @@ pub fn etcd_pods(pods: &[Pod]) -> BTreeMap<String, (PodState, Option<VerifyRepor
         let started_at = etcd_running
             .and_then(|r| r.started_at)
             .and_then(|t| OffsetDateTime::from_unix_timestamp(t.0.as_second()).ok());
-        let report = status
-            .init_container_statuses
-            .as_ref()
-            .and_then(|cs| cs.iter().find(|c| c.name == "etcd-verify"))
-            .and_then(|c| {
-                let term = c
-                    .state
-                    .as_ref()
-                    .and_then(|s| s.terminated.clone())
-                    .or_else(|| c.last_state.as_ref().and_then(|s| s.terminated.clone()))?;
-                Some(VerifyReport::read(term.message.as_deref()?, term.exit_code))
-            });
+        let report = (!running)
+            .then(|| in_place_report(&status))
+            .flatten()
+            .or_else(|| init_report(&status));
         let blocked = report
             .as_ref()
             .filter(|r| !r.may_start() && !ready)
@@ -206,6 +198,33 @@ pub fn etcd_pods(pods: &[Pod]) -> BTreeMap<String, (PodState, Option<VerifyRepor
         );
     }
     out
+}
+
+/// The last termination of the container of `status` named `name`: the current state's, else
+/// the last state's.
+fn last_termination(
+    statuses: Option<&Vec<ContainerStatus>>,
+    name: &str,
+) -> Option<ContainerStateTerminated> {
+    let c = statuses?.iter().find(|c| c.name == name)?;
+    c.state
+        .as_ref()
+        .and_then(|s| s.terminated.clone())
+        .or_else(|| c.last_state.as_ref().and_then(|s| s.terminated.clone()))
+}
+
+/// The init container's report (`etcd-verify membership`).
+fn init_report(status: &PodStatus) -> Option<VerifyReport> {
+    let term = last_termination(status.init_container_statuses.as_ref(), "etcd-verify")?;
+    Some(VerifyReport::read(term.message.as_deref()?, term.exit_code))
+}
+
+/// The report of the gate in etcd's own container (`etcd-verify exec-etcd`, on a restart in
+/// place), read only while etcd does not run: its last termination message is a report only
+/// when that gate blocked.
+fn in_place_report(status: &PodStatus) -> Option<VerifyReport> {
+    let term = last_termination(status.container_statuses.as_ref(), "etcd")?;
+    VerifyReport::parse(term.message.as_deref()?)
 }
 
 /// The installer's termination message is one JSON line (`{"outcome","reason","message",...}`);
@@ -384,6 +403,63 @@ mod tests {
             report.as_ref().unwrap().data_lost_member(),
             MemberId::new(3)
         );
+    }
+
+    /// An etcd pod on n3 whose init container passed and whose etcd container is `etcd`.
+    fn restarted_in_place(etcd: serde_json::Value) -> Pod {
+        pod(serde_json::json!({
+            "metadata": {"name": "etcd-n3", "labels": {"app": "etcd", "revision": "4"}},
+            "spec": {"nodeName": "n3", "containers": []},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "False"}],
+                "initContainerStatuses": [{
+                    "name": "etcd-verify", "image": "x", "imageID": "", "ready": true, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 0, "message":
+                        r#"{"version":1,"decision":"start","reason":"member 3 has data","member_id":"3","archived":null}"#}}
+                }],
+                "containerStatuses": [etcd]
+            }
+        }))
+    }
+
+    #[test]
+    fn the_gate_of_a_restart_in_place_is_read_from_etcd_s_container_while_it_does_not_run() {
+        let lost = r#"{"version":1,"decision":"block","code":"DataDirLost","reason":"data dir lost: member 3 (n3) has started before","member_id":"3","archived":null}"#;
+        let backing_off = restarted_in_place(serde_json::json!({
+            "name": "etcd", "image": "x", "imageID": "", "ready": false, "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 1, "message": lost}}
+        }));
+        let pods = etcd_pods(&[backing_off]);
+        let (state, report) = &pods["n3"];
+        assert!(
+            state
+                .blocked
+                .as_deref()
+                .unwrap()
+                .starts_with("data dir lost")
+        );
+        assert_eq!(
+            report.as_ref().unwrap().data_lost_member(),
+            MemberId::new(3)
+        );
+        // Once etcd runs again, an old block in its last state is history: the start stands.
+        let running = restarted_in_place(serde_json::json!({
+            "name": "etcd", "image": "x", "imageID": "", "ready": false, "restartCount": 4,
+            "state": {"running": {}},
+            "lastState": {"terminated": {"exitCode": 1, "message": lost}}
+        }));
+        let pods = etcd_pods(&[running]);
+        let (state, report) = &pods["n3"];
+        assert_eq!(state.blocked, None);
+        assert!(report.as_ref().unwrap().may_start());
+        // etcd's own crash leaves a log tail there: not a report, the init container's stands.
+        let crashed = restarted_in_place(serde_json::json!({
+            "name": "etcd", "image": "x", "imageID": "", "ready": false, "restartCount": 1,
+            "state": {"terminated": {"exitCode": 2, "message": "panic: boom"}}
+        }));
+        let pods = etcd_pods(&[crashed]);
+        assert!(pods["n3"].1.as_ref().unwrap().may_start());
     }
 
     #[test]

@@ -85,14 +85,33 @@ fn common(run: &PodRun, c: &Container, restart: u32) -> Result<Common, SetupErro
     })
 }
 
-/// The host runtime: the image table maps the command to a host binary.
-fn host_launch(run: &PodRun, c: &Container, common: Common) -> Result<Prepared, SetupError> {
+/// The host runtime: the image table maps the command to a host binary, unless the command
+/// names a file in one of the container's volumes ([`volume_program`]).
+fn host_launch(run: &PodRun, c: &Container, mut common: Common) -> Result<Prepared, SetupError> {
     let ctx = &run.ctx;
     let image = c.image.clone().unwrap_or_default();
-    let resolved = ctx
-        .images
-        .resolve(&image, &common.command, &common.args)
-        .map_err(|e| ("CreateContainerError", e.to_string()))?;
+    let refused = |e: crate::images::ImageError| ("CreateContainerError", e.to_string());
+    let resolved = match volume_program(&common) {
+        Some(program) => {
+            // The image's binaries where the images scripts/build-images makes keep them, so the
+            // program finds them on PATH as it would in the image.
+            let entry = ctx.images.lookup(&image).map_err(refused)?;
+            common
+                .binds
+                .extend(entry.binaries.iter().map(|(name, path)| BindMount {
+                    source: path.clone(),
+                    target: PathBuf::from("/usr/local/bin").join(name),
+                    read_only: true,
+                }));
+            let mut args: Vec<String> = common.command.iter().skip(1).cloned().collect();
+            args.extend(common.args.iter().cloned());
+            crate::images::ResolvedCommand { program, args }
+        }
+        None => ctx
+            .images
+            .resolve(&image, &common.command, &common.args)
+            .map_err(refused)?,
+    };
     let launch = Launch {
         helper: ctx.helper.clone(),
         program: resolved.program,
@@ -116,6 +135,20 @@ fn host_launch(run: &PodRun, c: &Container, common: Common) -> Result<Prepared, 
         env: common.env,
         runc_id: None,
     })
+}
+
+/// `command[0]` when it is an absolute path inside one of the container's volume mounts (a
+/// binary an init container put in an `emptyDir`, as the etcd pod's gate hand-off does): a
+/// container runs whatever file its command names in its own filesystem, volumes included, so
+/// the image table is not asked.
+fn volume_program(common: &Common) -> Option<PathBuf> {
+    let program = PathBuf::from(common.command.first()?);
+    let inside = common
+        .binds
+        .iter()
+        .filter(|b| b.source != common.termination_file)
+        .any(|b| program.starts_with(&b.target) && program != b.target);
+    (program.is_absolute() && inside).then_some(program)
 }
 
 /// The environment `runc` itself runs with (the container's is in its bundle).

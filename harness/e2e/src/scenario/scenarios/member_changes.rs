@@ -1,4 +1,5 @@
-//! The membership-change scenarios: a member whose data dir was destroyed, a node deleted and
+//! The membership-change scenarios: a member whose data dir was destroyed (at a reboot, then under
+//! its running etcd, restarted in place), a node deleted and
 //! another added, a standby learner beside three voters and its promotion when a voter's node
 //! goes, a member an admin removed behind the operator's back, and an unhealthy member replaced
 //! after its data was damaged.
@@ -24,7 +25,76 @@ pub(super) async fn data_loss(h: &mut Harness) -> Result<(), ControlPlaneError> 
     ));
     h.cp.restart_node("n2").await?;
     h.step("n2 restarted with no data");
-    rejoins_as_new_member(h, "n2", &old, "n2's old member removed").await
+    rejoins_as_new_member(h, "n2", &old, "n2's old member removed").await?;
+    data_lost_under_running_etcd(h, "n3").await
+}
+
+/// The second act of `data-loss` (#65 item 2): `node`'s data dir vanishes under its running etcd
+/// (a disk that failed and came back empty, an `rm -rf` by mistake) and etcd then dies. The
+/// kubelet restarts the container in place, in the same pod sandbox, so no init container runs.
+/// etcd must not start again as the same started member on the empty data dir: etcd's no-WAL
+/// `existing` path would rejoin it as that voter with an empty log, which can vote for a
+/// candidate missing committed writes. Its member is replaced instead, as after a reboot.
+async fn data_lost_under_running_etcd(
+    h: &mut Harness,
+    node: &str,
+) -> Result<(), ControlPlaneError> {
+    let old = member_of(&h.status().await, node)
+        .ok_or_else(|| failed(format!("{node} has no member")))?;
+    let flag = format!("--listen-peer-urls=https://{}:2380", h.cp.node(node)?.ip());
+    let pid = crate::scenario::restart_free::etcd_pid(&flag)
+        .ok_or_else(|| failed(format!("no etcd process of {node} runs")))?;
+    let member_dir = h.cp.node(node)?.data_dir().join("member");
+    std::fs::remove_dir_all(&member_dir)
+        .map_err(|e| failed(format!("removing {}: {e}", member_dir.display())))?;
+    let raw = i32::try_from(pid).map_err(|e| failed(format!("pid {pid}: {e}")))?;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(raw),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .map_err(|e| failed(format!("SIGKILL to {node}'s etcd (pid {pid}): {e}")))?;
+    h.step(format!(
+        "{node}'s {} removed under its running etcd, which then died (SIGKILL, pid {pid}): \
+         its container restarts in place (member {old})",
+        member_dir.display()
+    ));
+    // Either the old member goes (the gate held and the operator replaced it), or etcd started
+    // again on the emptied data dir as that member: the second ends the story at once.
+    let restarted = std::cell::Cell::new(None);
+    h.wait_status(&format!("{node}'s old member removed"), SETTLE, |s| {
+        if let Some(p) = crate::scenario::restart_free::etcd_pid(&flag)
+            && p != pid
+            && member_dir.join("wal").exists()
+            && member_ids(s).contains(&old)
+        {
+            restarted.set(Some(p));
+            return true;
+        }
+        !member_ids(s).contains(&old)
+    })
+    .await?;
+    if let Some(p) = restarted.get() {
+        return Err(failed(format!(
+            "{node}'s etcd restarted in place (pid {p}) on the emptied data dir as started member \
+             {old}: it rejoined with an empty log, and nothing gated that start"
+        )));
+    }
+    // Removed because the gate in etcd's container reported the lost data dir, not by some
+    // other path (remediation, a stale revision).
+    let events =
+        crate::scenario::failover_audit::cluster_events(&h.cp, &["MemberWithLostDataRemoved"])
+            .await
+            .map_err(failed)?;
+    let Some(event) = events.iter().find(|e| e.note.contains(&old)) else {
+        return Err(failed(format!(
+            "no MemberWithLostDataRemoved Event names member {old}: {events:?}"
+        )));
+    };
+    h.step(format!(
+        "the gate held the restart in place (DataDirLost): {}",
+        event.note
+    ));
+    rejoins_as_new_member(h, node, &old, &format!("{node}'s old member gone")).await
 }
 
 /// Waits until `old`, `node`'s member before, is gone from status (the wait named `gone`), then

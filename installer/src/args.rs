@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use time::OffsetDateTime;
+
 use clap::Parser;
 
 use crate::plan::Kind;
@@ -52,6 +54,11 @@ pub struct Args {
     /// Bound on the whole run, every retry included (e.g. 120s, 2m).
     #[arg(long, default_value = "120s", value_parser = membership::parse_duration)]
     pub timeout: Duration,
+    /// When the quorum gate's verdict that allowed this install stops counting (RFC 3339, e.g.
+    /// 2026-12-07T18:00:00Z): past it the manifest is not written (etcd is not restarted on an
+    /// old verdict) and the run fails with `VerdictExpired`, so the operator asks the gate again.
+    #[arg(long, value_name = "RFC3339", value_parser = parse_rfc3339)]
+    pub verdict_expires: Option<OffsetDateTime>,
     /// Kubeconfig file; without it: in-cluster config or `KUBECONFIG` (kube's inference).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -85,8 +92,16 @@ pub struct Config {
     /// See `--own-key-prefixes`.
     pub own_key_prefixes: Vec<String>,
     pub timeout: Duration,
+    /// `--verdict-expires`.
+    pub verdict_expires: Option<OffsetDateTime>,
     pub kubeconfig: Option<PathBuf>,
     pub termination_log: Option<PathBuf>,
+}
+
+/// An RFC 3339 time, for `--verdict-expires`.
+fn parse_rfc3339(s: &str) -> Result<OffsetDateTime, String> {
+    OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| format!("not an RFC 3339 time ({e})"))
 }
 
 /// A flag is invalid.
@@ -148,6 +163,7 @@ impl Args {
             wanted,
             own_key_prefixes: names(&self.own_key_prefixes).map(str::to_owned).collect(),
             timeout: self.timeout,
+            verdict_expires: self.verdict_expires,
             kubeconfig: self.kubeconfig.clone(),
             termination_log: self.termination_log.clone(),
         })

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use kube::Client;
+use time::OffsetDateTime;
 
 use crate::args::Config;
 use crate::atomic;
@@ -64,6 +65,11 @@ pub enum InstallError {
     },
     #[error("timed out after {0:?} ({1})")]
     Timeout(Duration, &'static str),
+    #[error(
+        "the quorum gate's verdict for this install expired at {expired} ({late}s ago): the \
+         manifest was not written, so etcd did not restart on it; the operator asks the gate again"
+    )]
+    VerdictExpired { expired: String, late: i64 },
     #[error(transparent)]
     Hook(#[from] HookFired),
 }
@@ -79,6 +85,7 @@ impl InstallError {
             InstallError::Lock(LockError::NotRegular { .. }) => "UnsafeLockFile",
             InstallError::Lock(_) | InstallError::Io { .. } => "IoError",
             InstallError::Timeout(..) => "Timeout",
+            InstallError::VerdictExpired { .. } => "VerdictExpired",
             InstallError::Hook(_) => "TestHook",
         }
     }
@@ -426,6 +433,21 @@ fn place_revision_dir(
     Ok(change)
 }
 
+/// A new manifest (re)starts etcd: only while the quorum gate's verdict that allowed it holds
+/// (`--verdict-expires`). The revision directory before it may be laid down later than that: it
+/// restarts nothing.
+fn verdict_holds(cfg: &Config, now: OffsetDateTime) -> Result<(), InstallError> {
+    match cfg.verdict_expires {
+        Some(expires) if now > expires => Err(InstallError::VerdictExpired {
+            expired: expires
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_else(|_| expires.to_string()),
+            late: (now - expires).whole_seconds(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Installs the manifest last; an identical one is left alone (the kubelet restarts the pod on
 /// a file change).
 fn place_manifest(
@@ -452,10 +474,12 @@ fn place_manifest(
             }
         }
         Ok(_) => {
+            verdict_holds(cfg, OffsetDateTime::now_utc())?;
             writer.write(md, &plan.manifest_name, &plan.manifest, FILE_MODE)?;
             ManifestChange::Written
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            verdict_holds(cfg, OffsetDateTime::now_utc())?;
             writer.write(md, &plan.manifest_name, &plan.manifest, FILE_MODE)?;
             ManifestChange::Written
         }

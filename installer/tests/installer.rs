@@ -629,6 +629,58 @@ async fn a_newer_revision_is_installed_and_a_lower_one_is_refused() {
     assert!(!w.resources().join("etcd-pod-1").exists());
 }
 
+/// The quorum gate's verdict has a deadline (#65): an installer pod that runs after it (a node
+/// agent that was down, a slow image pull) restarts nothing on it; the same revision installs
+/// once the operator asks again, and an unchanged manifest needs no verdict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_verdict_restarts_nothing() {
+    let w = World::start().await;
+    w.publish(1, &["n1"]).await;
+    w.publish(2, &["n1"]).await;
+    w.installer(1, "n1")
+        .run()
+        .await
+        .expect(0, "installed", "Installed");
+    let before = snapshot(&w.manifests());
+    let late = w
+        .installer(2, "n1")
+        .set("--verdict-expires=2026-01-01T00:00:00Z")
+        .run()
+        .await;
+    let report = late.expect(1, "failed", "VerdictExpired");
+    let message = report["message"].as_str().unwrap();
+    assert!(
+        message.contains("expired at 2026-01-01T00:00:00Z")
+            && message.contains("asks the gate again"),
+        "{message}"
+    );
+    assert_eq!(
+        before,
+        snapshot(&w.manifests()),
+        "the manifest was rewritten"
+    );
+    assert_eq!(read(&w.manifest_file()), manifest("n1", 1));
+    // Asked again: a verdict that still holds installs it.
+    w.installer(2, "n1")
+        .set("--verdict-expires=2999-01-01T00:00:00Z")
+        .run()
+        .await
+        .expect(0, "installed", "Installed");
+    assert_eq!(read(&w.manifest_file()), manifest("n1", 2));
+    // Nothing to restart: an expired verdict does not matter.
+    w.installer(2, "n1")
+        .set("--verdict-expires=2026-01-01T00:00:00Z")
+        .run()
+        .await
+        .expect(0, "unchanged", "AlreadyInstalled");
+    let bad = w
+        .installer(2, "n1")
+        .set("--verdict-expires=tomorrow")
+        .run()
+        .await;
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+}
+
 /// Creates ConfigMap `name` holding `key`. Keys the API refuses are written past validation
 /// into the stand-in's etcd (a forged or corrupted object the API then serves as stored);
 /// `false` when that is impossible (a real cluster).

@@ -241,16 +241,31 @@ struct InstallerData<'a> {
     operator_image: &'a str,
     /// `--own-key-prefixes`: the installer gives a node only its own private keys.
     own_key_prefixes: String,
+    /// `--verdict-expires` (RFC 3339).
+    verdict_expires: String,
 }
 
-/// Renders the installer pod for `node` at `revision` (attempt `attempt`).
+/// How long the quorum gate's verdict for one install counts: an installer pod that runs later
+/// (its node's agent was down, an image pull was slow) restarts nothing on it and fails with
+/// `VerdictExpired`, and the next pass asks the gate again. Generous beside an installer's
+/// usual few seconds, and beside the clock skew a control plane (NTP-synchronised, as etcd's
+/// leases and every certificate need) can have.
+pub const VERDICT_TTL: time::Duration = time::Duration::seconds(90);
+
+/// Renders the installer pod for `node` at `revision` (attempt `attempt`), on the quorum
+/// gate's verdict of `asked` (it expires [`VERDICT_TTL`] later).
 pub fn render_installer(
     node: &str,
     revision: i64,
     attempt: u32,
     images: &Images,
+    asked: time::OffsetDateTime,
 ) -> Result<Pod, RenderError> {
+    let expires = (asked + VERDICT_TTL)
+        .replace_nanosecond(0)
+        .unwrap_or(asked + VERDICT_TTL);
     let data = InstallerData {
+        verdict_expires: crate::certs::format_time(expires),
         pod_name: installer_pod_name(node, revision, attempt),
         namespace: STATIC_POD_NAMESPACE,
         node_name: node,

@@ -357,7 +357,8 @@ fn bootstrap_render_starts_a_new_single_member_cluster() {
 
 #[test]
 fn installer_pod_is_pinned_and_names_the_revision() {
-    let pod = render_installer("master-2", 5, 3, &images()).unwrap();
+    let asked = time::OffsetDateTime::from_unix_timestamp_nanos(1_796_666_400_500_000_000).unwrap();
+    let pod = render_installer("master-2", 5, 3, &images(), asked).unwrap();
     assert_eq!(pod.metadata.name.as_deref(), Some("installer-5-master-2-3"));
     let spec = pod.spec.unwrap();
     assert_eq!(spec.node_name.as_deref(), Some("master-2"));
@@ -365,6 +366,10 @@ fn installer_pod_is_pinned_and_names_the_revision() {
     let args = spec.containers[0].args.clone().unwrap();
     assert!(args.contains(&"--revision=5".to_owned()));
     assert!(args.contains(&"--node-name=master-2".to_owned()));
+    assert!(
+        args.contains(&"--verdict-expires=2026-12-07T18:01:30Z".to_owned()),
+        "the gate's verdict counts for VERDICT_TTL: {args:?}"
+    );
     assert!(
         args.contains(&"--own-key-prefixes=etcd-peer,etcd-serving,etcd-serving-metrics".to_owned()),
         "a node gets only its own private keys: {args:?}"

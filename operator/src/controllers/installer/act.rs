@@ -123,8 +123,8 @@ async fn install(
 ) -> Result<(), ControllerError> {
     let member = p.o.by_node.get(node).copied();
     p.move_leadership_off(member, "restarting its node").await;
-    let pod: Pod =
-        render_installer(node, revision, attempt, &p.ctx.config.images).map_err(|e| {
+    let pod: Pod = render_installer(node, revision, attempt, &p.ctx.config.images, p.o.now)
+        .map_err(|e| {
             ControllerError::new(NAME, ErrorKind::Permanent, Category::Render, e.to_string())
         })?;
     p.w.create(NS, &pod)

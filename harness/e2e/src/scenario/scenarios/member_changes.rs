@@ -243,12 +243,30 @@ pub(super) async fn unhealthy_member_replaced(h: &mut Harness) -> Result<(), Con
     ));
     h.cp.restart_node("n2").await?;
     h.step("n2 restarted on the unreadable WAL");
-    unobserved_time_does_not_count(h, &old).await?;
+    let unhealthy_at = unobserved_time_does_not_count(h, &old).await?;
+    // cluster-etcd-operator#1688: there a dead member kept changing the endpoints, each change
+    // was a new revision, and the member's removal waited for a stable revision. Here no
+    // revision may be published while the dead member is still listed.
+    let listed_at = std::cell::Cell::new(unhealthy_at);
     h.wait_status("n2's unhealthy member replaced", SETTLE, |s| {
-        !member_ids(s).contains(&old)
+        let listed = member_ids(s).contains(&old);
+        if listed {
+            listed_at.set(listed_at.get().max(s.latest_available_revision));
+        }
+        !listed
     })
     .await?;
-    h.step(format!("member {old} removed by remediation"));
+    if listed_at.get() != unhealthy_at {
+        return Err(failed(format!(
+            "revision {} was published while unhealthy member {old} was still listed (revision \
+             {unhealthy_at} when it went unhealthy): a dead member churns revisions",
+            listed_at.get()
+        )));
+    }
+    h.step(format!(
+        "member {old} removed by remediation; no revision published while it was listed \
+         unhealthy (latest stayed {unhealthy_at})"
+    ));
     let s = h.wait_settled(3, SETTLE).await?;
     let new = member_of(&s, "n2").ok_or_else(|| failed("n2 has no member after recovery"))?;
     let record = s
@@ -282,14 +300,16 @@ pub(super) async fn unhealthy_member_replaced(h: &mut Harness) -> Result<(), Con
 /// unhealthy: that time nobody observed does not count. For the first 10 s after it starts again
 /// the member stays (before, its first pass found it "unhealthy for" past the policy from the
 /// old status and removed it at once).
+/// Returns the latest revision when the member was first seen unhealthy.
 async fn unobserved_time_does_not_count(
     h: &mut Harness,
     old: &str,
-) -> Result<(), ControlPlaneError> {
-    h.wait_status("n2's member unhealthy", SETTLE, |s| {
-        s.members.iter().any(|m| m.id == old && !m.healthy)
-    })
-    .await?;
+) -> Result<i64, ControlPlaneError> {
+    let s = h
+        .wait_status("n2's member unhealthy", SETTLE, |s| {
+            s.members.iter().any(|m| m.id == old && !m.healthy)
+        })
+        .await?;
     h.cp.stop_operator(Duration::from_secs(5))?;
     let down = Instant::now();
     // The outage itself is the fault: its length, not a wait for some state.
@@ -310,7 +330,7 @@ async fn unobserved_time_does_not_count(
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     h.step("for 10s after the operator started again, the member stayed (its clock restarted)");
-    Ok(())
+    Ok(s.latest_available_revision)
 }
 
 /// The revisions the installer laid down on `node` (each `etcd-pod-<N>/etcd-pod.yaml` there)

@@ -11,7 +11,8 @@
 //! [`decide`] is pure. From the sources and the revisions found it returns one next step:
 //! * discard an incomplete revision (a crash between its writes): no node can be on it, since
 //!   `latestAvailableRevision` only moves to complete revisions, so it is deleted and rebuilt
-//!   from the current sources, never completed with newer data;
+//!   from the current sources, never completed with newer data. One that was published or is
+//!   on a node and lost a copy afterwards is never deleted (#65): a new revision supersedes it;
 //! * create N+1 when the sources differ from the latest complete revision (byte for byte), N
 //!   being the highest revision found, published, or run or installed on a node (after a
 //!   restore the nodes may run revisions the restored API never saw);
@@ -153,6 +154,25 @@ fn changed_sources(
         .collect()
 }
 
+/// The number of the next revision: above every revision found, published, or run or installed
+/// on a node.
+fn next_number(view: &RevisionView<'_>, found: &[&FoundRevision]) -> i64 {
+    found
+        .last()
+        .map_or(0, |r| r.number)
+        .max(view.published)
+        .max(view.on_nodes.min(MAX_NODE_REVISION))
+        .saturating_add(1)
+}
+
+/// Whether revision `number` may have reached a node: published, or run, installed or targeted
+/// on one. Only a revision that never did is left incomplete by a crash alone; one that did lost
+/// a copy afterwards (deleted by hand, or a new leader whose caches had not caught up with its
+/// predecessor's writes saw it so).
+fn reached_nodes(view: &RevisionView<'_>, number: i64) -> bool {
+    number <= view.published || number <= view.on_nodes || view.in_use.nodes.contains(&number)
+}
+
 /// Decides the next revision step.
 pub fn decide(view: &RevisionView<'_>) -> RevisionStep {
     let names: BTreeSet<String> = view.sources.by_name.keys().cloned().collect();
@@ -169,6 +189,17 @@ pub fn decide(view: &RevisionView<'_>) -> RevisionStep {
             .filter(|n| !broken.copies.contains(*n))
             .cloned()
             .collect();
+        if reached_nodes(view, broken.number) {
+            return RevisionStep::Create {
+                number: next_number(view, &found),
+                reason: format!(
+                    "revision {} was published and lost {}: a new revision supersedes it (one \
+                     that may have reached a node is never deleted)",
+                    broken.number,
+                    missing.join(", ")
+                ),
+            };
+        }
         return RevisionStep::Discard {
             number: broken.number,
             reason: if broken.status.is_some() {
@@ -191,12 +222,7 @@ pub fn decide(view: &RevisionView<'_>) -> RevisionStep {
         Some(recorded) => changed_sources(&current, recorded),
     };
     if !changed.is_empty() {
-        let number = found
-            .last()
-            .map_or(0, |r| r.number)
-            .max(view.published)
-            .max(view.on_nodes.min(MAX_NODE_REVISION))
-            .saturating_add(1);
+        let number = next_number(view, &found);
         return RevisionStep::Create {
             number,
             reason: if latest_complete.is_none() {

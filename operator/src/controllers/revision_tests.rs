@@ -69,6 +69,44 @@ fn first_revision_then_only_on_real_change() {
 }
 
 #[test]
+fn a_published_revision_that_lost_a_copy_is_superseded_never_deleted() {
+    let s = sources("b", "x");
+    let mut lost = revision(2, "b", "x");
+    lost.copies.remove("etcd-all-certs");
+    let found = [revision(1, "a", "x"), lost.clone()];
+    let none = InUse::default();
+    // Published: a new revision, whatever the sources say; revision 2 stays.
+    match decide(&view(&s, &found, 2, &none)) {
+        RevisionStep::Create { number: 3, reason } => assert!(
+            reason.contains("revision 2 was published and lost etcd-all-certs"),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    // Not published, but a node runs it (the status write was lost) or moves to it.
+    let mut on_node = view(&s, &found, 1, &none);
+    on_node.on_nodes = 2;
+    assert!(matches!(
+        decide(&on_node),
+        RevisionStep::Create { number: 3, .. }
+    ));
+    let targeted = InUse {
+        nodes: BTreeSet::from([2]),
+        failed: vec![],
+    };
+    assert!(matches!(
+        decide(&view(&s, &found, 1, &targeted)),
+        RevisionStep::Create { number: 3, .. }
+    ));
+    // Once revision 3 is complete, revision 2 is no longer the broken latest: 3 is published.
+    let found = [revision(1, "a", "x"), lost, revision(3, "b", "x")];
+    assert_eq!(
+        decide(&view(&s, &found, 2, &none)),
+        RevisionStep::Publish { number: 3 }
+    );
+}
+
+#[test]
 fn a_crash_mid_creation_is_discarded_and_redone() {
     let s = sources("b", "x");
     let mut partial = revision(2, "b", "x");

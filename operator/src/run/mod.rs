@@ -247,6 +247,14 @@ async fn run_until_shutdown(client: Client, opts: RunOptions) -> Result<(), RunE
             // when it last led.
             next_pass = Instant::now();
             driver.forget_settled();
+            // The barrier for the predecessor's writes (#65): the caches this instance kept
+            // while standing by may still lag what the previous leader wrote before its lease
+            // ran out (a revision's copies, its status); a consistent list taken now, after the
+            // lease changed hands, holds every one of them. Nothing acts until it is in.
+            if relist(&mut stores, &client, &opts, &lead, &mut shutdown).await? {
+                return Ok(());
+            }
+            tracing::info!("caches listed anew on taking the lease over");
         }
         health.beat();
         if !lead.leading {
@@ -266,9 +274,7 @@ async fn run_until_shutdown(client: Client, opts: RunOptions) -> Result<(), RunE
         if report.relist.is_some() {
             // etcd's history changed under the caches (`crate::history`): the old reflectors go
             // with the old caches, and nothing acts until the new ones have listed.
-            stores = Stores::start(&client, &opts.config.operator_namespace);
-            if caches_or_shutdown(&stores, &mut shutdown).await? {
-                lead.release(&client, &opts).await;
+            if relist(&mut stores, &client, &opts, &lead, &mut shutdown).await? {
                 return Ok(());
             }
             tracing::info!("caches listed anew");
@@ -279,6 +285,23 @@ async fn run_until_shutdown(client: Client, opts: RunOptions) -> Result<(), RunE
             .full_pass_within
             .map_or(pass::RESYNC, |d| d.min(pass::RESYNC));
     }
+}
+
+/// Replaces the caches with new ones and waits until they have listed; true when a shutdown
+/// came first (the lease is then given up).
+async fn relist(
+    stores: &mut Stores,
+    client: &Client,
+    opts: &RunOptions,
+    lead: &Leadership,
+    shutdown: &mut (impl std::future::Future<Output = ()> + Unpin),
+) -> Result<bool, RunError> {
+    *stores = Stores::start(client, &opts.config.operator_namespace);
+    let stopped = caches_or_shutdown(stores, shutdown).await?;
+    if stopped {
+        lead.release(client, opts).await;
+    }
+    Ok(stopped)
 }
 
 /// Waits until every cache has listed; true when a shutdown came first.

@@ -245,9 +245,16 @@ async fn check_single_takeover(
     }
     if instances == OperatorInstances::LocalProcesses {
         let gains = audit::leadership_gains(&h.cp, survivor);
-        h.step(format!("{survivor}'s log: took the lead {gains} time(s)"));
-        if gains != 1 {
-            return Err(failed(format!("{survivor} took the lead {gains} times")));
+        let relists = audit::takeover_relists(&h.cp, survivor);
+        h.step(format!(
+            "{survivor}'s log: took the lead {gains} time(s), listed its caches anew before \
+             acting {relists} time(s)"
+        ));
+        if gains != 1 || relists != gains {
+            return Err(failed(format!(
+                "{survivor} took the lead {gains} times and listed its caches anew {relists} \
+                 times: each takeover must wait for a fresh list (its predecessor's writes)"
+            )));
         }
         released_on_sigterm(h, leases, survivor).await?;
     }

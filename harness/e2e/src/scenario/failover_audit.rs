@@ -288,12 +288,22 @@ pub(super) async fn check_no_action_twice(
 
 /// How many times the log of operator `identity` says it took the lead.
 pub fn leadership_gains(cp: &LocalControlPlane, identity: &str) -> usize {
+    log_lines(cp, identity, |l| {
+        l.contains("leadership changed") && l.contains("leading=true")
+    })
+}
+
+/// How many times the log of operator `identity` says it listed its caches anew on taking the
+/// lease over (the barrier for its predecessor's writes).
+pub fn takeover_relists(cp: &LocalControlPlane, identity: &str) -> usize {
+    log_lines(cp, identity, |l| {
+        l.contains("caches listed anew on taking the lease over")
+    })
+}
+
+fn log_lines(cp: &LocalControlPlane, identity: &str, wanted: impl Fn(&str) -> bool) -> usize {
     cp.operator(identity).map_or(0, |p| {
-        p.log()
-            .lines()
-            .map(plain)
-            .filter(|l| l.contains("leadership changed") && l.contains("leading=true"))
-            .count()
+        p.log().lines().map(plain).filter(|l| wanted(l)).count()
     })
 }
 

@@ -98,6 +98,7 @@ pub async fn lone_voter_restart(h: &mut Harness) -> Result<(), ControlPlaneError
     h.step(format!(
         "n1 serves etcd-all-certs/etcd-serving-n1.crt, expiring {serves}"
     ));
+    lone_upgrade(h).await?;
     two_nodes(h).await?;
     h.cp.add_node("n3").await?;
     h.wait_settled(3, DEADLINE).await?;
@@ -106,6 +107,53 @@ pub async fn lone_voter_restart(h: &mut Harness) -> Result<(), ControlPlaneError
         .await?;
     h.wait_settled_after(3, before, DEADLINE).await?;
     h.step("n3 joined; a forced redeployment rolled all three without approval");
+    Ok(())
+}
+
+/// kubeadm#3297: kubeadm verified a one-node stacked etcd upgrade through the API that the
+/// restarting etcd itself serves. Here the API is served from n1's etcd too: the image moves to
+/// 3.5.30 (when that optional build is installed; skipped, loudly, when not), the restart is held
+/// for an approval, and once approved n1 restarts onto it with the API down meanwhile; the
+/// operator, which cannot see anything while the API is down, picks up where it was when the
+/// API returns and reports the member on 3.5.30 and the node settled. Nothing is rolled back.
+async fn lone_upgrade(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    const PATCH: &str = "etcd-static-operator/etcd:3.5.30";
+    if let Err(e) = kubelet_standin::images::ImageTable::standard(&h.cp.bin_dir).lookup(PATCH) {
+        let why = format!("SKIPPED the lone voter's upgrade to {PATCH}: {e}");
+        eprintln!("lone-voter-restart: {why}");
+        h.step(why);
+        return Ok(());
+    }
+    let before = h.status().await.latest_available_revision;
+    h.patch_spec(serde_json::json!({ "etcdImage": PATCH }))
+        .await?;
+    let s = h
+        .wait_status(
+            "the upgrade's restart held for an approval",
+            DEADLINE,
+            |s| held(s).is_some() && s.latest_available_revision > before,
+        )
+        .await?;
+    let latest = s.latest_available_revision;
+    h.patch_spec(serde_json::json!({"loneVoterRestart": {"approvedRevision": latest}}))
+        .await?;
+    let s = h
+        .wait_status(
+            &format!("n1 on revision {latest}, its member reporting 3.5.30"),
+            DEADLINE,
+            |s| {
+                crate::view::settled(s, 1)
+                    && n1_revision(s) >= latest
+                    && s.members
+                        .iter()
+                        .any(|m| m.name == "n1" && m.version == "3.5.30")
+            },
+        )
+        .await?;
+    h.step(format!(
+        "approved, n1 restarted onto 3.5.30 through the outage of the API it serves; revision {}",
+        n1_revision(&s)
+    ));
     Ok(())
 }
 

@@ -32,6 +32,11 @@ pub struct EtcdObservation {
     pub cluster_version: Option<String>,
     /// The cluster id the member list came with (`None` when it could not be read).
     pub cluster_id: Option<u64>,
+    /// Why the member list is not one a quorum confirmed (`None`: it is). A voter answers the
+    /// list from its own view; the list is confirmed by a linearizable read through that voter
+    /// first. Without a quorum (or cut off from it) the list is still read, for status, from
+    /// whichever voter answers, but nothing is rendered from it.
+    pub unconfirmed_list: Option<String>,
 }
 
 /// What one status call per member says about the cluster, without the numbers that move with
@@ -295,9 +300,14 @@ impl EtcdConnection {
     }
 }
 
-/// Reads the member list and every started member's status.
+/// Reads the member list (confirmed by a quorum where one answers) and every started member's
+/// status.
 pub async fn observe(client: &EtcdClient) -> EtcdObservation {
-    let live = match client.member_list().await {
+    let (listed, unconfirmed_list) = match client.member_list_linearizable().await {
+        Ok(live) => (Ok(live), None),
+        Err(e) => (client.member_list().await, Some(e.to_string())),
+    };
+    let live = match listed {
         Ok(live) => live,
         Err(e) => {
             return EtcdObservation {
@@ -309,6 +319,7 @@ pub async fn observe(client: &EtcdClient) -> EtcdObservation {
     let mut obs = EtcdObservation {
         members: live.members.clone(),
         cluster_id: Some(live.cluster_id),
+        unconfirmed_list,
         ..Default::default()
     };
     let checks = live.members.iter().map(|m| check_member(client, m));

@@ -121,3 +121,26 @@ async fn alarms_and_member_lists_gate_every_change() {
     );
     assert!(!gate(&obs.cluster_view(), &add).is_allowed());
 }
+
+/// #65: the member list the operator renders from is one a quorum confirmed. A voter left
+/// without a quorum still answers its own view of the list: the observation keeps it (status
+/// shows the members) but marks it unconfirmed, so target-config renders nothing from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_list_without_a_quorum_is_observed_but_unconfirmed() {
+    let mut cluster = EtcdCluster::start(ClusterSpec::plain(3)).await.unwrap();
+    let client = cluster.client().unwrap();
+    let obs = observe(&client).await;
+    assert_eq!(obs.unconfirmed_list, None, "{obs:?}");
+    assert_eq!(obs.members.len(), 3);
+    cluster.stop("n2").unwrap();
+    cluster.stop("n3").unwrap();
+    let obs = observe(&client).await;
+    assert_eq!(obs.error, None, "n1 still answers the list: {obs:?}");
+    assert_eq!(obs.members.len(), 3, "{obs:?}");
+    let why = obs.unconfirmed_list.expect("a list no quorum confirms");
+    assert!(why.contains("linearizable member list"), "{why}");
+    cluster.restart("n2").unwrap();
+    cluster.wait_writable().await.unwrap();
+    let obs = observe(&client).await;
+    assert_eq!(obs.unconfirmed_list, None, "a quorum again: {obs:?}");
+}

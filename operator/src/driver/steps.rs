@@ -106,6 +106,14 @@ pub(super) fn holds(hold: Hold, p: &mut Pass<'_>, cs: &Controllers) -> bool {
     }
 }
 
+#[cfg(test)]
+impl HandOffs {
+    /// Whether target-config handed manifests on.
+    pub(super) fn has_rendered(&self) -> bool {
+        self.rendered.is_some()
+    }
+}
+
 /// Whether the step has what it works on: a revision is made only from manifests rendered in
 /// this pass (the step is skipped, not held, otherwise).
 pub(super) fn has_input(controller: N, h: &HandOffs) -> bool {
@@ -205,8 +213,18 @@ async fn observe(
 /// Target-config's step: held while a member's address moves, waiting while an upgrade waits
 /// for its backup (the pass goes on so the backup controller can take it), else the manifests
 /// for the revision step; the pass ends when no node has a member.
-async fn render(p: &mut Pass<'_>, h: &mut HandOffs) -> Result<Flow, ControllerError> {
+pub(super) async fn render(p: &mut Pass<'_>, h: &mut HandOffs) -> Result<Flow, ControllerError> {
     if let Some(line) = address_move::hold_line(&p.o.address_moves()) {
+        p.next(N::TargetConfig, line.clone());
+        p.next(N::Revision, line);
+        return Ok(Flow::Continue);
+    }
+    if let Some(why) = &p.o.etcd.unconfirmed_list {
+        // #65: a voter cut off from the quorum answers the list it was left with; a revision
+        // rendered from it could drop a member added since. Status still shows that list.
+        let line = format!(
+            "holding: the member list is not confirmed by a quorum ({why}); nothing is rendered from it"
+        );
         p.next(N::TargetConfig, line.clone());
         p.next(N::Revision, line);
         return Ok(Flow::Continue);

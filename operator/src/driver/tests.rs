@@ -349,3 +349,26 @@ async fn a_pass_waiting_for_its_own_write_comes_back_as_a_whole_pass() {
     assert_eq!(report.full_pass_within, Some(CACHES_POLL));
     assert_eq!(report.requeue_after, CACHES_POLL);
 }
+
+/// #65: a member list no quorum confirmed (a voter cut off from it answers the list it was left
+/// with) renders nothing: no manifest, so no revision; the plan says why.
+#[tokio::test]
+async fn an_unconfirmed_member_list_renders_nothing() {
+    let ctx = Context::for_tests();
+    let inputs = Inputs::default();
+    let mut st = Bookkeeping::default();
+    let mut p = pass_at(&ctx, &mut st, &inputs, at(0));
+    p.o.etcd.unconfirmed_list = Some("no etcd endpoint answered linearizable member list".into());
+    let mut h = steps::HandOffs::default();
+    let flow = steps::render(&mut p, &mut h).await.unwrap();
+    assert!(matches!(flow, Flow::Continue));
+    assert!(!h.has_rendered(), "rendered from an unconfirmed list");
+    let held: Vec<&str> = p
+        .report
+        .plan
+        .iter()
+        .filter(|e| e.next.contains("not confirmed by a quorum"))
+        .map(|e| e.controller.as_str())
+        .collect();
+    assert_eq!(held, ["target-config", "revision"], "{:?}", p.report.plan);
+}

@@ -5,7 +5,10 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::steps::{Params, Step, apply, steps, verify, verify_steps};
+use membership::Action;
+
+use super::apply::{allowed, apply};
+use super::steps::{Params, Step, steps, verify_steps};
 use super::world::World;
 
 /// A property the search found broken, with the steps that lead there from the start.
@@ -21,6 +24,8 @@ pub struct Report {
     pub states: usize,
     /// Safety broken (the first few).
     pub violations: Vec<Counterexample>,
+    /// How many steps broke safety in all.
+    pub violation_count: usize,
     /// Outages (every etcd down) in a settled state after which some order of starts leaves
     /// quorum lost.
     pub stuck_settled: Vec<Counterexample>,
@@ -41,6 +46,12 @@ pub struct Report {
     pub stuck_after_quorum_loss: Vec<Counterexample>,
     /// How many of those there were in all (the list keeps the first few).
     pub stuck_after_quorum_loss_count: usize,
+    /// States where a defragmentation is due to be allowed (every member started, serving and
+    /// reachable, nothing rolling or held, three voters or more), with [`Params::defrag`].
+    pub defrag_checked: usize,
+    /// Of those, the ones where the gate denies defragmenting a voter (the first few).
+    pub defrag_denied: Vec<Counterexample>,
+    pub defrag_denied_count: usize,
 }
 
 const KEEP: usize = 3;
@@ -52,8 +63,8 @@ pub fn search(start: &World, params: Params) -> Report {
     parent.insert(start.clone(), None);
     let mut queue = VecDeque::from([start.clone()]);
     while let Some(w) = queue.pop_front() {
-        for step in steps(&w, params.installer, params.list) {
-            match apply(&w, step, params.rule) {
+        for step in steps(&w, &params) {
+            match apply(&w, step, &params) {
                 Ok(None) => {}
                 Ok(Some(next)) => {
                     if parent.contains_key(&next) {
@@ -65,14 +76,19 @@ pub fn search(start: &World, params: Params) -> Report {
                     } else if !next.has_quorum() {
                         after_quorum_loss(&next, params, &parent, &mut report);
                     }
+                    if params.defrag {
+                        defrag_due(&next, params, &parent, &mut report);
+                    }
                     queue.push_back(next);
                 }
-                Err(broken) if report.violations.len() < KEEP => {
-                    let mut trace = trace(&parent, &w);
-                    trace.push(step.to_string());
-                    report.violations.push(Counterexample { broken, trace });
+                Err(broken) => {
+                    report.violation_count += 1;
+                    if report.violations.len() < KEEP {
+                        let mut trace = trace(&parent, &w);
+                        trace.push(step.to_string());
+                        report.violations.push(Counterexample { broken, trace });
+                    }
                 }
-                Err(_) => {}
             }
         }
     }
@@ -170,8 +186,8 @@ fn recoverable_but_stuck(down: &World, params: Params, checked: &mut usize) -> O
 }
 
 /// Runs only the nodes' `etcd-verify` from `w` (no operator: the API is down without quorum; no
-/// further fault; a blocked or waiting init container is run again by the kubelet), in every
-/// order; returns the steps to a state where nothing more starts and
+/// further fault; a blocked or waiting init container is run again by the kubelet), and the end
+/// of a defragmentation under way, in every order; returns the steps to a state where nothing more starts and
 /// quorum is still lost, if there is one.
 fn stuck_without_admin(w: &World, params: Params) -> Option<Vec<String>> {
     let mut seen: HashMap<World, Vec<String>> = HashMap::new();
@@ -184,11 +200,12 @@ fn stuck_without_admin(w: &World, params: Params) -> Option<Vec<String>> {
         }
         let path = seen.get(&at).cloned().unwrap_or_default();
         let mut moved = false;
-        for step in verify_steps(&at, params.list) {
-            let Step::Verify { node, answers } = step else {
-                continue;
-            };
-            let Ok(Some(next)) = verify(&at, node, answers, params.rule) else {
+        let mut by_itself = verify_steps(&at, params.list);
+        if at.defragmenting.is_some() {
+            by_itself.push(Step::DefragDone);
+        }
+        for step in by_itself {
+            let Ok(Some(next)) = apply(&at, step, &params) else {
                 continue;
             };
             moved = true;
@@ -204,4 +221,43 @@ fn stuck_without_admin(w: &World, params: Params) -> Option<Vec<String>> {
         }
     }
     None
+}
+
+/// Checks a newly found state in which every member is started, serving and reachable, no node
+/// is being rolled and none is held, with three voters or more: the gate must allow
+/// defragmenting each voter (a defragmentation that is due waits for nothing that will pass).
+fn defrag_due(
+    w: &World,
+    params: Params,
+    parent: &HashMap<World, Option<(World, Step)>>,
+    report: &mut Report,
+) {
+    let quiet = w.rolling.is_none() && w.pending.is_none() && w.defragmenting.is_none();
+    let all_serve = w
+        .members
+        .iter()
+        .all(|m| w.serves(m) && w.cut_off != Some(m.node));
+    if !quiet || !all_serve || w.voters() < 3 {
+        return;
+    }
+    report.defrag_checked += 1;
+    let denied = w.members.iter().filter(|m| !m.learner).find(|m| {
+        let Some(id) = membership::MemberId::new(m.id) else {
+            return false;
+        };
+        !allowed(w, &Action::Defragment { id, nospace: false }, params.gate)
+    });
+    let Some(denied) = denied else {
+        return;
+    };
+    report.defrag_denied_count += 1;
+    if report.defrag_denied.len() < KEEP {
+        report.defrag_denied.push(Counterexample {
+            broken: format!(
+                "every member runs, yet the gate denies defragmenting voter {:x}",
+                denied.id
+            ),
+            trace: trace(parent, w),
+        });
+    }
 }

@@ -52,7 +52,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod apply;
 mod check;
+mod fault_tests;
+mod fixtures;
 mod steps;
 mod tests;
 mod world;

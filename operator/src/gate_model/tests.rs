@@ -4,115 +4,11 @@
 
 use etcd_verify::decide::RevisionRule;
 
+use super::apply::apply;
 use super::check::{Report, search};
-use super::steps::{MemberList, Params, Step, apply};
-use super::world::{Installer, ModelMember, Node, Rev, RevKind, World};
-
-fn voter(id: u64, node: u8) -> ModelMember {
-    ModelMember {
-        id,
-        node,
-        learner: false,
-        started: true,
-    }
-}
-
-fn running(rev: u8, id: u64) -> Node {
-    Node {
-        rev: Some(rev),
-        running: true,
-        data: Some(id),
-        earlier: false,
-    }
-}
-
-const EMPTY: Node = Node {
-    rev: None,
-    running: false,
-    data: None,
-    earlier: false,
-};
-
-/// Node n1 runs the bootstrap manifest's member; n2 and n3 are new control-plane nodes.
-fn one_of_three(changes: u8, faults: u8) -> World {
-    World {
-        nodes: vec![
-            Node {
-                earlier: true,
-                ..running(0, 1)
-            },
-            EMPTY,
-            EMPTY,
-        ],
-        members: vec![voter(1, 0)],
-        revs: vec![Rev {
-            kind: RevKind::Bootstrap,
-            members: Vec::new(),
-        }],
-        latest: None,
-        rolling: None,
-        next_id: 0x10,
-        changes_left: changes,
-        faults_left: faults,
-    }
-}
-
-/// Three voters settled on one revision; n4 is a new control-plane node.
-fn three_of_four(changes: u8, faults: u8) -> World {
-    three_of(4, changes, faults)
-}
-
-/// Three voters settled on one revision on n1..n3; the other nodes up to `nodes` are new
-/// control-plane nodes.
-fn three_of(nodes: usize, changes: u8, faults: u8) -> World {
-    let mut all = vec![running(0, 1), running(0, 2), running(0, 3)];
-    all.resize(nodes, EMPTY);
-    World {
-        nodes: all,
-        members: vec![voter(1, 0), voter(2, 1), voter(3, 2)],
-        revs: vec![Rev {
-            kind: RevKind::Rendered,
-            members: vec![(1, 0), (2, 1), (3, 2)],
-        }],
-        latest: Some(0),
-        rolling: None,
-        next_id: 0x10,
-        changes_left: changes,
-        faults_left: faults,
-    }
-}
-
-fn show(what: &str, r: &Report) -> String {
-    let mut out = format!(
-        "{what}: {} states, {} outages checked, {} stuck after an outage in a settled state, {} mid-rollout ({} of them reached without a removal), {} other quorum losses checked, {} of them stuck, {} safety violations\n",
-        r.states,
-        r.outages,
-        r.stuck_settled.len(),
-        r.stuck_in_flight,
-        r.stuck_in_flight_without_removal,
-        r.quorum_losses,
-        r.stuck_after_quorum_loss_count,
-        r.violations.len()
-    );
-    for c in r
-        .violations
-        .iter()
-        .chain(&r.stuck_settled)
-        .chain(&r.stuck_after_quorum_loss)
-    {
-        out.push_str(&format!("  {}\n", c.broken));
-        for step in &c.trace {
-            out.push_str(&format!("    {step}\n"));
-        }
-    }
-    if let Some(c) = r.in_flight_examples.first() {
-        out.push_str("  the first outage mid-rollout that needs an admin:\n");
-        for step in &c.trace {
-            out.push_str(&format!("    {step}\n"));
-        }
-    }
-    out
-}
+use super::fixtures::{one_of_three, show, three_of, three_of_four};
+use super::steps::{MemberList, Params, Step};
+use super::world::{Installer, World};
 
 fn holds(what: &str, start: &World) {
     holds_with(what, start, Installer::Current, RevisionRule::Exact);
@@ -128,14 +24,7 @@ fn holds_with(
 ) -> Vec<(Report, String)> {
     let mut out = Vec::new();
     for list in [MemberList::AnyVoter, MemberList::Quorum] {
-        let report = search(
-            start,
-            Params {
-                installer,
-                list,
-                rule,
-            },
-        );
+        let report = search(start, Params::new(installer, list, rule));
         let text = show(&format!("{what}, member list from {list:?}"), &report);
         eprintln!("{text}");
         assert!(
@@ -173,11 +62,7 @@ fn the_checker_finds_a_survivor_of_a_removal_stuck_after_its_reboot() {
     let search_with = |rule| {
         let report = search(
             &start,
-            Params {
-                installer: Installer::Equivalent,
-                list: MemberList::AnyVoter,
-                rule,
-            },
+            Params::new(Installer::Equivalent, MemberList::AnyVoter, rule),
         );
         let text = show(&format!("3 voters, 1 change, 2 faults, {rule:?}"), &report);
         eprintln!("{text}");
@@ -217,11 +102,7 @@ fn the_checker_finds_the_naive_learner_add_unsafe() {
     let naive = |rule| {
         let report = search(
             &three_of_four(1, 1),
-            Params {
-                installer: Installer::NaiveLearnerAdd,
-                list: MemberList::AnyVoter,
-                rule,
-            },
+            Params::new(Installer::NaiveLearnerAdd, MemberList::AnyVoter, rule),
         );
         let text = show(&format!("naive 3 -> 4, {rule:?}"), &report);
         eprintln!("{text}");
@@ -284,8 +165,8 @@ fn widest_bound_holds() {
 /// member, and then one is.
 #[test]
 fn no_learner_joins_a_node_whose_revision_lists_its_removed_member() {
-    let rule = RevisionRule::OwnData;
-    let step = |w: &World, step| apply(w, step, rule).unwrap();
+    let params = Params::shipped(MemberList::AnyVoter);
+    let step = |w: &World, step| apply(w, step, &params).unwrap();
     let mut w = three_of(3, 2, 1);
     w = step(&w, Step::Reboot(1)).expect("n2 reboots");
     w = step(&w, Step::Remove(2)).expect("its member is removed");
@@ -330,10 +211,10 @@ fn restart_free_learner_adds_hold_through_two_faults() {
 /// node is to be moved; today's installer moves every node.
 #[test]
 fn a_restart_free_learner_add_moves_only_the_new_node() {
-    let rule = RevisionRule::OwnData;
+    let params = Params::shipped(MemberList::AnyVoter);
     let mut w = three_of_four(1, 0);
     for step in [Step::AddLearner(3), Step::Render] {
-        w = apply(&w, step, rule)
+        w = apply(&w, step, &params)
             .unwrap()
             .expect("the step changes the state");
     }

@@ -62,6 +62,17 @@ pub enum RevKind {
 pub struct Rev {
     pub kind: RevKind,
     pub members: Vec<(u64, u8)>,
+    /// The generation of everything else a revision carries (an etcd version, a certificate):
+    /// a revision of another setting restarts every node, equivalent or not.
+    pub setting: u8,
+}
+
+/// What a data disk holds: the member its WAL names, and whether a mark inside the data dir
+/// (the bootstrap mark, a `member-archived-*`) shows a member ran there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Disk {
+    pub data: Option<u64>,
+    pub earlier: bool,
 }
 
 /// One node: the revision its static pod runs, whether etcd runs, its data dir.
@@ -71,8 +82,26 @@ pub struct Node {
     pub running: bool,
     /// The member id the data dir's WAL names (`None`: no `member` dir).
     pub data: Option<u64>,
-    /// A bootstrap mark or an archived member dir shows a member ran here.
+    /// A bootstrap mark or an archived member dir, inside the data dir, shows a member ran here.
     pub earlier: bool,
+    /// The bootstrap mark `etcd-verify` keeps in its state dir, outside the data dir
+    /// (`--state-dir`, #65): an unmounted data disk does not take it along.
+    pub outside_mark: bool,
+    /// The data disk failed to mount: `data` and `earlier` are the empty mount point's, this is
+    /// what the disk holds and shows again once mounted.
+    pub unmounted: Option<Disk>,
+}
+
+impl Node {
+    /// A node that never ran etcd.
+    pub const EMPTY: Node = Node {
+        rev: None,
+        running: false,
+        data: None,
+        earlier: false,
+        outside_mark: false,
+        unmounted: None,
+    };
 }
 
 /// The whole state.
@@ -86,9 +115,19 @@ pub struct World {
     pub latest: Option<u8>,
     /// The node the installer moved and whose etcd has not served since.
     pub rolling: Option<u8>,
+    /// An installer pod the operator created with the gate's verdict: the node it restarts and
+    /// the revision it lays down, once it runs (the check and the restart as two steps).
+    pub pending: Option<(u8, u8)>,
+    /// The node whose member the operator cannot reach while its peers can: the gate sees it
+    /// unhealthy while it runs and votes.
+    pub cut_off: Option<u8>,
+    /// The node whose voter is being defragmented (its store held: it applies nothing).
+    pub defragmenting: Option<u8>,
     pub next_id: u64,
     pub changes_left: u8,
     pub faults_left: u8,
+    /// Revisions of a new setting the operator may still render (each restarts every node).
+    pub upgrades_left: u8,
 }
 
 type ConfigKey = (u8, u8, Rev);
@@ -132,12 +171,17 @@ impl World {
         self.members.iter().filter(|m| !m.learner).count()
     }
 
-    /// Voters whose etcd runs.
+    /// Voters whose etcd runs (and is not held by a defragmentation).
     pub fn running_voters(&self) -> usize {
         self.members
             .iter()
-            .filter(|m| !m.learner && m.started && self.nodes[usize::from(m.node)].running)
+            .filter(|m| !m.learner && self.serves(m))
             .count()
+    }
+
+    /// Member `m` has started and its etcd runs, not held by a defragmentation.
+    pub fn serves(&self, m: &ModelMember) -> bool {
+        m.started && self.nodes[usize::from(m.node)].running && self.defragmenting != Some(m.node)
     }
 
     pub fn has_quorum(&self) -> bool {
@@ -149,7 +193,8 @@ impl World {
         self.members.iter().map(|m| (m.id, m.node)).collect()
     }
 
-    /// What the gate sees: a member is healthy while its etcd runs.
+    /// What the gate sees: a member is healthy while its etcd runs, unless the operator is cut
+    /// off from it.
     pub fn view(&self) -> ClusterView {
         ClusterView {
             members: self
@@ -157,7 +202,7 @@ impl World {
                 .iter()
                 .map(|m| MemberHealth {
                     member: member(m.id, m.node, m.learner, m.started),
-                    healthy: m.started && self.nodes[usize::from(m.node)].running,
+                    healthy: self.serves(m) && self.cut_off != Some(m.node),
                 })
                 .collect(),
             rolling_node: self.rolling.map(node_name),
@@ -212,9 +257,17 @@ impl World {
         VerifyConfig::from_env(&env).map_err(|e| format!("{name}'s env: {e}"))
     }
 
-    /// What `etcd-verify` on node `n` observes; `answers`: whether the member list is read.
-    pub fn observed<'a>(&self, n: u8, config: &'a VerifyConfig, answers: bool) -> Observed<'a> {
+    /// What `etcd-verify` on node `n` observes; `answers`: whether the member list is read;
+    /// `state_dir`: whether it is given a state dir outside the data dir, whose mark it reads.
+    pub fn observed<'a>(
+        &self,
+        n: u8,
+        config: &'a VerifyConfig,
+        answers: bool,
+        state_dir: bool,
+    ) -> Observed<'a> {
         let node = self.nodes[usize::from(n)];
+        let marked = (state_dir && node.outside_mark).then_some("model: the state dir's mark");
         Observed {
             config,
             data_dir: node.data.map_or(DataDir::Absent, |id| {
@@ -228,7 +281,9 @@ impl World {
             } else {
                 Err(LiveError::NoAnswer("model: no voter answered".to_owned()))
             },
-            earlier: node.earlier.then(|| "model: a member ran here".to_owned()),
+            earlier: marked
+                .or(node.earlier.then_some("model: a mark in the data dir"))
+                .map(str::to_owned),
         }
     }
 
@@ -296,14 +351,16 @@ impl World {
         };
         rev.kind == RevKind::Rendered
             && latest.kind == RevKind::Rendered
+            && rev.setting == latest.setting
             && equivalence::members_allow(id, &peer_url(own.1), &ours.member_ids, &last.member_ids)
                 .is_ok()
     }
 
     /// `rev` lists a subset of the latest revision's members and every extra one is a learner.
-    fn differs_by_learners_only(&self, rev: &Rev, latest: u8) -> bool {
-        let latest = &self.revs[usize::from(latest)].members;
+    fn differs_by_learners_only(&self, rev: &Rev, latest_index: u8) -> bool {
+        let latest = &self.revs[usize::from(latest_index)].members;
         rev.kind == RevKind::Rendered
+            && rev.setting == self.revs[usize::from(latest_index)].setting
             && rev.members.iter().all(|m| latest.contains(m))
             && latest
                 .iter()
@@ -314,6 +371,7 @@ impl World {
     /// Nothing left for the operator or the installer to do with `policy`.
     pub fn settled(&self, policy: Installer) -> bool {
         self.rolling.is_none()
+            && self.pending.is_none()
             && self
                 .latest
                 .is_some_and(|l| self.revs[usize::from(l)].members == self.member_list())

@@ -9,7 +9,19 @@ use super::steps::{GateRule, Params, Restart, Step};
 use super::world::{Disk, FORGED_ID, ModelMember, Rev, RevKind, World, node_name, peer_url};
 
 /// A broken property, found by the transition that broke it.
-pub type Broken = String;
+#[derive(Debug)]
+pub struct Broken {
+    pub what: String,
+    /// The state the transition led to, where the search still checks it (an operator's step
+    /// that lost quorum: whether the cluster comes back without an admin).
+    pub after: Option<Box<World>>,
+}
+
+impl From<String> for Broken {
+    fn from(what: String) -> Self {
+        Broken { what, after: None }
+    }
+}
 
 /// The state after `step`: `Ok(None)` when it changes nothing (or the gate denies it).
 pub fn apply(w: &World, step: Step, params: &Params) -> Result<Option<World>, Broken> {
@@ -54,7 +66,10 @@ pub fn apply(w: &World, step: Step, params: &Params) -> Result<Option<World>, Br
         return Ok(None);
     }
     if is_operator(step) && w.has_quorum() && !next.has_quorum() {
-        return Err(format!("{step} lost quorum"));
+        return Err(Broken {
+            what: format!("{step} lost quorum"),
+            after: Some(Box::new(next)),
+        });
     }
     Ok(Some(next))
 }
@@ -296,7 +311,9 @@ pub fn verify(w: &World, n: u8, answers: bool, params: &Params) -> Result<Option
         Ok(c) => c,
         // etcd-verify exits 2 on an env it cannot read: etcd does not start.
         Err(_) if rev.kind == RevKind::Forged => return Ok(None),
-        Err(e) => return Err(format!("a rendered revision etcd-verify cannot read: {e}")),
+        Err(e) => {
+            return Err(format!("a rendered revision etcd-verify cannot read: {e}").into());
+        }
     };
     let observed = w.observed(n, &config, answers, params.state_dir);
     let decision = decide_by(&observed, params.rule);
@@ -316,10 +333,11 @@ pub fn verify(w: &World, n: u8, answers: bool, params: &Params) -> Result<Option
             return Err(format!(
                 "a forged revision that disagrees with the live member list started {}'s etcd while the cluster answered: {decision:?}",
                 node_name(n)
-            ));
+            )
+            .into());
         }
         start_etcd(&mut next, n, config.is_first_bootstrap())
-            .map_err(|e| format!("{e}: {decision:?}"))?;
+            .map_err(|e| Broken::from(format!("{e}: {decision:?}")))?;
     }
     Ok((next != *w).then_some(next))
 }
@@ -348,7 +366,7 @@ fn forged_list_refused(rev: &Rev, w: &World, n: u8, rule: RevisionRule) -> bool 
 
 /// etcd starts on node `n` with what its data dir holds now; `bootstrap`: on the bootstrap
 /// manifest, which makes a new cluster when the data dir is empty.
-fn start_etcd(w: &mut World, n: u8, bootstrap: bool) -> Result<(), Broken> {
+fn start_etcd(w: &mut World, n: u8, bootstrap: bool) -> Result<(), String> {
     let name = node_name(n);
     let node = w.nodes[usize::from(n)];
     let data = node.data;

@@ -86,7 +86,19 @@ pub fn search(start: &World, params: Params) -> Report {
                     if report.violations.len() < KEEP {
                         let mut trace = trace(&parent, &w);
                         trace.push(step.to_string());
+                        let broken = broken.what.clone();
                         report.violations.push(Counterexample { broken, trace });
+                    }
+                    if let Some(after) = broken.after
+                        && !parent.contains_key(&after)
+                    {
+                        // Not searched on, but whether it comes back without an admin is.
+                        parent.insert((*after).clone(), Some((w.clone(), step)));
+                        if after.nodes.iter().all(|n| !n.running) {
+                            after_outage(&after, params, &parent, &mut report);
+                        } else {
+                            after_quorum_loss(&after, params, &parent, &mut report);
+                        }
                     }
                 }
             }
@@ -152,8 +164,9 @@ fn after_outage(
     }
 }
 
-/// Checks a newly found state in which quorum is lost but some etcd still runs: whether every
-/// order of the stopped nodes' starts brings quorum back, in a settled state or not.
+/// Checks a newly found state in which quorum is lost but some etcd still runs (or an operator's
+/// step that lost quorum led to, a violation itself): whether every order of the stopped
+/// nodes' starts brings quorum back, in a settled state or not.
 fn after_quorum_loss(
     down: &World,
     params: Params,

@@ -81,9 +81,9 @@ fn the_checker_finds_a_new_cluster_started_on_an_unmounted_disk() {
     assert_eq!(r.violation_count, 0, "{text}");
 }
 
-/// The unmounted disk among every other fault, from one voter to three (the bootstrap node
-/// keeps the bootstrap manifest until three voters exist) and on three voters through a
-/// replacement: no member starts without its data, no second cluster, and no quorum loss
+/// The unmounted disk among every other fault, from one voter to two (the bootstrap node keeps
+/// the bootstrap manifest until three voters exist; 1 -> 3 with two changes is on request,
+/// below) and on three voters through a replacement: no member starts without its data, no second cluster, and no quorum loss
 /// needs an admin while a quorum of voters has its data mounted.
 #[test]
 fn unmounted_disks_never_start_a_second_cluster() {
@@ -92,8 +92,8 @@ fn unmounted_disks_never_start_a_second_cluster() {
         ..shipped()
     };
     holds(
-        "unmounted disks, 1 -> 3, 2 changes, 2 faults",
-        &one_of_three(2, 2),
+        "unmounted disks, 1 -> 2, 1 change, 2 faults",
+        &one_of_three(1, 2),
         unmount,
     );
     holds(
@@ -110,6 +110,8 @@ fn unmounted_disks_never_start_a_second_cluster() {
 /// (the gate allows: three healthy voters); n2 reboots; n1's installer pod restarts its etcd",
 /// leaving one voter of three. The same bound with the check and the restart as one step, or
 /// with an installer pod that asks the gate again before it restarts the node, finds nothing.
+/// Every state such a restart leads to comes back without an admin: the cost is an outage of
+/// writes for one restart, not a stuck cluster.
 #[test]
 fn the_checker_finds_an_installer_pod_restarting_after_another_node_went_down() {
     let start = upgrading(3, 0, 1, 1);
@@ -133,6 +135,9 @@ fn the_checker_finds_an_installer_pod_restarting_after_another_node_went_down() 
         ],
     );
     assert!(first.broken.contains("lost quorum"), "{text}");
+    // The outage is the operator's, and short: every state it leads to comes back by itself.
+    assert_eq!(r.stuck_after_quorum_loss_count, 0, "{text}");
+    assert!(r.stuck_settled.is_empty(), "{text}");
     for restart in [Restart::Atomic, Restart::ReAsk] {
         let (r, text) = searched(
             &format!("{restart:?}, 1 upgrade, 1 fault"),
@@ -162,6 +167,7 @@ fn the_checker_finds_the_late_restart_in_a_replacement() {
         &text,
         &["removes", "installer moves", "installer pod restarts"],
     );
+    assert_eq!(r.stuck_after_quorum_loss_count, 0, "{text}");
 }
 
 /// An installer pod that asks the gate again before it restarts the node keeps every property
@@ -189,7 +195,7 @@ fn an_installer_that_asks_again_keeps_quorum() {
 /// help", rule 1 and rule 6), so with another voter really down it restarts a voter that
 /// serves: "the operator renders a revision of a new setting; n1 reboots; the operator cannot
 /// reach n2's member; installer moves n2 to the latest revision" leaves one voter of three.
-/// The same bound without the false health finds nothing.
+/// It comes back without an admin; the same bound without the false health finds nothing.
 #[test]
 fn the_checker_finds_a_restart_of_a_voter_the_operator_cannot_reach() {
     let start = upgrading(3, 0, 2, 1);
@@ -200,6 +206,8 @@ fn the_checker_finds_a_restart_of_a_voter_the_operator_cannot_reach() {
     let (r, text) = searched("false unhealthy, 1 upgrade, 2 faults", &start, cut_off);
     let first = found(&r, &text, &["reboots", "cannot reach", "installer moves"]);
     assert!(first.broken.contains("lost quorum"), "{text}");
+    assert_eq!(r.stuck_after_quorum_loss_count, 0, "{text}");
+    assert!(r.stuck_settled.is_empty(), "{text}");
     let (r, text) = searched("true health, 1 upgrade, 2 faults", &start, shipped());
     assert_eq!(r.violation_count, 0, "{text}");
 }
@@ -252,34 +260,58 @@ fn defragmentations_keep_quorum_with_a_standby_learner() {
     );
 }
 
-/// Wider bounds of the searches above (minutes of CPU in a debug build): `cargo nextest run -p
-/// etcd-operator --lib --run-ignored only -E 'test(gate_model_item_3_wider)' --no-capture`.
+/// Wider bounds of the searches above, on request (minutes of CPU each in a debug build):
+/// `cargo nextest run -p etcd-operator --lib --run-ignored only -E 'test(item_3_wider)'
+/// --no-capture`.
 #[test]
 #[ignore = "minutes of CPU in a debug build; run with --run-ignored only"]
-fn gate_model_item_3_wider() {
-    let shipped = shipped();
+fn item_3_wider_unmounted_disks() {
+    holds(
+        "unmounted disks, 1 -> 3, 2 changes, 2 faults",
+        &one_of_three(2, 2),
+        Params {
+            unmount: true,
+            ..shipped()
+        },
+    );
     holds(
         "unmounted disks, 3 -> 4, 2 changes, 2 faults",
         &three_of_four(2, 2),
         Params {
             unmount: true,
-            ..shipped
+            ..shipped()
         },
     );
+}
+
+#[test]
+#[ignore = "minutes of CPU in a debug build; run with --run-ignored only"]
+fn item_3_wider_installer_asking_again() {
     holds(
         "installer asks again, 3 -> 4, 2 changes, 1 upgrade, 1 fault",
         &upgrading(4, 2, 1, 1),
         Params {
             restart: Restart::ReAsk,
-            ..shipped
+            ..shipped()
         },
     );
+}
+
+#[test]
+#[ignore = "minutes of CPU in a debug build; run with --run-ignored only"]
+fn item_3_wider_defragmentations() {
+    let defrag = Params {
+        defrag: true,
+        ..shipped()
+    };
     holds(
-        "defragmentation, 3 -> 4, 2 changes, 2 faults",
-        &three_of_four(2, 2),
-        Params {
-            defrag: true,
-            ..shipped
-        },
+        "defragmentation, 3 -> 4, 2 changes, 1 fault",
+        &three_of_four(2, 1),
+        defrag,
+    );
+    holds(
+        "defragmentation, 3 -> 4, 1 change, 2 faults",
+        &three_of_four(1, 2),
+        defrag,
     );
 }

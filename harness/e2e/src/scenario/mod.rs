@@ -135,11 +135,25 @@ pub const NAMES: [&str; 37] = [
     "not-ready-node",
 ];
 
-/// The scenarios whose API is served from the managed etcd, as in a real control plane (their
-/// story loses quorum, which must take the API down too; `lone-voter-restart` restarts and
+/// The scenarios whose API is served from the managed etcd, as in a real control plane: the
+/// API stand-in reaches every member, as kube-apiserver's `--etcd-servers` does (#65 item 4).
+/// Stories that lose quorum take the API down with it; `lone-voter-restart` restarts and
 /// upgrades the only voter, whose outage takes the API down, as on a one-node stacked control
-/// plane: kubeadm#3297).
-pub const ON_MANAGED_ETCD: [&str; 7] = [
+/// plane (kubeadm#3297); the membership and maintenance stories that run once, on the stand-in
+/// (`scripts/test`'s `etcd_only`), run on this shape too. Still on the API's own etcd: `nospace`
+/// (a NOSPACE alarm makes the managed etcd refuse the API's writes, the operator's status
+/// included: the story needs rework), `corruption` and `upgrade` (not yet run on this shape),
+/// and the scenarios that run on the real kube-apiserver in `[4/4]` (there this shape is the
+/// stacked control plane, several minutes more each: `api-availability` and `ca-rotation` run
+/// stacked).
+pub const ON_MANAGED_ETCD: [&str; 14] = [
+    "data-loss",
+    "forged-member-id",
+    "full-restart",
+    "defrag",
+    "unhealthy-member-replaced",
+    "member-removed-externally",
+    "not-ready-node",
     "lone-voter-restart",
     "quorum-loss",
     "restore-from-snapshot",

@@ -170,9 +170,11 @@ fn main() -> ExitCode {
                 .unwrap_or_default()
                 .trim_start_matches("error: ");
             let reason = format!("invalid input: {first}");
+            let subcommand = invoked_subcommand().unwrap_or_else(|| "membership".to_owned());
             report(
                 &VerifyReport::block(BlockCode::InvalidInput, reason, None, None),
                 termination_log_flag().as_ref(),
+                &subcommand,
             );
             return ExitCode::from(2);
         }
@@ -199,7 +201,7 @@ fn membership(args: &MembershipArgs) -> ExitCode {
             code = ExitCode::from(1);
         }
     }
-    report(&result, args.gate.termination_log.as_ref());
+    report(&result, args.gate.termination_log.as_ref(), "membership");
     code
 }
 
@@ -217,7 +219,7 @@ fn exec_etcd(args: &ExecEtcdArgs) -> ExitCode {
         );
         let (result, code) = decided(&args.gate);
         if !result.may_start() {
-            report(&result, args.gate.termination_log.as_ref());
+            report(&result, args.gate.termination_log.as_ref(), "exec-etcd");
             return code;
         }
         eprintln!("etcd-verify exec-etcd: start: {}", result.reason);
@@ -230,6 +232,7 @@ fn exec_etcd(args: &ExecEtcdArgs) -> ExitCode {
     report(
         &VerifyReport::block(BlockCode::Internal, reason, None, None),
         args.gate.termination_log.as_ref(),
+        "exec-etcd",
     );
     ExitCode::from(1)
 }
@@ -371,11 +374,13 @@ fn termination_log_flag() -> Option<PathBuf> {
     })
 }
 
-fn report(result: &VerifyReport, termination_log: Option<&PathBuf>) {
+/// Prints the report (stdout: JSON; stderr: `etcd-verify <subcommand>: <decision>: <reason>`)
+/// and writes it to the termination log.
+fn report(result: &VerifyReport, termination_log: Option<&PathBuf>, subcommand: &str) {
     let json = etcd_verify::report::json_line(result);
     println!("{json}");
     eprintln!(
-        "etcd-verify membership: {}: {}",
+        "etcd-verify {subcommand}: {}: {}",
         result.decision, result.reason
     );
     let path = match termination_log {
@@ -390,7 +395,7 @@ fn report(result: &VerifyReport, termination_log: Option<&PathBuf>) {
         let written = std::fs::File::create(&path).and_then(|mut f| f.write_all(json.as_bytes()));
         if let Err(e) = written {
             eprintln!(
-                "etcd-verify membership: could not write {}: {e}",
+                "etcd-verify {subcommand}: could not write {}: {e}",
                 path.display()
             );
         }

@@ -85,6 +85,11 @@ async fn the_first_start_takes_the_ticket_and_a_restart_in_place_decides_again()
     let (out, message) = exec_etcd(handoff.path(), &env, &[]);
     assert!(!ran(&out), "etcd started on the emptied data dir: {out:?}");
     assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("etcd-verify exec-etcd: block: data dir lost"),
+        "{out:?}"
+    );
     let report = membership::VerifyReport::parse(&message)
         .unwrap_or_else(|| panic!("no report in the termination message: {message:?}"));
     assert_eq!(report.data_lost_member(), Some(id), "{report:?}");

@@ -458,32 +458,29 @@ fn place_manifest(
     let md = &cfg.manifest_dir;
     atomic::ensure_dir_all(md, DIR_MODE).map_err(io_err("creating", md))?;
     let path = md.join(&plan.manifest_name);
-    let change = match fs::read(&path) {
-        Ok(current) if current == plan.manifest => {
-            let mode = fs::metadata(&path)
-                .map_err(io_err("reading", &path))?
-                .permissions()
-                .mode()
-                & 0o7777;
-            if mode == FILE_MODE {
-                ManifestChange::Kept
-            } else {
-                fs::set_permissions(&path, fs::Permissions::from_mode(FILE_MODE))
-                    .map_err(io_err("setting the mode of", &path))?;
-                ManifestChange::ModeFixed
-            }
-        }
-        Ok(_) => {
-            verdict_holds(cfg, OffsetDateTime::now_utc())?;
-            writer.write(md, &plan.manifest_name, &plan.manifest, FILE_MODE)?;
-            ManifestChange::Written
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            verdict_holds(cfg, OffsetDateTime::now_utc())?;
-            writer.write(md, &plan.manifest_name, &plan.manifest, FILE_MODE)?;
-            ManifestChange::Written
-        }
+    let current = match fs::read(&path) {
+        Ok(current) => Some(current),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(io_err("reading", &path)(e)),
+    };
+    let change = if current.as_ref() == Some(&plan.manifest) {
+        let mode = fs::metadata(&path)
+            .map_err(io_err("reading", &path))?
+            .permissions()
+            .mode()
+            & 0o7777;
+        if mode == FILE_MODE {
+            ManifestChange::Kept
+        } else {
+            fs::set_permissions(&path, fs::Permissions::from_mode(FILE_MODE))
+                .map_err(io_err("setting the mode of", &path))?;
+            ManifestChange::ModeFixed
+        }
+    } else {
+        // A new or changed manifest (re)starts etcd.
+        verdict_holds(cfg, OffsetDateTime::now_utc())?;
+        writer.write(md, &plan.manifest_name, &plan.manifest, FILE_MODE)?;
+        ManifestChange::Written
     };
     tracing::info!(manifest = %path.display(), ?change, "manifest in place");
     Ok(change)

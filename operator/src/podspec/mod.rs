@@ -261,11 +261,9 @@ pub fn render_installer(
     images: &Images,
     asked: time::OffsetDateTime,
 ) -> Result<Pod, RenderError> {
-    let expires = (asked + VERDICT_TTL)
-        .replace_nanosecond(0)
-        .unwrap_or(asked + VERDICT_TTL);
     let data = InstallerData {
-        verdict_expires: crate::certs::format_time(expires),
+        // Whole seconds, as every time the operator writes.
+        verdict_expires: crate::certs::format_time(asked + VERDICT_TTL),
         pod_name: installer_pod_name(node, revision, attempt),
         namespace: STATIC_POD_NAMESPACE,
         node_name: node,

@@ -128,7 +128,7 @@ fn frozen_pids(h: &Harness) -> Result<Vec<u32>, ControlPlaneError> {
         .collect()
 }
 
-fn signal_all(pids: &[u32], signal: Signal) -> Result<(), ControlPlaneError> {
+pub(super) fn signal_all(pids: &[u32], signal: Signal) -> Result<(), ControlPlaneError> {
     for pid in pids {
         let raw = i32::try_from(*pid).map_err(|e| failed(format!("pid {pid}: {e}")))?;
         kill(Pid::from_raw(raw), signal)

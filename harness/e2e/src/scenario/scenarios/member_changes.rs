@@ -47,12 +47,7 @@ async fn data_lost_under_running_etcd(
     let member_dir = h.cp.node(node)?.data_dir().join("member");
     std::fs::remove_dir_all(&member_dir)
         .map_err(|e| failed(format!("removing {}: {e}", member_dir.display())))?;
-    let raw = i32::try_from(pid).map_err(|e| failed(format!("pid {pid}: {e}")))?;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(raw),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .map_err(|e| failed(format!("SIGKILL to {node}'s etcd (pid {pid}): {e}")))?;
+    crate::scenario::minority_recovery::signal_all(&[pid], nix::sys::signal::Signal::SIGKILL)?;
     h.step(format!(
         "{node}'s {} removed under its running etcd, which then died (SIGKILL, pid {pid}): \
          its container restarts in place (member {old})",

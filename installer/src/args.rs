@@ -4,8 +4,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use time::OffsetDateTime;
-
 use clap::Parser;
 
 use crate::plan::Kind;
@@ -54,11 +52,12 @@ pub struct Args {
     /// Bound on the whole run, every retry included (e.g. 120s, 2m).
     #[arg(long, default_value = "120s", value_parser = membership::parse_duration)]
     pub timeout: Duration,
-    /// When the quorum gate's verdict that allowed this install stops counting (RFC 3339, e.g.
-    /// 2026-12-07T18:00:00Z): past it the manifest is not written (etcd is not restarted on an
-    /// old verdict) and the run fails with `VerdictExpired`, so the operator asks the gate again.
-    #[arg(long, value_name = "RFC3339", value_parser = parse_rfc3339)]
-    pub verdict_expires: Option<OffsetDateTime>,
+    /// A new or changed manifest (a restart of etcd) is written only once the operator has
+    /// approved it on this installer's own pod (`POD_NAME`, `POD_NAMESPACE`), after asking the
+    /// quorum gate again, and only within this long of the installer's start (e.g. 30s); else
+    /// the run fails with `RestartNotApproved` and nothing restarts. See `approval`.
+    #[arg(long, value_parser = membership::parse_duration)]
+    pub approval_window: Option<Duration>,
     /// Kubeconfig file; without it: in-cluster config or `KUBECONFIG` (kube's inference).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -92,16 +91,10 @@ pub struct Config {
     /// See `--own-key-prefixes`.
     pub own_key_prefixes: Vec<String>,
     pub timeout: Duration,
-    /// `--verdict-expires`.
-    pub verdict_expires: Option<OffsetDateTime>,
+    /// `--approval-window`.
+    pub approval_window: Option<Duration>,
     pub kubeconfig: Option<PathBuf>,
     pub termination_log: Option<PathBuf>,
-}
-
-/// An RFC 3339 time, for `--verdict-expires`.
-fn parse_rfc3339(s: &str) -> Result<OffsetDateTime, String> {
-    OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
-        .map_err(|e| format!("not an RFC 3339 time ({e})"))
 }
 
 /// A flag is invalid.
@@ -111,6 +104,8 @@ pub enum ArgsError {
     ZeroRevision,
     #[error("--timeout must be more than 0")]
     ZeroTimeout,
+    #[error("--approval-window must be more than 0")]
+    ZeroApprovalWindow,
     #[error("--{flag} {value:?}: {why}")]
     BadName {
         flag: &'static str,
@@ -163,19 +158,22 @@ impl Args {
             wanted,
             own_key_prefixes: names(&self.own_key_prefixes).map(str::to_owned).collect(),
             timeout: self.timeout,
-            verdict_expires: self.verdict_expires,
+            approval_window: self.approval_window,
             kubeconfig: self.kubeconfig.clone(),
             termination_log: self.termination_log.clone(),
         })
     }
 
-    /// Checks that `--revision` and `--timeout` are not zero.
+    /// Checks that `--revision`, `--timeout` and `--approval-window` are not zero.
     fn check_limits(&self) -> Result<(), ArgsError> {
         if self.revision == 0 {
             return Err(ArgsError::ZeroRevision);
         }
         if self.timeout.is_zero() {
             return Err(ArgsError::ZeroTimeout);
+        }
+        if self.approval_window.is_some_and(|w| w.is_zero()) {
+            return Err(ArgsError::ZeroApprovalWindow);
         }
         Ok(())
     }

@@ -15,6 +15,7 @@
 //!   manifest identical? ── yes ──▶ keep it (not even its mtime changes)
 //!        │ no
 //!        ▼
+//!   with --approval-window: wait for the operator's approval on this pod (crate::approval)
 //!   write <manifest-dir>/etcd-pod.yaml atomically (last, after everything it needs)
 //! ```
 
@@ -25,8 +26,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use kube::Client;
-use time::OffsetDateTime;
 
+use crate::approval::{Approval, NotApproved};
 use crate::args::Config;
 use crate::atomic;
 use crate::fetch::{self, FetchError};
@@ -65,11 +66,8 @@ pub enum InstallError {
     },
     #[error("timed out after {0:?} ({1})")]
     Timeout(Duration, &'static str),
-    #[error(
-        "the quorum gate's verdict for this install expired at {expired} ({late}s ago): the \
-         manifest was not written, so etcd did not restart on it; the operator asks the gate again"
-    )]
-    VerdictExpired { expired: String, late: i64 },
+    #[error(transparent)]
+    NotApproved(#[from] NotApproved),
     #[error(transparent)]
     Hook(#[from] HookFired),
 }
@@ -85,7 +83,7 @@ impl InstallError {
             InstallError::Lock(LockError::NotRegular { .. }) => "UnsafeLockFile",
             InstallError::Lock(_) | InstallError::Io { .. } => "IoError",
             InstallError::Timeout(..) => "Timeout",
-            InstallError::VerdictExpired { .. } => "VerdictExpired",
+            InstallError::NotApproved(_) => "RestartNotApproved",
             InstallError::Hook(_) => "TestHook",
         }
     }
@@ -191,6 +189,7 @@ pub async fn run(
     cfg: &Config,
     client: &Client,
     hook: Hook,
+    approval: Option<&Approval>,
     deadline: tokio::time::Instant,
 ) -> Result<Installed, InstallError> {
     check_downgrade(cfg)?;
@@ -216,7 +215,7 @@ pub async fn run(
     if Instant::now() >= deadline {
         return Err(InstallError::Timeout(cfg.timeout, "before writing"));
     }
-    install_on_disk(cfg, &plan, hook, deadline)
+    install_on_disk(cfg, &plan, hook, deadline, approval.map(|a| (a, client))).await
 }
 
 /// The highest installed revision and where it was seen (read-only).
@@ -297,12 +296,14 @@ impl Writer {
     }
 }
 
-/// Lays the plan down on disk under the lock.
-pub fn install_on_disk(
+/// Lays the plan down on disk under the lock; a new or changed manifest waits for `approval`
+/// (the lock held meanwhile: no other installer of this node writes in between).
+pub async fn install_on_disk(
     cfg: &Config,
     plan: &Plan,
     hook: Hook,
     deadline: Instant,
+    approval: Option<(&Approval, &Client)>,
 ) -> Result<Installed, InstallError> {
     let rd = &cfg.resource_dir;
     atomic::ensure_dir_all(rd, DIR_MODE).map_err(io_err("creating", rd))?;
@@ -318,7 +319,17 @@ pub fn install_on_disk(
     };
     let dir_change = place_revision_dir(cfg, plan, &mut writer)?;
     writer.hook.before_manifest(deadline)?;
-    let manifest_change = place_manifest(cfg, plan, &mut writer)?;
+    let manifest_change = match manifest_state(cfg, plan)? {
+        Manifest::Same { mode } => keep_manifest(cfg, plan, mode)?,
+        Manifest::Differs => {
+            if let Some((approval, client)) = approval {
+                tracing::info!(window = ?approval.window, "waiting for the operator to approve the restart of etcd");
+                let value = approval.wait(client).await?;
+                tracing::info!(approved = %value, "restart approved");
+            }
+            write_manifest(cfg, plan, &mut writer)?
+        }
+    };
     drop(lock);
     Ok(Installed {
         dir: rd.join(&plan.dir_name),
@@ -433,55 +444,55 @@ fn place_revision_dir(
     Ok(change)
 }
 
-/// A new manifest (re)starts etcd: only while the quorum gate's verdict that allowed it holds
-/// (`--verdict-expires`). The revision directory before it may be laid down later than that: it
-/// restarts nothing.
-fn verdict_holds(cfg: &Config, now: OffsetDateTime) -> Result<(), InstallError> {
-    match cfg.verdict_expires {
-        Some(expires) if now > expires => Err(InstallError::VerdictExpired {
-            expired: expires
-                .format(&time::format_description::well_known::Rfc3339)
-                .unwrap_or_else(|_| expires.to_string()),
-            late: (now - expires).whole_seconds(),
-        }),
-        _ => Ok(()),
+/// The manifest on disk against the plan's.
+enum Manifest {
+    /// Identical content, with this mode.
+    Same { mode: u32 },
+    /// Absent or different: writing it (re)starts etcd.
+    Differs,
+}
+
+fn manifest_state(cfg: &Config, plan: &Plan) -> Result<Manifest, InstallError> {
+    let path = cfg.manifest_dir.join(&plan.manifest_name);
+    match fs::read(&path) {
+        Ok(current) if current == plan.manifest => {
+            let mode = fs::metadata(&path)
+                .map_err(io_err("reading", &path))?
+                .permissions()
+                .mode()
+                & 0o7777;
+            Ok(Manifest::Same { mode })
+        }
+        Ok(_) => Ok(Manifest::Differs),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Manifest::Differs),
+        Err(e) => Err(io_err("reading", &path)(e)),
     }
 }
 
-/// Installs the manifest last; an identical one is left alone (the kubelet restarts the pod on
-/// a file change).
-fn place_manifest(
+/// An identical manifest is left alone (the kubelet restarts the pod on a file change); only a
+/// wrong mode is corrected.
+fn keep_manifest(cfg: &Config, plan: &Plan, mode: u32) -> Result<ManifestChange, InstallError> {
+    let path = cfg.manifest_dir.join(&plan.manifest_name);
+    let change = if mode == FILE_MODE {
+        ManifestChange::Kept
+    } else {
+        fs::set_permissions(&path, fs::Permissions::from_mode(FILE_MODE))
+            .map_err(io_err("setting the mode of", &path))?;
+        ManifestChange::ModeFixed
+    };
+    tracing::info!(manifest = %path.display(), ?change, "manifest in place");
+    Ok(change)
+}
+
+/// Writes the manifest, last: this (re)starts etcd.
+fn write_manifest(
     cfg: &Config,
     plan: &Plan,
     writer: &mut Writer,
 ) -> Result<ManifestChange, InstallError> {
     let md = &cfg.manifest_dir;
     atomic::ensure_dir_all(md, DIR_MODE).map_err(io_err("creating", md))?;
-    let path = md.join(&plan.manifest_name);
-    let current = match fs::read(&path) {
-        Ok(current) => Some(current),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(io_err("reading", &path)(e)),
-    };
-    let change = if current.as_ref() == Some(&plan.manifest) {
-        let mode = fs::metadata(&path)
-            .map_err(io_err("reading", &path))?
-            .permissions()
-            .mode()
-            & 0o7777;
-        if mode == FILE_MODE {
-            ManifestChange::Kept
-        } else {
-            fs::set_permissions(&path, fs::Permissions::from_mode(FILE_MODE))
-                .map_err(io_err("setting the mode of", &path))?;
-            ManifestChange::ModeFixed
-        }
-    } else {
-        // A new or changed manifest (re)starts etcd.
-        verdict_holds(cfg, OffsetDateTime::now_utc())?;
-        writer.write(md, &plan.manifest_name, &plan.manifest, FILE_MODE)?;
-        ManifestChange::Written
-    };
-    tracing::info!(manifest = %path.display(), ?change, "manifest in place");
-    Ok(change)
+    writer.write(md, &plan.manifest_name, &plan.manifest, FILE_MODE)?;
+    tracing::info!(manifest = %md.join(&plan.manifest_name).display(), change = ?ManifestChange::Written, "manifest in place");
+    Ok(ManifestChange::Written)
 }

@@ -42,7 +42,7 @@
 //!   --resource-dir /etc/kubernetes/static-pod-resources --pod-manifest-dir /etc/kubernetes/manifests \
 //!   --configmaps etcd-pod,etcd-all-bundles --secrets etcd-all-certs \
 //!   [--optional-configmaps a,b] [--optional-secrets c] [--own-key-prefixes p,q] [--timeout 120s] \
-//!   [--kubeconfig PATH] [--termination-log PATH]
+//!   [--approval-window 30s] [--kubeconfig PATH] [--termination-log PATH]
 //! ```
 //!
 //! * Lists are comma-separated (or the flag repeated); names are without the `-N` suffix. The
@@ -56,6 +56,11 @@
 //! * `--timeout` (default 120s; `ms`/`s`/`m`/`h`, combinable as `1m30s`) bounds client setup and
 //!   every fetch retry (back-off 0.2 s doubling to 5 s). Once writing has begun it finishes
 //!   (local disk). A final event is still attempted for at most 5 s after.
+//! * `--approval-window` (the operator passes it; needs `POD_NAME` and `POD_NAMESPACE`): a new
+//!   or changed manifest restarts etcd, so it is written only once the operator has annotated
+//!   this pod `etcd.static-operator.io/restart-approved` after asking the quorum gate again, and
+//!   only within the window of the installer's start ([`approval`]); else `RestartNotApproved`
+//!   (exit 1), the revision directory laid down, the manifest untouched.
 //! * Events (when `POD_NAME` and `POD_NAMESPACE` are set): `StaticPodInstallerCompleted`
 //!   (Normal) or `StaticPodInstallerFailed` (Warning), involvedObject = the installer pod.
 //!
@@ -89,7 +94,7 @@
 //! `reason` is one of `Installed`, `AlreadyInstalled`, `InvalidArgs`, `ClientConfig`,
 //! `MissingResource`, `ApiUnavailable`, `ApiError`, `InvalidResource`, `HostileKey`,
 //! `NoManifestForNode`, `ManifestForAnotherNode`, `InvalidManifest`, `Duplicate`, `Downgrade`,
-//! `Busy`, `IoError`, `Timeout` (and `TestHook` under the test hook).
+//! `Busy`, `IoError`, `Timeout`, `RestartNotApproved` (and `TestHook` under the test hook).
 //!
 //! Concurrency: the lock is taken without blocking, so a second installer on the node exits 4
 //! at once, without writing anything; the kernel releases the lock when the holder exits or
@@ -99,6 +104,7 @@
 //! Test-only: `ETCD_INSTALLER_TEST_HOOK` ([`hook`]) injects a pause or failure while writing.
 #![cfg_attr(test, allow(clippy::too_many_lines))] // test code is exempt (Cargo.toml's lints)
 
+pub mod approval;
 pub mod args;
 pub mod atomic;
 pub mod events;

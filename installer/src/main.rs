@@ -5,9 +5,10 @@
 #![cfg_attr(test, allow(clippy::too_many_lines))] // test code is exempt (Cargo.toml's lints)
 
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
+use etcd_installer::approval::Approval;
 use etcd_installer::args::{Args, Config};
 use etcd_installer::events::{self, PodRef};
 use etcd_installer::fetch;
@@ -20,6 +21,7 @@ use tracing::Instrument;
 const EVENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn main() -> ExitCode {
+    let started = Instant::now();
     let args = Args::parse();
     args.log.init("ETCD_INSTALLER_LOG", "info");
     let report = match args.validate() {
@@ -31,7 +33,7 @@ fn main() -> ExitCode {
             message: e.to_string(),
         },
         Ok(cfg) => match runtime() {
-            Ok(rt) => rt.block_on(run(&cfg)),
+            Ok(rt) => rt.block_on(run(&cfg, started)),
             Err(e) => failed(&cfg, "IoError", format!("{e:#}")),
         },
     };
@@ -65,21 +67,42 @@ fn failed(cfg: &Config, reason: &'static str, message: String) -> Report {
     }
 }
 
-async fn run(cfg: &Config) -> Report {
+fn invalid(cfg: &Config, message: String) -> Report {
+    Report {
+        outcome: Outcome::Invalid,
+        revision: cfg.revision,
+        node: cfg.node.clone(),
+        reason: "InvalidArgs",
+        message,
+    }
+}
+
+/// The approval to wait for: `--approval-window` names it, the downward API says which pod.
+fn approval(cfg: &Config, started: Instant) -> Result<Option<Approval>, String> {
+    let Some(window) = cfg.approval_window else {
+        return Ok(None);
+    };
+    let pod = PodRef::from_env().ok_or(
+        "--approval-window needs POD_NAME and POD_NAMESPACE (the downward API): the approval is an annotation on the installer's own pod",
+    )?;
+    Ok(Some(Approval {
+        pod,
+        window,
+        started,
+    }))
+}
+
+async fn run(cfg: &Config, started: Instant) -> Report {
     let span = tracing::info_span!("install", node = %cfg.node, revision = cfg.revision);
     async {
         let deadline = tokio::time::Instant::now() + cfg.timeout;
         let hook = match Hook::from_env() {
             Ok(hook) => hook,
-            Err(message) => {
-                return Report {
-                    outcome: Outcome::Invalid,
-                    revision: cfg.revision,
-                    node: cfg.node.clone(),
-                    reason: "InvalidArgs",
-                    message,
-                };
-            }
+            Err(message) => return invalid(cfg, message),
+        };
+        let approval = match approval(cfg, started) {
+            Ok(approval) => approval,
+            Err(message) => return invalid(cfg, message),
         };
         let client =
             match tokio::time::timeout_at(deadline, fetch::client(cfg.kubeconfig.as_deref())).await
@@ -90,7 +113,7 @@ async fn run(cfg: &Config) -> Report {
                     return failed(cfg, "Timeout", "timed out building the client".into());
                 }
             };
-        let result = install::run(cfg, &client, hook, deadline).await;
+        let result = install::run(cfg, &client, hook, approval.as_ref(), deadline).await;
         let report = install::report(cfg, &result);
         if let Some(pod) = PodRef::from_env() {
             let emitted = tokio::time::timeout(

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, Secret};
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use kube_testapi::TestApi;
 use serde_json::Value;
@@ -629,11 +629,12 @@ async fn a_newer_revision_is_installed_and_a_lower_one_is_refused() {
     assert!(!w.resources().join("etcd-pod-1").exists());
 }
 
-/// The quorum gate's verdict has a deadline (#65): an installer pod that runs after it (a node
-/// agent that was down, a slow image pull) restarts nothing on it; the same revision installs
-/// once the operator asks again, and an unchanged manifest needs no verdict.
+/// A restart of etcd waits for the operator's approval (#65: the gate is asked again right
+/// before the restart, not only when the installer pod was made): without it inside the window
+/// the revision directory is laid down and the manifest is left alone; with it the manifest is
+/// written; an unchanged manifest restarts nothing and needs none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_expired_verdict_restarts_nothing() {
+async fn a_restart_waits_for_the_operators_approval() {
     let w = World::start().await;
     w.publish(1, &["n1"]).await;
     w.publish(2, &["n1"]).await;
@@ -642,16 +643,19 @@ async fn an_expired_verdict_restarts_nothing() {
         .await
         .expect(0, "installed", "Installed");
     let before = snapshot(&w.manifests());
-    let late = w
-        .installer(2, "n1")
-        .set("--verdict-expires=2026-01-01T00:00:00Z")
+    let in_pod = |inst: Installer, pod: &str| inst.env("POD_NAME", pod).env("POD_NAMESPACE", &w.ns);
+
+    create_pod(&w, "installer-2-n1-1").await;
+    let late = in_pod(w.installer(2, "n1"), "installer-2-n1-1")
+        .arg("--approval-window=2s")
         .run()
         .await;
-    let report = late.expect(1, "failed", "VerdictExpired");
+    let report = late.expect(1, "failed", "RestartNotApproved");
     let message = report["message"].as_str().unwrap();
     assert!(
-        message.contains("expired at 2026-01-01T00:00:00Z")
-            && message.contains("asks the gate again"),
+        message.contains("did not approve the restart")
+            && message.contains("installer-2-n1-1")
+            && message.contains("not annotated yet"),
         "{message}"
     );
     assert_eq!(
@@ -659,26 +663,84 @@ async fn an_expired_verdict_restarts_nothing() {
         snapshot(&w.manifests()),
         "the manifest was rewritten"
     );
-    assert_eq!(read(&w.manifest_file()), manifest("n1", 1));
-    // Asked again: a verdict that still holds installs it.
-    w.installer(2, "n1")
-        .set("--verdict-expires=2999-01-01T00:00:00Z")
-        .run()
+    assert!(
+        w.resources().join("etcd-pod-2").is_dir(),
+        "the revision dir was not laid down"
+    );
+
+    create_pod(&w, "installer-2-n1-2").await;
+    let mut waiting = in_pod(w.installer(2, "n1"), "installer-2-n1-2")
+        .arg("--approval-window=30s")
+        .spawn();
+    waiting
+        .wait_stderr("waiting for the operator to approve")
+        .await;
+    assert_eq!(
+        read(&w.manifest_file()),
+        manifest("n1", 1),
+        "written before the approval"
+    );
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        etcd_installer::approval::RESTART_APPROVED: "2026-12-07T20:00:00Z"}}});
+    Api::<Pod>::namespaced(w.client(), &w.ns)
+        .patch(
+            "installer-2-n1-2",
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await
-        .expect(0, "installed", "Installed");
+        .unwrap();
+    waiting.wait().await.expect(0, "installed", "Installed");
     assert_eq!(read(&w.manifest_file()), manifest("n1", 2));
-    // Nothing to restart: an expired verdict does not matter.
-    w.installer(2, "n1")
-        .set("--verdict-expires=2026-01-01T00:00:00Z")
+
+    // Nothing to restart: no approval is awaited.
+    create_pod(&w, "installer-2-n1-3").await;
+    in_pod(w.installer(2, "n1"), "installer-2-n1-3")
+        .arg("--approval-window=1s")
         .run()
         .await
         .expect(0, "unchanged", "AlreadyInstalled");
-    let bad = w
-        .installer(2, "n1")
-        .set("--verdict-expires=tomorrow")
-        .run()
-        .await;
-    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    // Bad input: no pod to look at, or a zero window.
+    let run = w.installer(2, "n1").arg("--approval-window=5s").run().await;
+    let report = run.expect(2, "invalid", "InvalidArgs");
+    assert!(
+        report["message"].as_str().unwrap().contains("POD_NAME"),
+        "{report}"
+    );
+    let zero = w.installer(2, "n1").arg("--approval-window=0s").run().await;
+    zero.expect(2, "invalid", "InvalidArgs");
+}
+
+/// Creates installer pod `name` on n1 in the test namespace (retried while the namespace's
+/// default ServiceAccount appears).
+async fn create_pod(w: &World, name: &str) -> Pod {
+    let pod = Pod {
+        metadata: meta(name),
+        spec: Some(k8s_openapi::api::core::v1::PodSpec {
+            node_name: Some("n1".into()),
+            containers: vec![k8s_openapi::api::core::v1::Container {
+                name: "installer".into(),
+                image: Some("etcd-static-operator".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let started = Instant::now();
+    loop {
+        match Api::<Pod>::namespaced(w.client(), &w.ns)
+            .create(&PostParams::default(), &pod)
+            .await
+        {
+            Ok(created) => return created,
+            Err(e) if started.elapsed() < DEADLINE => {
+                eprintln!("creating installer pod {name}: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("creating installer pod {name}: {e}"),
+        }
+    }
 }
 
 /// Creates ConfigMap `name` holding `key`. Keys the API refuses are written past validation
@@ -1083,34 +1145,7 @@ async fn only_this_nodes_manifest_is_installed() {
 async fn in_a_pod_it_emits_events_about_itself() {
     let w = World::start().await;
     w.publish(1, &["n1"]).await;
-    let pod = Pod {
-        metadata: meta("installer-1-n1"),
-        spec: Some(k8s_openapi::api::core::v1::PodSpec {
-            node_name: Some("n1".into()),
-            containers: vec![k8s_openapi::api::core::v1::Container {
-                name: "installer".into(),
-                image: Some("etcd-static-operator".into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    // The namespace's default ServiceAccount may appear just after the namespace.
-    let started = Instant::now();
-    let pod = loop {
-        match Api::<Pod>::namespaced(w.client(), &w.ns)
-            .create(&PostParams::default(), &pod)
-            .await
-        {
-            Ok(created) => break created,
-            Err(e) if started.elapsed() < DEADLINE => {
-                eprintln!("creating the installer pod: {e}; retrying");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("creating the installer pod: {e}"),
-        }
-    };
+    let pod = create_pod(&w, "installer-1-n1").await;
     let in_pod = |inst: Installer| {
         inst.env("POD_NAME", "installer-1-n1")
             .env("POD_NAMESPACE", &w.ns)

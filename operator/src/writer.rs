@@ -11,7 +11,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 
 mod barrier;
@@ -362,6 +362,46 @@ impl Writer {
                 kind,
                 namespace: ns.to_owned(),
                 name: object.meta().name.clone().unwrap_or_default(),
+                source,
+            }),
+        }
+    }
+
+    /// Sets one annotation on an object (a merge patch of that key alone); the caches must then
+    /// show it.
+    pub async fn annotate<K>(
+        &mut self,
+        ns: &str,
+        name: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), WriteError>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), ns);
+        let kind = static_kind::<K>();
+        if self.planned("annotate", kind, ns, name) {
+            return Ok(());
+        }
+        let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(patched) => {
+                self.remember(kind, patched.meta());
+                Ok(())
+            }
+            Err(source) => Err(WriteError {
+                action: "annotating",
+                kind,
+                namespace: ns.to_owned(),
+                name: name.to_owned(),
                 source,
             }),
         }

@@ -473,7 +473,7 @@ fn kustomize_images_pin_the_deployment_and_what_the_operator_renders() {
         BTreeSet::from([etcd, operator.clone()]),
         "the etcd static pod runs etcd and etcd-verify from the pinned images"
     );
-    let installer = render_installer("n1", 1, 1, &images, time::OffsetDateTime::now_utc()).unwrap();
+    let installer = render_installer("n1", 1, 1, &images).unwrap();
     assert_eq!(pod_images(&installer), BTreeSet::from([operator.clone()]));
     let target = NodeTarget::new("n1", "10.0.0.1".parse().unwrap());
     let guard = etcd_operator::podspec::render_guard(&target, &images, true).unwrap();
@@ -704,14 +704,7 @@ fn guard_pods_name_the_service_account_the_manifests_create() {
 #[test]
 fn installer_pods_name_the_service_account_the_manifests_create() {
     let docs = all_docs();
-    let pod = render_installer(
-        "n1",
-        1,
-        1,
-        &deployed_images(&docs),
-        time::OffsetDateTime::now_utc(),
-    )
-    .unwrap();
+    let pod = render_installer("n1", 1, 1, &deployed_images(&docs)).unwrap();
     let sa = pod.spec.unwrap().service_account_name.unwrap();
     assert_eq!(sa, INSTALLER_SA);
     assert!(
@@ -850,6 +843,15 @@ const OPERATOR: &[Need] = &[
         &[],
         "controllers/installer.rs, quorum_guard.rs → writer.rs Writer::delete: finished installer \
          pods a node moved past, guards of nodes that left",
+    ),
+    need(
+        STATIC_POD_NAMESPACE,
+        "",
+        "pods",
+        &["patch"],
+        &[],
+        "controllers/installer/act.rs → writer.rs Writer::annotate: an installer pod's restart \
+         approval",
     ),
     need(
         STATIC_POD_NAMESPACE,
@@ -1423,7 +1425,7 @@ async fn validate(client: &Client, real: bool) {
     let etcd = mirror_pod(&images);
     let said = dry_run_create(&pods, &etcd, "rendered etcd static pod (mirror pod)").await;
     assert_eq!(said, DryRun::Accepted, "etcd mirror pod");
-    let installer = render_installer("n1", 3, 1, &images, time::OffsetDateTime::now_utc()).unwrap();
+    let installer = render_installer("n1", 3, 1, &images).unwrap();
     let said = dry_run_create(&pods, &installer, "rendered installer pod").await;
     assert_eq!(said, DryRun::Accepted, "installer pod");
     let target = etcd_operator::podspec::NodeTarget::new("n1", "10.0.0.1".parse().unwrap());

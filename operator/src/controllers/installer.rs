@@ -20,9 +20,12 @@
 //!   waits, named, until it is Ready: no installer pod could run there);
 //! * before the next node restarts, every started voter has applied what the leader committed
 //!   (the member restarted before has caught up);
-//! * every install asks the quorum gate (`RollNode`); a failed install is retried after a capped
-//!   exponential back-off, and while it backs off no other node is moved (a bad revision stops at
-//!   its first node).
+//! * every install asks the quorum gate (`RollNode`), twice: before its installer pod is made,
+//!   and again once that pod's container is seen running, right before the restart: only then is
+//!   the pod annotated as approved, and the installer writes the new manifest only on an approval
+//!   within [`crate::podspec::APPROVAL_WINDOW`] of its start (`etcd_installer::approval`);
+//! * a failed install is retried after a capped exponential back-off, and while it backs off no
+//!   other node is moved (a bad revision stops at its first node).
 //!
 //! Installer pods are named `installer-<revision>-<node>-<attempt>`, so a failure is recorded
 //! exactly once and a retry is a new pod.
@@ -39,7 +42,8 @@ use crate::certs::{format_time, parse_time};
 use crate::controller::{ControllerError, ControllerName};
 use crate::metrics::NodeLabel;
 pub use crate::observed::node_view::{
-    InstallerPhase, InstallerState, NodeView, PodState, STARTING_REQUEUE, STARTING_WINDOW,
+    InstallerPhase, InstallerState, NodeView, PodState, RestartApproval, STARTING_REQUEUE,
+    STARTING_WINDOW,
 };
 use crate::observed::objects;
 use crate::pass::Pass;
@@ -68,6 +72,13 @@ pub enum RolloutAction {
     Done,
     /// Create installer pod `installer-<revision>-<node>-<attempt>`.
     Install {
+        node: String,
+        revision: i64,
+        attempt: u32,
+    },
+    /// The quorum gate, asked again now that the installer runs, still allows the restart:
+    /// approve it on the installer pod (`etcd_installer::approval`).
+    Approve {
         node: String,
         revision: i64,
         attempt: u32,
@@ -274,9 +285,18 @@ fn follow(moving: &NodeView, latest: i64, view: &ClusterView) -> RolloutAction {
     let name = moving.name.clone();
     match installer.map(|i| &i.phase) {
         None => install_or_deny(moving, target, view),
-        Some(InstallerPhase::Running) => RolloutAction::Wait {
-            node: name,
-            reason: format!("installer for revision {target} is running"),
+        Some(InstallerPhase::Running) => match installer.map(|i| (i.approval, i.attempt)) {
+            Some((RestartApproval::Awaited, attempt)) => {
+                approve_or_deny(moving, target, attempt, view)
+            }
+            Some((RestartApproval::Given, _)) => RolloutAction::Wait {
+                node: name,
+                reason: format!("installer for revision {target} runs, its restart approved"),
+            },
+            _ => RolloutAction::Wait {
+                node: name,
+                reason: format!("installer for revision {target} is starting"),
+            },
         },
         Some(InstallerPhase::Succeeded) if target < latest => install_or_deny(moving, latest, view),
         Some(InstallerPhase::Succeeded) => match &moving.pod {
@@ -302,12 +322,36 @@ fn follow(moving: &NodeView, latest: i64, view: &ClusterView) -> RolloutAction {
     }
 }
 
-fn install_or_deny(node: &NodeView, revision: i64, view: &ClusterView) -> RolloutAction {
-    let action = Action::RollNode {
+/// The gate asked again for the installer that now runs (its verdict at the pod's creation may
+/// no longer hold: #65).
+fn approve_or_deny(
+    node: &NodeView,
+    revision: i64,
+    attempt: u32,
+    view: &ClusterView,
+) -> RolloutAction {
+    match gate(view, &roll(node)) {
+        Verdict::Allow => RolloutAction::Approve {
+            node: node.name.clone(),
+            revision,
+            attempt,
+        },
+        Verdict::Deny(denial) => RolloutAction::Denied {
+            node: node.name.clone(),
+            denial,
+        },
+    }
+}
+
+fn roll(node: &NodeView) -> Action {
+    Action::RollNode {
         node: node.name.clone(),
         member: node.member,
-    };
-    match gate(view, &action) {
+    }
+}
+
+fn install_or_deny(node: &NodeView, revision: i64, view: &ClusterView) -> RolloutAction {
+    match gate(view, &roll(node)) {
         Verdict::Allow => {
             // Past the failures of this revision, and past an installer pod of it still there
             // (the same revision installed again on a node whose etcd pod vanished): its name

@@ -182,6 +182,7 @@ fn a_vanished_static_pod_is_reported_then_installed_again_after_the_grace() {
         revision: 4,
         attempt: 1,
         phase: InstallerPhase::Succeeded,
+        approval: RestartApproval::NotRunning,
     });
     let d = decide(&nodes, 4, &view, None, t(300), GRACE);
     assert_eq!(installs(&d), ("n2".into(), 4, 2));
@@ -261,6 +262,7 @@ fn follows_one_node_to_ready_before_the_next() {
         revision: 2,
         attempt: 1,
         phase: InstallerPhase::Running,
+        approval: RestartApproval::NotRunning,
     });
     let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0), GRACE);
     assert!(
@@ -315,6 +317,7 @@ fn an_installer_without_a_recorded_target_still_counts_as_in_flight() {
         revision: 2,
         attempt: 1,
         phase: InstallerPhase::Running,
+        approval: RestartApproval::NotRunning,
     });
     let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0), GRACE);
     assert!(
@@ -332,6 +335,7 @@ fn failures_are_recorded_once_and_retried_with_backoff() {
         revision: 2,
         attempt: 1,
         phase: InstallerPhase::Failed("secret missing".into()),
+        approval: RestartApproval::NotRunning,
     });
     let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0), GRACE);
     let s = &d.statuses[0];
@@ -378,6 +382,7 @@ fn a_newer_revision_supersedes_a_finished_install() {
         revision: 2,
         attempt: 1,
         phase: InstallerPhase::Succeeded,
+        approval: RestartApproval::NotRunning,
     });
     assert_eq!(
         installs(&decide(
@@ -670,6 +675,7 @@ fn a_node_without_a_member_moves_first_and_rests_on_its_pod_s_revision() {
         revision: 5,
         attempt: 1,
         phase: InstallerPhase::Succeeded,
+        approval: RestartApproval::NotRunning,
     });
     let nodes = vec![node(1, 4, true), n2, node(3, 4, true)];
     let d = decide(&nodes, 5, &two_voters, None, t(1), GRACE);
@@ -718,5 +724,57 @@ fn a_not_ready_node_is_never_made_to_move() {
         d.statuses.iter().all(|s| s.target_revision.is_none()),
         "{:?}",
         d.statuses
+    );
+}
+
+/// The gate is asked again right before the restart (#65): an installer whose container runs is
+/// approved only while the gate still allows its node's restart; one not yet running, or already
+/// approved, is waited on.
+#[test]
+fn a_running_installer_is_approved_only_while_the_gate_allows() {
+    let mut nodes = vec![node(1, 1, true), node(2, 1, true), node(3, 1, true)];
+    let d = decide(&nodes, 2, &cluster(&[true, true, true]), None, t(0), GRACE);
+    assert_eq!(installs(&d), ("n1".into(), 2, 1));
+    carry_statuses(&mut nodes, &d);
+    nodes[0].status = with_target(d.statuses.clone(), "n1", 2)[0].clone();
+    let mut at = |approval| {
+        nodes[0].installer = Some(InstallerState {
+            revision: 2,
+            attempt: 1,
+            phase: InstallerPhase::Running,
+            approval,
+        });
+        nodes.clone()
+    };
+    let starting = at(RestartApproval::NotRunning);
+    let awaited = at(RestartApproval::Awaited);
+    let given = at(RestartApproval::Given);
+    let healthy = cluster(&[true, true, true]);
+    let action =
+        |nodes: &[NodeView], view: &ClusterView| decide(nodes, 2, view, None, t(5), GRACE).action;
+    assert!(
+        matches!(action(&starting, &healthy), RolloutAction::Wait { ref reason, .. } if reason.contains("starting")),
+        "{:?}",
+        action(&starting, &healthy)
+    );
+    assert_eq!(
+        action(&awaited, &healthy),
+        RolloutAction::Approve {
+            node: "n1".into(),
+            revision: 2,
+            attempt: 1
+        }
+    );
+    assert!(matches!(
+        action(&given, &healthy),
+        RolloutAction::Wait { .. }
+    ));
+    // Between the pod's creation and its start n3's member failed: restarting n1 now would
+    // leave one voter of three; the restart is not approved.
+    let n3_down = cluster(&[true, true, false]);
+    assert!(
+        matches!(action(&awaited, &n3_down), RolloutAction::Denied { ref node, .. } if node == "n1"),
+        "{:?}",
+        action(&awaited, &n3_down)
     );
 }

@@ -149,8 +149,8 @@ fn the_checker_finds_an_installer_pod_restarting_after_another_node_went_down() 
 }
 
 /// The same split on the shipped membership path (a voter replaced add-first on four nodes:
-/// the survivors' revisions list the removed member, so they roll): the shipped installer pod
-/// loses quorum there too.
+/// the survivors' revisions list the removed member, so they roll): the installer pod before
+/// the restart approval loses quorum there too.
 #[test]
 fn the_checker_finds_the_late_restart_in_a_replacement() {
     let verdict = Params {

@@ -148,11 +148,12 @@ impl Params {
 pub enum Restart {
     /// One step: the node stops as the gate allows it (the model before #65 item 3).
     Atomic,
-    /// What ships: the operator asks the gate and creates an installer pod; the pod restarts
-    /// the node whenever it runs, whatever happened since, without asking again.
+    /// The installer pod before #65's fix: the operator asks the gate and creates the pod; the
+    /// pod restarts the node whenever it runs, whatever happened since, without asking again.
     Verdict,
-    /// A fix the model can check (not built): the installer pod asks the gate again right
-    /// before it restarts the node, and waits while the gate denies.
+    /// What ships (#65): the operator asks the gate again once the installer pod runs and
+    /// approves the restart only while it allows it (`etcd_installer::approval`); without a
+    /// fresh approval the pod restarts nothing (modelled as waiting while the gate denies).
     ReAsk,
 }
 

@@ -34,12 +34,27 @@ pub enum InstallerPhase {
     Failed(String),
 }
 
+/// A running installer's restart approval (`etcd_installer::approval`): the operator asks the
+/// quorum gate again only once it has seen the installer's container run, so its verdict is
+/// younger than the installer that acts on it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RestartApproval {
+    /// The container is not running yet (or no longer): nothing to approve.
+    #[default]
+    NotRunning,
+    /// The container runs and the pod carries no approval.
+    Awaited,
+    /// The pod carries the approval.
+    Given,
+}
+
 /// The newest installer pod of a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InstallerState {
     pub revision: i64,
     pub attempt: u32,
     pub phase: InstallerPhase,
+    pub approval: RestartApproval,
 }
 
 /// Everything the rollout knows about one node.

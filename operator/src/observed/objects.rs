@@ -8,7 +8,9 @@ use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Node
 use membership::VerifyReport;
 use time::OffsetDateTime;
 
-use super::node_view::{InstallerPhase, InstallerState, Leaving, NodeInfo, PodState};
+use super::node_view::{
+    InstallerPhase, InstallerState, Leaving, NodeInfo, PodState, RestartApproval,
+};
 use crate::podspec::NodeTarget;
 
 /// Label on installer pods.
@@ -275,10 +277,12 @@ pub fn installers(pods: &[Pod]) -> BTreeMap<String, InstallerState> {
             }
             _ => InstallerPhase::Running,
         };
+        let approval = restart_approval(pod, &phase);
         let state = InstallerState {
             revision,
             attempt,
             phase,
+            approval,
         };
         let newer = out
             .get(node)
@@ -288,6 +292,26 @@ pub fn installers(pods: &[Pod]) -> BTreeMap<String, InstallerState> {
         }
     }
     out
+}
+
+/// Where a running installer pod stands with its restart approval: its container must be seen
+/// running before the operator approves (the verdict is then younger than the installer).
+fn restart_approval(pod: &Pod, phase: &InstallerPhase) -> RestartApproval {
+    if etcd_installer::approval::approval_of(pod).is_some() {
+        return RestartApproval::Given;
+    }
+    let running = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == "installer"))
+        .and_then(|c| c.state.as_ref()?.running.as_ref())
+        .is_some();
+    if running && *phase == InstallerPhase::Running {
+        RestartApproval::Awaited
+    } else {
+        RestartApproval::NotRunning
+    }
 }
 
 /// Installer pods that can go: finished (Succeeded or Failed), not the newest of their node, and

@@ -241,29 +241,27 @@ struct InstallerData<'a> {
     operator_image: &'a str,
     /// `--own-key-prefixes`: the installer gives a node only its own private keys.
     own_key_prefixes: String,
-    /// `--verdict-expires` (RFC 3339).
-    verdict_expires: String,
+    /// `--approval-window`, in whole seconds.
+    approval_window_seconds: u64,
 }
 
-/// How long the quorum gate's verdict for one install counts: an installer pod that runs later
-/// (its node's agent was down, an image pull was slow) restarts nothing on it and fails with
-/// `VerdictExpired`, and the next pass asks the gate again. Generous beside an installer's
-/// usual few seconds, and beside the clock skew a control plane (NTP-synchronised, as etcd's
-/// leases and every certificate need) can have.
-pub const VERDICT_TTL: time::Duration = time::Duration::seconds(90);
+/// How long after its start an installer may still restart etcd (`--approval-window`): it
+/// writes a new manifest only once the operator, having seen its container run, asked the
+/// quorum gate again and annotated the pod (`etcd_installer::approval`); later, it restarts
+/// nothing and fails `RestartNotApproved`, and the next pass asks the gate again with a new pod.
+/// So no restart rests on a verdict older than this. Generous beside the few seconds from a
+/// container's start to the operator's next pass.
+pub const APPROVAL_WINDOW: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Renders the installer pod for `node` at `revision` (attempt `attempt`), on the quorum
-/// gate's verdict of `asked` (it expires [`VERDICT_TTL`] later).
+/// Renders the installer pod for `node` at `revision` (attempt `attempt`).
 pub fn render_installer(
     node: &str,
     revision: i64,
     attempt: u32,
     images: &Images,
-    asked: time::OffsetDateTime,
 ) -> Result<Pod, RenderError> {
     let data = InstallerData {
-        // Whole seconds, as every time the operator writes.
-        verdict_expires: crate::certs::format_time(asked + VERDICT_TTL),
+        approval_window_seconds: APPROVAL_WINDOW.as_secs(),
         pod_name: installer_pod_name(node, revision, attempt),
         namespace: STATIC_POD_NAMESPACE,
         node_name: node,

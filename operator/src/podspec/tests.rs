@@ -357,8 +357,7 @@ fn bootstrap_render_starts_a_new_single_member_cluster() {
 
 #[test]
 fn installer_pod_is_pinned_and_names_the_revision() {
-    let asked = time::OffsetDateTime::from_unix_timestamp_nanos(1_796_666_400_500_000_000).unwrap();
-    let pod = render_installer("master-2", 5, 3, &images(), asked).unwrap();
+    let pod = render_installer("master-2", 5, 3, &images()).unwrap();
     assert_eq!(pod.metadata.name.as_deref(), Some("installer-5-master-2-3"));
     let spec = pod.spec.unwrap();
     assert_eq!(spec.node_name.as_deref(), Some("master-2"));
@@ -367,8 +366,8 @@ fn installer_pod_is_pinned_and_names_the_revision() {
     assert!(args.contains(&"--revision=5".to_owned()));
     assert!(args.contains(&"--node-name=master-2".to_owned()));
     assert!(
-        args.contains(&"--verdict-expires=2026-12-07T18:01:30Z".to_owned()),
-        "the gate's verdict counts for VERDICT_TTL: {args:?}"
+        args.contains(&"--approval-window=30s".to_owned()),
+        "a restart waits for the operator's approval: {args:?}"
     );
     assert!(
         args.contains(&"--own-key-prefixes=etcd-peer,etcd-serving,etcd-serving-metrics".to_owned()),

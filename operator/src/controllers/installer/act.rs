@@ -1,7 +1,7 @@
 //! The I/O half of the rollout: the plan line of the decided action ([`describe`]), and carrying
 //! it out ([`act`]): the NodeInstallerProgressing condition, the installer pod with the node's
-//! new target revision and its Event, and etcd leadership moved off the leader's node before
-//! that node restarts.
+//! new target revision and its Event, and, once the gate allows the restart again, etcd
+//! leadership moved off the leader's node and the installer pod annotated as approved.
 
 use k8s_openapi::api::core::v1::Pod;
 use membership::DenyRule;
@@ -13,9 +13,10 @@ use crate::certs::format_time;
 use crate::controller::ControllerError;
 use crate::events::EventReason;
 use crate::pass::Pass;
-use crate::podspec::{STATIC_POD_NAMESPACE as NS, render_installer};
+use crate::podspec::{STATIC_POD_NAMESPACE as NS, installer_pod_name, render_installer};
 use crate::retry::ErrorKind;
 use crate::status::{ConditionType as C, Reason};
+use etcd_installer::approval::RESTART_APPROVED;
 
 /// The plan line of an action.
 pub fn describe(action: &RolloutAction) -> String {
@@ -26,6 +27,9 @@ pub fn describe(action: &RolloutAction) -> String {
             revision,
             attempt,
         } => format!("install revision {revision} on {node} (attempt {attempt})"),
+        RolloutAction::Approve { node, revision, .. } => format!(
+            "approve the restart of etcd on {node} for revision {revision} (the quorum gate allows it now)"
+        ),
         RolloutAction::Wait { node, reason } => format!("waiting: {node}: {reason}"),
         RolloutAction::BackOff {
             node,
@@ -66,6 +70,11 @@ pub(super) async fn act(p: &mut Pass<'_>, action: &RolloutAction) -> Result<(), 
             revision,
             attempt,
         } => install(p, node, *revision, *attempt).await?,
+        RolloutAction::Approve {
+            node,
+            revision,
+            attempt,
+        } => approve(p, node, *revision, *attempt).await?,
         RolloutAction::Wait { node, reason } => {
             p.cond(
                 progressing,
@@ -114,17 +123,15 @@ fn done_message(statuses: &[NodeStatus]) -> String {
     }
 }
 
-/// Moves leadership off `node` and creates its installer pod for `revision`.
+/// Creates `node`'s installer pod for `revision`.
 async fn install(
     p: &mut Pass<'_>,
     node: &str,
     revision: i64,
     attempt: u32,
 ) -> Result<(), ControllerError> {
-    let member = p.o.by_node.get(node).copied();
-    p.move_leadership_off(member, "restarting its node").await;
-    let pod: Pod = render_installer(node, revision, attempt, &p.ctx.config.images, p.o.now)
-        .map_err(|e| {
+    let pod: Pod =
+        render_installer(node, revision, attempt, &p.ctx.config.images).map_err(|e| {
             ControllerError::new(NAME, ErrorKind::Permanent, Category::Render, e.to_string())
         })?;
     p.w.create(NS, &pod)
@@ -141,6 +148,31 @@ async fn install(
         true,
         Reason::Installing,
         message,
+    );
+    Ok(())
+}
+
+/// Moves leadership off `node`, then approves its installer's restart of etcd.
+async fn approve(
+    p: &mut Pass<'_>,
+    node: &str,
+    revision: i64,
+    attempt: u32,
+) -> Result<(), ControllerError> {
+    let member = p.o.by_node.get(node).copied();
+    p.move_leadership_off(member, "restarting its node").await;
+    let name = installer_pod_name(node, revision, attempt);
+    p.w.annotate::<Pod>(NS, &name, RESTART_APPROVED, &format_time(p.o.now))
+        .await
+        .map_err(|e| ControllerError::write(NAME, &e))?;
+    p.note(format!(
+        "approved the restart of etcd on {node} for revision {revision} ({name})"
+    ));
+    p.cond(
+        C::NodeInstallerProgressing,
+        true,
+        Reason::Installing,
+        format!("installing revision {revision} on {node}: restart approved"),
     );
     Ok(())
 }

@@ -54,7 +54,9 @@ pub fn hold(
     let Some(refused) = refused else {
         return action;
     };
-    let RolloutAction::Install { node, revision, .. } = &action else {
+    let (RolloutAction::Install { node, revision, .. }
+    | RolloutAction::Approve { node, revision, .. }) = &action
+    else {
         return action;
     };
     let serves = views

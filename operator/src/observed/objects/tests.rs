@@ -179,6 +179,36 @@ fn only_finished_superseded_installers_are_pruned() {
     assert_eq!(prunable_installers(&pods, &on_one), ["installer-1-n1-1"]);
 }
 
+/// The operator approves a restart only once it has seen the installer's container run (#65):
+/// a pending pod, or one whose container has not started, awaits nothing yet.
+#[test]
+fn an_installer_awaits_approval_only_once_its_container_runs() {
+    let with = |status: serde_json::Value, annotated: bool| {
+        let mut p = installer_pod(2, 1, "Running");
+        p.status = serde_json::from_value(status).unwrap();
+        if annotated {
+            p.metadata.annotations = Some(BTreeMap::from([(
+                etcd_installer::approval::RESTART_APPROVED.to_owned(),
+                "2026-12-07T20:00:00Z".to_owned(),
+            )]));
+        }
+        installers(&[p])["n1"].approval
+    };
+    let running = serde_json::json!({"phase": "Running", "containerStatuses": [
+        {"name": "installer", "ready": true, "restartCount": 0, "image": "", "imageID": "",
+         "state": {"running": {"startedAt": "2026-12-07T20:00:00Z"}}}]});
+    let waiting = serde_json::json!({"phase": "Pending", "containerStatuses": [
+        {"name": "installer", "ready": false, "restartCount": 0, "image": "", "imageID": "",
+         "state": {"waiting": {"reason": "ContainerCreating"}}}]});
+    assert_eq!(with(running.clone(), false), RestartApproval::Awaited);
+    assert_eq!(with(running, true), RestartApproval::Given);
+    assert_eq!(with(waiting, false), RestartApproval::NotRunning);
+    assert_eq!(
+        with(serde_json::json!({"phase": "Pending"}), false),
+        RestartApproval::NotRunning
+    );
+}
+
 #[test]
 fn newest_installer_per_node_wins() {
     let mk = installer_pod;
@@ -192,7 +222,8 @@ fn newest_installer_per_node_wins() {
         InstallerState {
             revision: 2,
             attempt: 2,
-            phase: InstallerPhase::Running
+            phase: InstallerPhase::Running,
+            approval: RestartApproval::NotRunning,
         }
     );
 }

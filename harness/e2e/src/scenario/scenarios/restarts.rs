@@ -3,6 +3,7 @@
 //! failure.
 
 use std::collections::BTreeSet;
+use std::str::FromStr;
 use std::time::Duration;
 
 use super::{SETTLE, failed};
@@ -135,11 +136,10 @@ pub(super) async fn full_restart(h: &mut Harness) -> Result<(), ControlPlaneErro
     Ok(())
 }
 
-pub(super) async fn rollout(h: &mut Harness) -> Result<(), ControlPlaneError> {
-    let before = h.status().await;
-    let latest = before.latest_available_revision;
-    // Injected failure: on every node the resource dir is replaced by a file, so the first
-    // installer fails; running etcd keeps its mounted revision dir.
+/// Injected failure: on every node the resource dir is replaced by a file, so the first
+/// installer of a forced redeployment fails (reported in NodeInstallerDegraded); running etcd
+/// keeps its mounted revision dir. The dirs are restored before returning.
+async fn fail_first_install(h: &mut Harness, latest: i64) -> Result<(), ControlPlaneError> {
     let mut sabotaged = Vec::new();
     for node in &h.cp.nodes {
         let dir = node.root.join("etc/kubernetes/static-pod-resources");
@@ -172,6 +172,13 @@ pub(super) async fn rollout(h: &mut Harness) -> Result<(), ControlPlaneError> {
         std::fs::remove_file(dir).map_err(|e| failed(e.to_string()))?;
         std::fs::rename(aside, dir).map_err(|e| failed(e.to_string()))?;
     }
+    Ok(())
+}
+
+pub(super) async fn rollout(h: &mut Harness) -> Result<(), ControlPlaneError> {
+    let before = h.status().await;
+    let latest = before.latest_available_revision;
+    fail_first_install(h, latest).await?;
     h.step("resource dirs restored; the failed install retries after its back-off");
     // Kill the operator while a node is moving; the rollout must still finish.
     h.wait_status("a node moving to the new revision", SETTLE, |s| {
@@ -208,6 +215,11 @@ pub(super) async fn rollout(h: &mut Harness) -> Result<(), ControlPlaneError> {
                 )));
             }
             h.step(format!("every node Ready on revision {}", latest + 1));
+            let approved = restarts_approved_after_start(h, latest + 1).await?;
+            h.step(format!(
+                "each restart approved after its installer started: {}",
+                approved.join(", ")
+            ));
             return Ok(());
         }
         if std::time::Instant::now() > deadline {
@@ -218,4 +230,72 @@ pub(super) async fn rollout(h: &mut Harness) -> Result<(), ControlPlaneError> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// #65: every installer that moved a node to `revision` restarted etcd on an approval the
+/// operator gave after seeing its container run (the gate asked again right before the
+/// restart), never on the verdict of the pod's creation alone. Returns `<pod> (+<s>s)`: the
+/// approval's delay after the container's start.
+async fn restarts_approved_after_start(
+    h: &Harness,
+    revision: i64,
+) -> Result<Vec<String>, ControlPlaneError> {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods: kube::Api<Pod> = kube::Api::namespaced(h.cp.client(), "etcd");
+    let list = pods
+        .list(&kube::api::ListParams::default().labels("etcd.static-operator.io/installer"))
+        .await
+        .map_err(|e| failed(format!("listing installer pods: {e}")))?;
+    let mut out = Vec::new();
+    let mut nodes = BTreeSet::new();
+    for pod in list.items.iter().filter(|p| {
+        let labels = p.metadata.labels.clone().unwrap_or_default();
+        labels.get("revision") == Some(&revision.to_string())
+            && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
+    }) {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let approved = etcd_installer::approval::approval_of(pod).ok_or_else(|| {
+            failed(format!(
+                "installer pod {name} restarted etcd without an approval"
+            ))
+        })?;
+        let approved = k8s_openapi::jiff::Timestamp::from_str(approved)
+            .map_err(|e| failed(format!("{name}: approval {approved:?}: {e}")))?;
+        let started = pod
+            .status
+            .as_ref()
+            .and_then(|s| {
+                s.container_statuses
+                    .as_ref()?
+                    .first()?
+                    .state
+                    .as_ref()?
+                    .terminated
+                    .as_ref()?
+                    .started_at
+                    .clone()
+            })
+            .ok_or_else(|| failed(format!("{name}: no start time in its container status")))?;
+        // The approval is written in whole seconds.
+        let delay = approved.as_second() - started.0.as_second();
+        if delay < 0 {
+            return Err(failed(format!(
+                "{name}: approved at {approved}, before its container started at {}",
+                started.0
+            )));
+        }
+        nodes.insert(
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default(),
+        );
+        out.push(format!("{name} (+{delay}s)"));
+    }
+    if nodes.len() != 3 {
+        return Err(failed(format!(
+            "expected a succeeded installer pod of revision {revision} on each of 3 nodes, found {out:?}"
+        )));
+    }
+    Ok(out)
 }

@@ -57,6 +57,23 @@ impl Marks<'_> {
     }
 }
 
+/// A namespaced object the writer reads back as it is stored.
+pub trait Namespaced:
+    kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> Namespaced for K where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+{
+}
+
 /// Writes the pass makes, collecting what the caches must show next.
 pub struct Writer {
     client: Client,
@@ -377,10 +394,7 @@ impl Writer {
         value: &str,
     ) -> Result<(), WriteError>
     where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
+        K: Namespaced,
         K::DynamicType: Default,
     {
         let api: Api<K> = Api::namespaced(self.client.clone(), ns);
@@ -410,10 +424,7 @@ impl Writer {
     /// Deletes an object; NotFound counts as done. The caches must then show it gone.
     pub async fn delete<K>(&mut self, ns: &str, name: &str) -> Result<(), WriteError>
     where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
+        K: Namespaced,
         K::DynamicType: Default,
     {
         let api: Api<K> = Api::namespaced(self.client.clone(), ns);

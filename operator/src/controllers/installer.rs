@@ -330,55 +330,53 @@ fn approve_or_deny(
     attempt: u32,
     view: &ClusterView,
 ) -> RolloutAction {
-    match gate(view, &roll(node)) {
-        Verdict::Allow => RolloutAction::Approve {
-            node: node.name.clone(),
-            revision,
-            attempt,
-        },
+    gated(node, view, || RolloutAction::Approve {
+        node: node.name.clone(),
+        revision,
+        attempt,
+    })
+}
+
+/// `allowed()` when the quorum gate allows rolling `node`, else the denial.
+fn gated(
+    node: &NodeView,
+    view: &ClusterView,
+    allowed: impl FnOnce() -> RolloutAction,
+) -> RolloutAction {
+    let action = Action::RollNode {
+        node: node.name.clone(),
+        member: node.member,
+    };
+    match gate(view, &action) {
+        Verdict::Allow => allowed(),
         Verdict::Deny(denial) => RolloutAction::Denied {
             node: node.name.clone(),
             denial,
         },
-    }
-}
-
-fn roll(node: &NodeView) -> Action {
-    Action::RollNode {
-        node: node.name.clone(),
-        member: node.member,
     }
 }
 
 fn install_or_deny(node: &NodeView, revision: i64, view: &ClusterView) -> RolloutAction {
-    match gate(view, &roll(node)) {
-        Verdict::Allow => {
-            // Past the failures of this revision, and past an installer pod of it still there
-            // (the same revision installed again on a node whose etcd pod vanished): its name
-            // must be new.
-            let s = &node.status;
-            let after_failures = if s.last_failed_revision == Some(revision) {
-                s.last_failed_count + 1
-            } else {
-                1
-            };
-            let after_pod = node
-                .installer
-                .as_ref()
-                .filter(|i| i.revision == revision)
-                .map_or(1, |i| i.attempt + 1);
-            let attempt = after_failures.max(after_pod);
-            RolloutAction::Install {
-                node: node.name.clone(),
-                revision,
-                attempt,
-            }
-        }
-        Verdict::Deny(denial) => RolloutAction::Denied {
+    gated(node, view, || {
+        // Past the failures of this revision, and past an installer pod of it still there (the
+        // same revision installed again on a node whose etcd pod vanished): its name must be new.
+        let s = &node.status;
+        let after_failures = if s.last_failed_revision == Some(revision) {
+            s.last_failed_count + 1
+        } else {
+            1
+        };
+        let after_pod = node
+            .installer
+            .as_ref()
+            .filter(|i| i.revision == revision)
+            .map_or(1, |i| i.attempt + 1);
+        RolloutAction::Install {
             node: node.name.clone(),
-            denial,
-        },
-    }
+            revision,
+            attempt: after_failures.max(after_pod),
+        }
+    })
 }
 
 /// Applies an `Install` to the statuses (sets the node's target).

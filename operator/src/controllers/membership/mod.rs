@@ -247,6 +247,7 @@ fn step_of(
         skip: &planned,
         voter_target: desired,
         observing_since,
+        guards: &guard_signals(&p.inputs.pods),
         now,
     });
     remediation::record_holds(&mut p.status.remediations, &candidates, &format_time(now));
@@ -283,6 +284,24 @@ fn step_of(
         .set(i64::try_from(strays).unwrap_or(i64::MAX));
     learner_promotion::record_standby(p, &step);
     (step, lines)
+}
+
+/// Each node's quorum guard, as remediation's second signal (a guard being deleted says nothing).
+fn guard_signals(
+    pods: &[k8s_openapi::api::core::v1::Pod],
+) -> BTreeMap<String, remediation::GuardSignal> {
+    super::quorum_guard::guard_pods(pods)
+        .into_iter()
+        .filter(|g| !g.deleting && g.name == crate::podspec::guard_pod_name(&g.node))
+        .map(|g| {
+            let signal = if g.ready {
+                remediation::GuardSignal::Healthy
+            } else {
+                remediation::GuardSignal::Unhealthy
+            };
+            (g.node, signal)
+        })
+        .collect()
 }
 
 /// The renewed standby's node and why it does not join again yet; the record is dropped once

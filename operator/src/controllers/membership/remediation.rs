@@ -6,7 +6,12 @@
 //! a Degraded condition asks for an admin). The count starts again once the node's member has
 //! been healthy for `minHealthySeconds`.
 //!
-//! Two things stop a replacement that is otherwise due:
+//! Three things stop a replacement that is otherwise due:
+//! - **no second signal** (#65): "unhealthy" is the operator's own status call, over a path
+//!   etcd's peers do not use; the member is replaced only when the quorum guard on its node,
+//!   probing that etcd's `/health` from the node, is not Ready either ([`GuardSignal`]). A guard
+//!   that is Ready, or none at all, holds it: no outcome is worse than plain etcd, which never
+//!   removes a member by itself.
 //! - **held by the admin**: the member's node is cordoned or drained (`spec.unschedulable`),
 //!   NotReady, or annotated [`ETCD_STOPPED_ANNOTATION`]. An admin at work on the node is not
 //!   answered with a full resync; the node's record says why (`heldByAdmin`), and once the hold
@@ -55,6 +60,20 @@ pub enum Assessment {
     Held { hold: Hold },
     /// Due, but another node's replacement is still in flight (described): one at a time.
     AwaitingReplacement { in_flight: String },
+    /// Due by the operator's own status calls, but the second signal does not confirm it (#65):
+    /// the node's quorum guard, which probes that etcd's `/health` from the node itself, reports
+    /// it healthy, or there is no guard there to ask. A member the operator cannot reach while its
+    /// peers can is not removed.
+    Unconfirmed { why: String },
+}
+
+/// What the node's quorum guard pod says of its etcd: the second signal remediation needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuardSignal {
+    /// Ready: etcd's `/health` answers on the node.
+    Healthy,
+    /// Not Ready: etcd's `/health` fails on the node too.
+    Unhealthy,
 }
 
 /// What an admin did to a node that holds remediation of its member.
@@ -165,6 +184,8 @@ pub struct RemediationInput<'a> {
     /// Since when this operator has watched etcd without a gap ([`Observer`]): unhealthy time
     /// before it was seen by nobody, so it does not count.
     pub observing_since: OffsetDateTime,
+    /// Each node's quorum guard (absent: no guard pod there, or it is being deleted).
+    pub guards: &'a BTreeMap<String, GuardSignal>,
     pub now: OffsetDateTime,
 }
 
@@ -232,11 +253,14 @@ pub fn candidates(input: &RemediationInput<'_>) -> Vec<Candidate> {
                 _ => assess(input.policy, record, since, input.now),
             };
             let assessment = match assessment {
-                Assessment::Due { .. } => in_flight(input, node).map_or(assessment, |in_flight| {
-                    Assessment::AwaitingReplacement { in_flight }
+                Assessment::Due { .. } => confirmed(input, node).and_then(|()| {
+                    in_flight(input, node).map_or(Ok(assessment), |in_flight| {
+                        Err(Assessment::AwaitingReplacement { in_flight })
+                    })
                 }),
-                other => other,
-            };
+                other => Ok(other),
+            }
+            .unwrap_or_else(|held| held);
             Some(Candidate {
                 node: node.clone(),
                 member: *id,
@@ -245,6 +269,20 @@ pub fn candidates(input: &RemediationInput<'_>) -> Vec<Candidate> {
             })
         })
         .collect()
+}
+
+/// The second signal (#65): the operator's own status calls can fail on a path etcd's peers do
+/// not use, so a member is replaced only when the quorum guard on its node, probing etcd's
+/// `/health` there, reports it unhealthy too.
+fn confirmed(input: &RemediationInput<'_>, node: &str) -> Result<(), Assessment> {
+    let why = match input.guards.get(node) {
+        Some(GuardSignal::Unhealthy) => return Ok(()),
+        Some(GuardSignal::Healthy) => format!(
+            "the quorum guard on {node} reports its etcd healthy (/health answers on the node)"
+        ),
+        None => format!("no quorum guard runs on {node} to confirm it"),
+    };
+    Err(Assessment::Unconfirmed { why })
 }
 
 /// A replacement in flight on a node other than `except`, described: a member that has not
@@ -414,6 +452,12 @@ pub fn conditions(candidates: &[Candidate]) -> (Computed, Vec<String>) {
                 c.member,
                 c.node,
                 hold.describe(&c.node)
+            ),
+            Assessment::Unconfirmed { why } => format!(
+                "member {} of {} is unhealthy to the operator since {} but is not replaced: {why}; a replacement needs the node's own view to agree",
+                c.member,
+                c.node,
+                format_time(c.since)
             ),
             Assessment::AwaitingReplacement { in_flight } => format!(
                 "member {} of {} is due for replacement (unhealthy since {}) and waits: {in_flight}; one replacement at a time",

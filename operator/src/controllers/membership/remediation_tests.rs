@@ -114,6 +114,8 @@ struct Fixture {
     records: Vec<RemediationStatus>,
     skip: Vec<MemberId>,
     voter_target: usize,
+    /// Every node's guard reports its etcd as status does (n2's not Ready).
+    guards: BTreeMap<String, GuardSignal>,
 }
 
 impl Fixture {
@@ -129,6 +131,14 @@ impl Fixture {
             records: Vec::new(),
             skip: Vec::new(),
             voter_target: 3,
+            guards: [
+                ("n1", GuardSignal::Healthy),
+                ("n2", GuardSignal::Unhealthy),
+                ("n3", GuardSignal::Healthy),
+            ]
+            .into_iter()
+            .map(|(n, g)| (n.to_owned(), g))
+            .collect(),
         }
     }
 
@@ -142,6 +152,7 @@ impl Fixture {
             skip: &self.skip,
             voter_target: self.voter_target,
             observing_since: t(0),
+            guards: &self.guards,
             now: t(now),
         })
     }
@@ -480,6 +491,7 @@ fn the_unhealthy_clock_starts_no_earlier_than_the_observer() {
             skip: &f.skip,
             voter_target: f.voter_target,
             observing_since: t(650),
+            guards: &f.guards,
             now: t(now),
         });
         c.into_iter().find(|c| c.node == "n2").unwrap()
@@ -505,4 +517,35 @@ fn a_gap_in_observation_restarts_the_clock() {
     assert_eq!(o.observe(after), after, "a longer gap restarts it");
     // A clock that went back (another observer's time) restarts it too.
     assert_eq!(o.observe(t(50)), t(50));
+}
+
+/// #65: "unhealthy" is the operator's own status call, over a path etcd's peers do not use. A
+/// member due for replacement is replaced only when its node's quorum guard (probing etcd's
+/// /health on the node) is not Ready either; a guard that is Ready, or no guard, holds it, and
+/// the plan says why.
+#[test]
+fn a_replacement_needs_the_nodes_guard_to_agree() {
+    let mut f = Fixture::three();
+    assert!(matches!(f.n2(700), Assessment::Due { .. }));
+    f.guards.insert("n2".into(), GuardSignal::Healthy);
+    let held = f.n2(700);
+    assert!(
+        matches!(&held, Assessment::Unconfirmed { why } if why.contains("reports its etcd healthy")),
+        "{held:?}"
+    );
+    f.guards.remove("n2");
+    let none = f.n2(700);
+    assert!(
+        matches!(&none, Assessment::Unconfirmed { why } if why.contains("no quorum guard runs on n2")),
+        "{none:?}"
+    );
+    let (_, lines) = conditions(&f.candidates(&policy(), 700));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("is not replaced") && l.contains("n2")),
+        "{lines:?}"
+    );
+    // Not yet due: the guard changes nothing.
+    assert!(matches!(f.n2(650), Assessment::Waiting { .. }));
 }

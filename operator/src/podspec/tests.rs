@@ -311,7 +311,7 @@ fn with_image(image: &str) -> EtcdClusterSpec {
 }
 
 /// One golden file per etcd minor: 3.4 is `etcd-pod-master-1.yaml` (the default image, 3.4.23);
-/// 3.6 and 3.7 are rendered here only (no binary of them runs on this machine).
+/// 3.6 and 3.7 are also run (scenario `upgrade-minors`); here their renders are pinned.
 #[test]
 fn golden_voter_node_per_minor() {
     for (minor, image) in [

@@ -37,8 +37,16 @@ impl LocalControlPlane {
     ///
     /// With `TEST_API=kas` the API is real kube-apiservers run as static pods on every node
     /// instead ([`super::stacked`]); an error when kas is absent.
-    pub async fn start_on_managed_etcd(names: &[&str]) -> Result<Self, ControlPlaneError> {
+    pub async fn start_on_managed_etcd(
+        names: &[&str],
+        etcd_image: Option<&str>,
+    ) -> Result<Self, ControlPlaneError> {
         if std::env::var("TEST_API").as_deref() == Ok("kas") {
+            if let Some(image) = etcd_image {
+                return Err(ControlPlaneError::Failed(format!(
+                    "the stacked control plane starts on the operator's default etcd only, not {image}"
+                )));
+            }
             let kas_bin = kube_testapi::kas_binaries()?.ok_or_else(|| {
                 ControlPlaneError::Failed(
                     "TEST_API=kas: no kas control plane: put shared/kas beside the repository \
@@ -86,7 +94,7 @@ impl LocalControlPlane {
             .iter()
             .find(|n| n.name == *first)
             .ok_or_else(|| ControlPlaneError::Failed(format!("no node {first}")))?;
-        let out_dir = render::render(&bin_dir, n1, None)?;
+        let out_dir = render::render(&bin_dir, n1, etcd_image)?;
         let tls = api_client_files(&out_dir);
         render::place_manifest(n1, &out_dir)?;
         wait_etcd(&client_url(n1)?, &tls).await?;
@@ -110,6 +118,9 @@ impl LocalControlPlane {
         .await?;
         let mut cp = Self::assemble(api, dir, bin_dir, nodes);
         cp._api_addr = Some(api_addr);
+        if let Some(image) = etcd_image {
+            cp.starting_etcd_image(image);
+        }
         cp.install_prerequisites().await?;
         cp.apply_bootstrap_objects(&out_dir).await?;
         Ok(cp)

@@ -80,10 +80,14 @@ impl Harness {
 
     /// Like [`Harness::bootstrapped`], with the API served from the managed etcd (every node's
     /// member, n1's first), as in a real control plane: losing quorum takes the API down.
-    pub async fn bootstrapped_on_managed_etcd(nodes: usize) -> Result<Self, ControlPlaneError> {
+    /// `etcd_image`: the etcd it starts on, when not the operator's default.
+    pub async fn bootstrapped_on_managed_etcd(
+        nodes: usize,
+        etcd_image: Option<&str>,
+    ) -> Result<Self, ControlPlaneError> {
         let names: Vec<String> = (1..=nodes).map(|i| format!("n{i}")).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let h = Self::around(LocalControlPlane::start_on_managed_etcd(&refs).await?);
+        let h = Self::around(LocalControlPlane::start_on_managed_etcd(&refs, etcd_image).await?);
         h.operating(nodes).await
     }
 

@@ -51,7 +51,7 @@ pub(super) async fn prepare(name: &str) -> Result<Harness, (ControlPlaneError, O
         3
     };
     let built = if super::ON_MANAGED_ETCD.contains(&name) || stacked {
-        Harness::bootstrapped_on_managed_etcd(nodes).await
+        Harness::bootstrapped_on_managed_etcd(nodes, super::starting_etcd_image(name)).await
     } else {
         Harness::bootstrapped_on_etcd(nodes, super::starting_etcd_image(name)).await
     };
@@ -129,6 +129,7 @@ stories! {
     "api-availability" => super::api_availability::api_availability,
     "survivor-reboot" => super::survivor_reboot::survivor_reboot,
     "unmounted-data-disk" => super::unmounted_disk::unmounted_data_disk,
+    "upgrade-minors" => super::upgrade::upgrade_minors,
     "minority-recovery" => super::minority_recovery::minority_recovery,
     "not-ready-node" => super::not_ready_node::not_ready_node,
 }

@@ -2,8 +2,8 @@
 //! reports, and writes nothing but the EtcdCluster's status. While it is Unmanaged a forced
 //! redeployment is asked for and a fourth node joins: no revision is made, no installer pod, no
 //! certificate, no ConfigMap, Secret or budget changes (every object of the operator's and the
-//! static-pod namespaces keeps its resourceVersion, the etcd and agent-written mirror pods
-//! aside), and etcd's member list stays as it was. Set `Managed` again, the operator resumes
+//! static-pod namespaces keeps what a writer sets, everything but its status: the etcd and
+//! agent-written mirror pods aside), and etcd's member list stays as it was. Set `Managed` again, the operator resumes
 //! cleanly: the held redeployment becomes one new revision on every node and n4 joins as the
 //! standby learner, the three voters keeping their member ids.
 
@@ -27,27 +27,41 @@ fn failed(msg: impl Into<String>) -> ControlPlaneError {
     ControlPlaneError::Failed(msg.into())
 }
 
-/// `"<Kind> <ns>/<name>"` → resourceVersion of every object of `K` in `ns`.
+/// `"<Kind> <ns>/<name>"` → what a writer of the object sets: the object without its status
+/// and without the bookkeeping every update moves (`resourceVersion`, `managedFields`). A pod's
+/// status is the kubelet's and a budget's the disruption controller's: a quorum guard turning
+/// unready and back while the machine is loaded moved both resourceVersions once, which is no
+/// write of the operator's.
 async fn versions<K>(h: &Harness, ns: &str) -> Result<BTreeMap<String, String>, ControlPlaneError>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
         + serde::de::DeserializeOwned
+        + serde::Serialize
         + std::fmt::Debug,
 {
     let api: Api<K> = Api::namespaced(h.cp.client(), ns);
     let list = api.list(&ListParams::default()).await?;
-    Ok(list
+    let mut out = BTreeMap::new();
+    for o in list
         .items
         .iter()
         .filter(|o| !o.annotations().contains_key(MIRROR))
-        .map(|o| {
-            (
-                format!("{} {ns}/{}", K::kind(&()), o.name_any()),
-                o.resource_version().unwrap_or_default(),
-            )
-        })
-        .collect())
+    {
+        let mut written = serde_json::to_value(o).map_err(|e| failed(e.to_string()))?;
+        if let Some(all) = written.as_object_mut() {
+            all.remove("status");
+            if let Some(meta) = all.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+                meta.remove("resourceVersion");
+                meta.remove("managedFields");
+            }
+        }
+        out.insert(
+            format!("{} {ns}/{}", K::kind(&()), o.name_any()),
+            written.to_string(),
+        );
+    }
+    Ok(out)
 }
 
 /// What the operator may write besides the EtcdCluster: ConfigMaps, Secrets, budgets and the pods
@@ -70,7 +84,7 @@ fn changed(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) 
     keys.dedup();
     keys.into_iter()
         .filter(|k| before.get(*k) != after.get(*k))
-        .map(|k| format!("{k}: {:?} -> {:?}", before.get(k), after.get(k)))
+        .map(|k| format!("{k}: {:?}\n  -> {:?}", before.get(k), after.get(k)))
         .collect()
 }
 

@@ -6,6 +6,8 @@
 # etcd-server_<debver>_amd64.deb and of etcd-client_<debver>_amd64.deb, and whether a missing or
 # changed package fails the install (required: trixie is stable, the package stays) or is reported
 # loudly and skipped (optional: sid moves, a newer upload replaces the package).
+# shellcheck source=scripts/lib/etcd-dir.sh
+source "$(dirname "${BASH_SOURCE[0]}")/etcd-dir.sh"
 DEBIAN_ETCD=(
   "3.5.16 3.5.16-4 trixie 0875921bb0d023f2af9b8e15cdfbe417a03e65731345fb832c40f9c2dd72967b 7eb67e305ba2ce523a5a0b29bf88750ded3f724769c7111a83382b7909f9977b required"
   "3.5.30 3.5.30-2 sid 11a4f7e350c5020b83edff5160a6063d4e56ac9cd014d21ce8916378bf96de79 1e66ad2aba4cba6842a1ac35d5c525e750102b8fb42748225bcb2e34d6595931 optional"
@@ -22,20 +24,10 @@ debian_etcd_source() {
     "$server_sha" "$debver" "$client_sha" "$debver"
 }
 
-# The version line a binary prints: `etcd --version`, `etcdctl version`, `etcdutl version`.
-debian_etcd_reported() {
-  local bin=$1
-  case "$(basename "$bin")" in
-    etcd) "$bin" --version 2>/dev/null | sed -n 's/^etcd Version: //p' ;;
-    etcdctl) "$bin" version 2>/dev/null | sed -n 's/^etcdctl version: //p' ;;
-    etcdutl) "$bin" version 2>/dev/null | sed -n 's/^etcdutl version: //p' ;;
-  esac
-}
-
 # Succeeds when /opt/etcd-<version> came from the pinned packages (SOURCE), its binaries still
 # match what was unpacked (SHA256SUMS) and each reports <version>; otherwise says why on stderr.
 debian_etcd_verified() {
-  local version=$1 debver=$2 server_sha=$3 client_sha=$4 dir b got
+  local version=$1 debver=$2 server_sha=$3 client_sha=$4 dir
   dir=$(debian_etcd_dir "$version")
   if [ ! -d "$dir" ]; then
     echo "$dir is missing" >&2
@@ -45,17 +37,7 @@ debian_etcd_verified() {
     echo "$dir/SOURCE does not name the pinned etcd-server and etcd-client $debver packages" >&2
     return 1
   fi
-  if ! (cd "$dir" && sha256sum --check --quiet --strict SHA256SUMS >/dev/null 2>&1); then
-    echo "$dir: binaries differ from what was unpacked (sha256sum --check SHA256SUMS fails)" >&2
-    return 1
-  fi
-  for b in "${DEBIAN_ETCD_BINARIES[@]}"; do
-    got=$(debian_etcd_reported "$dir/bin/$b")
-    if [ "$got" != "$version" ]; then
-      echo "$dir/bin/$b reports version '${got:-nothing}', not $version" >&2
-      return 1
-    fi
-  done
+  etcd_dir_binaries_sound "$dir" "$version" "${DEBIAN_ETCD_BINARIES[@]}"
 }
 
 # apt-get with the private sources list, lists and cache under $1: the machine's apt is untouched.

@@ -36,6 +36,8 @@
 # etcd-static-operator/build/etcd/etcd-V`, `go mod edit -go=<the go line of etcd's server/v3 go.mod
 # at V>`, `go get -tool go.etcd.io/etcd/server/v3@vV go.etcd.io/etcd/etcdctl/v3@vV
 # go.etcd.io/etcd/etcdutl/v3@vV`, `go mod tidy`; then add V below.
+# shellcheck source=scripts/lib/etcd-dir.sh
+source "$(dirname "${BASH_SOURCE[0]}")/etcd-dir.sh"
 GO_ETCD_VERSIONS=(3.5.36 3.6.16 3.7.3)
 GO_ETCD_BINARIES=(etcd etcdctl etcdutl)
 GO_ETCD_MODULES=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/build/etcd
@@ -113,22 +115,11 @@ go_etcd_key_of() { sha256sum | cut -c1-16; }
 # What SOURCE holds for a build of recipe $1: the recipe, then its key.
 go_etcd_source() { printf '%s\nkey: %s\n' "$1" "$(go_etcd_key_of <<<"$1")"; }
 
-# The version line a binary prints: `etcd --version`, `etcdctl version`, `etcdutl version` (the
-# same in 3.5, 3.6 and 3.7).
-go_etcd_reported() {
-  local bin=$1
-  case "$(basename "$bin")" in
-    etcd) "$bin" --version 2>/dev/null | sed -n 's/^etcd Version: //p' ;;
-    etcdctl) "$bin" version 2>/dev/null | sed -n 's/^etcdctl version: //p' ;;
-    etcdutl) "$bin" version 2>/dev/null | sed -n 's/^etcdutl version: //p' ;;
-  esac
-}
-
 # Succeeds when directory $3 holds version $1 built from recipe $2 (SOURCE names the recipe and
 # its key), its binaries are the ones built (SHA256SUMS) and each reports $1; otherwise says why
 # on stderr.
 go_etcd_dir_sound() {
-  local version=$1 recipe=$2 dir=$3 b got
+  local version=$1 recipe=$2 dir=$3
   if [ ! -d "$dir" ]; then
     echo "$dir is missing" >&2
     return 1
@@ -138,17 +129,7 @@ go_etcd_dir_sound() {
       "SOURCE says $(sed -n 's/^key: //p' "$dir/SOURCE" 2>/dev/null | grep . || echo nothing))" >&2
     return 1
   fi
-  if ! (cd "$dir" && sha256sum --check --quiet --strict SHA256SUMS >/dev/null 2>&1); then
-    echo "$dir: binaries differ from what was built (sha256sum --check SHA256SUMS fails)" >&2
-    return 1
-  fi
-  for b in "${GO_ETCD_BINARIES[@]}"; do
-    got=$(go_etcd_reported "$dir/bin/$b")
-    if [ "$got" != "$version" ]; then
-      echo "$dir/bin/$b reports version '${got:-nothing}', not $version" >&2
-      return 1
-    fi
-  done
+  etcd_dir_binaries_sound "$dir" "$version" "${GO_ETCD_BINARIES[@]}"
 }
 
 # Succeeds when /opt/etcd-<version> is sound and built from today's recipe (the committed module,

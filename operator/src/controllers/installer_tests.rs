@@ -4,6 +4,7 @@ use membership::{ClusterView, DenyRule, Member, MemberHealth, MemberId, MemberUr
 use time::OffsetDateTime;
 
 use super::*;
+use crate::certs::format_time;
 use crate::status::{Computed, ConditionType as C, Reason};
 
 const GRACE: time::Duration = time::Duration::minutes(5);

@@ -1,7 +1,7 @@
 //! Calls beyond membership changes that the operator's checks and maintenance need: one
 //! member's own view of the member list, the cluster's alarms (and disarming one), one member's
 //! hash of its key-value store at a revision (members that applied the same revision must agree
-//! on it), and defragmenting one member. Each is bounded like every other client call; a
+//! on it), defragmenting one member, and advancing the raft log by entries that change nothing. Each is bounded like every other client call; a
 //! defragmentation by the caller's own limit.
 
 use std::time::Duration;
@@ -133,6 +133,37 @@ impl EtcdClient {
         })
         .await
         .map_err(ClientError::Endpoint)
+    }
+
+    /// Appends `entries` entries that change nothing to the raft log: alarm reads, which etcd
+    /// puts through raft like every alarm request and which move no revision (so no watcher sees
+    /// them), `parallel` in flight at a time on one voter. Each member then applies them and
+    /// takes its next snapshot as it would after as many writes. Returns how many were
+    /// committed; stops at the first failure.
+    pub async fn advance_log(&self, entries: u64, parallel: usize) -> Result<u64, ClientError> {
+        use futures::StreamExt;
+        let ((), by) = self
+            .on_any_voter("log advance", |mut c| async move {
+                c.alarm(AlarmAction::Get, AlarmType::None, None)
+                    .await
+                    .map(|_| ())
+            })
+            .await?;
+        let by = &by;
+        let mut calls = futures::stream::iter(1..entries)
+            .map(|_| async move {
+                self.on(by, |mut c| async move {
+                    c.alarm(AlarmAction::Get, AlarmType::None, None).await
+                })
+                .await
+            })
+            .buffer_unordered(parallel.max(1));
+        let mut done = 1;
+        while let Some(answer) = calls.next().await {
+            answer.map_err(ClientError::Endpoint)?;
+            done += 1;
+        }
+        Ok(done)
     }
 
     /// Disarms the `NOSPACE` alarm of `member` (asked of a voter: alarm changes go through

@@ -21,6 +21,9 @@
 //! 5. Known-bad releases ([`releases::KNOWN_BAD`], each with its source) are refused unless that
 //!    exact release is accepted in the spec.
 //!
+//! An allowed move to the next minor then waits, before its first new pod, until every member
+//! has snapshotted past what an older minor wrote to its log ([`minor_log`]).
+//!
 //! A refusal is a permanent error of target-config, so nothing is rendered, no revision is
 //! created and no etcd restarts until the spec (or, for an unfinished upgrade, the cluster
 //! version) changes. The rollout of an allowed version is the normal one: node by node through
@@ -29,6 +32,7 @@
 
 use std::fmt;
 
+pub mod minor_log;
 pub mod releases;
 
 use releases::{below_floor, known_bad};

@@ -50,6 +50,8 @@ pub enum EventReason {
     LeaderMoved,
     /// etcd moved the cluster version.
     EtcdClusterVersionChanged,
+    /// The raft log was advanced with entries that change nothing, so every member snapshots past what an older etcd minor wrote before the next minor starts.
+    EtcdLogAdvanced,
     /// The etcd CA was generated.
     CaGenerated,
     /// Certificates were issued or renewed.
@@ -94,7 +96,7 @@ pub enum EventReason {
 
 impl EventReason {
     /// Every reason, in declaration order.
-    pub const ALL: [EventReason; 37] = [
+    pub const ALL: [EventReason; 38] = [
         EventReason::RevisionCreated,
         EventReason::RevisionAvailable,
         EventReason::RevisionDiscarded,
@@ -112,6 +114,7 @@ impl EventReason {
         EventReason::StandbyLearnerRenewed,
         EventReason::LeaderMoved,
         EventReason::EtcdClusterVersionChanged,
+        EventReason::EtcdLogAdvanced,
         EventReason::CaGenerated,
         EventReason::CertificatesUpdated,
         EventReason::CaRotationStarted,
@@ -154,6 +157,7 @@ impl EventReason {
             EventReason::StandbyLearnerRenewed => "StandbyLearnerRenewed",
             EventReason::LeaderMoved => "LeaderMoved",
             EventReason::EtcdClusterVersionChanged => "EtcdClusterVersionChanged",
+            EventReason::EtcdLogAdvanced => "EtcdLogAdvanced",
             EventReason::CaGenerated => "CaGenerated",
             EventReason::CertificatesUpdated => "CertificatesUpdated",
             EventReason::CaRotationStarted => "CaRotationStarted",

@@ -19,7 +19,7 @@ use kube::CustomResourceExt;
 mod plugin;
 
 /// etcd image when neither the spec nor `ETCD_IMAGE` names one.
-const DEFAULT_ETCD_IMAGE: &str = "etcd-static-operator/etcd:3.5.16";
+const DEFAULT_ETCD_IMAGE: &str = "etcd-static-operator/etcd:3.6.16";
 /// The operator's own image when `OPERATOR_IMAGE` is not set.
 const DEFAULT_OPERATOR_IMAGE: &str = "etcd-static-operator/etcd-static-operator:0.1.0";
 

@@ -39,6 +39,9 @@
 # shellcheck source=scripts/lib/etcd-dir.sh
 source "$(dirname "${BASH_SOURCE[0]}")/etcd-dir.sh"
 GO_ETCD_VERSIONS=(3.5.36 3.6.16 3.7.3)
+# The default etcd of the operator's image (manifests/04-deployment.yaml ETCD_IMAGE), the sandbox
+# and the tests: the one version `scripts/install-deps --for main` builds.
+GO_ETCD_DEFAULT=3.6.16
 GO_ETCD_BINARIES=(etcd etcdctl etcdutl)
 GO_ETCD_MODULES=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/build/etcd
 GO_ETCD_CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/etcd-static-operator/etcd-go

@@ -114,7 +114,7 @@ async fn the_payload_status_is_mirrored_into_a_cluster_operator() {
             let available = condition(co, "Available").is_some_and(|c| c["status"] == "True");
             let etcd = co["status"]["versions"].as_array().is_some_and(|v| {
                 v.iter()
-                    .any(|v| v["name"] == "etcd" && v["version"] == "3.5.16")
+                    .any(|v| v["name"] == "etcd" && v["version"] == "3.6.16")
             });
             upgradeable && available && etcd
         },

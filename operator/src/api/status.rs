@@ -121,6 +121,11 @@ pub struct EtcdVersionStatus {
     /// RFC 3339: when the operator saw the cluster version change.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cluster_version_changed_time: String,
+    /// The raft index the log had reached when the operator first saw this cluster version:
+    /// every entry an etcd of an older minor wrote lies at or below it. A move to the next minor
+    /// starts once every member has snapshotted past it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_version_raft_index: Option<u64>,
     /// The version the etcd image's tag names (empty: the tag names none).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub target_version: String,

@@ -22,6 +22,7 @@ use crate::api::EtcdClusterSpec;
 use crate::category::Category;
 use crate::controller::{ControllerError, ControllerName};
 use crate::etcd_version;
+use crate::events::EventReason;
 use crate::observed::{ControlPlaneNode, find};
 use crate::pass::Pass;
 use crate::podspec::paths::POD_CONFIGMAP;
@@ -78,9 +79,60 @@ pub async fn upgrade_may_start(p: &mut Pass<'_>) -> bool {
             preop::done(p, Operation::EtcdUpgrade);
             true
         }
-        Some(under_way) => preop::gate(p, NAME, Operation::EtcdUpgrade, under_way).await,
+        Some(under_way) => {
+            if let Some(target) = target
+                && !minor_log_clear(p, target, under_way).await
+            {
+                return false;
+            }
+            preop::gate(p, NAME, Operation::EtcdUpgrade, under_way).await
+        }
     }
 }
+
+/// Whether every member's log is clear of entries an older minor wrote, for a move to
+/// `target` ([`etcd_version::minor_log`]); when a member is behind, advances the log by what it
+/// lacks (at most [`ADVANCE_AT_MOST`] a pass) and asks for the next pass soon.
+async fn minor_log_clear(p: &mut Pass<'_>, target: etcd_version::Version, under_way: bool) -> bool {
+    use crate::writer::etcd::{EtcdIntent, Outcome};
+    use etcd_version::minor_log;
+    let status = p.status.etcd_version.as_ref();
+    let cluster = status.and_then(|s| etcd_version::Version::parse(&s.cluster_version));
+    let boundary = status.and_then(|s| s.cluster_version_raft_index);
+    let applied: Vec<(String, Option<u64>)> =
+        p.o.etcd
+            .members
+            .iter()
+            .map(|m| {
+                let a = p.o.etcd.health.get(&m.id).and_then(|h| h.applied_index);
+                (m.name.clone(), a)
+            })
+            .collect();
+    let check = minor_log::decide(target, cluster, boundary, &applied, under_way);
+    let Some(line) = check.line(target) else {
+        return true;
+    };
+    p.busy = true;
+    p.next(NAME, line.clone());
+    let entries = check.entries_short().min(ADVANCE_AT_MOST);
+    if entries == 0 {
+        return false;
+    }
+    let intent = EtcdIntent::AdvanceLog { entries };
+    match p.change_etcd(&intent).await {
+        Ok(Outcome::Made(_)) => {
+            let done = format!("{line}: appended {entries}");
+            p.note(done.clone());
+            p.event(EventReason::EtcdLogAdvanced, done).await;
+        }
+        Ok(_) => {}
+        Err(e) => p.note(format!("{line}: advancing the log failed: {e}")),
+    }
+    false
+}
+
+/// The most entries one pass appends to advance the log (a few seconds of alarm reads).
+const ADVANCE_AT_MOST: u64 = 12_000;
 
 pub async fn reconcile(
     p: &mut Pass<'_>,

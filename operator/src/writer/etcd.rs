@@ -27,7 +27,13 @@ pub enum EtcdIntent {
     MoveLeader { leader_url: MemberUrl, to: MemberId },
     /// Disarms member `id`'s `NOSPACE` alarm.
     DisarmNoSpace { id: MemberId },
+    /// Appends `entries` raft entries that change nothing (alarm reads), so every member takes
+    /// its next snapshot sooner.
+    AdvanceLog { entries: u64 },
 }
+
+/// Alarm reads in flight at once while the log is advanced.
+const ADVANCE_PARALLEL: usize = 32;
 
 impl fmt::Display for EtcdIntent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -40,6 +46,10 @@ impl fmt::Display for EtcdIntent {
                 write!(f, "move leadership to {to} (asked of {leader_url})")
             }
             EtcdIntent::DisarmNoSpace { id } => write!(f, "disarm the NOSPACE alarm of {id}"),
+            EtcdIntent::AdvanceLog { entries } => write!(
+                f,
+                "advance the raft log by {entries} entries that change nothing (alarm reads)"
+            ),
         }
     }
 }
@@ -135,6 +145,10 @@ impl EtcdWriter {
             EtcdIntent::DisarmNoSpace { id } => {
                 client.disarm_nospace(*id).await.map(|()| Made::Done)?
             }
+            EtcdIntent::AdvanceLog { entries } => client
+                .advance_log(*entries, ADVANCE_PARALLEL)
+                .await
+                .map(|_| Made::Done)?,
         };
         Ok(Outcome::Made(made))
     }

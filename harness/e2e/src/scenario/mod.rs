@@ -2,8 +2,9 @@
 //! acknowledged write is lost, and ending with every member's `HashKV` compared at one revision
 //! and the two-leader check over etcd's own logs ([`leader_terms`]). `sandbox run <name>` runs
 //! one and writes `report.json`.
-//! Every scenario runs etcd 3.5.16 (the operator's default image, Debian trixie's build) but
-//! `upgrade`, which starts on 3.4.23 ([`STARTING_ETCD`]).
+//! Every scenario runs etcd 3.6.16 (the operator's default image, built from etcd's Go modules)
+//! but `upgrade`, which starts on 3.4.23, and `upgrade-minors`, which starts on 3.5.36
+//! ([`STARTING_ETCD`]).
 //!
 //! | name | what happens |
 //! |---|---|
@@ -41,7 +42,7 @@
 //! | `restart-free-learner-add` | n4 joins as the standby learner and no voter restarts (each voter's manifest byte-identical, its etcd the same process; status and `etcd-operator plan` say each runs its revision, equivalent to the latest); a voter left on the revision before the learner reboots while it runs; the whole control plane is powered off and on right after the add and comes back by itself; manifests forged to omit the live learner from `ETCD_MEMBER_IDS`: on n2 (a voter on its own data) etcd restarts and serves, on n4 (the learner) `etcd-verify` blocks it, reported; n5 joins (two promotions to 5 voters) while a voter on an older revision reboots, and another reboots after; the first three voters keep their member ids throughout |
 //! | `api-availability` | (the stacked control plane only: `TEST_API=kas`) ConfigMaps created through every kube-apiserver (one loop each, 2 s per create) and a watch through the endpoint that relists on 410 Gone, while the operator bootstraps 1→3, scales to 5 and back to 3, rolls a forced redeployment, defragments on request, renews kube-apiserver's client certificate (a certificate past its renewal point planted; every kube-apiserver restarted onto the renewed one), rotates the CA, replaces n2's member (data dir lost), drains n3 and loses the etcd leader to SIGKILL; per phase in the report (`api_phases`): API writes acknowledged and failed, longest API write gap, watch reconnects, relists and events missed, objects lost; nothing acknowledged may be lost, unseen, shown twice or out of order, and no resourceVersion may go backwards |
 //! | `survivor-reboot` | (#65; the API served from the managed etcd) n3's machine dies, its Node is deleted and its member removed; n1, whose revision still lists the removed member, powers off and on (quorum lost: the API and so the operator down with it), then n2: each etcd starts again on its own data (before #65 `etcd-verify` blocked n1 for good as a "stale or forged revision"); quorum and the API back by themselves, n4 joins: 3 voters |
-//! | `upgrade-minors` | (#66; the API served from the managed etcd) a cluster born on etcd 3.5.36 (the newest 3.5, past the patch floor of etcd's 3.6 upgrade guide) moves to 3.6.16 node by node and the cluster version 3.6 is reported (both built from etcd's Go modules); going back to 3.5.36 is then refused as below the cluster version 3.6 (3.6 → 3.7 soon after, and a 3.4-born cluster to 3.6, crash the newer etcd on WAL entries the older minor wrote: `docs/etcd-3.5.md`) |
+//! | `upgrade-minors` | (#66; the API served from the managed etcd) a cluster born on etcd 3.5.36 (the newest 3.5, past the patch floor of etcd's 3.6 upgrade guide) moves to 3.6.16 node by node and the cluster version 3.6 is reported; going back to 3.5.36 is then refused as below the cluster version 3.6; right after, the image moves on to 3.7.3: the operator holds the move until every member has snapshotted past the raft index at which it saw the cluster version 3.6 (3.7 cannot replay the entries 3.5 wrote), advancing the log with entries that change nothing, then 3.7.3 rolls node by node and the cluster version 3.7 is reported (all built from etcd's Go modules; a 3.4-born cluster to 3.6 is held the same way: `docs/etcd-versions.md`) |
 //! | `unmounted-data-disk` | (#65; the API served from the managed etcd) one node; at boot its data disk is not mounted (an empty `/var/lib/etcd`): `etcd-verify` blocks (`DataDirLost`, from the bootstrap mark kept in `/var/lib/etcd-verify`) and nothing appears in the empty mount point; the disk back, etcd starts on its data, every acknowledged write there; n2 and n3 join |
 //! | `minority-recovery` | (#65; the API served from the managed etcd) n1 powers off, n2 and n3 acknowledge writes n1 never sees, then freeze (`SIGSTOP`: from n1 what a partition looks like); n1 powers on alone with quorum lost: `etcd-recover from-member` there is refused (exit 1, naming n2, n3 and `--confirm-down`; manifest byte-identical, no record); before #65 it forced n1's older data into a one-member cluster and the writes of n2 and n3 were lost; they resume: 3 voters, every acknowledged write read back |
 //! | `not-ready-node` | (#65) five voters; n5 powers off (its Node not Ready, its member unhealthy); a forced redeployment rolls n1..n4 while n5 is never made to move and `NodeInstallerProgressing` names it (before #65 the down node ranked first, its installer pod never ran and no other node moved); n5 back, it gets the revision: five voters |
@@ -166,7 +167,7 @@ pub const ON_MANAGED_ETCD: [&str; 15] = [
     "upgrade-minors",
 ];
 
-/// The scenarios whose cluster starts on another etcd than the operator's default (3.5.16), with
+/// The scenarios whose cluster starts on another etcd than the operator's default (3.6.16), with
 /// that image.
 pub const STARTING_ETCD: [(&str, &str); 2] = [
     ("upgrade", upgrade::FROM),

@@ -2,7 +2,7 @@
 //! from-snapshot` brings the cluster back from a snapshot an admin saved with `etcdctl`.
 //!
 //! 1. Under write load, a snapshot is saved with `etcdctl snapshot save` (the default etcd
-//!    build's, 3.5.16) through n1's client URL (the operator's client certificate), outside
+//!    build's, 3.6.16) through n1's client URL (the operator's client certificate), outside
 //!    every node root; its store revision (`etcdutl snapshot status`) becomes the load's
 //!    cut-off: a write acknowledged at or
 //!    below it must survive, one above it (until the wipe) is the expected loss (`rpo_writes`);
@@ -16,7 +16,7 @@
 //!    every etcd down (no data), and the API, served from n1's etcd, is down with it.
 //! 4. Another cluster's snapshot (a throwaway one-member etcd's) is refused (exit 1, "not this
 //!    cluster's"). Each bad input leaves n1's manifest byte-identical and no recovery record.
-//! 5. `etcd-recover from-snapshot <snapshot>` on n1: etcd 3.5.16's `etcdutl snapshot restore
+//! 5. `etcd-recover from-snapshot <snapshot>` on n1: etcd 3.6.16's `etcdutl snapshot restore
 //!    --bump-revision --mark-compacted` makes a new one-member cluster whose store revision is
 //!    above every revision a write was acknowledged at before the wipe (checked on etcd's header
 //!    revision, and on the first write acknowledged afterwards); the operator adds n2 and n3

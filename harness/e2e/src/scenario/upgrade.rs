@@ -28,6 +28,8 @@ const PATCH: &str = "etcd-static-operator/etcd:3.5.30";
 pub const NEWEST_35: &str = "etcd-static-operator/etcd:3.5.36";
 /// The minor upgrade.
 const V36: &str = "etcd-static-operator/etcd:3.6.16";
+/// The next one, right after.
+const V37: &str = "etcd-static-operator/etcd:3.7.3";
 /// A known-bad release, below the running patch as well.
 const KNOWN_BAD: &str = "etcd-static-operator/etcd:3.5.1";
 /// The condition reason of every refusal of the version policy (its error category).
@@ -98,24 +100,53 @@ pub async fn upgrade(h: &mut Harness) -> Result<(), ControlPlaneError> {
         ],
     )
     .await
+    .map(|_| ())
 }
 
 /// The `upgrade-minors` scenario (#66): a cluster born on the newest 3.5 (3.5.36, past the
 /// patch floor etcd's 3.6 upgrade guide asks) moves to 3.6.16 node by node, and the cluster
-/// version 3.6 is reported; then going back to 3.5.36 is refused as below the cluster version 3.6. Both are built from etcd's Go modules. Two ways on are not taken yet,
-/// each found by running it (docs/etcd-3.5.md): a cluster born on 3.4 to 3.6, and 3.6 on to 3.7
-/// soon after: the newer etcd crashes replaying WAL entries the older minor wrote after the
-/// member's last snapshot.
+/// version 3.6 is reported; going back to 3.5.36 is then refused as below the cluster version
+/// 3.6. Right after, the image moves on to 3.7.3, which cannot replay the entries 3.5 wrote:
+/// before it, the operator holds the move until every member has snapshotted past the raft
+/// index at which it saw the cluster version 3.6 (`etcd_version::minor_log`), advancing the log
+/// itself; then 3.7.3 rolls node by node (before the hold, its first member crash-looped:
+/// `docs/etcd-versions.md`). All three are built from etcd's Go modules.
 pub async fn upgrade_minors(h: &mut Harness) -> Result<(), ControlPlaneError> {
     let mut revision = h.status().await.latest_available_revision;
     revision = minor_upgrade(h, V36, "3.6", revision).await?;
-    refusals(
+    revision = refusals(
         h,
         revision,
         V36,
         &[(NEWEST_35, "below the cluster version 3.6")],
     )
-    .await
+    .await?;
+    let at36 = h.status().await.etcd_version.unwrap_or_default();
+    let Some(boundary) = at36.cluster_version_raft_index else {
+        return Err(failed(format!(
+            "status.etcdVersion records no raft index for the cluster version {}: {at36:?}",
+            at36.cluster_version
+        )));
+    };
+    h.step(format!(
+        "cluster version {} first seen at raft index {boundary}",
+        at36.cluster_version
+    ));
+    minor_upgrade(h, V37, "3.7", revision).await?;
+    let advanced = super::failover_audit::cluster_events(&h.cp, &["EtcdLogAdvanced"])
+        .await
+        .map_err(failed)?;
+    let Some(first) = advanced.first() else {
+        return Err(failed(
+            "no EtcdLogAdvanced Event: the move to 3.7 was not held until every member snapshotted past the entries 3.5 wrote",
+        ));
+    };
+    h.step(format!(
+        "{} EtcdLogAdvanced Event(s) before the move to 3.7, the first: {}",
+        advanced.iter().map(|e| e.count).sum::<i32>(),
+        first.note
+    ));
+    Ok(())
 }
 
 /// Rolls to `image` of the next minor `minor`, then waits until etcd moved the cluster version
@@ -153,13 +184,14 @@ async fn minor_upgrade(
 }
 
 /// A known-bad release and a version below the cluster version are refused while `running`
-/// runs: no revision, no member moved; then the spec goes back to `running`.
+/// runs: no revision, no member moved; then the spec goes back to `running`. Returns the latest
+/// revision.
 async fn refusals(
     h: &mut Harness,
     revision: i64,
     running: &str,
     refused: &[(&str, &str)],
-) -> Result<(), ControlPlaneError> {
+) -> Result<i64, ControlPlaneError> {
     for &(image, says) in refused {
         h.patch_spec(serde_json::json!({ "etcdImage": image }))
             .await?;
@@ -195,7 +227,7 @@ async fn refusals(
         },
     )
     .await?;
-    Ok(())
+    Ok(revision)
 }
 
 /// Moves the spec to `image` and follows its rollout (one new revision after `revision`, which

@@ -33,7 +33,7 @@ fn table_maps_images_and_commands() {
     assert_eq!(r.program, PathBuf::from("/usr/bin/etcd"));
     assert_eq!(r.args, s(&["--x"]));
     let r = t.resolve("etcd", &[], &s(&["--name=a"])).unwrap();
-    assert_eq!(r.program, PathBuf::from("/opt/etcd-3.5.16/bin/etcd"));
+    assert_eq!(r.program, PathBuf::from("/opt/etcd-3.6.16/bin/etcd"));
     let r = t
         .resolve(
             "example.com/etcd-static-operator:dev",
@@ -62,22 +62,22 @@ fn table_maps_images_and_commands() {
 fn etcd_tags_pick_the_build_of_their_version() {
     let t = ImageTable::with_builds(Path::new("/opt/bin"), |_| true);
     let program = |image: &str| t.resolve(image, &[], &[]).map(|r| r.program);
-    let default = PathBuf::from("/opt/etcd-3.5.16/bin/etcd");
+    let default = PathBuf::from("/opt/etcd-3.6.16/bin/etcd");
     for image in [
         "etcd",
         "etcd:latest",
         "etcd@sha256:ab",
-        "etcd:3.5",
-        "registry.k8s.io/etcd:3.5.16-0",
-        "etcd-static-operator/etcd:v3.5.16",
+        "etcd:3.6",
+        "registry.k8s.io/etcd:3.6.16-0",
+        "etcd-static-operator/etcd:v3.6.16",
     ] {
         assert_eq!(program(image).unwrap(), default, "{image}");
     }
     for (image, program_is) in [
+        ("etcd:3.5", "/opt/etcd-3.5.16/bin/etcd"),
+        ("registry.k8s.io/etcd:3.5.16-0", "/opt/etcd-3.5.16/bin/etcd"),
         ("etcd:3.5.30", "/opt/etcd-3.5.30/bin/etcd"),
         ("etcd:3.5.36", "/opt/etcd-3.5.36/bin/etcd"),
-        ("etcd:3.6", "/opt/etcd-3.6.16/bin/etcd"),
-        ("registry.k8s.io/etcd:3.6.16-0", "/opt/etcd-3.6.16/bin/etcd"),
         ("etcd:v3.7.3", "/opt/etcd-3.7.3/bin/etcd"),
         ("registry.k8s.io/etcd:3.5.1-0", "/opt/etcd-3.5.1/etcd"),
         ("etcd:v3.5.1", "/opt/etcd-3.5.1/etcd"),
@@ -91,14 +91,14 @@ fn etcd_tags_pick_the_build_of_their_version() {
         let e = program(image).unwrap_err();
         assert!(
             e.to_string().contains(
-                "builds: etcd 3.5.16, etcd 3.5.30, etcd 3.5.36, etcd 3.6.16, etcd 3.7.3, etcd 3.5.1, etcd 3.4.23)"
+                "builds: etcd 3.6.16, etcd 3.5.16, etcd 3.5.30, etcd 3.5.36, etcd 3.7.3, etcd 3.5.1, etcd 3.4.23)"
             ),
             "{image}: {e}"
         );
     }
     for (image, tool, is) in [
         ("etcd:3.5.1", "etcdutl", "/opt/etcd-3.5.1/etcdutl"),
-        ("etcd", "etcdutl", "/opt/etcd-3.5.16/bin/etcdutl"),
+        ("etcd", "etcdutl", "/opt/etcd-3.6.16/bin/etcdutl"),
         ("etcd:3.5.30", "etcdctl", "/opt/etcd-3.5.30/bin/etcdctl"),
     ] {
         let r = t.resolve(image, &s(&[tool]), &[]).unwrap();
@@ -113,13 +113,16 @@ fn an_optional_build_not_installed_is_refused_by_name() {
     assert!(matches!(e, ImageError::NoSuchTag { .. }), "{e}");
     assert!(
         e.to_string().contains(
-            "builds: etcd 3.5.16, etcd 3.5.36, etcd 3.6.16, etcd 3.7.3, etcd 3.5.1, etcd 3.4.23; not installed here: etcd 3.5.30)"
+            "builds: etcd 3.6.16, etcd 3.5.16, etcd 3.5.36, etcd 3.7.3, etcd 3.5.1, etcd 3.4.23; not installed here: etcd 3.5.30)"
         ),
         "{e}"
     );
-    // The minor tag and the untagged image still get the default build.
-    for image in ["etcd:3.5", "etcd"] {
+    // The minor tag and the untagged image still get their builds.
+    for (image, is) in [
+        ("etcd:3.5", "/opt/etcd-3.5.16/bin/etcd"),
+        ("etcd", "/opt/etcd-3.6.16/bin/etcd"),
+    ] {
         let r = t.resolve(image, &[], &[]).unwrap();
-        assert_eq!(r.program, Path::new("/opt/etcd-3.5.16/bin/etcd"), "{image}");
+        assert_eq!(r.program, Path::new(is), "{image}");
     }
 }

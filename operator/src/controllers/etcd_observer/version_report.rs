@@ -86,6 +86,21 @@ pub fn report(
     out
 }
 
+/// `clusterVersionRaftIndex` for `cluster_version`: the one recorded while the cluster version
+/// stays, else (it moved, or none was recorded) the raft index now (`None`: not read this pass).
+pub fn cluster_version_index(
+    prev: Option<&EtcdVersionStatus>,
+    cluster_version: &str,
+    raft_index: Option<u64>,
+) -> Option<u64> {
+    if cluster_version.is_empty() {
+        return None;
+    }
+    prev.filter(|p| p.cluster_version == cluster_version)
+        .and_then(|p| p.cluster_version_raft_index)
+        .or(raft_index)
+}
+
 /// A version change is under way: members differ, or etcd has yet to move the cluster version.
 pub fn in_flight(s: &EtcdVersionStatus) -> bool {
     matches!(s.state.as_str(), "Rolling" | "WaitingForClusterVersion")
@@ -97,12 +112,17 @@ pub async fn reconcile(p: &mut Pass<'_>) {
     let target = image_version(&p.etcd_image());
     let stamp = crate::certs::format_time(p.o.now);
     let prev = p.status.etcd_version.clone();
-    let now = report(
+    let mut now = report(
         p.o.etcd.cluster_version(),
         &running,
         target,
         prev.as_ref(),
         &stamp,
+    );
+    now.cluster_version_raft_index = cluster_version_index(
+        prev.as_ref(),
+        &now.cluster_version,
+        p.o.etcd.raft_index_at_least(),
     );
     let moved = prev
         .as_ref()
@@ -193,6 +213,34 @@ mod tests {
         // Later passes keep when it changed.
         let later = report(Some(v("3.5.0")), &all, t, Some(&done), "t5");
         assert_eq!(later, done);
+    }
+
+    #[test]
+    fn the_raft_index_of_a_cluster_version_is_kept_until_it_moves() {
+        let at = |cluster: &str, index| EtcdVersionStatus {
+            cluster_version: cluster.into(),
+            cluster_version_raft_index: index,
+            ..Default::default()
+        };
+        // First seen: the index now; kept while the version stays, even when unread.
+        assert_eq!(cluster_version_index(None, "3.5.0", Some(40)), Some(40));
+        let seen = at("3.5.0", Some(40));
+        assert_eq!(
+            cluster_version_index(Some(&seen), "3.5.0", Some(900)),
+            Some(40)
+        );
+        assert_eq!(cluster_version_index(Some(&seen), "3.5.0", None), Some(40));
+        // Moved: recorded anew; a status from before the field: recorded now.
+        assert_eq!(
+            cluster_version_index(Some(&seen), "3.6.0", Some(900)),
+            Some(900)
+        );
+        assert_eq!(
+            cluster_version_index(Some(&at("3.6.0", None)), "3.6.0", Some(950)),
+            Some(950)
+        );
+        // No cluster version known: nothing.
+        assert_eq!(cluster_version_index(Some(&seen), "", Some(900)), None);
     }
 
     #[test]

@@ -587,9 +587,10 @@ async fn gather_archive_holds_the_incident_and_no_key() {
 }
 
 /// The etcd version policy refuses, before anything is rendered or restarted, an image that
-/// skips a minor version, one below the cluster version, and a known-bad release; each refusal
-/// is `TargetConfigControllerDegraded` naming the image, and no revision is created. Back to the
-/// running image, the condition clears.
+/// skips a minor version, one below the cluster version (3.6 since #66), and one whose tag names
+/// no version; each refusal is `TargetConfigControllerDegraded` naming the image, and no
+/// revision is created. Back to the running image, the condition clears. (A known-bad release is
+/// refused in scenario `upgrade`, on a 3.5 cluster.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_versions_etcd_cannot_take_are_refused() {
     use e2e::scenario::Harness;
@@ -598,12 +599,15 @@ async fn etcd_versions_etcd_cannot_take_are_refused() {
     let settled = h.wait_settled(3, Duration::from_secs(240)).await.unwrap();
     let revision = settled.latest_available_revision;
     for (image, says) in [
-        ("etcd-static-operator/etcd:3.7.0", "upgrade to 3.6.x first"),
+        ("etcd-static-operator/etcd:3.8.0", "upgrade to 3.7.x first"),
         (
-            "etcd-static-operator/etcd:3.4.23",
-            "below the cluster version 3.5",
+            "etcd-static-operator/etcd:3.5.36",
+            "below the cluster version 3.6",
         ),
-        ("etcd-static-operator/etcd:3.5.1", "known-bad release"),
+        (
+            "etcd-static-operator/etcd@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "names no etcd version",
+        ),
     ] {
         h.patch_spec(serde_json::json!({ "etcdImage": image }))
             .await

@@ -16,7 +16,7 @@
 //! version, so nothing an older minor wrote lies past the raft index the log had reached when
 //! the operator first saw that cluster version (`status.etcdVersion.clusterVersionRaftIndex`;
 //! first seen late, it is only higher, which asks more and stays safe). Decision ([`decide`],
-//! pure): a move to the next minor that has not started waits until every member has applied
+//! pure): a move to 3.6 or later that has not started waits until every member has applied
 //! past `boundary + SNAPSHOT_COUNT`; the operator then advances the log with entries that change
 //! nothing (alarm reads, through raft) instead of waiting for client traffic to do it.
 
@@ -24,6 +24,10 @@ use super::Version;
 
 /// Entries past its last snapshot after which etcd takes the next one.
 pub const SNAPSHOT_COUNT: u64 = 10_000;
+
+/// The first minor that cannot replay every entry the minor before it wrote (3.5 still applies
+/// each v2 request 3.4 writes; 3.6 only two kinds of them, 3.7 none).
+const FIRST_PICKY_MINOR: (u32, u32) = (3, 6);
 
 /// What the log check says about a move to the next minor.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,7 +64,10 @@ pub fn decide(
     let Some(cluster) = cluster else {
         return MinorLog::Clear;
     };
-    if started || target.minor_line() <= cluster.minor_line() {
+    if started
+        || target.minor_line() <= cluster.minor_line()
+        || target.minor_line() < FIRST_PICKY_MINOR
+    {
         return MinorLog::Clear;
     }
     let Some(boundary) = boundary else {
@@ -173,7 +180,12 @@ mod tests {
     fn only_a_move_to_the_next_minor_not_yet_started_is_held() {
         let behind = applied(&[("n1", Some(20))]);
         let c35 = Some(v("3.5.0"));
-        // A patch move, a move under way, an unread cluster version: nothing to hold.
+        // A patch move, a move under way, an unread cluster version, a move to 3.5 (which
+        // replays what 3.4 wrote): nothing to hold.
+        assert_eq!(
+            decide(v("3.5.16"), Some(v("3.4.0")), Some(10), &behind, false),
+            MinorLog::Clear
+        );
         assert_eq!(
             decide(v("3.5.36"), c35, Some(10), &behind, false),
             MinorLog::Clear

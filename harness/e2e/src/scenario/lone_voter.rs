@@ -112,12 +112,13 @@ pub async fn lone_voter_restart(h: &mut Harness) -> Result<(), ControlPlaneError
 
 /// kubeadm#3297: kubeadm verified a one-node stacked etcd upgrade through the API that the
 /// restarting etcd itself serves. Here the API is served from n1's etcd too: the image moves to
-/// 3.5.30 (when that optional build is installed; skipped, loudly, when not), the restart is held
+/// 3.7.3, the next minor (#66: the default is 3.6.16; the move first waits until n1 snapshotted
+/// past what 3.5 could have written, `etcd_version::minor_log`), the restart is held
 /// for an approval, and once approved n1 restarts onto it with the API down meanwhile; the
 /// operator, which cannot see anything while the API is down, picks up where it was when the
-/// API returns and reports the member on 3.5.30 and the node settled. Nothing is rolled back.
+/// API returns and reports the member on 3.7.3 and the node settled. Nothing is rolled back.
 async fn lone_upgrade(h: &mut Harness) -> Result<(), ControlPlaneError> {
-    const PATCH: &str = "etcd-static-operator/etcd:3.5.30";
+    const PATCH: &str = "etcd-static-operator/etcd:3.7.3";
     if let Err(e) = kubelet_standin::images::ImageTable::standard(&h.cp.bin_dir).lookup(PATCH) {
         let why = format!("SKIPPED the lone voter's upgrade to {PATCH}: {e}");
         eprintln!("lone-voter-restart: {why}");
@@ -139,19 +140,19 @@ async fn lone_upgrade(h: &mut Harness) -> Result<(), ControlPlaneError> {
         .await?;
     let s = h
         .wait_status(
-            &format!("n1 on revision {latest}, its member reporting 3.5.30"),
+            &format!("n1 on revision {latest}, its member reporting 3.7.3"),
             DEADLINE,
             |s| {
                 crate::view::settled(s, 1)
                     && n1_revision(s) >= latest
                     && s.members
                         .iter()
-                        .any(|m| m.name == "n1" && m.version == "3.5.30")
+                        .any(|m| m.name == "n1" && m.version == "3.7.3")
             },
         )
         .await?;
     h.step(format!(
-        "approved, n1 restarted onto 3.5.30 through the outage of the API it serves; revision {}",
+        "approved, n1 restarted onto 3.7.3 through the outage of the API it serves; revision {}",
         n1_revision(&s)
     ));
     Ok(())

@@ -9,8 +9,8 @@
 
 use std::fs::File;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use etcd_fixture::LoopbackAddr;
@@ -21,26 +21,9 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
-/// An etcd process killed (and reaped) on drop, also when the test panics.
-struct Etcd {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Etcd {
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<_> = text.lines().collect();
-        lines[lines.len().saturating_sub(15)..].join("\n")
-    }
-}
+#[path = "support/etcd_process.rs"]
+mod etcd_process;
+use etcd_process::Etcd;
 
 fn der(pem_path: &Path) -> Vec<u8> {
     let text = std::fs::read(pem_path).unwrap();
@@ -166,12 +149,12 @@ async fn put_eventually(c: &EtcdClient, etcd: &mut Etcd) {
                 Err(_) => "put timed out".to_owned(),
             };
         if let Ok(Some(status)) = etcd.child.try_wait() {
-            panic!("etcd exited ({status}):\n{}", etcd.log_tail());
+            panic!("etcd exited ({status}):\n{}", etcd.log_tail(15));
         }
         assert!(
             started.elapsed() < DEADLINE,
             "kube-apiserver's certificate wrote nothing within {DEADLINE:?}: {last}\n{}",
-            etcd.log_tail()
+            etcd.log_tail(15)
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -211,7 +194,7 @@ async fn kube_apiservers_material_is_accepted_by_real_etcd_also_over_ipv6_loopba
     // Over [::1]: TLS checks the serving certificate's `::1` name, etcd the client certificate.
     let v6: MemberUrl = format!("https://[::1]:{v6_port}").parse().unwrap();
     let version = apiserver.version_of(&v6).await;
-    assert!(version.is_ok(), "[::1]: {version:?}\n{}", etcd.log_tail());
+    assert!(version.is_ok(), "[::1]: {version:?}\n{}", etcd.log_tail(15));
 
     // Another CA's client certificate is refused: the acceptance above means something.
     let now = time::OffsetDateTime::now_utc();

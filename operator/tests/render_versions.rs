@@ -31,7 +31,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use etcd_fixture::LoopbackAddr;
@@ -114,30 +114,11 @@ fn warnings(log: &str) -> Vec<String> {
         .collect()
 }
 
-/// An etcd process killed (and reaped) on drop, also when the test panics.
-struct Etcd {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+#[path = "support/etcd_process.rs"]
+mod etcd_process;
+use etcd_process::Etcd;
 
 impl Etcd {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn log_tail(&self) -> String {
-        let text = self.log();
-        let lines: Vec<_> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-
     /// An error if etcd has exited: its status, the log's complaints (a refused flag is printed
     /// above a long usage text) and the log's tail.
     fn exited(&mut self) -> Result<(), String> {
@@ -145,7 +126,7 @@ impl Etcd {
             Ok(Some(status)) => Err(format!(
                 "etcd exited ({status}); complaints: {:#?}\nlog tail:\n{}",
                 complaints(&self.log()),
-                self.log_tail()
+                self.log_tail(20)
             )),
             _ => Ok(()),
         }
@@ -288,7 +269,7 @@ where
         if since.elapsed() > DEADLINE {
             return Err(format!(
                 "{what}: no success within {DEADLINE:?}; last: {last}\n{}",
-                etcd.log_tail()
+                etcd.log_tail(20)
             ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -483,7 +464,7 @@ async fn revision_phase(
     if !etcd.log().contains("starting initial corruption check") {
         return Err(format!(
             "the revision's etcd ran no initial corruption check:\n{}",
-            etcd.log_tail()
+            etcd.log_tail(20)
         ));
     }
     Ok((took, warnings))

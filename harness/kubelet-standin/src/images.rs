@@ -145,11 +145,13 @@ pub struct EtcdBuild {
 /// The default etcd build (untagged images, `3.6`): 3.6.16, built from etcd's Go modules.
 pub const DEFAULT_ETCD_BUILD: EtcdBuild = EtcdBuild {
     default: true,
-    ..go_build([3, 6, 16], "/opt/etcd-3.6.16/bin")
+    ..build([3, 6, 16], "/opt/etcd-3.6.16/bin")
 };
 
-/// An etcd built from its Go modules by `scripts/install-deps` (`scripts/lib/go-etcd.sh`).
-const fn go_build(version: [u32; 3], dir: &'static str) -> EtcdBuild {
+/// An etcd build whose `etcd`, `etcdctl` and `etcdutl` are in `dir` (neither the default nor
+/// optional): Debian's, the PyPI wheel's, or one built from etcd's Go modules by
+/// `scripts/install-deps` (`scripts/lib/go-etcd.sh`).
+const fn build(version: [u32; 3], dir: &'static str) -> EtcdBuild {
     EtcdBuild {
         version,
         dir,
@@ -163,29 +165,14 @@ const fn go_build(version: [u32; 3], dir: &'static str) -> EtcdBuild {
 /// then Debian's 3.5.16, which serves `3.5`.
 pub const ETCD_BUILDS: [EtcdBuild; 7] = [
     DEFAULT_ETCD_BUILD,
+    build([3, 5, 16], "/opt/etcd-3.5.16/bin"),
     EtcdBuild {
-        version: [3, 5, 16],
-        dir: "/opt/etcd-3.5.16/bin",
-        tools: &["etcd", "etcdctl", "etcdutl"],
-        default: false,
-        optional: false,
-    },
-    EtcdBuild {
-        version: [3, 5, 30],
-        dir: "/opt/etcd-3.5.30/bin",
-        tools: &["etcd", "etcdctl", "etcdutl"],
-        default: false,
         optional: true,
+        ..build([3, 5, 30], "/opt/etcd-3.5.30/bin")
     },
-    go_build([3, 5, 36], "/opt/etcd-3.5.36/bin"),
-    go_build([3, 7, 3], "/opt/etcd-3.7.3/bin"),
-    EtcdBuild {
-        version: [3, 5, 1],
-        dir: "/opt/etcd-3.5.1",
-        tools: &["etcd", "etcdctl", "etcdutl"],
-        default: false,
-        optional: false,
-    },
+    build([3, 5, 36], "/opt/etcd-3.5.36/bin"),
+    build([3, 7, 3], "/opt/etcd-3.7.3/bin"),
+    build([3, 5, 1], "/opt/etcd-3.5.1"),
     EtcdBuild {
         version: [3, 4, 23],
         dir: "/usr/bin",
